@@ -1,0 +1,61 @@
+/* Programs that use the VMM API themselves (PyTorch expandable segments, NCCL) create handles and
+ * map them where they like. The shim passes those calls through and records them here, so that
+ * sleep can copy out, unmap and release them, and wake can re-create, re-map at the same
+ * addresses, re-grant the same access and copy back.
+ *
+ * Handles are translated: the program keeps the handle value it was given; after a wake the
+ * registry maps it to the new real handle (vmm_app_real_handle). Handles that were exported as
+ * shareable handles cannot be released (another process may map them): sleep leaves them mapped
+ * and reports their bytes as not released. */
+#ifndef VMM_APP_VMM_H
+#define VMM_APP_VMM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "offload.h"
+#include "vmm_error.h"
+
+typedef struct vmm_app_registry vmm_app_registry;
+
+/* Access granted on a mapping: one bit per device ordinal with read/write access. */
+typedef uint32_t vmm_access_mask;
+
+vmm_status vmm_app_registry_create(vmm_backend *be, vmm_app_registry **out, vmm_error *err);
+void vmm_app_registry_destroy(vmm_app_registry *reg);
+
+/* Recording, called by the shim after the real call succeeded. `prop` is the program's
+ * CUmemAllocationProp (or ACL equivalent) copied verbatim, so wake can create the same kind. */
+void vmm_app_created(vmm_app_registry *reg, vmm_phys handle, size_t size, int device,
+		     const void *prop, size_t prop_size);
+void vmm_app_exported(vmm_app_registry *reg, vmm_phys handle);   /* shareable handle handed out */
+void vmm_app_released(vmm_app_registry *reg, vmm_phys handle);   /* program dropped its reference */
+void vmm_app_mapped(vmm_app_registry *reg, vmm_devptr va, size_t size, size_t offset,
+		    vmm_phys handle);
+void vmm_app_unmapped(vmm_app_registry *reg, vmm_devptr va, size_t size);
+void vmm_app_access_set(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask rw);
+
+/* The real handle behind a program's handle value (itself unless a wake replaced it). */
+vmm_phys vmm_app_real_handle(vmm_app_registry *reg, vmm_phys app_handle);
+/* Is va inside a tracked app mapping? */
+bool vmm_app_contains(vmm_app_registry *reg, vmm_devptr va);
+
+typedef struct vmm_app_stats {
+	uint64_t handles, handle_bytes;      /* live handles created by the program */
+	uint64_t mapped_bytes;
+	uint64_t asleep_bytes, host_backup_bytes;
+	uint64_t unreleasable_bytes;         /* exported handles: stay resident while asleep */
+} vmm_app_stats;
+void vmm_app_stats_get(vmm_app_registry *reg, int dev, vmm_app_stats *out);
+
+/* Same contract as vmm_sleep / vmm_wake (offload.h), for the program's own mappings. `opts->tag`
+ * is ignored: app mappings belong to no tag: only
+ * sleeps of every tag (opts->tag == NULL) include them. */
+vmm_status vmm_app_sleep(vmm_app_registry *reg, const vmm_sleep_opts *opts,
+			 vmm_transfer_result *res, vmm_error *err);
+vmm_status vmm_app_wake(vmm_app_registry *reg, const vmm_sleep_opts *opts,
+			vmm_transfer_result *res, vmm_error *err);
+bool vmm_app_is_asleep(vmm_app_registry *reg, int device);
+
+#endif

@@ -1,0 +1,86 @@
+/* The device primitives core/ needs, and nothing else. This is the only door to a device driver:
+ * cuda.c implements it over libcuda.so.1, acl.c over libascendcl.so. Both resolve the *real* driver
+ * functions with dlopen + vmm_real_dlsym, never through the shim's exported hooks, so the heap and
+ * the offload engine keep working while the shim's submission gate is closed.
+ *
+ * Conventions: every call returns a vmm_status and fills err on failure; an allocation that fails
+ * for lack of device memory returns VMM_E_OOM (with the driver's code), any other driver failure
+ * VMM_E_DRIVER. Device numbers are the driver's ordinals. Addresses are plain integers. */
+#ifndef VMM_BACKEND_H
+#define VMM_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../vmm_error.h"
+
+typedef uint64_t vmm_devptr;   /* a device virtual address */
+typedef uint64_t vmm_phys;     /* a backend physical-memory handle (CUmemGenericAllocationHandle / aclrtDrvMemHandle) */
+typedef void *vmm_stream;      /* a backend stream (CUstream / aclrtStream) */
+
+#define VMM_MAX_DEVICES 16
+
+typedef struct vmm_backend vmm_backend;
+
+struct vmm_backend {
+	const char *name; /* "cuda" or "acl" */
+	void *impl;       /* the implementation's own state */
+
+	/* Queries. */
+	vmm_status (*device_count)(vmm_backend *be, int *count, vmm_error *err);
+	/* Physical-memory granularity: every create/map size and reserve alignment is a multiple. */
+	vmm_status (*granularity)(vmm_backend *be, int dev, size_t *bytes, vmm_error *err);
+	/* The device's free and total memory as the driver reports them. */
+	vmm_status (*mem_info)(vmm_backend *be, int dev, size_t *free_bytes, size_t *total_bytes,
+			       vmm_error *err);
+	/* The device the calling thread works on (cuCtxGetDevice / aclrtGetDevice); 0 if none yet. */
+	vmm_status (*current_device)(vmm_backend *be, int *dev, vmm_error *err);
+
+	/* Virtual address space. */
+	vmm_status (*reserve)(vmm_backend *be, int dev, size_t size, size_t align, vmm_devptr *va,
+			      vmm_error *err);
+	vmm_status (*unreserve)(vmm_backend *be, int dev, vmm_devptr va, size_t size, vmm_error *err);
+
+	/* Physical memory: create a handle of `size` bytes on dev; release it. */
+	vmm_status (*create)(vmm_backend *be, int dev, size_t size, vmm_phys *handle, vmm_error *err);
+	vmm_status (*release)(vmm_backend *be, vmm_phys handle, vmm_error *err);
+
+	/* Map a whole handle at va (offset 0, as Ascend requires); unmap a run of whole mappings
+	 * [va, va+size) (CUDA may cover several mappings in one call; Ascend unmaps one at a time). */
+	vmm_status (*map)(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys handle, vmm_error *err);
+	vmm_status (*unmap)(vmm_backend *be, vmm_devptr va, size_t size, vmm_error *err);
+
+	/* Grant read/write access to [va, va+size) to dev and to each device in peers (one call per
+	 * contiguous range; Ascend grants the owner implicitly and ignores this for it). */
+	vmm_status (*set_access)(vmm_backend *be, int dev, vmm_devptr va, size_t size,
+				 const int *peers, int npeers, vmm_error *err);
+
+	/* Wait for all work on dev (every context the backend knows on that device). */
+	vmm_status (*synchronize)(vmm_backend *be, int dev, vmm_error *err);
+
+	/* Host memory and copies, for the offload engine. */
+	vmm_status (*host_alloc_pinned)(vmm_backend *be, size_t size, void **ptr, vmm_error *err);
+	vmm_status (*host_free_pinned)(vmm_backend *be, void *ptr, vmm_error *err);
+	vmm_status (*host_register)(vmm_backend *be, void *ptr, size_t size, vmm_error *err);
+	vmm_status (*host_unregister)(vmm_backend *be, void *ptr, vmm_error *err);
+	vmm_status (*stream_create)(vmm_backend *be, int dev, vmm_stream *stream, vmm_error *err);
+	vmm_status (*stream_destroy)(vmm_backend *be, vmm_stream stream, vmm_error *err);
+	vmm_status (*stream_synchronize)(vmm_backend *be, vmm_stream stream, vmm_error *err);
+	vmm_status (*copy_d2h_async)(vmm_backend *be, void *dst, vmm_devptr src, size_t n,
+				     vmm_stream stream, vmm_error *err);
+	vmm_status (*copy_h2d_async)(vmm_backend *be, vmm_devptr dst, const void *src, size_t n,
+				     vmm_stream stream, vmm_error *err);
+
+	/* Release everything the backend holds itself (not the core's handles). */
+	void (*close)(vmm_backend *be);
+};
+
+/* Open the CUDA backend over the real libcuda.so.1 (dlopen, cuInit). VMM_E_UNSUPPORTED when no
+ * driver can be loaded; the caller then stays a pass-through. */
+vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err);
+
+/* Open the Ascend backend over libascendcl.so. */
+vmm_status vmm_backend_acl_open(vmm_backend **out, vmm_error *err);
+
+#endif

@@ -1,0 +1,53 @@
+/* Moves device ranges to host backup memory and back at link speed: chunked, on several streams,
+ * with host memory that is pinned once and reused across sleep/wake cycles. Used by the heap's
+ * offload (offload.c) and by the app-VMM registry (app_vmm.c). */
+#ifndef VMM_COPY_ENGINE_H
+#define VMM_COPY_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "vmm_error.h"
+
+/* A host backup: page-aligned host memory, registered (pinned) with the backend where possible.
+ * Allocated once per sleeping range and kept for the next cycle unless freed. */
+typedef struct vmm_host_buf {
+	void *ptr;
+	size_t size;
+	int pinned;        /* registered with the backend (DMA straight into it) */
+} vmm_host_buf;
+
+typedef struct vmm_copy_engine vmm_copy_engine;
+
+typedef struct vmm_copy_range {
+	vmm_devptr dev;    /* device address */
+	void *host;        /* host address (inside a vmm_host_buf) */
+	size_t size;
+} vmm_copy_range;
+
+typedef struct vmm_copy_stats {
+	uint64_t bytes;
+	double seconds;
+	double provision_seconds;   /* of which spent provisioning host memory */
+} vmm_copy_stats;
+
+vmm_status vmm_copy_engine_create(vmm_backend *be, int dev, vmm_copy_engine **out, vmm_error *err);
+void vmm_copy_engine_destroy(vmm_copy_engine *ce);
+
+/* Allocate a host buffer of size bytes. Fails with VMM_E_HOST_OOM before touching anything when
+ * the host cannot hold it (checked against MemAvailable). Provisioning (first touch, pinning) is
+ * deferred to the first copy, where it overlaps with the transfer, unless `provision_now`. */
+vmm_status vmm_host_buf_alloc(vmm_backend *be, size_t size, int provision_now, vmm_host_buf *out,
+			      vmm_error *err);
+void vmm_host_buf_free(vmm_backend *be, vmm_host_buf *buf);
+/* Host bytes that could be had now (MemAvailable). */
+uint64_t vmm_host_available_bytes(void);
+
+/* Copy every range device -> host (out) or host -> device (in); returns when all are complete. */
+vmm_status vmm_copy_out(vmm_copy_engine *ce, const vmm_copy_range *ranges, size_t n,
+			vmm_copy_stats *stats, vmm_error *err);
+vmm_status vmm_copy_in(vmm_copy_engine *ce, const vmm_copy_range *ranges, size_t n,
+		       vmm_copy_stats *stats, vmm_error *err);
+
+#endif

@@ -1,0 +1,97 @@
+/* The core allocator: per device, one reserved virtual range carved into allocations, physical
+ * memory mapped on demand in large handles, freed physical memory reused at any address, small
+ * allocations packed. Knows nothing of interposition; the shim and the tests drive it through this
+ * API. All functions are thread-safe.
+ *
+ * Reuse rule (see README "When freed memory is reused"): vmm_free() does not synchronize, it
+ * quarantines the block; a quarantined block is handed out again only after a device
+ * synchronization (backend->synchronize) that began after the free. A failed synchronization
+ * (e.g. during stream capture) leaves the block quarantined and the heap grows instead.
+ * vmm_free_on_stream() makes the block reusable at once by vmm_malloc_on_stream() on the same
+ * stream (stream order protects it) and by everyone else after the next synchronization. */
+#ifndef VMM_HEAP_H
+#define VMM_HEAP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "vmm_error.h"
+
+#define VMM_TAG_MAX 32          /* bytes, with the terminating NUL */
+#define VMM_DEFAULT_TAG "default"
+#define VMM_MIN_ALIGN 256       /* as cudaMalloc */
+
+typedef struct vmm_core vmm_core;
+
+typedef struct vmm_config {
+	size_t cache_limit;        /* bytes of free physical memory kept for reuse per device; beyond it
+	                            * wholly free handles are released. 0 = default (see heap.c). SIZE_MAX = keep all. */
+	size_t reserve_bytes;      /* VA reserved per device at first use; 0 = 4 x device memory */
+	size_t max_handle_bytes;   /* largest physical handle created; 0 = default (1 GiB) */
+	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
+} vmm_config;
+
+/* The configuration's defaults, filled in. */
+void vmm_config_defaults(vmm_config *cfg);
+
+vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **out, vmm_error *err);
+/* Unmaps and releases every handle and reservation the core holds. Live allocations die with it. */
+void vmm_core_destroy(vmm_core *core);
+vmm_backend *vmm_core_backend(vmm_core *core);
+
+/* Allocate `size` bytes (size 0 gets a distinct 256-byte block) aligned to max(align, 256) on dev,
+ * under tag (NULL = "default"). VMM_E_OOM when the device has no memory left even after the
+ * cache is given back. */
+vmm_status vmm_malloc(vmm_core *core, int dev, size_t size, size_t align, const char *tag,
+		      vmm_devptr *out, vmm_error *err);
+/* Free an allocation by its base address. VMM_E_NOT_OURS (nothing changed) for any other address. */
+vmm_status vmm_free(vmm_core *core, vmm_devptr ptr, vmm_error *err);
+
+/* Stream-ordered variants (cuMemAllocAsync / cuMemFreeAsync semantics). */
+vmm_status vmm_malloc_on_stream(vmm_core *core, int dev, size_t size, const char *tag,
+				vmm_stream stream, vmm_devptr *out, vmm_error *err);
+vmm_status vmm_free_on_stream(vmm_core *core, vmm_devptr ptr, vmm_stream stream, vmm_error *err);
+
+/* What the core knows about the allocation containing ptr (any interior address). */
+typedef struct vmm_alloc_info {
+	vmm_devptr base;
+	size_t size;               /* the size asked for */
+	size_t usable;             /* the bytes reserved for it (>= size) */
+	int device;
+	char tag[VMM_TAG_MAX];
+} vmm_alloc_info;
+bool vmm_lookup(vmm_core *core, vmm_devptr ptr, vmm_alloc_info *info);
+
+/* Give every cached (free) physical handle of dev back to the driver; dev < 0: all devices. */
+vmm_status vmm_trim(vmm_core *core, int dev, vmm_error *err);
+
+/* Peer access: grant (or revoke) `peer` read/write access to every present and future mapping of
+ * dev's heap, kept across sleep and wake. */
+vmm_status vmm_set_peer_access(vmm_core *core, int dev, int peer, bool enable, vmm_error *err);
+
+/* Statistics. Bytes are physical unless said otherwise. */
+typedef struct vmm_stats {
+	uint64_t live_bytes;       /* sum of the sizes asked for by live allocations */
+	uint64_t live_count;
+	uint64_t mapped_bytes;     /* physical memory mapped (live + cached) */
+	uint64_t cached_bytes;     /* mapped but not used by a live allocation (incl. quarantined) */
+	uint64_t reserved_bytes;   /* virtual address space reserved */
+	uint64_t asleep_bytes;     /* physical memory released by sleep, to be re-created at wake */
+	uint64_t host_backup_bytes;/* host memory holding sleeping contents */
+	uint64_t peak_live_bytes;
+	uint64_t peak_mapped_bytes;
+	uint64_t alloc_calls, free_calls;
+	uint64_t handles_created, handles_released;
+	uint64_t syncs;            /* device synchronizations made to reuse quarantined memory */
+} vmm_stats;
+
+/* dev < 0: all devices; tag NULL: all tags. VMM_E_INVALID for an unknown device. */
+vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *out, vmm_error *err);
+/* Names of the tags that have (or had) memory on dev; returns how many (up to max). */
+int vmm_tags_list(vmm_core *core, int dev, char (*names)[VMM_TAG_MAX], int max);
+/* Devices the core has a heap on (bitmask of ordinals). */
+uint32_t vmm_devices_used(vmm_core *core);
+
+#endif

@@ -1,0 +1,30 @@
+/* The submission gate. Every hook that submits device work (launches, copies, memsets, graph
+ * launches, host functions, stream-ordered allocations and frees, in all their _ptsz/_ptds forms)
+ * and every hooked allocation enters it; sleep closes it, so that nothing can touch device memory
+ * while that memory changes state.
+ *
+ * Open: gate_enter is two atomic operations. Closed: gate_enter waits until gate_open (or, with
+ * autowake on, asks for a wake and waits for it). gate_close stops new entries and waits until
+ * the calls already inside have left. A thread that is itself inside the gate when it closes it
+ * (the in-process API called from a hook) is not waited for. */
+#ifndef VMMSHIM_GATE_H
+#define VMMSHIM_GATE_H
+
+#include <stdbool.h>
+
+#include "../core/vmm_error.h"
+
+void gate_enter(void);
+void gate_leave(void);
+
+/* Stop new submissions and wait (at most timeout_ms; <0 = forever) for those in flight.
+ * VMM_E_BUSY on timeout, with the gate reopened. */
+vmm_status gate_close(int timeout_ms, vmm_error *err);
+void gate_open(void);
+bool gate_is_closed(void);
+
+/* With autowake, a submission that meets a closed gate calls wake_fn (once, whoever comes first)
+ * instead of only waiting. */
+void gate_set_autowake(bool on, void (*wake_fn)(void));
+
+#endif

@@ -1,0 +1,31 @@
+/* The shim's process-wide state, created on the first intercepted device allocation and never
+ * before (the shim is inert until then): the configuration, the backends, the core heaps, the
+ * registry of the program's own VMM mappings, and the control server. */
+#ifndef VMMSHIM_RUNTIME_H
+#define VMMSHIM_RUNTIME_H
+
+#include <stdbool.h>
+
+#include "../core/app_vmm.h"
+#include "../core/backend/backend.h"
+#include "../core/heap.h"
+#include "config.h"
+
+typedef struct shim_runtime {
+	shim_config cfg;
+	vmm_backend *cuda;          /* NULL when no CUDA driver could be loaded */
+	vmm_core *cuda_core;
+	vmm_app_registry *cuda_app; /* the program's own cuMemCreate/cuMemMap */
+	vmm_backend *acl;           /* NULL unless the program uses Ascend */
+	vmm_core *acl_core;
+} shim_runtime;
+
+/* Create the CUDA side on first use and return it; NULL when the shim is disabled or no driver is
+ * there (the hooks then pass everything through). Starts the control server. */
+shim_runtime *shim_runtime_cuda(void);
+/* The same for Ascend. */
+shim_runtime *shim_runtime_acl(void);
+/* The runtime if it exists, without creating anything. */
+shim_runtime *shim_runtime_peek(void);
+
+#endif
