@@ -280,7 +280,7 @@ int main(void)
 					       c.chunk, 3);
 			printf("(c) cudaMalloc 4 GiB, %d stream(s), %4zu MiB chunks: D2H %5.1f GB/s  "
 			       "H2D %5.1f GB/s\n",
-			       c.streams, c.chunk / MIB, d2h, h2d);
+			       c.streams, (size_t)(c.chunk / MIB), d2h, h2d);
 		}
 		// Bidirectional: half out, half in at once (a wake overlapping a sleep does not
 		// happen, but it bounds a duplex copy engine).
@@ -345,7 +345,7 @@ int main(void)
 	size_t fr = 0, tot = 0;
 	CK(cudaMemGetInfo(&fr, &tot));
 	printf("cudaMemGetInfo at end: free %zu MiB of %zu MiB (context and runtime: %zu MiB)\n",
-	       fr / MIB, tot / MIB, (tot - fr) / MIB);
+	       (size_t)(fr / MIB), (size_t)(tot / MIB), (size_t)((tot - fr) / MIB));
 	printf("probe done: %d failure(s)\n", failures);
 	return failures ? 1 : 0;
 }
