@@ -1,0 +1,639 @@
+/* The CUDA backend: backend.h over the real libcuda.so.1. Every driver function is resolved by its
+ * exported (versioned) name with vmm_real_dlsym, so the shim's own hooks are never called back.
+ * Calls that need a context run in the device's primary context (retained once per device), and
+ * the thread's context is pushed/popped only when it is absent or on another device. */
+#include "backend.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../real_dlsym.h"
+
+#define DRV(name) __typeof__(&name) name
+struct cuda_api {
+	DRV(cuInit);
+	DRV(cuGetErrorName);
+	DRV(cuDeviceGetCount);
+	DRV(cuDeviceGet);
+	DRV(cuDeviceGetAttribute);
+	DRV(cuDevicePrimaryCtxRetain);
+	DRV(cuDevicePrimaryCtxRelease_v2);
+	DRV(cuCtxGetCurrent);
+	DRV(cuCtxGetDevice);
+	DRV(cuCtxPushCurrent_v2);
+	DRV(cuCtxPopCurrent_v2);
+	DRV(cuCtxSynchronize);
+	DRV(cuMemGetInfo_v2);
+	DRV(cuMemGetAllocationGranularity);
+	DRV(cuMemAddressReserve);
+	DRV(cuMemAddressFree);
+	DRV(cuMemCreate);
+	DRV(cuMemRelease);
+	DRV(cuMemMap);
+	DRV(cuMemUnmap);
+	DRV(cuMemSetAccess);
+	/* Optional: only the offload engine needs them. */
+	DRV(cuMemAllocHost_v2);
+	DRV(cuMemFreeHost);
+	DRV(cuMemHostRegister_v2);
+	DRV(cuMemHostUnregister);
+	DRV(cuStreamCreate);
+	DRV(cuStreamDestroy_v2);
+	DRV(cuStreamSynchronize);
+	DRV(cuMemcpyDtoHAsync_v2);
+	DRV(cuMemcpyHtoDAsync_v2);
+};
+#undef DRV
+
+struct cuda_impl {
+	void *lib;
+	struct cuda_api api;
+	int ndev;
+	pthread_mutex_t lock;              /* guards the lazily retained primary contexts */
+	CUcontext primary[VMM_MAX_DEVICES];
+	int rdma_vmm[VMM_MAX_DEVICES];     /* -1 unknown, 0/1: GPUDirect RDMA flag allowed */
+};
+
+static struct cuda_impl *impl_of(vmm_backend *be)
+{
+	return be->impl;
+}
+
+static vmm_status drv_fail(struct cuda_impl *ci, vmm_error *err, CUresult rc, const char *what)
+{
+	const char *name = NULL;
+
+	if (ci->api.cuGetErrorName)
+		ci->api.cuGetErrorName(rc, &name);
+	if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+		return vmm_fail(err, VMM_E_OOM, (int)rc, "%s: out of device memory (%s)", what,
+				name ? name : "CUDA_ERROR_OUT_OF_MEMORY");
+	return vmm_fail(err, VMM_E_DRIVER, (int)rc, "%s failed: %s (%d)", what,
+			name ? name : "unknown CUresult", (int)rc);
+}
+
+static vmm_status check_dev(struct cuda_impl *ci, int dev, vmm_error *err)
+{
+	if (dev < 0 || dev >= ci->ndev || dev >= VMM_MAX_DEVICES)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no CUDA device %d (the driver has %d)", dev,
+				ci->ndev);
+	return VMM_OK;
+}
+
+/* The calling thread's context scope: enter makes a context of dev current (the thread's own when
+ * it is on dev, else dev's primary one); leave restores what was there. */
+struct ctx_scope {
+	int pushed;
+};
+
+static vmm_status primary_ctx(struct cuda_impl *ci, int dev, CUcontext *out, vmm_error *err)
+{
+	CUresult rc = CUDA_SUCCESS;
+	CUdevice d;
+
+	pthread_mutex_lock(&ci->lock);
+	if (!ci->primary[dev]) {
+		rc = ci->api.cuDeviceGet(&d, dev);
+		if (rc == CUDA_SUCCESS)
+			rc = ci->api.cuDevicePrimaryCtxRetain(&ci->primary[dev], d);
+		if (rc != CUDA_SUCCESS)
+			ci->primary[dev] = NULL;
+	}
+	*out = ci->primary[dev];
+	pthread_mutex_unlock(&ci->lock);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuDevicePrimaryCtxRetain");
+	return VMM_OK;
+}
+
+static vmm_status ctx_enter(struct cuda_impl *ci, int dev, struct ctx_scope *s, vmm_error *err)
+{
+	CUcontext cur = NULL, prim;
+	CUdevice cur_dev;
+	CUresult rc;
+	vmm_status st;
+
+	s->pushed = 0;
+	if (check_dev(ci, dev, err))
+		return VMM_E_INVALID;
+	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
+	    ci->api.cuCtxGetDevice(&cur_dev) == CUDA_SUCCESS && (int)cur_dev == dev)
+		return VMM_OK;
+	st = primary_ctx(ci, dev, &prim, err);
+	if (st)
+		return st;
+	rc = ci->api.cuCtxPushCurrent_v2(prim);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuCtxPushCurrent");
+	s->pushed = 1;
+	return VMM_OK;
+}
+
+/* For calls that name no device (map, unmap, release): any context will do; the primary context
+ * of device 0 is made current only when the thread has none. */
+static vmm_status ctx_enter_any(struct cuda_impl *ci, struct ctx_scope *s, vmm_error *err)
+{
+	CUcontext cur = NULL;
+
+	s->pushed = 0;
+	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur)
+		return VMM_OK;
+	return ctx_enter(ci, 0, s, err);
+}
+
+static void ctx_leave(struct cuda_impl *ci, struct ctx_scope *s)
+{
+	CUcontext popped;
+
+	if (s->pushed)
+		ci->api.cuCtxPopCurrent_v2(&popped);
+	s->pushed = 0;
+}
+
+static vmm_status cu_device_count(vmm_backend *be, int *count, vmm_error *err)
+{
+	(void)err;
+	*count = impl_of(be)->ndev;
+	return VMM_OK;
+}
+
+static void fill_prop(struct cuda_impl *ci, int dev, CUmemAllocationProp *prop)
+{
+	memset(prop, 0, sizeof(*prop));
+	prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop->location.id = dev;
+	if (ci->rdma_vmm[dev] < 0) {
+		int v = 0;
+		CUdevice d;
+
+		if (ci->api.cuDeviceGet(&d, dev) != CUDA_SUCCESS ||
+		    ci->api.cuDeviceGetAttribute(
+			    &v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, d) !=
+			    CUDA_SUCCESS)
+			v = 0;
+		ci->rdma_vmm[dev] = v ? 1 : 0;
+	}
+	prop->allocFlags.gpuDirectRDMACapable = (unsigned char)ci->rdma_vmm[dev];
+}
+
+static vmm_status cu_granularity(vmm_backend *be, int dev, size_t *bytes, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUmemAllocationProp prop;
+	CUresult rc;
+
+	if (check_dev(ci, dev, err))
+		return VMM_E_INVALID;
+	fill_prop(ci, dev, &prop);
+	rc = ci->api.cuMemGetAllocationGranularity(bytes, &prop,
+						   CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuMemGetAllocationGranularity");
+	if (*bytes == 0 || (*bytes & (*bytes - 1)))
+		return vmm_fail(err, VMM_E_DRIVER, 0, "granularity %zu is not a power of two",
+				*bytes);
+	return VMM_OK;
+}
+
+static vmm_status cu_mem_info(vmm_backend *be, int dev, size_t *free_bytes, size_t *total_bytes,
+			      vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	vmm_status st = ctx_enter(ci, dev, &s, err);
+	CUresult rc;
+
+	if (st)
+		return st;
+	rc = ci->api.cuMemGetInfo_v2(free_bytes, total_bytes);
+	ctx_leave(ci, &s);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemGetInfo");
+}
+
+static vmm_status cu_current_device(vmm_backend *be, int *dev, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUcontext cur = NULL;
+	CUdevice d;
+
+	(void)err;
+	*dev = 0;
+	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
+	    ci->api.cuCtxGetDevice(&d) == CUDA_SUCCESS)
+		*dev = (int)d;
+	return VMM_OK;
+}
+
+static vmm_status cu_reserve(vmm_backend *be, int dev, size_t size, size_t align, vmm_devptr *va,
+			     vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUdeviceptr p = 0;
+	struct ctx_scope s;
+	vmm_status st = ctx_enter(ci, dev, &s, err);
+	CUresult rc;
+
+	if (st)
+		return st;
+	rc = ci->api.cuMemAddressReserve(&p, size, align, 0, 0);
+	ctx_leave(ci, &s);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuMemAddressReserve");
+	*va = (vmm_devptr)p;
+	return VMM_OK;
+}
+
+static vmm_status cu_unreserve(vmm_backend *be, int dev, vmm_devptr va, size_t size,
+			       vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUresult rc;
+
+	(void)dev;
+	rc = ci->api.cuMemAddressFree((CUdeviceptr)va, size);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemAddressFree");
+}
+
+static vmm_status cu_create(vmm_backend *be, int dev, size_t size, vmm_phys *handle,
+			    vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUmemGenericAllocationHandle h;
+	CUmemAllocationProp prop;
+	struct ctx_scope s;
+	vmm_status st = ctx_enter(ci, dev, &s, err);
+	CUresult rc;
+
+	if (st)
+		return st;
+	fill_prop(ci, dev, &prop);
+	rc = ci->api.cuMemCreate(&h, size, &prop, 0);
+	ctx_leave(ci, &s);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuMemCreate");
+	*handle = (vmm_phys)h;
+	return VMM_OK;
+}
+
+static vmm_status cu_release(vmm_backend *be, vmm_phys handle, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	vmm_status st = ctx_enter_any(ci, &s, err);
+	CUresult rc;
+
+	if (st)
+		return st;
+	rc = ci->api.cuMemRelease((CUmemGenericAllocationHandle)handle);
+	ctx_leave(ci, &s);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemRelease");
+}
+
+static vmm_status cu_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys handle,
+			 vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	vmm_status st = ctx_enter_any(ci, &s, err);
+	CUresult rc;
+
+	if (st)
+		return st;
+	rc = ci->api.cuMemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)handle, 0);
+	ctx_leave(ci, &s);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemMap");
+}
+
+static vmm_status cu_unmap(vmm_backend *be, vmm_devptr va, size_t size, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	vmm_status st = ctx_enter_any(ci, &s, err);
+	CUresult rc;
+
+	if (st)
+		return st;
+	rc = ci->api.cuMemUnmap((CUdeviceptr)va, size);
+	ctx_leave(ci, &s);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemUnmap");
+}
+
+static vmm_status cu_set_access(vmm_backend *be, int dev, vmm_devptr va, size_t size,
+				const int *peers, int npeers, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUmemAccessDesc desc[VMM_MAX_DEVICES + 1];
+	struct ctx_scope s;
+	int n = 0;
+	CUresult rc;
+
+	if (check_dev(ci, dev, err))
+		return VMM_E_INVALID;
+	desc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	desc[n].location.id = dev;
+	desc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	for (int i = 0; i < npeers && n < VMM_MAX_DEVICES + 1; i++) {
+		if (peers[i] == dev)
+			continue;
+		if (check_dev(ci, peers[i], err))
+			return VMM_E_INVALID;
+		desc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		desc[n].location.id = peers[i];
+		desc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	}
+	if (ctx_enter(ci, dev, &s, err))
+		return err ? err->status : VMM_E_DRIVER;
+	rc = ci->api.cuMemSetAccess((CUdeviceptr)va, size, desc, (size_t)n);
+	ctx_leave(ci, &s);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemSetAccess");
+}
+
+static vmm_status cu_synchronize(vmm_backend *be, int dev, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUcontext cur = NULL, prim, popped;
+	CUdevice cur_dev;
+	vmm_status st;
+	CUresult rc;
+
+	if (check_dev(ci, dev, err))
+		return VMM_E_INVALID;
+	st = primary_ctx(ci, dev, &prim, err);
+	if (st)
+		return st;
+	/* The thread's own context, when it is another one on this device, has work of its own. */
+	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur && cur != prim &&
+	    ci->api.cuCtxGetDevice(&cur_dev) == CUDA_SUCCESS && (int)cur_dev == dev) {
+		rc = ci->api.cuCtxSynchronize();
+		if (rc != CUDA_SUCCESS)
+			return drv_fail(ci, err, rc, "cuCtxSynchronize");
+	}
+	if (cur == prim)
+		return (rc = ci->api.cuCtxSynchronize()) == CUDA_SUCCESS ?
+			       VMM_OK : drv_fail(ci, err, rc, "cuCtxSynchronize");
+	rc = ci->api.cuCtxPushCurrent_v2(prim);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuCtxPushCurrent");
+	rc = ci->api.cuCtxSynchronize();
+	ci->api.cuCtxPopCurrent_v2(&popped);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuCtxSynchronize");
+}
+
+#define NEED_OPTIONAL(ci, fn, err)                                                        \
+	do {                                                                              \
+		if (!(ci)->api.fn)                                                        \
+			return vmm_fail(err, VMM_E_UNSUPPORTED, 0,                        \
+					"the CUDA driver does not export " #fn);          \
+	} while (0)
+
+static vmm_status cu_host_alloc_pinned(vmm_backend *be, size_t size, void **ptr, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	vmm_status st;
+	CUresult rc;
+	int dev = 0;
+
+	NEED_OPTIONAL(ci, cuMemAllocHost_v2, err);
+	cu_current_device(be, &dev, err);
+	st = ctx_enter(ci, dev, &s, err);
+	if (st)
+		return st;
+	rc = ci->api.cuMemAllocHost_v2(ptr, size);
+	ctx_leave(ci, &s);
+	if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+		return vmm_fail(err, VMM_E_HOST_OOM, (int)rc, "cuMemAllocHost of %zu bytes", size);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemAllocHost");
+}
+
+static vmm_status cu_host_free_pinned(vmm_backend *be, void *ptr, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUresult rc;
+
+	NEED_OPTIONAL(ci, cuMemFreeHost, err);
+	rc = ci->api.cuMemFreeHost(ptr);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemFreeHost");
+}
+
+static vmm_status cu_host_register(vmm_backend *be, void *ptr, size_t size, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	vmm_status st;
+	CUresult rc;
+	int dev = 0;
+
+	NEED_OPTIONAL(ci, cuMemHostRegister_v2, err);
+	cu_current_device(be, &dev, err);
+	st = ctx_enter(ci, dev, &s, err);
+	if (st)
+		return st;
+	rc = ci->api.cuMemHostRegister_v2(ptr, size, CU_MEMHOSTREGISTER_PORTABLE);
+	ctx_leave(ci, &s);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemHostRegister");
+}
+
+static vmm_status cu_host_unregister(vmm_backend *be, void *ptr, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUresult rc;
+
+	NEED_OPTIONAL(ci, cuMemHostUnregister, err);
+	rc = ci->api.cuMemHostUnregister(ptr);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemHostUnregister");
+}
+
+static vmm_status cu_stream_create(vmm_backend *be, int dev, vmm_stream *stream, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	CUstream str = NULL;
+	vmm_status st;
+	CUresult rc;
+
+	NEED_OPTIONAL(ci, cuStreamCreate, err);
+	st = ctx_enter(ci, dev, &s, err);
+	if (st)
+		return st;
+	rc = ci->api.cuStreamCreate(&str, CU_STREAM_NON_BLOCKING);
+	ctx_leave(ci, &s);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuStreamCreate");
+	*stream = str;
+	return VMM_OK;
+}
+
+static vmm_status cu_stream_destroy(vmm_backend *be, vmm_stream stream, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUresult rc;
+
+	NEED_OPTIONAL(ci, cuStreamDestroy_v2, err);
+	rc = ci->api.cuStreamDestroy_v2((CUstream)stream);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuStreamDestroy");
+}
+
+static vmm_status cu_stream_synchronize(vmm_backend *be, vmm_stream stream, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUresult rc;
+
+	NEED_OPTIONAL(ci, cuStreamSynchronize, err);
+	rc = ci->api.cuStreamSynchronize((CUstream)stream);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuStreamSynchronize");
+}
+
+static vmm_status cu_copy_d2h_async(vmm_backend *be, void *dst, vmm_devptr src, size_t n,
+				    vmm_stream stream, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUresult rc;
+
+	NEED_OPTIONAL(ci, cuMemcpyDtoHAsync_v2, err);
+	rc = ci->api.cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)src, n, (CUstream)stream);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemcpyDtoHAsync");
+}
+
+static vmm_status cu_copy_h2d_async(vmm_backend *be, vmm_devptr dst, const void *src, size_t n,
+				    vmm_stream stream, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUresult rc;
+
+	NEED_OPTIONAL(ci, cuMemcpyHtoDAsync_v2, err);
+	rc = ci->api.cuMemcpyHtoDAsync_v2((CUdeviceptr)dst, src, n, (CUstream)stream);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemcpyHtoDAsync");
+}
+
+static void cu_close(vmm_backend *be)
+{
+	struct cuda_impl *ci;
+
+	if (!be)
+		return;
+	ci = impl_of(be);
+	for (int d = 0; d < VMM_MAX_DEVICES; d++) {
+		CUdevice dv;
+
+		if (ci->primary[d] && ci->api.cuDeviceGet(&dv, d) == CUDA_SUCCESS)
+			ci->api.cuDevicePrimaryCtxRelease_v2(dv);
+	}
+	/* libcuda stays loaded: the program (and other libraries) use it too. */
+	pthread_mutex_destroy(&ci->lock);
+	free(ci);
+	free(be);
+}
+
+struct sym {
+	const char *name;
+	size_t offset;
+	int optional;
+};
+
+#define SYM(fn, opt) { #fn, offsetof(struct cuda_api, fn), opt }
+static const struct sym cuda_syms[] = {
+	SYM(cuInit, 0), SYM(cuGetErrorName, 1), SYM(cuDeviceGetCount, 0), SYM(cuDeviceGet, 0),
+	SYM(cuDeviceGetAttribute, 0), SYM(cuDevicePrimaryCtxRetain, 0),
+	SYM(cuDevicePrimaryCtxRelease_v2, 0), SYM(cuCtxGetCurrent, 0), SYM(cuCtxGetDevice, 0),
+	SYM(cuCtxPushCurrent_v2, 0), SYM(cuCtxPopCurrent_v2, 0), SYM(cuCtxSynchronize, 0),
+	SYM(cuMemGetInfo_v2, 0), SYM(cuMemGetAllocationGranularity, 0),
+	SYM(cuMemAddressReserve, 0), SYM(cuMemAddressFree, 0), SYM(cuMemCreate, 0),
+	SYM(cuMemRelease, 0), SYM(cuMemMap, 0), SYM(cuMemUnmap, 0), SYM(cuMemSetAccess, 0),
+	SYM(cuMemAllocHost_v2, 1), SYM(cuMemFreeHost, 1), SYM(cuMemHostRegister_v2, 1),
+	SYM(cuMemHostUnregister, 1), SYM(cuStreamCreate, 1), SYM(cuStreamDestroy_v2, 1),
+	SYM(cuStreamSynchronize, 1), SYM(cuMemcpyDtoHAsync_v2, 1), SYM(cuMemcpyHtoDAsync_v2, 1),
+};
+#undef SYM
+
+vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
+{
+	vmm_dlsym_fn real_dlsym = vmm_real_dlsym_fn();
+	struct cuda_impl *ci;
+	vmm_backend *be;
+	CUresult rc;
+
+	*out = NULL;
+	if (!real_dlsym)
+		return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "glibc's dlsym could not be found");
+	ci = calloc(1, sizeof(*ci));
+	be = calloc(1, sizeof(*be));
+	if (!ci || !be) {
+		free(ci);
+		free(be);
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the CUDA backend");
+	}
+	ci->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (!ci->lib) {
+		const char *why = dlerror();
+
+		free(ci);
+		free(be);
+		return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "libcuda.so.1 cannot be loaded: %s",
+				why ? why : "not found");
+	}
+	for (size_t i = 0; i < sizeof(cuda_syms) / sizeof(cuda_syms[0]); i++) {
+		void *p = real_dlsym(ci->lib, cuda_syms[i].name);
+
+		if (!p && !cuda_syms[i].optional) {
+			vmm_fail(err, VMM_E_UNSUPPORTED, 0, "libcuda.so.1 lacks %s",
+				 cuda_syms[i].name);
+			goto fail;
+		}
+		memcpy((char *)&ci->api + cuda_syms[i].offset, &p, sizeof(p));
+	}
+	rc = ci->api.cuInit(0);
+	if (rc != CUDA_SUCCESS) {
+		drv_fail(ci, err, rc, "cuInit");
+		if (err)
+			err->status = VMM_E_UNSUPPORTED;
+		goto fail;
+	}
+	rc = ci->api.cuDeviceGetCount(&ci->ndev);
+	if (rc != CUDA_SUCCESS || ci->ndev <= 0) {
+		vmm_fail(err, VMM_E_UNSUPPORTED, (int)rc, "no CUDA device (cuDeviceGetCount: %d)",
+			 (int)rc);
+		goto fail;
+	}
+	if (ci->ndev > VMM_MAX_DEVICES)
+		ci->ndev = VMM_MAX_DEVICES;
+	for (int d = 0; d < VMM_MAX_DEVICES; d++)
+		ci->rdma_vmm[d] = -1;
+	pthread_mutex_init(&ci->lock, NULL);
+
+	be->name = "cuda";
+	be->impl = ci;
+	be->device_count = cu_device_count;
+	be->granularity = cu_granularity;
+	be->mem_info = cu_mem_info;
+	be->current_device = cu_current_device;
+	be->reserve = cu_reserve;
+	be->unreserve = cu_unreserve;
+	be->create = cu_create;
+	be->release = cu_release;
+	be->map = cu_map;
+	be->unmap = cu_unmap;
+	be->set_access = cu_set_access;
+	be->synchronize = cu_synchronize;
+	be->host_alloc_pinned = cu_host_alloc_pinned;
+	be->host_free_pinned = cu_host_free_pinned;
+	be->host_register = cu_host_register;
+	be->host_unregister = cu_host_unregister;
+	be->stream_create = cu_stream_create;
+	be->stream_destroy = cu_stream_destroy;
+	be->stream_synchronize = cu_stream_synchronize;
+	be->copy_d2h_async = cu_copy_d2h_async;
+	be->copy_h2d_async = cu_copy_h2d_async;
+	be->close = cu_close;
+	*out = be;
+	return VMM_OK;
+fail:
+	/* The library stays loaded: unloading libcuda under a running program is never safe. */
+	free(ci);
+	free(be);
+	return err ? err->status : VMM_E_UNSUPPORTED;
+}

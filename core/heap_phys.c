@@ -1,0 +1,367 @@
+/* Physical memory: growing an arena (reusing wholly free handles from anywhere on the device,
+ * re-mapped contiguously at the new address, before creating new ones), giving handles back, and
+ * the device synchronization that makes quarantined memory reusable. */
+#include "heap_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+void stats_mapped(struct arena *a, int64_t delta)
+{
+	struct devheap *dh = a->dh;
+
+	a->st.mapped_bytes += (uint64_t)delta;
+	dh->mapped_total += (uint64_t)delta;
+	if (a->st.mapped_bytes > a->st.peak_mapped_bytes)
+		a->st.peak_mapped_bytes = a->st.mapped_bytes;
+	if (dh->mapped_total > dh->peak_mapped)
+		dh->peak_mapped = dh->mapped_total;
+}
+
+vmm_status heap_grant_access(struct devheap *dh, vmm_devptr va, size_t size, vmm_error *err)
+{
+	vmm_backend *be = dh->core->be;
+
+	return be->set_access(be, dh->dev, va, size, dh->peers, dh->npeers, err);
+}
+
+bool handle_wholly_free(struct devheap *dh, struct phandle *h)
+{
+	struct blk *b;
+
+	if (!h->va || h->asleep)
+		return false;
+	b = blk_containing(dh, h->va);
+	return b && b->state == BLK_FREE && b->addr + b->size >= h->va + h->size;
+}
+
+static void handle_unlink(struct devheap *dh, struct phandle *h)
+{
+	if (h->prev)
+		h->prev->next = h->next;
+	else
+		dh->handles = h->next;
+	if (h->next)
+		h->next->prev = h->prev;
+	h->prev = h->next = NULL;
+}
+
+static void handle_link(struct devheap *dh, struct phandle *h)
+{
+	h->prev = NULL;
+	h->next = dh->handles;
+	if (h->next)
+		h->next->prev = h;
+	dh->handles = h;
+}
+
+/* Take a wholly free, mapped handle out of its arena and unmap it (it stays created). */
+static vmm_status handle_detach(struct devheap *dh, struct phandle *h, vmm_error *err)
+{
+	vmm_backend *be = dh->core->be;
+	vmm_status st;
+
+	arena_take_free_range(h->arena, h->va, h->size);
+	st = be->unmap(be, h->va, h->size, err);
+	if (st) {
+		arena_add_free_range(h->arena, h->va, h->size);
+		return st;
+	}
+	page_handle_set(dh, h->va, h->size, NULL);
+	va_free(dh, h->va, h->size);
+	stats_mapped(h->arena, -(int64_t)h->size);
+	h->va = 0;
+	return VMM_OK;
+}
+
+static void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *acct)
+{
+	vmm_backend *be = dh->core->be;
+
+	be->release(be, h->h, NULL);
+	acct->st.handles_released++;
+	if (h->backup.ptr && dh->backup_free)
+		dh->backup_free(be, &h->backup);
+	free(h);
+}
+
+vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err)
+{
+	struct arena *a = h->arena;
+	vmm_status st = handle_detach(dh, h, err);
+
+	if (st)
+		return st;
+	handle_unlink(dh, h);
+	handle_destroy(dh, h, a);
+	return VMM_OK;
+}
+
+void heap_release_free_handles(struct devheap *dh, size_t keep_bytes)
+{
+	size_t free_bytes = 0;
+
+	for (struct phandle *h = dh->handles; h; h = h->next)
+		if (handle_wholly_free(dh, h))
+			free_bytes += h->size;
+	for (struct phandle *h = dh->handles, *n; h && free_bytes > keep_bytes; h = n) {
+		n = h->next;
+		size_t sz = h->size;
+
+		if (handle_wholly_free(dh, h) && handle_drop(dh, h, NULL) == VMM_OK)
+			free_bytes -= sz;
+	}
+}
+
+vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
+{
+	vmm_backend *be = dh->core->be;
+	vmm_status st;
+
+	if (!dh->quar_total)
+		return VMM_OK;
+	st = be->synchronize(be, dh->dev, err);
+	if (st)
+		return st;
+	if (who)
+		who->st.syncs++;
+	for (int i = 0; i < dh->narenas; i++) {
+		struct arena *a = dh->arenas[i];
+
+		while (a->quar_head) {
+			struct alloc *r = a->quar_head;
+
+			a->quar_head = r->qnext;
+			if (a->quar_head)
+				a->quar_head->qprev = NULL;
+			alloc_finish_free(dh, r);
+		}
+		a->quar_bytes = 0;
+	}
+	dh->quar_total = 0;
+	return VMM_OK;
+}
+
+/* The plan of one growth: the handles that will back [va, va+total), in order. */
+struct grow_plan {
+	struct phandle **hs;
+	bool *fresh;
+	size_t n, cap;
+	size_t total;
+};
+
+static bool plan_add(struct grow_plan *p, struct phandle *h, bool fresh)
+{
+	if (p->n == p->cap) {
+		size_t cap = p->cap ? p->cap * 2 : 8;
+		struct phandle **hs = realloc(p->hs, cap * sizeof(*hs));
+		bool *fr;
+
+		if (!hs)
+			return false;
+		p->hs = hs;
+		fr = realloc(p->fresh, cap * sizeof(*fr));
+		if (!fr)
+			return false;
+		p->fresh = fr;
+		p->cap = cap;
+	}
+	p->hs[p->n] = h;
+	p->fresh[p->n++] = fresh;
+	p->total += h->size;
+	return true;
+}
+
+static bool in_plan(struct grow_plan *p, struct phandle *h)
+{
+	for (size_t i = 0; i < p->n; i++)
+		if (p->hs[i] == h)
+			return true;
+	return false;
+}
+
+/* The wholly free handle to move next: the largest that fits in `room` (fit), else the smallest
+ * larger one (any). Handles in `avoid` (the block being extended) stay where they are. */
+static struct phandle *pick_cached(struct devheap *dh, struct grow_plan *p, size_t room, bool fit,
+				   struct blk *avoid)
+{
+	struct phandle *best = NULL;
+
+	for (struct phandle *h = dh->handles; h; h = h->next) {
+		if (in_plan(p, h) || h->arena->asleep || !handle_wholly_free(dh, h))
+			continue;
+		if (avoid && h->va >= avoid->addr && h->va < avoid->addr + avoid->size)
+			continue;
+		if (fit ? (h->size <= room && (!best || h->size > best->size)) :
+			  (h->size > room && (!best || h->size < best->size)))
+			best = h;
+	}
+	return best;
+}
+
+static void plan_abandon(struct devheap *dh, struct grow_plan *p, struct arena *a)
+{
+	for (size_t i = 0; i < p->n; i++) {
+		if (p->fresh[i])
+			handle_destroy(dh, p->hs[i], a);
+	}
+	free(p->hs);
+	free(p->fresh);
+	memset(p, 0, sizeof(*p));
+}
+
+/* Collect handles summing to `want` bytes exactly, or at least `want` when `exact` is false:
+ * wholly free handles first, then new ones of up to max_handle_bytes. */
+static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, bool exact,
+			    struct blk *avoid, vmm_error *err)
+{
+	struct devheap *dh = a->dh;
+	vmm_backend *be = dh->core->be;
+	size_t maxh = dh->core->cfg.max_handle_bytes;
+	struct phandle *h;
+	vmm_status st;
+
+	while (p->total < want && (h = pick_cached(dh, p, want - p->total, true, avoid)))
+		if (!plan_add(p, h, false))
+			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
+	while (p->total < want) {
+		size_t sz = want - p->total;
+
+		if (sz > maxh)
+			sz = maxh;
+		h = calloc(1, sizeof(*h));
+		if (!h)
+			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a handle record");
+		st = be->create(be, dh->dev, sz, &h->h, err);
+		if (st) {
+			free(h);
+			if (st != VMM_E_OOM || exact)
+				return st;
+			/* The driver is out: a larger cached handle can still cover the rest. */
+			h = pick_cached(dh, p, want - p->total, false, avoid);
+			if (!h)
+				return st;
+			if (!plan_add(p, h, false))
+				return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory");
+			continue;
+		}
+		h->size = sz;
+		a->st.handles_created++;
+		if (!plan_add(p, h, true)) {
+			be->release(be, h->h, NULL);
+			a->st.handles_released++;
+			free(h);
+			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
+		}
+	}
+	return VMM_OK;
+}
+
+/* Map the plan's handles one after another at va, grant access once over the whole range. On
+ * failure everything the plan touched is unmapped and released (moved cached handles included:
+ * they were free) and the VA is given back. */
+static vmm_status plan_map(struct arena *a, struct grow_plan *p, vmm_devptr va, vmm_error *err)
+{
+	struct devheap *dh = a->dh;
+	vmm_backend *be = dh->core->be;
+	vmm_status st = VMM_OK;
+	size_t i, off = 0;
+
+	for (i = 0; i < p->n; i++) {
+		struct phandle *h = p->hs[i];
+
+		if (!p->fresh[i]) {
+			st = handle_detach(dh, h, err);
+			if (st)
+				break;
+			handle_unlink(dh, h);
+			p->fresh[i] = true; /* from here on it is ours to map or release */
+		}
+		st = be->map(be, va + off, h->size, h->h, err);
+		if (st)
+			break;
+		h->va = va + off;
+		off += h->size;
+	}
+	if (!st)
+		st = heap_grant_access(dh, va, p->total, err);
+	if (st) {
+		for (size_t k = 0; k < p->n; k++) {
+			struct phandle *h = p->hs[k];
+
+			if (h->va && k < i) {
+				be->unmap(be, h->va, h->size, NULL);
+				h->va = 0;
+			}
+		}
+		va_free(dh, va, p->total);
+		return st;
+	}
+	for (i = 0; i < p->n; i++) {
+		struct phandle *h = p->hs[i];
+
+		h->arena = a;
+		h->asleep = false;
+		handle_link(dh, h);
+		page_handle_set(dh, h->va, h->size, h);
+	}
+	stats_mapped(a, (int64_t)p->total);
+	arena_add_free_range(a, va, p->total);
+	a->grow_end = va + p->total;
+	return VMM_OK;
+}
+
+vmm_status arena_grow(struct arena *a, size_t need, vmm_error *err)
+{
+	struct devheap *dh = a->dh;
+	struct grow_plan p = { 0 };
+	struct blk *tail = NULL;
+	vmm_devptr va;
+	vmm_status st;
+	size_t want;
+
+	/* Extend the arena's last growth in place when the VA after it is free: the free tail
+	 * block then coalesces with the new memory and the request needs fewer new bytes. */
+	if (a->grow_end) {
+		tail = blk_containing(dh, a->grow_end - 1);
+		if (tail && (tail->state != BLK_FREE || tail->arena != a ||
+			     tail->addr + tail->size != a->grow_end || tail->size >= need))
+			tail = NULL;
+	}
+	if (tail) {
+		want = align_up(need - tail->size, dh->gran);
+		if (va_claim_at(dh, a->grow_end, want)) {
+			st = plan_fill(a, &p, want, true, tail, err);
+			if (!st) {
+				st = plan_map(a, &p, a->grow_end, err);
+				if (!st)
+					goto done;
+			} else {
+				va_free(dh, a->grow_end, want);
+			}
+			plan_abandon(dh, &p, a);
+			if (st != VMM_E_OOM)
+				return st;
+			/* Fall through: a fresh range may use a larger cached handle. */
+		}
+	}
+	want = align_up(need, dh->gran);
+	st = plan_fill(a, &p, want, false, NULL, err);
+	if (st)
+		goto fail;
+	st = va_alloc(dh, p.total, &va, err);
+	if (st)
+		goto fail;
+	st = plan_map(a, &p, va, err);
+	if (st)
+		goto fail;
+done:
+	free(p.hs);
+	free(p.fresh);
+	return VMM_OK;
+fail:
+	plan_abandon(dh, &p, a);
+	return st;
+}

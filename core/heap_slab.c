@@ -1,0 +1,156 @@
+/* Small allocations: packed by size class into slabs of one granule (2 MiB) carved from the
+ * arena like any block, so that a 256-byte allocation costs 256 bytes. Classes step by 256 bytes
+ * up to 1 KiB, then four per power of two (at most 25% internal waste). */
+#include "heap_internal.h"
+
+#include <stdlib.h>
+
+int size_class(size_t size, size_t small_max)
+{
+	size_t s = align_up(size ? size : 1, HEAP_ALIGN);
+	unsigned p;
+
+	if (s > small_max)
+		return -1;
+	if (s <= 1024)
+		return (int)(s / HEAP_ALIGN) - 1;
+	p = 63u - (unsigned)__builtin_clzll(s - 1);
+	return 4 + (int)(p - 10) * 4 + (int)((s - (1ull << p) + (1ull << (p - 2)) - 1) >> (p - 2)) - 1;
+}
+
+size_t class_size(int cls)
+{
+	unsigned p;
+
+	if (cls < 4)
+		return (size_t)(cls + 1) * HEAP_ALIGN;
+	p = 10u + (unsigned)(cls - 4) / 4u;
+	return (1ull << p) + (size_t)((cls - 4) % 4 + 1) * (1ull << (p - 2));
+}
+
+static void slab_list(struct arena *a, struct slab *s)
+{
+	if (s->listed)
+		return;
+	s->prev = NULL;
+	s->next = a->partial[s->cls];
+	if (s->next)
+		s->next->prev = s;
+	a->partial[s->cls] = s;
+	s->listed = true;
+}
+
+static void slab_unlist(struct arena *a, struct slab *s)
+{
+	if (!s->listed)
+		return;
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		a->partial[s->cls] = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	s->prev = s->next = NULL;
+	s->listed = false;
+}
+
+static void slab_destroy(struct devheap *dh, struct slab *s)
+{
+	slab_unlist(s->arena, s);
+	blk_release(dh, s->blk);
+	free(s->free_stack);
+	free(s->slots);
+	free(s);
+}
+
+static struct slab *slab_new(struct arena *a, int cls, vmm_error *err)
+{
+	struct devheap *dh = a->dh;
+	size_t bytes = dh->gran;
+	struct slab *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		goto host_oom;
+	s->arena = a;
+	s->cls = cls;
+	s->slot_size = class_size(cls);
+	s->nslots = (uint32_t)(bytes / s->slot_size);
+	s->free_stack = malloc(s->nslots * sizeof(*s->free_stack));
+	s->slots = calloc(s->nslots, sizeof(*s->slots));
+	if (!s->free_stack || !s->slots)
+		goto host_oom;
+	/* Lowest slot on top: allocations fill the slab from its start. */
+	for (uint32_t i = 0; i < s->nslots; i++)
+		s->free_stack[i] = s->nslots - 1 - i;
+	s->free_top = s->nslots;
+	s->blk = large_alloc_block(a, bytes, HEAP_ALIGN, err);
+	if (!s->blk) {
+		free(s->free_stack);
+		free(s->slots);
+		free(s);
+		return NULL;
+	}
+	s->blk->state = BLK_SLAB;
+	s->blk->slab = s;
+	slab_list(a, s);
+	return s;
+host_oom:
+	if (s) {
+		free(s->free_stack);
+		free(s->slots);
+	}
+	free(s);
+	vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a slab");
+	return NULL;
+}
+
+vmm_status slab_alloc(struct arena *a, size_t size, struct alloc *rec, vmm_error *err)
+{
+	int cls = size_class(size, a->dh->core->cfg.small_max);
+	struct slab *s = a->partial[cls];
+	uint32_t slot;
+
+	if (!s) {
+		s = slab_new(a, cls, err);
+		if (!s)
+			return err ? err->status : VMM_E_OOM;
+	}
+	slot = s->free_stack[--s->free_top];
+	s->slots[slot] = rec;
+	s->nused++;
+	if (!s->free_top)
+		slab_unlist(a, s);
+	rec->base = s->blk->addr + (vmm_devptr)slot * s->slot_size;
+	rec->usable = s->slot_size;
+	rec->slab = s;
+	rec->slot = slot;
+	rec->blk = s->blk;
+	return VMM_OK;
+}
+
+void slab_free_slot(struct devheap *dh, struct alloc *rec)
+{
+	struct slab *s = rec->slab;
+	struct arena *a = s->arena;
+
+	s->slots[rec->slot] = NULL;
+	s->free_stack[s->free_top++] = rec->slot;
+	s->nused--;
+	slab_list(a, s);
+	/* Keep one empty slab per class as a cushion; give further ones back to the arena. */
+	if (!s->nused && (s->prev || s->next))
+		slab_destroy(dh, s);
+}
+
+void slab_release_empty(struct devheap *dh, struct arena *a)
+{
+	for (int c = 0; c < NUM_CLASSES; c++) {
+		struct slab *s = a->partial[c], *n;
+
+		for (; s; s = n) {
+			n = s->next;
+			if (!s->nused)
+				slab_destroy(dh, s);
+		}
+	}
+}
