@@ -1,0 +1,133 @@
+/* Test helpers for the core's unit tests (see helpers.h). */
+#include "helpers.h"
+
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+void t_simdev_env(const char *memory, const char *devices, const char *fail)
+{
+	if (memory)
+		setenv("SIMDEV_MEMORY", memory, 1);
+	if (devices)
+		setenv("SIMDEV_DEVICES", devices, 1);
+	if (fail)
+		setenv("SIMDEV_FAIL", fail, 1);
+}
+
+vmm_status t_try_open(struct tctx *t, const vmm_config *cfg, vmm_error *err)
+{
+	vmm_status st;
+
+	memset(t, 0, sizeof(*t));
+	st = vmm_backend_cuda_open(&t->be, err);
+	if (st)
+		return st;
+	st = vmm_core_create(t->be, cfg, &t->core, err);
+	if (st) {
+		t->be->close(t->be);
+		t->be = NULL;
+	}
+	return st;
+}
+
+void t_open(struct tctx *t, const vmm_config *cfg)
+{
+	vmm_error err = { 0 };
+	vmm_status st = t_try_open(t, cfg, &err);
+
+	cr_assert_eq(st, VMM_OK, "opening the core on simdev: %s: %s", vmm_status_name(st),
+		     err.msg);
+}
+
+void t_close(struct tctx *t)
+{
+	if (t->core)
+		vmm_core_destroy(t->core);
+	if (t->be)
+		t->be->close(t->be);
+	memset(t, 0, sizeof(*t));
+}
+
+uint64_t t_dev_used(struct tctx *t, int dev)
+{
+	size_t f = 0, tot = 0;
+
+	/* One retry: under fault injection only one call in a row fails. */
+	if (t->be->mem_info(t->be, dev, &f, &tot, NULL) &&
+	    t->be->mem_info(t->be, dev, &f, &tot, NULL))
+		return UINT64_MAX;
+	return tot - f;
+}
+
+uint64_t t_dev_total(struct tctx *t, int dev)
+{
+	size_t f = 0, tot = 0;
+
+	if (t->be->mem_info(t->be, dev, &f, &tot, NULL) &&
+	    t->be->mem_info(t->be, dev, &f, &tot, NULL))
+		return 0;
+	return tot;
+}
+
+vmm_stats t_stats(struct tctx *t, int dev, const char *tag)
+{
+	vmm_stats s;
+	vmm_error err = { 0 };
+	vmm_status st = vmm_stats_get(t->core, dev, tag, &s, &err);
+
+	cr_assert_eq(st, VMM_OK, "stats: %s", err.msg);
+	return s;
+}
+
+static uint64_t mix(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+/* Word offsets that hold the pattern: all of a small range; for a large one 4096 spread words
+ * plus the first and last 64 bytes. */
+static size_t stride_of(size_t n)
+{
+	size_t words = n / 8, stride = 1;
+
+	if (words > 8192)
+		stride = words / 4096;
+	return stride;
+}
+
+void t_fill(vmm_devptr p, size_t n, uint64_t seed)
+{
+	volatile uint64_t *w = (volatile uint64_t *)(uintptr_t)p;
+	size_t words = n / 8, stride = stride_of(n);
+
+	for (size_t i = 0; i < words; i += stride)
+		w[i] = mix(seed + i);
+	for (size_t i = words > 8 ? words - 8 : 0; i < words; i++)
+		w[i] = mix(seed + i);
+	for (size_t i = 0; i < words && i < 8; i++)
+		w[i] = mix(seed + i);
+	for (size_t i = words * 8; i < n; i++)
+		((volatile uint8_t *)(uintptr_t)p)[i] = (uint8_t)seed;
+}
+
+bool t_check(vmm_devptr p, size_t n, uint64_t seed)
+{
+	volatile uint64_t *w = (volatile uint64_t *)(uintptr_t)p;
+	size_t words = n / 8, stride = stride_of(n);
+
+	for (size_t i = 0; i < words; i += stride)
+		if (w[i] != mix(seed + i))
+			return false;
+	for (size_t i = words > 8 ? words - 8 : 0; i < words; i++)
+		if (w[i] != mix(seed + i))
+			return false;
+	for (size_t i = words * 8; i < n; i++)
+		if (((volatile uint8_t *)(uintptr_t)p)[i] != (uint8_t)seed)
+			return false;
+	return true;
+}

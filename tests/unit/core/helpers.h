@@ -1,0 +1,38 @@
+/* Shared by the core's unit tests: open the CUDA backend over simdev, read the device's physical
+ * use, and write/check contents through the host pointer (simdev memory is host memory). */
+#ifndef VMM_TEST_CORE_HELPERS_H
+#define VMM_TEST_CORE_HELPERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "heap.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define GiB (1ull << 30)
+
+struct tctx {
+	vmm_backend *be;
+	vmm_core *core;
+};
+
+/* Set simdev's environment before the backend first loads libcuda.so.1 (NULL: leave unset). */
+void t_simdev_env(const char *memory, const char *devices, const char *fail);
+/* Open backend and core (cfg may be NULL); fails the test on error. */
+void t_open(struct tctx *t, const vmm_config *cfg);
+/* The same, returning the status instead of failing (for fault injection). */
+vmm_status t_try_open(struct tctx *t, const vmm_config *cfg, vmm_error *err);
+void t_close(struct tctx *t);
+/* Physical bytes in use on dev as the driver reports them (total - free). */
+uint64_t t_dev_used(struct tctx *t, int dev);
+uint64_t t_dev_total(struct tctx *t, int dev);
+vmm_stats t_stats(struct tctx *t, int dev, const char *tag);
+
+/* Fill [p, p+n) with a pattern of seed (every word for small ranges, sampled for large ones);
+ * t_check answers whether it is still there. */
+void t_fill(vmm_devptr p, size_t n, uint64_t seed);
+bool t_check(vmm_devptr p, size_t n, uint64_t seed);
+
+#endif
