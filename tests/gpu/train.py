@@ -58,6 +58,8 @@ class Model(nn.Module):
 
 
 def handshake(what):
+    if not os.environ.get("GPUCHECK_HANDSHAKE"):
+        return
     held = max(torch.cuda.memory_reserved(), torch.cuda.memory_allocated())
     print(f"HOLD {held}\nREADY {what}", flush=True)
     if select.select([sys.stdin], [], [], 120)[0]:

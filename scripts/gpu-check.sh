@@ -1,0 +1,94 @@
+#!/bin/bash
+# The H200 matrix in one call: build libvmmshim.so and vmmctl (meson, -Dtests=disabled: the GPU
+# machine has no Criterion), compile the GPU test programs in tests/gpu with nvcc, then run every
+# row natively and under the shim, the sleep/wake rows and the benchmarks (tests/gpu/gpucheck.py).
+# Prints a short table last; exits non-zero when a correctness row fails (benchmarks never fail).
+#
+# Usage: scripts/gpu-check.sh [LOGDIR]        LOGDIR defaults to $OUT, else ./gpu-check-logs
+# Environment: GPUCHECK_BUDGET_S (default 510: the whole run ends inside 9 minutes),
+#   GPUCHECK_ONLY=row,row (parts of row names), GPUCHECK_SKIP_BENCH=1, GPUCHECK_BUILD (build dir),
+#   GPUCHECK_JOBS (parallel compiles, default nproc)
+# LOGDIR receives summary.txt, results.json and gpu-check-logs.tgz (every program's output,
+# vmmctl's answers, the build log): few files, as the device tool brings back at most 8.
+set -u
+start=$(date +%s)
+root=$(cd "$(dirname "$0")/.." && pwd)
+out=${1:-${OUT:-$root/gpu-check-logs}}
+mkdir -p "$out"
+out=$(cd "$out" && pwd)
+work=$(mktemp -d /tmp/gpu-check.XXXXXX)
+logs=$work/logs
+mkdir -p "$logs"
+build=${GPUCHECK_BUILD:-$work/build}
+bin=$work/bin
+mkdir -p "$bin"
+budget=${GPUCHECK_BUDGET_S:-510}
+# Never NVLink multicast on the lent machines, in this script and every program it starts.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+pack() {
+	tar czf "$out/gpu-check-logs.tgz" -C "$work" logs 2>/dev/null
+}
+trap pack EXIT
+
+cuda=$(sh "$root/scripts/find-cuda.sh")
+if [ -z "$cuda" ]; then
+	echo "gpu-check: no CUDA toolkit found (nvcc, CUDA_HOME, /usr/local/cuda)" | tee "$out/summary.txt"
+	exit 1
+fi
+export PATH=$cuda/bin:$PATH
+
+echo "gpu-check: $(date -u '+%F %T') UTC on $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
+
+# 1. The shim and vmmctl. Warnings do not stop this build (CI holds the line on them).
+{
+	timeout 120 meson setup "$build" "$root" -Dtests=disabled -Dwerror=false \
+		-Dbuildtype=debugoptimized -Dtoolkit_dir="$cuda" &&
+		timeout 240 ninja -C "$build"
+} >"$logs/build.log" 2>&1
+build_rc=$?
+shim=$(find "$build" -name libvmmshim.so -type f 2>/dev/null | head -1)
+vmmctl=$(find "$build" -name vmmctl -type f -perm -u+x 2>/dev/null | head -1)
+echo "gpu-check: meson/ninja rc=$build_rc; shim=${shim:-MISSING}; vmmctl=${vmmctl:-MISSING}"
+[ $build_rc -eq 0 ] || tail -15 "$logs/build.log"
+
+# 2. The test programs, compiled in parallel.
+src=$root/tests/gpu
+nv="timeout 180 nvcc -O2 -arch=sm_90 -I$src"
+cc_cuda="timeout 60 gcc -std=c11 -O2 -Wall -I$cuda/include -L$cuda/lib64/stubs -L$cuda/lib64"
+declare -A jobs=(
+	[alloc_static]="$nv $src/alloc_basic.cu -o $bin/alloc_static"
+	[alloc_shared]="$nv -cudart shared $src/alloc_basic.cu -o $bin/alloc_shared"
+	[alloc_ptds]="$nv --default-stream per-thread $src/alloc_basic.cu -o $bin/alloc_ptds"
+	[driver_kernels]="$nv -fatbin $src/driver_kernels.cu -o $bin/driver_kernels.fatbin"
+	[driver_api]="$cc_cuda $src/driver_api.c -o $bin/driver_api -lcuda"
+	[cublas_gemm]="$nv $src/cublas_gemm.cu -o $bin/cublas_gemm -lcublas"
+	[graph]="$nv $src/graph.cu -o $bin/graph"
+	[sleep_kernels]="$nv $src/sleep_kernels.cu -o $bin/sleep_kernels"
+	[hold]="$nv $src/hold.cu -o $bin/hold"
+	[bench_alloc]="$nv $src/bench_alloc.cu -o $bin/bench_alloc"
+	[ckpt]="$cc_cuda $src/ckpt.c -o $bin/ckpt -lcuda"
+)
+max_jobs=${GPUCHECK_JOBS:-$(nproc)}
+for j in "${!jobs[@]}"; do
+	while [ "$(jobs -rp | wc -l)" -ge "$max_jobs" ]; do wait -n; done
+	(eval "${jobs[$j]}" >"$logs/compile-$j.log" 2>&1 || echo "FAILED: ${jobs[$j]}" >>"$logs/compile-$j.log") &
+done
+wait
+for j in "${!jobs[@]}"; do
+	grep -q '^FAILED' "$logs/compile-$j.log" && { echo "gpu-check: compiling $j failed:"; tail -5 "$logs/compile-$j.log"; }
+done
+echo "gpu-check: built in $(( $(date +%s) - start )) s"
+
+# 3. The matrix. Its own deadline keeps the whole run inside the budget.
+only=()
+[ -n "${GPUCHECK_ONLY:-}" ] && only=(--only "$GPUCHECK_ONLY")
+skip=()
+[ -n "${GPUCHECK_SKIP_BENCH:-}" ] && skip=(--skip-bench)
+timeout $(( budget + 30 - ($(date +%s) - start) )) python3 "$src/gpucheck.py" --root "$root" \
+	--bin "$bin" --shim "${shim:-}" --vmmctl "${vmmctl:-}" --log "$logs" \
+	--deadline $(( start + budget )) "${only[@]}" "${skip[@]}"
+rc=$?
+cp "$logs/summary.txt" "$logs/results.json" "$out/" 2>/dev/null
+echo "gpu-check: finished in $(( $(date +%s) - start )) s, rc=$rc; logs: $out/gpu-check-logs.tgz"
+exit $rc

@@ -1,0 +1,843 @@
+#!/usr/bin/env python3
+"""The H200 matrix: runs each GPU test program natively and under the shim, drives sleep/wake
+with vmmctl, runs the benchmarks, and prints the tables last. Called by scripts/gpu-check.sh,
+which builds everything first. Every process has a timeout; a missing shim feature shows as a
+FAIL row with its reason, never as a hang.
+
+Usage: gpucheck.py --root REPO --bin DIR --shim LIB --vmmctl EXE --log DIR --deadline EPOCH
+                   [--only ROW,ROW] [--skip-bench]
+"""
+import argparse
+import json
+import os
+import queue
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+try:
+    import pynvml
+    pynvml.nvmlInit()
+    NVML = pynvml.nvmlDeviceGetHandleByIndex(0)
+except Exception as e:  # noqa: BLE001 - reported, then nvidia-smi is used instead
+    print(f"gpucheck: NVML unavailable ({e}); using nvidia-smi", flush=True)
+    NVML = None
+
+
+# ---------------------------------------------------------------------------------------------
+# Device memory, as the driver sees it (never through the shim: this process is not preloaded)
+
+def device_used():
+    if NVML is not None:
+        return pynvml.nvmlDeviceGetMemoryInfo(NVML).used
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
+                              "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+        return int(out.split()[0]) * MIB
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return 0
+
+
+def process_used(pid, baseline):
+    """Device memory held by pid: NVML's per-process figure where it has one, else the whole
+    device's use above the idle baseline (the matrix runs one GPU process at a time)."""
+    if NVML is not None:
+        try:
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(NVML):
+                if p.pid == pid and p.usedGpuMemory:
+                    return p.usedGpuMemory
+        except Exception:  # noqa: BLE001
+            pass
+    return max(0, device_used() - baseline)
+
+
+class PeakSampler:
+    """Samples the device's used memory every few ms in a thread; .peak is the maximum."""
+
+    def __init__(self, period=0.005):
+        self.peak, self.period, self.stop_ev = 0, period, threading.Event()
+        self.t = threading.Thread(target=self.run, daemon=True)
+        self.t.start()
+
+    def run(self):
+        while not self.stop_ev.is_set():
+            try:
+                self.peak = max(self.peak, device_used())
+            except Exception:  # noqa: BLE001
+                pass
+            time.sleep(self.period)
+
+    def stop(self):
+        self.stop_ev.set()
+        self.t.join()
+        return self.peak
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes with a line protocol on stdout, a deadline, and logs
+
+class Proc:
+    def __init__(self, name, argv, env, logdir, timeout):
+        self.name, self.argv, self.timeout = name, argv, timeout
+        self.start = time.time()
+        self.lines, self.q = [], queue.Queue()
+        self.out = open(os.path.join(logdir, name + ".out"), "w")
+        self.err_path = os.path.join(logdir, name + ".err")
+        self.out.write("$ " + " ".join(argv) + "\n")
+        self.out.flush()
+        try:
+            self.p = subprocess.Popen(argv, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=open(self.err_path, "w"), text=True, bufsize=1,
+                                      start_new_session=True)
+        except OSError as e:
+            self.p = None
+            self.spawn_error = str(e)
+            self.q.put(None)
+            return
+        self.reader = threading.Thread(target=self.read, daemon=True)
+        self.reader.start()
+
+    @property
+    def pid(self):
+        return self.p.pid if self.p else -1
+
+    def read(self):
+        for line in self.p.stdout:
+            line = line.rstrip("\n")
+            self.lines.append((time.time(), line))
+            self.out.write(f"{time.time() - self.start:8.3f} {line}\n")
+            self.out.flush()
+            self.q.put(line)
+        self.q.put(None)
+
+    def left(self):
+        return self.timeout - (time.time() - self.start)
+
+    def wait_for(self, pattern, timeout=None):
+        """The first new line matching pattern (a regex match object), or None on EOF/timeout."""
+        end = time.time() + min(timeout if timeout is not None else 1e9, max(0.0, self.left()))
+        rx = re.compile(pattern)
+        while True:
+            try:
+                line = self.q.get(timeout=max(0.0, end - time.time()))
+            except queue.Empty:
+                return None
+            if line is None:
+                self.q.put(None)  # keep EOF visible for later waits
+                return None
+            m = rx.match(line)
+            if m:
+                return m
+
+    def send(self, text):
+        try:
+            self.p.stdin.write(text + "\n")
+            self.p.stdin.flush()
+            return True
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def finish(self):
+        """Wait for exit within the deadline; kill the whole group past it. Returns rc or
+        'timeout' / 'spawn failed'."""
+        if self.p is None:
+            return "spawn failed"
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+        try:
+            rc = self.p.wait(timeout=max(0.1, self.left()))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            rc = "timeout"
+        self.reader.join(timeout=5)
+        self.out.write(f"# exit {rc} after {time.time() - self.start:.1f} s\n")
+        self.out.close()
+        return rc
+
+    def kill(self):
+        try:
+            os.killpg(self.p.pid, 9)
+        except OSError:
+            pass
+        try:
+            self.p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def results(self):
+        return [l for _, l in self.lines if l.startswith("RESULT ")]
+
+    def values(self, prefix):
+        """{name: value} from lines 'PREFIX name value ...'."""
+        d = {}
+        for _, l in self.lines:
+            f = l.split()
+            if len(f) >= 3 and f[0] == prefix:
+                d[f[1]] = f[2]
+        return d
+
+    def stderr_tail(self, n=3):
+        try:
+            with open(self.err_path) as f:
+                lines = [l.strip() for l in f if l.strip()]
+            return " | ".join(lines[-n:])[:300]
+        except OSError:
+            return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# vmmctl and its JSON
+
+def leaves(js, path=()):
+    if isinstance(js, dict):
+        for k, v in js.items():
+            yield from leaves(v, path + (str(k).lower(),))
+    elif isinstance(js, list):
+        for v in js:
+            yield from leaves(v, path + ("[]",))
+    elif isinstance(js, (int, float)) and not isinstance(js, bool):
+        yield path, js
+
+
+def pick(js, keys, where=lambda p: True):
+    """Sum of the shallowest numeric fields named in keys whose path passes where()."""
+    hits = [(len(p), v) for p, v in leaves(js) if p and p[-1] in keys and where(p[:-1])]
+    if not hits:
+        return None
+    d = min(h[0] for h in hits)
+    return sum(v for n, v in hits if n == d)
+
+
+def in_app(p):
+    return any("app" in k for k in p)
+
+
+def status_figures(js):
+    """Managed, app-tracked, unmanaged and asleep bytes out of `vmmctl status --json`, whatever
+    its exact layout: the field names follow core/heap.h's vmm_stats and core/app_vmm.h's
+    vmm_app_stats (mapped_bytes, asleep_bytes, ...)."""
+    f = {}
+    total = pick(js, {"managed_bytes", "managed", "total_managed_bytes"})
+    core = pick(js, {"mapped_bytes", "mapped"}, lambda p: not in_app(p) and
+                not any("tag" in k for k in p))
+    if core is None:
+        core = pick(js, {"mapped_bytes", "mapped"}, lambda p: not in_app(p))
+    app = pick(js, {"app_mapped_bytes", "app_bytes"})
+    if app is None:
+        app = pick(js, {"mapped_bytes", "mapped"}, in_app)
+    f["core"], f["app"] = core, app
+    f["managed"] = total if total is not None else (
+        None if core is None and app is None else (core or 0) + (app or 0))
+    f["unmanaged"] = pick(js, {"unmanaged_bytes", "not_managed_bytes", "unmanaged",
+                               "other_bytes", "untracked_bytes", "device_other_bytes"})
+    f["asleep"] = pick(js, {"asleep_bytes"}, lambda p: not in_app(p))
+    return f
+
+
+class Ctl:
+    def __init__(self, exe, env, logdir):
+        self.exe, self.env, self.logdir, self.n = exe, env, logdir, 0
+
+    def __call__(self, *args, timeout=60):
+        """Runs vmmctl ARGS --json. Returns (rc, json or None, wall seconds, text)."""
+        self.n += 1
+        argv = [self.exe] + [str(a) for a in args] + ["--json"]
+        t0 = time.time()
+        try:
+            r = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout)
+            rc, out, err = r.returncode, r.stdout, r.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, out, err = "timeout", e.stdout or "", e.stderr or ""
+        except OSError as e:
+            rc, out, err = "spawn failed", "", str(e)
+        wall = time.time() - t0
+        if isinstance(out, bytes):
+            out = out.decode(errors="replace")
+        if isinstance(err, bytes):
+            err = err.decode(errors="replace")
+        with open(os.path.join(self.logdir, "vmmctl.log"), "a") as f:
+            f.write(f"$ {' '.join(argv)}  -> rc {rc} in {wall * 1e3:.1f} ms\n{out}\n{err}\n")
+        try:
+            js = json.loads(out) if out.strip() else None
+        except ValueError:
+            js = None
+        return rc, js, wall, (err.strip() or out.strip())[:200]
+
+
+def seconds_of(js, wall):
+    """The transfer time vmmctl reports (vmm_transfer_result.seconds), else the wall time."""
+    s = pick(js, {"seconds", "elapsed_s", "time_s", "secs"}) if js is not None else None
+    return s if s else wall
+
+
+# ---------------------------------------------------------------------------------------------
+# The matrix
+
+class Matrix:
+    def __init__(self, a):
+        self.a = a
+        self.rows, self.bench = [], []
+        self.log = os.path.join(a.log, "logs")
+        os.makedirs(self.log, exist_ok=True)
+        self.rundir = tempfile.mkdtemp(prefix="vmmshim-run-")
+        base = dict(os.environ)
+        base.update(NCCL_NVLS_ENABLE="0", TORCH_SYMM_MEM_DISABLE_MULTICAST="1",
+                    NVSHMEM_DISABLE_NVLS="1", PYTHONUNBUFFERED="1")
+        for k in ("LD_PRELOAD", "VMMSHIM_LOG", "PYTORCH_CUDA_ALLOC_CONF",
+                  "PYTORCH_NO_CUDA_MEMORY_CACHING"):
+            base.pop(k, None)
+        self.base = base
+        self.shim_ok = bool(a.shim) and os.path.exists(a.shim)
+        self.ctl_ok = bool(a.vmmctl) and os.path.exists(a.vmmctl)
+        self.ctl = Ctl(a.vmmctl, dict(base, VMMSHIM_RUN_DIR=self.rundir), self.log)
+        time.sleep(0.5)
+        self.idle = device_used()
+        print(f"gpucheck: device memory in use while idle: {self.idle / MIB:.0f} MiB", flush=True)
+
+    # -- helpers --
+
+    def env(self, shim, extra=None, handshake=False):
+        e = dict(self.base)
+        if shim:
+            e.update(LD_PRELOAD=self.a.shim, VMMSHIM_LOG="info", VMMSHIM_RUN_DIR=self.rundir)
+        if handshake:
+            e["GPUCHECK_HANDSHAKE"] = "1"
+        for k, v in (extra or {}).items():
+            if v is None:
+                e.pop(k, None)
+            else:
+                e[k] = v
+        return e
+
+    def left(self):
+        return self.a.deadline - time.time()
+
+    def timeout(self, want):
+        return max(5.0, min(want, self.left() - 5))
+
+    def add(self, name, ok, reason, native="", shim="", share=""):
+        self.rows.append(dict(row=name, ok=ok, reason=reason, native=native, shim=shim,
+                              share=share))
+        print(f"gpucheck: {'PASS' if ok else 'FAIL'} {name}: {reason}", flush=True)
+
+    def want(self, name):
+        return not self.a.only or any(o in name for o in self.a.only)
+
+    def run_measured(self, tag, argv, shim, extra=None, timeout=60):
+        """Runs argv with the handshake: at READY measures its device memory (and under the
+        shim, vmmctl status), then lets it finish. Returns a dict."""
+        p = Proc(tag, argv, self.env(shim, extra, handshake=True), self.log, self.timeout(timeout))
+        r = dict(proc=p, used=None, hold=None, status=None, ctl_rc=None)
+        m = p.wait_for(r"^READY")
+        if m:
+            for _, l in p.lines:
+                if l.startswith("HOLD "):
+                    r["hold"] = int(l.split()[1])
+            r["used"] = process_used(p.pid, self.idle)
+            if shim and self.ctl_ok:
+                rc, js, _, text = self.ctl("status", p.pid, timeout=20)
+                r["ctl_rc"], r["status"], r["ctl_text"] = rc, js, text
+            p.send("go")
+        r["ready"] = bool(m)
+        r["rc"] = p.finish()
+        return r
+
+    def compare_row(self, name, argv, extra=None, timeout=90, need_managed=True):
+        if not self.want(name):
+            return None
+        if self.left() < 30:
+            self.add(name, False, "not run: out of time")
+            return None
+        nat = self.run_measured(name + ".native", argv, False, extra, timeout)
+        if not self.shim_ok:
+            self.add(name, False, "libvmmshim.so was not built", native=str(nat["rc"]))
+            return nat, None
+        shm = self.run_measured(name + ".shim", argv, True, extra, timeout)
+        reasons = []
+        if nat["rc"] != 0:
+            reasons.append(f"native run failed (rc {nat['rc']}: {nat['proc'].stderr_tail()})")
+        if shm["rc"] != 0:
+            reasons.append(f"shim run failed (rc {shm['rc']}: {shm['proc'].stderr_tail()})")
+        if not shm["ready"] and nat["ready"]:
+            reasons.append("shim run never reached its measuring point")
+        rn, rs = nat["proc"].results(), shm["proc"].results()
+        if rn != rs:
+            diff = [f"{a} != {b}" for a, b in zip(rn, rs) if a != b]
+            if len(rn) != len(rs):
+                diff.append(f"{len(rn)} vs {len(rs)} RESULT lines")
+            reasons.append("results differ: " + "; ".join(diff[:2])[:200])
+        if not rn:
+            reasons.append("no RESULT lines")
+        share, managed = "", None
+        if shm["status"] is not None:
+            fig = status_figures(shm["status"])
+            managed = fig["managed"]
+        if shm["used"]:
+            share = f"{managed / shm['used']:.0%}" if managed is not None else "?"
+        if need_managed and shm["ready"]:
+            hold = shm["hold"] or 0
+            if not self.ctl_ok:
+                reasons.append("vmmctl was not built: managed bytes unknown")
+            elif shm["status"] is None:
+                reasons.append(f"vmmctl status failed (rc {shm['ctl_rc']}: "
+                               f"{shm.get('ctl_text', '')})")
+            elif managed is None:
+                reasons.append("no managed byte count in vmmctl status --json (see vmmctl.log)")
+            elif hold and managed < 0.9 * hold:
+                reasons.append(f"shim manages {managed / MIB:.0f} MiB of the "
+                               f"{hold / MIB:.0f} MiB the program holds")
+        detail = ""
+        if shm["used"] is not None and nat["used"] is not None:
+            detail = f"; device {nat['used'] / MIB:.0f}/{shm['used'] / MIB:.0f} MiB native/shim"
+        if managed is not None:
+            detail += f", managed {managed / MIB:.0f} MiB"
+        self.add(name, not reasons, ("; ".join(reasons) or "same results") + detail,
+                 native=str(nat["rc"]), shim=str(shm["rc"]), share=share)
+        return nat, shm
+
+    def inert_row(self, name, argv):
+        if not self.want(name):
+            return
+        if not self.shim_ok:
+            self.add(name, False, "libvmmshim.so was not built")
+            return
+        before = set(os.listdir(self.rundir))
+        res = []
+        for shim in (False, True):
+            try:
+                r = subprocess.run(argv, env=self.env(shim, {"VMMSHIM_LOG": None}),
+                                   capture_output=True, text=True, timeout=30)
+                res.append((r.returncode, r.stdout, r.stderr))
+            except subprocess.TimeoutExpired:
+                res.append(("timeout", "", ""))
+            except OSError as e:
+                res.append(("spawn failed", "", str(e)))
+        with open(os.path.join(self.log, name + ".out"), "w") as f:
+            for tag, (rc, out, err) in zip(("native", "shim"), res):
+                f.write(f"--- {tag} rc {rc}\n{out}\n--- stderr\n{err}\n")
+        reasons = []
+        if res[0][0] == "spawn failed":
+            reasons.append(f"{argv[0]} cannot be run here: {res[0][2][:100]}")
+        if res[0][0] != res[1][0]:
+            reasons.append(f"exit {res[0][0]} natively, {res[1][0]} preloaded")
+        if res[0][1] != res[1][1]:
+            reasons.append("stdout differs")
+        if res[0][2] != res[1][2]:
+            reasons.append("stderr differs")
+        created = set(os.listdir(self.rundir)) - before
+        if created:
+            reasons.append(f"created {sorted(created)} in the run folder")
+        self.add(name, not reasons, "; ".join(reasons) or "same output, exit and nothing created",
+                 native=str(res[0][0]), shim=str(res[1][0]), share="-")
+
+    # -- correctness rows --
+
+    def programs(self):
+        b = self.a.bin
+        self.compare_row("nvcc default (static cudart)", [f"{b}/alloc_static"])
+        self.compare_row("-cudart shared", [f"{b}/alloc_shared"])
+        self.compare_row("--default-stream per-thread", [f"{b}/alloc_ptds"])
+        self.compare_row("-lcuda driver API", [f"{b}/driver_api", f"{b}/driver_kernels.fatbin"])
+        self.compare_row("cuBLAS GEMM", [f"{b}/cublas_gemm"])
+        self.compare_row("CUDA graph capture+replay", [f"{b}/graph"])
+
+    def torch_rows(self):
+        train = [sys.executable, os.path.join(self.a.root, "tests/gpu/train.py"), "--mode",
+                 "fixed", "--steps", "40", "--handshake-at", "5"]
+        self.train_native = {}
+        for label, extra in (("default", {}),
+                             ("NO_CACHING", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
+                             ("expandable", {"PYTORCH_CUDA_ALLOC_CONF":
+                                             "expandable_segments:True"}),
+                             ("cudaMallocAsync", {"PYTORCH_CUDA_ALLOC_CONF":
+                                                  "backend:cudaMallocAsync"})):
+            r = self.compare_row(f"PyTorch train ({label})", train, extra, timeout=120)
+            if r and r[0]["rc"] == 0:
+                self.train_native[label] = r[0]["proc"].results()
+        self.compare_row("NCCL all-reduce (1 rank)",
+                         [sys.executable, os.path.join(self.a.root,
+                                                       "tests/gpu/nccl_allreduce.py")],
+                         timeout=120)
+
+    def inert_rows(self):
+        self.inert_row("nvidia-smi preloaded", ["nvidia-smi", "-L"])
+        self.inert_row("nvidia-smi --query preloaded",
+                       ["nvidia-smi", "--query-gpu=name,memory.total,driver_version",
+                        "--format=csv"])
+        self.inert_row("python3 -c pass preloaded", [sys.executable, "-c", "pass"])
+
+    def sleep_train_row(self, label, extra):
+        name = f"sleep/wake PyTorch train ({label})"
+        if not self.want(name):
+            return
+        if not (self.shim_ok and self.ctl_ok):
+            self.add(name, False, "libvmmshim.so or vmmctl was not built")
+            return
+        ref = self.train_native.get(label)
+        argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/train.py"), "--mode",
+                "fixed", "--steps", "40", "--handshake-at", "5"]
+        if ref is None:  # the training row did not run natively: make the reference now
+            nat = Proc(name.replace("/", "-") + ".native", argv,
+                       self.env(False, extra, handshake=False), self.log, self.timeout(90))
+            rc = nat.finish()
+            ref = nat.results() if rc == 0 else None
+        if not ref:
+            self.add(name, False, "no uninterrupted native reference run")
+            return
+        p = Proc(name.replace("/", "-") + ".shim", argv, self.env(True, extra), self.log,
+                 self.timeout(120))
+        reasons, detail, share = self.sleep_in_middle(p, r"^STEP 12 ", hold_s=2.0,
+                                                      progress=r"^STEP ")
+        rc = p.finish()
+        if rc != 0:
+            reasons.append(f"exit {rc}: {p.stderr_tail()}")
+        got = p.results()
+        if got != ref:
+            diff = [f"{a.split()[2]}: {a.split()[-1]} vs {b.split()[-1]}"
+                    for a, b in zip(ref, got) if a != b]
+            reasons.append(f"losses differ from the uninterrupted run at step(s) "
+                           f"{', '.join(diff[:2])}" if diff else
+                           f"{len(got)} vs {len(ref)} results")
+        self.add(name, not reasons, ("; ".join(reasons) or "losses identical") + detail,
+                 native="0", shim=str(rc), share=share)
+
+    def sleep_in_middle(self, p, when, hold_s, progress):
+        """Sleeps p once `when` is printed, checks what it holds while asleep, waits hold_s
+        (progress lines must stop), wakes it. Returns (reasons, detail)."""
+        reasons = []
+        if not p.wait_for(when, timeout=90):
+            return [f"never printed {when!r}: {p.stderr_tail()}"], "", ""
+        used_awake = process_used(p.pid, self.idle)
+        _, st, _, _ = self.ctl("status", p.pid, timeout=20)
+        fig = status_figures(st) if st is not None else {}
+        managed = fig.get("managed")
+        rc, sj, wall, text = self.ctl("sleep", p.pid, timeout=120)
+        if rc != 0:
+            self.ctl("wake", p.pid, timeout=120)
+            return [f"vmmctl sleep failed (rc {rc}: {text})"], "", ""
+        n_before = sum(1 for _, l in p.lines if re.match(progress, l))
+        used_asleep = process_used(p.pid, self.idle)
+        time.sleep(hold_s)
+        n_after = sum(1 for _, l in p.lines if re.match(progress, l))
+        _, st2, _, _ = self.ctl("status", p.pid, timeout=20)
+        rc2, wj, wall2, text2 = self.ctl("wake", p.pid, timeout=120)
+        if rc2 != 0:
+            reasons.append(f"vmmctl wake failed (rc {rc2}: {text2})")
+        if n_after - n_before > 1:
+            reasons.append(f"{n_after - n_before} progress lines while asleep: work was not held")
+        if managed is None:
+            reasons.append("managed bytes unknown (vmmctl status --json)")
+        else:
+            expect = used_awake - managed
+            if used_asleep > expect + 256 * MIB:
+                reasons.append(f"asleep it holds {used_asleep / MIB:.0f} MiB, expected at most "
+                               f"{expect / MIB:.0f} (+256) MiB: {used_awake / MIB:.0f} MiB "
+                               f"minus {managed / MIB:.0f} MiB managed")
+        un = status_figures(st2).get("unmanaged") if st2 is not None else None
+        detail = (f"; awake {used_awake / MIB:.0f} MiB, asleep {used_asleep / MIB:.0f} MiB"
+                  + (f" (shim says unmanaged {un / MIB:.0f} MiB)" if un is not None else "")
+                  + f", sleep {seconds_of(sj, wall) * 1e3:.0f} ms, wake "
+                  f"{seconds_of(wj, wall2) * 1e3:.0f} ms")
+        share = f"{managed / used_awake:.0%}" if managed and used_awake else ""
+        return reasons, detail, share
+
+    def sleep_kernels_row(self):
+        name = "kernels launched while asleep"
+        if not self.want(name):
+            return
+        if not (self.shim_ok and self.ctl_ok):
+            self.add(name, False, "libvmmshim.so or vmmctl was not built")
+            return
+        p = Proc("sleep_kernels.shim", [f"{self.a.bin}/sleep_kernels", "2", "300"],
+                 self.env(True, handshake=True), self.log, self.timeout(90))
+        reasons = []
+        if p.wait_for(r"^READY", timeout=60):
+            p.send("go")
+            reasons, detail, share = self.sleep_in_middle(p, r"^ITER 20 ", hold_s=3.0,
+                                                          progress=r"^ITER ")
+        else:
+            reasons, detail, share = [f"never ready: {p.stderr_tail()}"], "", ""
+        rc = p.finish()
+        res = p.results()
+        if rc != 0:
+            reasons.append(f"exit {rc}: {p.stderr_tail()}")
+        if "RESULT sleep_kernels bad_words=0 checksum_changed=1" not in res:
+            reasons.append(f"wrong contents after wake: {res[:1]}")
+        self.add(name, not reasons, ("; ".join(reasons) or "waited, then computed correctly") +
+                 detail, native="-", shim=str(rc), share=share)
+
+    # -- benchmarks --
+
+    def badd(self, metric, shim, anchor, ratio, goal, note=""):
+        self.bench.append(dict(metric=metric, shim=shim, anchor=anchor, ratio=ratio, goal=goal,
+                               note=note))
+
+    def bench_alloc(self):
+        if not self.want("bench alloc") or self.left() < 60:
+            return
+        runs = {}
+        for shim in (False, True):
+            if shim and not self.shim_ok:
+                break
+            p = Proc("bench_alloc." + ("shim" if shim else "native"),
+                     [f"{self.a.bin}/bench_alloc", "64"], self.env(shim), self.log,
+                     self.timeout(90))
+            rc = p.finish()
+            runs[shim] = (rc, {k: float(v) for k, v in p.values("BENCH").items()})
+        nat = runs.get(False, (None, {}))[1]
+        shm = runs.get(True, (None, {}))[1]
+        for size in ("256B", "1MiB", "64MiB"):
+            s, n, a = shm.get(f"pair_{size}"), nat.get(f"pair_{size}"), nat.get(
+                f"async_pair_{size}")
+            self.badd(f"malloc+free pair {size} (us)", fmt(s), f"{fmt(n)} / async {fmt(a)}",
+                      ratio(s, n) + " / " + ratio(s, a), "<= 1 us",
+                      "met" if s is not None and s <= 1.0 else "not met")
+        s, n = shm.get("grow_64x1g"), nat.get("grow_64x1g")
+        self.badd("grow 64 GiB in 1 GiB calls (ms)", fmt(s), fmt(n), ratio(s, n), "<= 1.5x",
+                  "met" if s and n and s <= 1.5 * n else "not met")
+        s, n = shm.get("free_64x1g"), nat.get("free_64x1g")
+        self.badd("free those 64 GiB (ms)", fmt(s), fmt(n), ratio(s, n), "-")
+
+    def bench_train(self):
+        if not self.want("bench train") or self.left() < 120:
+            return
+        argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/train.py"), "--mode",
+                "varlen", "--steps", str(self.a.train_steps), "--warmup", "3"]
+        cfgs = [("(1) default", False, {}),
+                ("(2) expandable", False, {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
+                ("(3) NO_CACHING native", False, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
+                ("(4) NO_CACHING shim", True, {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"})]
+        ms, peak = {c[0]: [] for c in cfgs}, {c[0]: [] for c in cfgs}
+        for rnd in range(self.a.train_rounds):
+            for label, shim, extra in cfgs:  # interleaved, so drift hits every config alike
+                if shim and not self.shim_ok:
+                    continue
+                if self.left() < 60:
+                    break
+                time.sleep(0.3)
+                base = device_used()
+                sampler = PeakSampler()
+                p = Proc(f"bench_train.{label.split()[0][1]}.{rnd}", argv, self.env(shim, extra),
+                         self.log, self.timeout(120))
+                rc = p.finish()
+                top = sampler.stop()
+                v = p.values("BENCH")
+                if rc == 0 and "ms_step" in v:
+                    ms[label].append(float(v["ms_step"]))
+                    peak[label].append((top - base) / GIB)
+                else:
+                    print(f"gpucheck: bench train {label} failed: rc {rc} {p.stderr_tail()}")
+        med = {k: (statistics.median(v) if v else None) for k, v in ms.items()}
+        pk = {k: (max(v) if v else None) for k, v in peak.items()}
+        for label, _, _ in cfgs:
+            self.badd(f"train {label}: ms/step, peak GiB", f"{fmt(med[label])}, {fmt(pk[label])}",
+                      "", "", "", f"{len(ms[label])} run(s)")
+        fast = [m for m in (med["(1) default"], med["(2) expandable"]) if m]
+        s, p3 = med["(4) NO_CACHING shim"], pk["(3) NO_CACHING native"]
+        if fast and s:
+            self.badd("train (4) ms/step vs best of (1),(2)", fmt(s), fmt(min(fast)),
+                      ratio(s, min(fast)), "<= 1.05x", "met" if s <= 1.05 * min(fast) else
+                      "not met")
+        if p3 and pk["(4) NO_CACHING shim"]:
+            s4 = pk["(4) NO_CACHING shim"]
+            self.badd("train (4) peak GiB vs (3)", fmt(s4), fmt(p3), ratio(s4, p3), "<= 1.0x",
+                      "met" if s4 <= p3 * 1.001 else "not met")
+
+    def hold_proc(self, gib, shim, tag):
+        p = Proc(f"hold{gib}.{tag}", [f"{self.a.bin}/hold", str(gib), "1"], self.env(shim),
+                 self.log, self.timeout(150))
+        if not p.wait_for(r"^READY", timeout=90):
+            p.kill()
+            p.finish()
+            return None
+        return p
+
+    def command(self, p, cmd, answer, timeout=120):
+        p.send(cmd)
+        return p.wait_for(answer, timeout=timeout)
+
+    def bench_sleep(self):
+        if not self.want("bench sleep") or not (self.shim_ok and self.ctl_ok):
+            return
+        for gib in self.a.sleep_sizes:
+            if self.left() < 45 + gib:
+                self.badd(f"sleep/wake {gib} GiB", "not run", "", "", "", "out of time")
+                continue
+            p = self.hold_proc(gib, True, "shim")
+            if p is None:
+                self.badd(f"sleep/wake {gib} GiB", "hold failed", "", "", "")
+                continue
+            m = self.command(p, "pinned", r"^PINNED (\S+) (\S+) (\d+)")
+            d2h, h2d = (float(m.group(1)), float(m.group(2))) if m else (None, None)
+            outs, ins, err, walls = [], [], "", []
+            for cycle in range(3):
+                rc, sj, wall, text = self.ctl("sleep", p.pid, timeout=120)
+                if rc != 0:
+                    err = f"sleep rc {rc}: {text}"
+                    break
+                outs.append(gib * GIB / seconds_of(sj, wall) / 1e9)
+                walls.append(wall)
+                rc, wj, wall, text = self.ctl("wake", p.pid, timeout=120)
+                if rc != 0:
+                    err = f"wake rc {rc}: {text}"
+                    break
+                ins.append(gib * GIB / seconds_of(wj, wall) / 1e9)
+                walls.append(wall)
+            chk = self.command(p, "check", r"^CHECK (\w+)")
+            intact = "contents intact" if chk and chk.group(1) == "ok" else "CONTENTS LOST"
+            note = err or intact
+            if walls:
+                note += "; vmmctl wall " + "/".join(f"{w * 1e3:.0f}" for w in walls) + " ms"
+            if outs:
+                self.badd(f"sleep {gib} GiB GB/s first / steady", f"{outs[0]:.1f} / "
+                          f"{fmt(statistics.median(outs[1:]) if len(outs) > 1 else None)}",
+                          f"pinned D2H {fmt(d2h)}",
+                          ratio(statistics.median(outs[1:]) if len(outs) > 1 else None, d2h),
+                          "steady >= 0.8x, first >= 15 GB/s", note)
+            if ins:
+                self.badd(f"wake {gib} GiB GB/s first / steady", f"{ins[0]:.1f} / "
+                          f"{fmt(statistics.median(ins[1:]) if len(ins) > 1 else None)}",
+                          f"pinned H2D {fmt(h2d)}",
+                          ratio(statistics.median(ins[1:]) if len(ins) > 1 else None, h2d),
+                          "steady >= 0.8x", note)
+            if not outs:
+                self.badd(f"sleep/wake {gib} GiB", "failed", "", "", "", note)
+            if gib == max(self.a.sleep_sizes) and not err:
+                rc, sj, wall, text = self.ctl("sleep", p.pid, "--discard", timeout=60)
+                rc2, wj, wall2, text2 = self.ctl("wake", p.pid, timeout=60) if rc == 0 else (
+                    None, None, 0, "")
+                ref = self.command(p, "refill", r"^REFILL (\w+)")
+                usable = "memory usable after" if ref and ref.group(1) == "ok" else \
+                    "MEMORY NOT USABLE after"
+                if rc == 0 and rc2 == 0:
+                    self.badd(f"discard sleep / wake {gib} GiB (ms)",
+                              f"{seconds_of(sj, wall) * 1e3:.1f} / "
+                              f"{seconds_of(wj, wall2) * 1e3:.1f}", "", "",
+                              "<= 50 / <= 100 ms", usable)
+                else:
+                    self.badd(f"discard sleep / wake {gib} GiB", "failed", "", "", "",
+                              f"{text or text2}")
+            self.command(p, "quit", r"^RESULT hold", timeout=60)
+            p.finish()
+
+    def bench_checkpoint(self):
+        if not self.want("bench checkpoint"):
+            return
+        gib = self.a.ckpt_gib
+        if self.left() < 60 + gib * 2:
+            self.badd(f"driver checkpoint {gib} GiB", "not run", "", "", "", "out of time")
+            return
+        p = self.hold_proc(gib, False, "native-ckpt")
+        if p is None:
+            return
+        try:
+            r = subprocess.run([f"{self.a.bin}/ckpt", str(p.pid)], capture_output=True, text=True,
+                               timeout=self.timeout(60 + gib * 4))
+            out = r.stdout.strip()
+        except subprocess.TimeoutExpired:
+            out = "CKPT timeout"
+        with open(os.path.join(self.log, "ckpt.out"), "w") as f:
+            f.write(out + "\n")
+        chk = self.command(p, "check", r"^CHECK (\w+)")
+        self.command(p, "quit", r"^RESULT hold", timeout=60)
+        p.finish()
+        f = out.split()
+        if len(f) == 5 and f[0] == "CKPT":
+            cp, rs = float(f[2]) / 1e3, float(f[3]) / 1e3
+            self.badd(f"driver checkpoint {gib} GiB out / in GB/s (native process)",
+                      f"{gib * GIB / cp / 1e9:.1f} / {gib * GIB / rs / 1e9:.1f}", "", "",
+                      "anchor", ("contents intact" if chk and chk.group(1) == "ok" else
+                                 "contents lost") + f", lock {f[1]} ms")
+        else:
+            self.badd(f"driver checkpoint {gib} GiB", "n/a", "", "", "", out[:80])
+
+    # -- report --
+
+    def report(self):
+        lines = ["", "=" * 100, "vmmshim gpu-check: correctness (each row natively and under "
+                 "the shim)", "-" * 100]
+        w = max([len(r["row"]) for r in self.rows] + [10])
+        lines.append(f"{'row':<{w}}  {'result':<6} {'rc n/s':<8} {'share':<6} reason")
+        for r in self.rows:
+            lines.append(f"{r['row']:<{w}}  {'PASS' if r['ok'] else 'FAIL':<6} "
+                         f"{r['native'] + '/' + r['shim']:<8} {r['share']:<6} {r['reason']}")
+        if self.bench:
+            lines += ["-" * 100, "benchmarks (shim vs anchor in the same run; never fail)",
+                      "-" * 100]
+            wm = max(len(b["metric"]) for b in self.bench)
+            lines.append(f"{'metric':<{wm}}  {'shim':<16} {'anchor':<22} {'ratio':<14} "
+                         f"{'goal':<14} note")
+            for b in self.bench:
+                lines.append(f"{b['metric']:<{wm}}  {b['shim']:<16} {b['anchor']:<22} "
+                             f"{b['ratio']:<14} {b['goal']:<14} {b['note']}")
+        failed = sum(not r["ok"] for r in self.rows)
+        lines += ["-" * 100, f"gpu-check: {len(self.rows) - failed}/{len(self.rows)} correctness "
+                  f"rows passed; logs in {self.a.log}"]
+        text = "\n".join(lines)
+        with open(os.path.join(self.a.log, "summary.txt"), "w") as f:
+            f.write(text + "\n")
+        with open(os.path.join(self.a.log, "results.json"), "w") as f:
+            json.dump(dict(rows=self.rows, bench=self.bench, idle_bytes=self.idle), f, indent=1)
+        return text, failed
+
+
+def fmt(v):
+    if v is None:
+        return "-"
+    return f"{v:.3g}" if abs(v) < 100 else f"{v:.0f}"
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", required=True)
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--shim", default="")
+    ap.add_argument("--vmmctl", default="")
+    ap.add_argument("--log", required=True)
+    ap.add_argument("--deadline", type=float, default=time.time() + 500)
+    ap.add_argument("--only", default="", help="comma-separated parts of row names")
+    ap.add_argument("--skip-bench", action="store_true")
+    ap.add_argument("--train-rounds", type=int, default=2)
+    ap.add_argument("--train-steps", type=int, default=12)
+    ap.add_argument("--sleep-sizes", default="1,16,64")
+    ap.add_argument("--ckpt-gib", type=int, default=16)
+    a = ap.parse_args()
+    a.only = [o for o in a.only.split(",") if o]
+    a.sleep_sizes = [int(s) for s in a.sleep_sizes.split(",") if s]
+    m = Matrix(a)
+    try:
+        m.inert_rows()
+        m.programs()
+        m.torch_rows()
+        m.sleep_train_row("default", {})
+        m.sleep_train_row("expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
+        m.sleep_kernels_row()
+        if not a.skip_bench:
+            m.bench_alloc()
+            m.bench_sleep()
+            m.bench_checkpoint()
+            m.bench_train()
+    finally:
+        text, failed = m.report()
+        shutil.rmtree(m.rundir, ignore_errors=True)
+    print(text, flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
