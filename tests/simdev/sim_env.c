@@ -1,0 +1,225 @@
+/* simdev's environment (read at first use), call counters, fault injection and the stats file. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "sim_internal.h"
+
+#define SIM_MAX_FAILS 32
+
+struct sim_fail {
+	char base[64];
+	unsigned long nth;
+	atomic_ulong seen;
+};
+
+static struct sim_config config;
+static struct sim_fail fails[SIM_MAX_FAILS];
+static int nfails;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static _Atomic(struct sim_counter *) counters;
+static atomic_int used;
+
+static pthread_mutex_t charge_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t dev_used[SIM_MAX_DEVICES];
+static size_t live_bytes, peak_bytes;
+static atomic_ullong ids;
+
+/* "16G", "512M", "4096": bytes with an optional K/M/G/T suffix (binary). */
+static bool parse_size(const char *s, size_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (end == s || errno || s[0] == '-')
+		return false;
+	unsigned shift = 0;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (*end == 'i' && shift)
+		end++;
+	if (*end == 'B' || *end == 'b')
+		end++;
+	if (*end || v == 0 || (shift && v > (~0ULL >> shift)))
+		return false;
+	*out = (size_t)(v << shift);
+	return true;
+}
+
+/* cuMemAlloc_v2_ptds -> cuMemAlloc: the name SIMDEV_FAIL entries match against. */
+static void base_name(const char *name, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s", name);
+	size_t n = strlen(out);
+	if (n > 5 && (!strcmp(out + n - 5, "_ptsz") || !strcmp(out + n - 5, "_ptds")))
+		out[n -= 5] = 0;
+	size_t i = n;
+	while (i > 0 && out[i - 1] >= '0' && out[i - 1] <= '9')
+		i--;
+	if (i < n && i >= 2 && out[i - 1] == 'v' && out[i - 2] == '_')
+		out[i - 2] = 0;
+}
+
+static void parse_fails(const char *spec)
+{
+	char *copy = strdup(spec), *save = NULL;
+	if (!copy)
+		return;
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *colon = strchr(tok, ':'), *end;
+		unsigned long nth = colon ? strtoul(colon + 1, &end, 10) : 0;
+		if (!colon || colon == tok || nth == 0 || *end || nfails == SIM_MAX_FAILS) {
+			fprintf(stderr, "simdev: SIMDEV_FAIL entry '%s' ignored (want name:N, N >= 1)\n",
+				tok);
+			continue;
+		}
+		*colon = 0;
+		base_name(tok, fails[nfails].base, sizeof(fails[nfails].base));
+		fails[nfails].nth = nth;
+		nfails++;
+	}
+	free(copy);
+}
+
+static void init_once(void)
+{
+	const char *s = getenv("SIMDEV_MEMORY");
+	config.memory = SIM_DEFAULT_MEMORY;
+	if (s && !parse_size(s, &config.memory)) {
+		fprintf(stderr, "simdev: SIMDEV_MEMORY='%s' is not a size (bytes, K/M/G/T); using 16G\n",
+			s);
+		config.memory = SIM_DEFAULT_MEMORY;
+	}
+	config.devices = 1;
+	s = getenv("SIMDEV_DEVICES");
+	if (s) {
+		char *end;
+		long n = strtol(s, &end, 10);
+		if (end == s || *end || n < 1 || n > SIM_MAX_DEVICES)
+			fprintf(stderr, "simdev: SIMDEV_DEVICES='%s' is not 1..%d; using 1\n", s,
+				SIM_MAX_DEVICES);
+		else
+			config.devices = (int)n;
+	}
+	s = getenv("SIMDEV_FAIL");
+	if (s && *s)
+		parse_fails(s);
+	s = NULL;
+	if (!strcmp(sim_lib_name, "acl"))
+		s = getenv("SIMDEV_ACL_STATS");
+	if (!s)
+		s = getenv("SIMDEV_STATS");
+	config.stats_path = (s && *s) ? strdup(s) : NULL;
+
+	/* Every physical handle is a memfd: allow as many as the hard limit permits. */
+	struct rlimit rl;
+	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+}
+
+const struct sim_config *sim_config(void)
+{
+	pthread_once(&once, init_once);
+	return &config;
+}
+
+bool sim_enter(struct sim_counter *c)
+{
+	pthread_once(&once, init_once);
+	atomic_store(&used, 1);
+	atomic_fetch_add(&c->calls, 1);
+	if (!atomic_exchange(&c->linked, 1)) {
+		struct sim_counter *head = atomic_load(&counters);
+		do
+			c->next = head;
+		while (!atomic_compare_exchange_weak(&counters, &head, c));
+	}
+	if (!nfails)
+		return false;
+	char base[64];
+	base_name(c->name, base, sizeof(base));
+	bool fail = false;
+	for (int i = 0; i < nfails; i++)
+		if (!strcmp(fails[i].base, base) && atomic_fetch_add(&fails[i].seen, 1) + 1 ==
+							    fails[i].nth)
+			fail = true;
+	return fail;
+}
+
+int sim_device_count(void)
+{
+	return sim_config()->devices;
+}
+
+bool sim_charge(int dev, size_t bytes)
+{
+	const struct sim_config *cfg = sim_config();
+	bool ok = false;
+	pthread_mutex_lock(&charge_lock);
+	if (dev >= 0 && dev < cfg->devices && bytes <= cfg->memory - dev_used[dev]) {
+		dev_used[dev] += bytes;
+		live_bytes += bytes;
+		if (live_bytes > peak_bytes)
+			peak_bytes = live_bytes;
+		ok = true;
+	}
+	pthread_mutex_unlock(&charge_lock);
+	return ok;
+}
+
+void sim_uncharge(int dev, size_t bytes)
+{
+	pthread_mutex_lock(&charge_lock);
+	dev_used[dev] -= bytes;
+	live_bytes -= bytes;
+	pthread_mutex_unlock(&charge_lock);
+}
+
+size_t sim_used(int dev)
+{
+	pthread_mutex_lock(&charge_lock);
+	size_t n = dev >= 0 && dev < SIM_MAX_DEVICES ? dev_used[dev] : 0;
+	pthread_mutex_unlock(&charge_lock);
+	return n;
+}
+
+uint64_t sim_next_id(void)
+{
+	return atomic_fetch_add(&ids, 1) + 1;
+}
+
+size_t sim_round_up(size_t n, size_t to)
+{
+	return (n + to - 1) / to * to;
+}
+
+/* A destructor, not atexit: it runs after the atexit handlers registered by other libraries, so
+ * frees done there are counted. */
+__attribute__((destructor)) static void write_stats(void)
+{
+	if (!atomic_load(&used) || !config.stats_path)
+		return;
+	FILE *f = fopen(config.stats_path, "w");
+	if (!f) {
+		fprintf(stderr, "simdev: cannot write SIMDEV_STATS file %s: %s\n", config.stats_path,
+			strerror(errno));
+		return;
+	}
+	for (struct sim_counter *c = atomic_load(&counters); c; c = c->next)
+		fprintf(f, "%s %lu\n", c->name, atomic_load(&c->calls));
+	pthread_mutex_lock(&charge_lock);
+	fprintf(f, "peak_bytes %zu\nlive_bytes %zu\n", peak_bytes, live_bytes);
+	pthread_mutex_unlock(&charge_lock);
+	fclose(f);
+}

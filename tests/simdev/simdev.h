@@ -1,0 +1,35 @@
+/* simdev: the simulated CUDA/Ascend device that CI runs on (see tests/simdev/README.md).
+ * Test programs include this for the few things a real driver has no API for. */
+#ifndef SIMDEV_H
+#define SIMDEV_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Kernels. simdev cannot run GPU code, so a CUfunction passed to cuLaunchKernel(_ptsz) is really
+ * a pointer to a host function of this type, cast to CUfunction. It runs on the stream's worker
+ * thread in stream order and receives kernelParams as given: the array and what it points to
+ * must stay valid until the kernel has run (synchronize before they go out of scope). Grid, block
+ * and shared-memory sizes and `extra` are ignored. */
+typedef void (*simdev_kernel_fn)(void **kernelParams);
+
+#define SIMDEV_KERNEL(fn) ((CUfunction)(void *)(simdev_kernel_fn)(fn))
+
+/* Whether device `dev` may touch [ptr, ptr+size) of device memory (VMM mappings: the access set
+ * with cuMemSetAccess; native allocations: the owner, or peers with peer access enabled).
+ * Returns 0 (CUDA_SUCCESS) or 700 (CUDA_ERROR_ILLEGAL_ADDRESS); host memory is always allowed.
+ * A kernel calls it with simdev_current_device() to behave like a GPU that faults. */
+int simdev_check_access(int dev, const void *ptr, size_t size);
+
+/* Inside a host function or kernel run by a stream worker: the device of that stream; -1 on any
+ * other thread. */
+int simdev_current_device(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SIMDEV_H */
