@@ -85,7 +85,7 @@ only=()
 [ -n "${GPUCHECK_ONLY:-}" ] && only=(--only "$GPUCHECK_ONLY")
 skip=()
 [ -n "${GPUCHECK_SKIP_BENCH:-}" ] && skip=(--skip-bench)
-timeout $(( budget + 30 - ($(date +%s) - start) )) python3 "$src/gpucheck.py" --root "$root" \
+GPUCHECK_LOGS=$out/gpu-check-logs.tgz timeout $(( budget + 30 - ($(date +%s) - start) )) python3 "$src/gpucheck.py" --root "$root" \
 	--bin "$bin" --shim "${shim:-}" --vmmctl "${vmmctl:-}" --log "$logs" \
 	--deadline $(( start + budget )) "${only[@]}" "${skip[@]}"
 rc=$?

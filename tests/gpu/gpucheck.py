@@ -353,7 +353,8 @@ class Matrix:
         r["rc"] = p.finish()
         return r
 
-    def compare_row(self, name, argv, extra=None, timeout=90, need_managed=True):
+    def compare_row(self, name, argv, extra=None, timeout=90, need_managed=True,
+                    recheck_native=False):
         if not self.want(name):
             return None
         if self.left() < 30:
@@ -376,7 +377,13 @@ class Matrix:
             diff = [f"{a} != {b}" for a, b in zip(rn, rs) if a != b]
             if len(rn) != len(rs):
                 diff.append(f"{len(rn)} vs {len(rs)} RESULT lines")
-            reasons.append("results differ: " + "; ".join(diff[:2])[:200])
+            why = "results differ: " + "; ".join(diff[:2])[:200]
+            if recheck_native and nat["rc"] == 0 and self.left() > 60:
+                again = self.run_measured(name + ".native2", argv, False, extra, timeout)
+                same = again["proc"].results() == rn
+                why += ("; a second native run reproduces the first" if same else
+                        "; NOTE: two native runs differ too (the program is not deterministic)")
+            reasons.append(why)
         if not rn:
             reasons.append("no RESULT lines")
         share, managed = "", None
@@ -462,7 +469,8 @@ class Matrix:
                                              "expandable_segments:True"}),
                              ("cudaMallocAsync", {"PYTORCH_CUDA_ALLOC_CONF":
                                                   "backend:cudaMallocAsync"})):
-            r = self.compare_row(f"PyTorch train ({label})", train, extra, timeout=120)
+            r = self.compare_row(f"PyTorch train ({label})", train, extra, timeout=120,
+                                 recheck_native=True)
             if r and r[0]["rc"] == 0:
                 self.train_native[label] = r[0]["proc"].results()
         self.compare_row("NCCL all-reduce (1 rank)",
@@ -749,8 +757,8 @@ class Matrix:
             out = "CKPT timeout"
         with open(os.path.join(self.log, "ckpt.out"), "w") as f:
             f.write(out + "\n")
-        chk = self.command(p, "check", r"^CHECK (\w+)")
-        self.command(p, "quit", r"^RESULT hold", timeout=60)
+        chk = self.command(p, "check", r"^CHECK (\w+)", timeout=60)
+        self.command(p, "quit", r"^RESULT hold", timeout=30)
         p.finish()
         f = out.split()
         if len(f) == 5 and f[0] == "CKPT":
@@ -783,7 +791,7 @@ class Matrix:
                              f"{b['ratio']:<14} {b['goal']:<14} {b['note']}")
         failed = sum(not r["ok"] for r in self.rows)
         lines += ["-" * 100, f"gpu-check: {len(self.rows) - failed}/{len(self.rows)} correctness "
-                  f"rows passed; logs in {self.a.log}"]
+                  f"rows passed; logs in {os.environ.get('GPUCHECK_LOGS', self.a.log)}"]
         text = "\n".join(lines)
         with open(os.path.join(self.a.log, "summary.txt"), "w") as f:
             f.write(text + "\n")
