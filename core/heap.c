@@ -89,14 +89,17 @@ static void devheap_destroy(struct devheap *dh)
 
 	for (struct phandle *h = dh->handles, *n; h; h = n) {
 		n = h->next;
-		if (h->va && !h->asleep)
+		/* Best effort, with one retry: a transient failure must not leak device memory. */
+		if (h->va && !h->asleep && be->unmap(be, h->va, h->size, NULL))
 			be->unmap(be, h->va, h->size, NULL);
-		if (!h->asleep)
+		if (!h->asleep && be->release(be, h->h, NULL))
 			be->release(be, h->h, NULL);
 		if (h->backup.ptr && dh->backup_free)
 			dh->backup_free(be, &h->backup);
 		free(h);
 	}
+	if (dh->ce && dh->ce_destroy)
+		dh->ce_destroy(dh->ce);
 	free_all_blocks(dh);
 	va_release_all(dh);
 	for (int i = 0; i < dh->narenas; i++) {

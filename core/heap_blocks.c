@@ -158,7 +158,7 @@ void free_index_remove(struct arena *a, struct blk *b)
 	}
 }
 
-struct blk *free_index_find(struct arena *a, size_t size)
+static struct blk *find_rounded(struct arena *a, size_t size)
 {
 	unsigned fl, sl;
 	uint32_t sl_bits;
@@ -183,6 +183,23 @@ struct blk *free_index_find(struct arena *a, size_t size)
 	/* The last list holds every huge block: check the fit there. */
 	for (struct blk *b = a->lists[fl][sl]; b; b = b->fnext)
 		if (b->size >= size || fl < TLSF_FL_COUNT - 1)
+			return b;
+	return NULL;
+}
+
+struct blk *free_index_find(struct arena *a, size_t size)
+{
+	struct blk *b = find_rounded(a, size);
+	unsigned fl, sl;
+	int walked = 0;
+
+	if (b)
+		return b;
+	/* Good fit found nothing: the list that holds `size` itself may still have a block that
+	 * fits (best fit over a bounded walk) before the heap grows. */
+	mapping(size, &fl, &sl);
+	for (b = a->lists[fl][sl]; b && walked < 64; b = b->fnext, walked++)
+		if (b->size >= size)
 			return b;
 	return NULL;
 }

@@ -146,6 +146,8 @@ struct devheap {
 	/* Set by the offload engine when it provisions a backup; keeps the allocator free of a
 	 * link-time dependency on the copy engine. */
 	void (*backup_free)(vmm_backend *be, vmm_host_buf *buf);
+	vmm_copy_engine *ce;    /* the offload engine's, created at the first sleep */
+	void (*ce_destroy)(vmm_copy_engine *ce);
 	uint64_t live_total, live_req, mapped_total, peak_live, peak_mapped;
 };
 

@@ -231,16 +231,18 @@ Test(heap_basic, stream_ordered_reuse_is_immediate)
 	t_open(&t, NULL);
 	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 3 * MiB, NULL, s1, &p, NULL), VMM_OK);
 	cr_assert_eq(vmm_free_on_stream(t.core, p, s1, NULL), VMM_OK);
-	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 3 * MiB, NULL, s2, &r, NULL), VMM_OK);
-	cr_assert_neq(r, p, "another stream must not get it before a sync");
 	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 3 * MiB - 100, NULL, s1, &q, NULL), VMM_OK);
 	cr_assert_eq(q, p, "the same stream reuses at once");
-	cr_assert_eq(t_stats(&t, 0, NULL).syncs, 0);
+	cr_assert_eq(t_stats(&t, 0, NULL).syncs, 0, "without a sync");
+	cr_assert_eq(vmm_free_on_stream(t.core, q, s1, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 3 * MiB, NULL, s2, &r, NULL), VMM_OK);
+	cr_assert(r != q || t_stats(&t, 0, NULL).syncs > 0,
+		  "another stream gets it only after a sync");
 	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 512, NULL, s1, &p, NULL), VMM_OK);
 	cr_assert_eq(vmm_free_on_stream(t.core, p, s1, NULL), VMM_OK);
 	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 500, NULL, s1, &q, NULL), VMM_OK);
 	cr_assert_eq(q, p);
-	cr_assert_eq(t_stats(&t, 0, NULL).live_count, 3);
+	cr_assert_eq(t_stats(&t, 0, NULL).live_count, 2);
 	t_close(&t);
 }
 
