@@ -58,6 +58,7 @@ enum { SYM_SUCCESS = 0, SYM_NOT_FOUND = 1, SYM_VERSION_NOT_SUFFICIENT = 2 };
 	E("cuGraphDestroy", cuGraphDestroy, 10000, cuGraphDestroy) \
 	E("cuGraphExecDestroy", cuGraphExecDestroy, 10000, cuGraphExecDestroy) \
 	E("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags) \
+	E("cuGraphInstantiate", cuGraphInstantiateWithFlags, 12000, cuGraphInstantiateWithFlags) \
 	E("cuGraphLaunch", cuGraphLaunch, 10000, cuGraphLaunch_ptsz) \
 	E("cuInit", cuInit, 2000, cuInit) \
 	E("cuIpcCloseMemHandle", cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle) \
