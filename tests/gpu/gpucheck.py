@@ -542,6 +542,7 @@ class Matrix:
         rc2, wj, wall2, text2 = self.ctl("wake", p.pid, timeout=120)
         if rc2 != 0:
             reasons.append(f"vmmctl wake failed (rc {rc2}: {text2})")
+            p.kill()  # it would wait for a wake that does not come
         if n_after - n_before > 1:
             reasons.append(f"{n_after - n_before} progress lines while asleep: work was not held")
         if managed is None:
