@@ -89,11 +89,10 @@ static void devheap_destroy(struct devheap *dh)
 
 	for (struct phandle *h = dh->handles, *n; h; h = n) {
 		n = h->next;
-		/* Best effort, with one retry: a transient failure must not leak device memory. */
-		if (h->va && !h->asleep && be->unmap(be, h->va, h->size, NULL))
-			be->unmap(be, h->va, h->size, NULL);
-		if (!h->asleep && be->release(be, h->h, NULL))
-			be->release(be, h->h, NULL);
+		if (h->va && !h->asleep)
+			phys_unmap(be, h->va, h->size);
+		if (!h->asleep)
+			phys_release(be, h->h);
 		if (h->backup.ptr && dh->backup_free)
 			dh->backup_free(be, &h->backup);
 		free(h);

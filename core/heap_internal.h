@@ -196,6 +196,9 @@ bool handle_wholly_free(struct devheap *dh, struct phandle *h);
 vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err);
 vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err);
 void heap_release_free_handles(struct devheap *dh, size_t keep_bytes);
+/* Teardown calls, retried once: a transient failure must not leak device memory. */
+void phys_release(vmm_backend *be, vmm_phys h);
+void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size);
 vmm_status heap_grant_access(struct devheap *dh, vmm_devptr va, size_t size, vmm_error *err);
 void stats_mapped(struct arena *a, int64_t delta);
 

@@ -170,9 +170,9 @@ static vmm_status restore_handles(struct devheap *dh, struct phandle **hs, size_
 	return VMM_OK;
 undo:
 	for (size_t i = 0; i < mapped; i++)
-		be->unmap(be, hs[i]->va, hs[i]->size, NULL);
+		phys_unmap(be, hs[i]->va, hs[i]->size);
 	for (size_t i = 0; i < created; i++)
-		be->release(be, hs[i]->h, NULL);
+		phys_release(be, hs[i]->h);
 	free(r);
 	return st;
 }
@@ -266,7 +266,7 @@ static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 			if (be->map(be, h->va, h->size, h->h, NULL) == VMM_OK &&
 			    heap_grant_access(dh, h->va, h->size, NULL) == VMM_OK)
 				goto fail;
-			be->release(be, h->h, NULL);
+			phys_release(be, h->h);
 			done++;
 			goto fail;
 		}

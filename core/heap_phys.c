@@ -20,6 +20,18 @@ void stats_mapped(struct arena *a, int64_t delta)
 		dh->peak_mapped = dh->mapped_total;
 }
 
+void phys_release(vmm_backend *be, vmm_phys h)
+{
+	if (be->release(be, h, NULL) && be->release(be, h, NULL))
+		vmm_log(VMM_LOG_ERROR, "a physical handle could not be released");
+}
+
+void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size)
+{
+	if (be->unmap(be, va, size, NULL) && be->unmap(be, va, size, NULL))
+		vmm_log(VMM_LOG_ERROR, "0x%llx could not be unmapped", (unsigned long long)va);
+}
+
 vmm_status heap_grant_access(struct devheap *dh, vmm_devptr va, size_t size, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
@@ -80,7 +92,7 @@ static void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *
 {
 	vmm_backend *be = dh->core->be;
 
-	be->release(be, h->h, NULL);
+	phys_release(be, h->h);
 	acct->st.handles_released++;
 	if (h->backup.ptr && dh->backup_free)
 		dh->backup_free(be, &h->backup);
@@ -250,7 +262,7 @@ static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, b
 		h->size = sz;
 		a->st.handles_created++;
 		if (!plan_add(p, h, true)) {
-			be->release(be, h->h, NULL);
+			phys_release(be, h->h);
 			a->st.handles_released++;
 			free(h);
 			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
@@ -292,7 +304,7 @@ static vmm_status plan_map(struct arena *a, struct grow_plan *p, vmm_devptr va, 
 			struct phandle *h = p->hs[k];
 
 			if (h->va && k < i) {
-				be->unmap(be, h->va, h->size, NULL);
+				phys_unmap(be, h->va, h->size);
 				h->va = 0;
 			}
 		}

@@ -283,13 +283,15 @@ static vmm_status cu_release(vmm_backend *be, vmm_phys handle, vmm_error *err)
 {
 	struct cuda_impl *ci = impl_of(be);
 	struct ctx_scope s;
-	vmm_status st = ctx_enter_any(ci, &s, err);
 	CUresult rc;
 
-	if (st)
-		return st;
+	/* Teardown needs no context; push one only when the driver asks for it, so that
+	 * cleanup does not depend on a context switch succeeding. */
 	rc = ci->api.cuMemRelease((CUmemGenericAllocationHandle)handle);
-	ctx_leave(ci, &s);
+	if (rc == CUDA_ERROR_INVALID_CONTEXT && !ctx_enter_any(ci, &s, err)) {
+		rc = ci->api.cuMemRelease((CUmemGenericAllocationHandle)handle);
+		ctx_leave(ci, &s);
+	}
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemRelease");
 }
 
@@ -312,13 +314,13 @@ static vmm_status cu_unmap(vmm_backend *be, vmm_devptr va, size_t size, vmm_erro
 {
 	struct cuda_impl *ci = impl_of(be);
 	struct ctx_scope s;
-	vmm_status st = ctx_enter_any(ci, &s, err);
 	CUresult rc;
 
-	if (st)
-		return st;
 	rc = ci->api.cuMemUnmap((CUdeviceptr)va, size);
-	ctx_leave(ci, &s);
+	if (rc == CUDA_ERROR_INVALID_CONTEXT && !ctx_enter_any(ci, &s, err)) {
+		rc = ci->api.cuMemUnmap((CUdeviceptr)va, size);
+		ctx_leave(ci, &s);
+	}
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemUnmap");
 }
 

@@ -1,0 +1,358 @@
+/* Host backup buffers: page-aligned anonymous memory, huge pages requested where the system allows
+ * them, checked against MemAvailable before anything is mapped, provisioned (touched and pinned)
+ * either at once or segment by segment by the copy engine on first use. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../copy_engine.h"
+#include "../log.h"
+#include "offload_internal.h"
+
+/* Left to the rest of the system when a backup is sized against MemAvailable. */
+#define HOST_HEADROOM ((uint64_t)64 << 20)
+
+static pthread_mutex_t tab_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t tab_cond = PTHREAD_COND_INITIALIZER;
+static struct hb_rec **tab;   /* sorted by base */
+static size_t tab_n, tab_cap;
+
+double vmm_now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+uint64_t vmm_host_available_bytes(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	unsigned long long kb = 0;
+	char line[128];
+	int found = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) {
+			found = 1;
+			break;
+		}
+	fclose(f);
+	return found ? (uint64_t)kb * 1024 : 0;
+}
+
+/* Index of the first record whose base is > p. */
+static size_t tab_upper(const void *p)
+{
+	size_t lo = 0, hi = tab_n;
+
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+
+		if ((const char *)tab[mid]->base <= (const char *)p)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+struct hb_rec *hb_find(const void *p)
+{
+	struct hb_rec *r = NULL;
+	size_t i;
+
+	pthread_mutex_lock(&tab_lock);
+	i = tab_upper(p);
+	if (i > 0 && (const char *)p < tab[i - 1]->base + tab[i - 1]->size)
+		r = tab[i - 1];
+	pthread_mutex_unlock(&tab_lock);
+	return r;
+}
+
+static bool tab_insert(struct hb_rec *r)
+{
+	size_t i;
+
+	pthread_mutex_lock(&tab_lock);
+	if (tab_n == tab_cap) {
+		size_t c = tab_cap ? tab_cap * 2 : 64;
+		struct hb_rec **nt = realloc(tab, c * sizeof(*nt));
+
+		if (!nt) {
+			pthread_mutex_unlock(&tab_lock);
+			return false;
+		}
+		tab = nt;
+		tab_cap = c;
+	}
+	i = tab_upper(r->base);
+	memmove(tab + i + 1, tab + i, (tab_n - i) * sizeof(*tab));
+	tab[i] = r;
+	tab_n++;
+	pthread_mutex_unlock(&tab_lock);
+	return true;
+}
+
+/* Removes r once no segment is being provisioned. */
+static void tab_remove(struct hb_rec *r)
+{
+	pthread_mutex_lock(&tab_lock);
+	for (size_t s = 0; s < r->nseg; s++)
+		while (r->seg[s] == HB_BUSY)
+			pthread_cond_wait(&tab_cond, &tab_lock);
+	for (size_t i = 0; i < tab_n; i++) {
+		if (tab[i] == r) {
+			memmove(tab + i, tab + i + 1, (tab_n - i - 1) * sizeof(*tab));
+			tab_n--;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&tab_lock);
+}
+
+size_t hb_seg_index(const struct hb_rec *r, const void *p)
+{
+	return (size_t)((const char *)p - r->base) / HB_SEG_BYTES;
+}
+
+void hb_seg_bounds(const struct hb_rec *r, size_t seg, char **start, size_t *len)
+{
+	size_t off = seg * HB_SEG_BYTES;
+
+	*start = r->base + off;
+	*len = r->size - off < HB_SEG_BYTES ? r->size - off : HB_SEG_BYTES;
+}
+
+bool hb_claim(struct hb_rec *r, size_t seg)
+{
+	bool mine;
+
+	pthread_mutex_lock(&tab_lock);
+	mine = r->seg[seg] == HB_RAW;
+	if (mine)
+		r->seg[seg] = HB_BUSY;
+	pthread_mutex_unlock(&tab_lock);
+	return mine;
+}
+
+void hb_settle(struct hb_rec *r, size_t seg, enum hb_seg_state st)
+{
+	pthread_mutex_lock(&tab_lock);
+	r->seg[seg] = (uint8_t)st;
+	pthread_cond_broadcast(&tab_cond);
+	pthread_mutex_unlock(&tab_lock);
+}
+
+enum hb_seg_state hb_wait(struct hb_rec *r, size_t seg)
+{
+	enum hb_seg_state st;
+
+	pthread_mutex_lock(&tab_lock);
+	while (r->seg[seg] == HB_BUSY)
+		pthread_cond_wait(&tab_cond, &tab_lock);
+	st = (enum hb_seg_state)r->seg[seg];
+	pthread_mutex_unlock(&tab_lock);
+	return st;
+}
+
+void hb_touch(char *p, size_t n)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+
+#ifdef MADV_POPULATE_WRITE
+	/* Faults the range in writable without writing to it (Linux 5.14+). */
+	if (madvise(p, n, MADV_POPULATE_WRITE) == 0)
+		return;
+#endif
+	if (pg <= 0)
+		pg = 4096;
+	/* Fallback: rewrite one byte per page with its own value (contents unchanged). */
+	for (size_t off = 0; off < n; off += (size_t)pg) {
+		volatile char *b = p + off;
+
+		*b = *b;
+	}
+}
+
+enum hb_seg_state hb_register(struct hb_rec *r, size_t seg)
+{
+	static int warned;
+	vmm_error err = { 0 };
+	char *start;
+	size_t len;
+
+	hb_seg_bounds(r, seg, &start, &len);
+	if (!r->be || !r->be->host_register)
+		return HB_TOUCHED;
+	if (r->be->host_register(r->be, start, len, &err) == VMM_OK)
+		return HB_PINNED;
+	if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+		vmm_log(VMM_LOG_WARN,
+			"host backup not pinned (%s): copies go through the staging ring", err.msg);
+	return HB_TOUCHED;
+}
+
+/* Provision every segment of r now, with short-lived threads (provision_now). */
+struct now_arg {
+	struct hb_rec *r;
+	size_t next;
+	pthread_mutex_t lock;
+};
+
+static void *now_worker(void *a)
+{
+	struct now_arg *na = a;
+
+	for (;;) {
+		size_t s;
+		char *start;
+		size_t len;
+
+		pthread_mutex_lock(&na->lock);
+		s = na->next++;
+		pthread_mutex_unlock(&na->lock);
+		if (s >= na->r->nseg)
+			return NULL;
+		hb_seg_bounds(na->r, s, &start, &len);
+		hb_touch(start, len);
+	}
+}
+
+static void provision_all(struct hb_rec *r)
+{
+	int nt = prov_default_threads();
+	pthread_t th[64];
+	struct now_arg na = { .r = r, .next = 0 };
+	int started = 0;
+
+	if ((size_t)nt > r->nseg)
+		nt = (int)r->nseg;
+	if (nt > 64)
+		nt = 64;
+	pthread_mutex_init(&na.lock, NULL);
+	for (int i = 1; i < nt; i++)
+		if (pthread_create(&th[started], NULL, now_worker, &na) == 0)
+			started++;
+	now_worker(&na);
+	for (int i = 0; i < started; i++)
+		pthread_join(th[i], NULL);
+	pthread_mutex_destroy(&na.lock);
+	/* One registration for the whole buffer would be faster, but per-segment registration is
+	 * what free and the copy engine expect. */
+	for (size_t s = 0; s < r->nseg; s++)
+		r->seg[s] = (uint8_t)hb_register(r, s);
+}
+
+vmm_status vmm_host_buf_alloc(vmm_backend *be, size_t size, int provision_now, vmm_host_buf *out,
+			      vmm_error *err)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uint64_t avail;
+	size_t len, map_len;
+	struct hb_rec *r;
+	char *raw, *base;
+
+	if (!out)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no host buffer to fill");
+	memset(out, 0, sizeof(*out));
+	if (size == 0)
+		return vmm_fail(err, VMM_E_INVALID, 0, "a host buffer of 0 bytes");
+	if (pg <= 0)
+		pg = 4096;
+	if (size > SIZE_MAX - HB_ALIGN * 2)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "a host buffer of %zu bytes is impossible",
+				size);
+	len = (size + (size_t)pg - 1) & ~((size_t)pg - 1);
+	map_len = (len + HB_ALIGN - 1) & ~(HB_ALIGN - 1);
+	avail = vmm_host_available_bytes();
+	if ((uint64_t)map_len + HOST_HEADROOM > avail)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0,
+				"a host backup of %zu bytes does not fit: %llu bytes available",
+				size, (unsigned long long)avail);
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a buffer record");
+	r->nseg = (len + HB_SEG_BYTES - 1) / HB_SEG_BYTES;
+	r->seg = calloc(r->nseg, 1);
+	raw = mmap(NULL, map_len + HB_ALIGN, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (!r->seg || raw == MAP_FAILED) {
+		int e = errno;
+
+		if (raw != MAP_FAILED)
+			munmap(raw, map_len + HB_ALIGN);
+		free(r->seg);
+		free(r);
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "mmap of %zu bytes of host backup: %s",
+				map_len, strerror(e));
+	}
+	/* Trim to an HB_ALIGN boundary so that whole huge pages fit. */
+	base = (char *)(((uintptr_t)raw + HB_ALIGN - 1) & ~(uintptr_t)(HB_ALIGN - 1));
+	if (base > raw)
+		munmap(raw, (size_t)(base - raw));
+	if (raw + map_len + HB_ALIGN > base + map_len)
+		munmap(base + map_len, (size_t)(raw + map_len + HB_ALIGN - (base + map_len)));
+#ifdef MADV_HUGEPAGE
+	madvise(base, map_len, MADV_HUGEPAGE);   /* advisory: refused where THP is off */
+#endif
+	r->be = be;
+	r->base = base;
+	r->size = len;
+	r->map_len = map_len;
+	if (!tab_insert(r)) {
+		munmap(base, map_len);
+		free(r->seg);
+		free(r);
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the buffer table");
+	}
+	if (provision_now) {
+		for (size_t s = 0; s < r->nseg; s++)
+			hb_claim(r, s);
+		provision_all(r);
+		pthread_mutex_lock(&tab_lock);
+		pthread_cond_broadcast(&tab_cond);
+		pthread_mutex_unlock(&tab_lock);
+		out->pinned = 1;
+		for (size_t s = 0; s < r->nseg; s++)
+			if (r->seg[s] != HB_PINNED)
+				out->pinned = 0;
+	}
+	out->ptr = base;
+	out->size = size;
+	return VMM_OK;
+}
+
+void vmm_host_buf_free(vmm_backend *be, vmm_host_buf *buf)
+{
+	struct hb_rec *r;
+
+	(void)be;   /* the buffer remembers the backend that pinned it */
+	if (!buf || !buf->ptr)
+		return;
+	r = hb_find(buf->ptr);
+	if (r && r->base == buf->ptr) {
+		tab_remove(r);
+		for (size_t s = 0; s < r->nseg; s++) {
+			char *start;
+			size_t len;
+
+			hb_seg_bounds(r, s, &start, &len);
+			if (r->seg[s] == HB_PINNED && r->be->host_unregister(r->be, start, NULL))
+				vmm_log(VMM_LOG_WARN, "host backup segment %p: unregister failed",
+					(void *)start);
+		}
+		munmap(r->base, r->map_len);
+		free(r->seg);
+		free(r);
+	}
+	memset(buf, 0, sizeof(*buf));
+}
