@@ -398,6 +398,8 @@ int sim_access(int dev, uintptr_t p, size_t n, bool write)
 		return sim_in_reservation(p) ? -1 : 1;
 	if (r.native && !is_device_kind(r.native))
 		return 1;
+	if (dev < 0 || dev >= SIM_MAX_DEVICES)
+		return -1;
 	if (n == 0)
 		n = 1;
 	uintptr_t end = p + n;
@@ -406,7 +408,7 @@ int sim_access(int dev, uintptr_t p, size_t n, bool write)
 			return -1;
 		if (r.map) {
 			unsigned need = write ? 3 : 1;
-			if (dev < 0 || dev >= SIM_MAX_DEVICES || (r.map->access[dev] & need) != need)
+			if ((r.map->access[dev] & need) != need)
 				return -1;
 		} else if (!is_device_kind(r.native)) {
 			return -1;
