@@ -1,0 +1,235 @@
+/* Every setting and its environment variable, in one table. */
+#include "config.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+enum setting_kind { SET_BOOL, SET_SIZE, SET_LOG, SET_STRING };
+
+struct setting {
+	const char *env;
+	enum setting_kind kind;
+	size_t offset;            /* into shim_config */
+	const char *def;          /* default, in the variable's own syntax ("" = computed) */
+	const char *help;
+};
+
+#define AT(field) offsetof(shim_config, field)
+
+static const struct setting settings[] = {
+	{ "VMMSHIM_DISABLE", SET_BOOL, AT(disable), "0",
+	  "1: pass every call through to the driver untouched" },
+	{ "VMMSHIM_LOG", SET_LOG, AT(log_level), "warn",
+	  "error|warn|info|debug|off: one 'vmmshim[pid] level:' line per event on stderr" },
+	{ "VMMSHIM_CACHE_LIMIT", SET_SIZE, AT(core.cache_limit), "",
+	  "free physical memory kept per device for reuse (K/M/G/T, or 'unlimited')" },
+	{ "VMMSHIM_RESERVE", SET_SIZE, AT(core.reserve_bytes), "",
+	  "virtual address space reserved per device (default: 4 x device memory)" },
+	{ "VMMSHIM_MAX_HANDLE", SET_SIZE, AT(core.max_handle_bytes), "",
+	  "largest physical handle created (default 1G)" },
+	{ "VMMSHIM_SMALL_MAX", SET_SIZE, AT(core.small_max), "",
+	  "allocations up to this size are packed into shared pages" },
+	{ "VMMSHIM_RUN_DIR", SET_STRING, AT(run_dir), "",
+	  "folder of the control sockets (default $XDG_RUNTIME_DIR/vmmshim or /tmp/vmmshim-UID)" },
+	{ "VMMSHIM_AUTOWAKE", SET_BOOL, AT(autowake), "0",
+	  "1: device work submitted while asleep wakes the process instead of waiting" },
+	{ "VMMSHIM_PROVISION_BACKUP", SET_BOOL, AT(provision_backup), "0",
+	  "1: allocate the host backup ahead of the first sleep" },
+	{ "VMMSHIM_CONTROL", SET_BOOL, AT(control), "1",
+	  "0: no control socket (vmmctl cannot reach this process)" },
+};
+
+#define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
+
+static const char *const log_names[] = { "off", "error", "warn", "info", "debug" };
+
+static bool parse_bool(const char *s, bool *out)
+{
+	static const char *const yes[] = { "1", "true", "yes", "on" };
+	static const char *const no[] = { "0", "false", "no", "off", "" };
+
+	for (size_t i = 0; i < sizeof(yes) / sizeof(yes[0]); i++) {
+		if (!strcasecmp(s, yes[i])) {
+			*out = true;
+			return true;
+		}
+	}
+	for (size_t i = 0; i < sizeof(no) / sizeof(no[0]); i++) {
+		if (!strcasecmp(s, no[i])) {
+			*out = false;
+			return true;
+		}
+	}
+	return false;
+}
+
+static bool parse_log(const char *s, vmm_log_level *out)
+{
+	for (size_t i = 0; i < sizeof(log_names) / sizeof(log_names[0]); i++) {
+		if (!strcasecmp(s, log_names[i])) {
+			*out = (vmm_log_level)i;
+			return true;
+		}
+	}
+	return false;
+}
+
+bool shim_parse_size(const char *s, size_t *out)
+{
+	unsigned shift = 0;
+	long double v;
+	char *end;
+
+	if (!s || !*s)
+		return false;
+	if (!strcasecmp(s, "unlimited") || !strcasecmp(s, "max")) {
+		*out = SIZE_MAX;
+		return true;
+	}
+	if (s[0] < '0' || s[0] > '9')
+		return false; /* no sign, no blanks, no hex */
+	errno = 0;
+	v = strtold(s, &end);
+	if (errno || end == s)
+		return false;
+	switch (*end) {
+	case 'k': case 'K': shift = 10; end++; break;
+	case 'm': case 'M': shift = 20; end++; break;
+	case 'g': case 'G': shift = 30; end++; break;
+	case 't': case 'T': shift = 40; end++; break;
+	default: break;
+	}
+	if (shift && *end == 'i')
+		end++;
+	if (*end == 'b' || *end == 'B')
+		end++;
+	if (*end)
+		return false;
+	v *= (long double)((uint64_t)1 << shift);
+	if (v >= (long double)SIZE_MAX)
+		return false;
+	*out = (size_t)v;
+	return true;
+}
+
+static void default_run_dir(char *dst, size_t n)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+
+	if (xdg && xdg[0] == '/')
+		snprintf(dst, n, "%s/vmmshim", xdg);
+	else
+		snprintf(dst, n, "/tmp/vmmshim-%u", (unsigned)getuid());
+}
+
+/* Apply one value; false when it is not valid for the setting. */
+static bool apply(shim_config *cfg, const struct setting *s, const char *v)
+{
+	void *field = (char *)cfg + s->offset;
+
+	switch (s->kind) {
+	case SET_BOOL:
+		return parse_bool(v, field);
+	case SET_SIZE:
+		return shim_parse_size(v, field);
+	case SET_LOG:
+		return parse_log(v, field);
+	case SET_STRING:
+		if (v[0] != '/' || strlen(v) >= SHIM_RUN_DIR_MAX)
+			return false; /* an absolute path that fits */
+		memcpy(field, v, strlen(v) + 1);
+		return true;
+	}
+	return false;
+}
+
+static void set_defaults(shim_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	vmm_config_defaults(&cfg->core);
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		if (settings[i].def[0])
+			apply(cfg, &settings[i], settings[i].def);
+	}
+	default_run_dir(cfg->run_dir, sizeof(cfg->run_dir));
+}
+
+/* Put one setting back to its default. */
+static void reset_field(shim_config *cfg, const struct setting *s)
+{
+	static const size_t widths[] = { [SET_BOOL] = sizeof(bool), [SET_SIZE] = sizeof(size_t),
+					 [SET_LOG] = sizeof(vmm_log_level),
+					 [SET_STRING] = SHIM_RUN_DIR_MAX };
+	shim_config d;
+
+	set_defaults(&d);
+	memcpy((char *)cfg + s->offset, (char *)&d + s->offset, widths[s->kind]);
+}
+
+void shim_config_load(shim_config *cfg)
+{
+	set_defaults(cfg);
+	/* The log level first, so that the other warnings obey it. */
+	for (int pass = 0; pass < 2; pass++) {
+		for (size_t i = 0; i < NSETTINGS; i++) {
+			const struct setting *s = &settings[i];
+			const char *v = getenv(s->env);
+
+			if ((s->kind == SET_LOG) != (pass == 0) || !v)
+				continue;
+			if (!apply(cfg, s, v)) {
+				if (s->kind == SET_LOG)
+					vmm_log_set_level(cfg->log_level);
+				vmm_log(VMM_LOG_WARN, "%s=\"%s\" is not valid (%s); using the default",
+					s->env, v, s->help);
+				reset_field(cfg, s);
+			}
+		}
+		if (pass == 0)
+			vmm_log_set_level(cfg->log_level);
+	}
+}
+
+bool shim_config_disabled(void)
+{
+	const char *v = getenv("VMMSHIM_DISABLE");
+	bool on = false;
+
+	return v && parse_bool(v, &on) && on;
+}
+
+void shim_config_describe(const shim_config *cfg, shim_config_line_fn fn, void *arg)
+{
+	char line[512], val[SHIM_RUN_DIR_MAX + 32];
+
+	for (size_t i = 0; i < NSETTINGS; i++) {
+		const struct setting *s = &settings[i];
+		const void *field = (const char *)cfg + s->offset;
+
+		switch (s->kind) {
+		case SET_BOOL:
+			snprintf(val, sizeof(val), "%d", *(const bool *)field ? 1 : 0);
+			break;
+		case SET_SIZE:
+			if (*(const size_t *)field == SIZE_MAX)
+				snprintf(val, sizeof(val), "unlimited");
+			else
+				snprintf(val, sizeof(val), "%zu", *(const size_t *)field);
+			break;
+		case SET_LOG:
+			snprintf(val, sizeof(val), "%s", log_names[*(const vmm_log_level *)field]);
+			break;
+		case SET_STRING:
+			snprintf(val, sizeof(val), "%s", (const char *)field);
+			break;
+		}
+		snprintf(line, sizeof(line), "%s=%s  (%s)", s->env, val, s->help);
+		fn(line, arg);
+	}
+}

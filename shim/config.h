@@ -1,0 +1,41 @@
+/* The shim's settings, all from the environment (one table in config.c names each variable, its
+ * default and its meaning). Read once, when the runtime is created. An invalid value gets one
+ * warning naming the variable and the default used instead; it never stops the program. */
+#ifndef VMMSHIM_CONFIG_H
+#define VMMSHIM_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../core/heap.h"
+#include "../core/log.h"
+
+#define SHIM_RUN_DIR_MAX 256
+
+typedef struct shim_config {
+	bool disable;              /* VMMSHIM_DISABLE: pure pass-through */
+	vmm_log_level log_level;   /* VMMSHIM_LOG */
+	vmm_config core;           /* VMMSHIM_CACHE_LIMIT, VMMSHIM_RESERVE, VMMSHIM_MAX_HANDLE,
+	                            * VMMSHIM_SMALL_MAX */
+	char run_dir[SHIM_RUN_DIR_MAX]; /* VMMSHIM_RUN_DIR: where the control socket lives */
+	bool autowake;             /* VMMSHIM_AUTOWAKE: a submission to a sleeping process wakes it */
+	bool provision_backup;     /* VMMSHIM_PROVISION_BACKUP: host backup made ahead of sleep */
+	bool control;              /* VMMSHIM_CONTROL: start the control server (default on) */
+} shim_config;
+
+/* Fill cfg from the environment (defaults for what is unset or invalid). Sets the log level first,
+ * so that warnings about the other variables obey VMMSHIM_LOG. */
+void shim_config_load(shim_config *cfg);
+
+/* Only VMMSHIM_DISABLE, cheaply (for paths that must not create the runtime). */
+bool shim_config_disabled(void);
+
+/* "64M", "2G", "1048576", "1.5G": bytes with an optional K/M/G/T suffix (binary units);
+ * "unlimited" / "max" = SIZE_MAX. False (out untouched) when s is not such a value. */
+bool shim_parse_size(const char *s, size_t *out);
+
+/* One line per setting: "VMMSHIM_X=value  (meaning)", for vmmctl and the README. */
+typedef void (*shim_config_line_fn)(const char *line, void *arg);
+void shim_config_describe(const shim_config *cfg, shim_config_line_fn fn, void *arg);
+
+#endif

@@ -1,0 +1,405 @@
+/* Every CUDA driver entry point the shim wraps, by its exact exported name (with the _v2, _ptsz and
+ * _ptds forms the driver exports), its parameters and the arguments to forward. The parameter lists
+ * are the CUDA 13.0 cuda.h prototypes. Each user defines DRIVER_HOOK (wrappers written by hand in
+ * hooks_*.c and proc_address.c) and/or DRIVER_GATED (wrappers that only pass the submission gate,
+ * generated in hooks_submit.c) before including this file.
+ *
+ * Deliberately absent: the unversioned pre-3.2 entry points (cuMemAlloc, cuMemcpyHtoD, ...: 32-bit
+ * size ABI, used by no current runtime) and cuGetExportTable (private, must pass through). */
+#ifdef DRIVER_HOOK
+DRIVER_HOOK(cuGetProcAddress,
+	(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags),
+	(symbol, pfn, cudaVersion, flags))
+DRIVER_HOOK(cuGetProcAddress_v2,
+	(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+	CUdriverProcAddressQueryResult *symbolStatus),
+	(symbol, pfn, cudaVersion, flags, symbolStatus))
+DRIVER_HOOK(cuMemAlloc_v2, (CUdeviceptr *dptr, size_t bytesize), (dptr, bytesize))
+DRIVER_HOOK(cuMemFree_v2, (CUdeviceptr dptr), (dptr))
+DRIVER_HOOK(cuMemAllocPitch_v2,
+	(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int
+	ElementSizeBytes),
+	(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes))
+DRIVER_HOOK(cuMemAllocAsync,
+	(CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
+	(dptr, bytesize, hStream))
+DRIVER_HOOK(cuMemAllocAsync_ptsz,
+	(CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
+	(dptr, bytesize, hStream))
+DRIVER_HOOK(cuMemFreeAsync, (CUdeviceptr dptr, CUstream hStream), (dptr, hStream))
+DRIVER_HOOK(cuMemFreeAsync_ptsz, (CUdeviceptr dptr, CUstream hStream), (dptr, hStream))
+DRIVER_HOOK(cuMemAllocFromPoolAsync,
+	(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream),
+	(dptr, bytesize, pool, hStream))
+DRIVER_HOOK(cuMemAllocFromPoolAsync_ptsz,
+	(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream),
+	(dptr, bytesize, pool, hStream))
+DRIVER_HOOK(cuMemGetInfo_v2, (size_t *free, size_t *total), (free, total))
+DRIVER_HOOK(cuMemGetAddressRange_v2,
+	(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr),
+	(pbase, psize, dptr))
+DRIVER_HOOK(cuPointerGetAttribute,
+	(void *data, CUpointer_attribute attribute, CUdeviceptr ptr),
+	(data, attribute, ptr))
+DRIVER_HOOK(cuPointerGetAttributes,
+	(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr),
+	(numAttributes, attributes, data, ptr))
+DRIVER_HOOK(cuIpcGetMemHandle, (CUipcMemHandle *pHandle, CUdeviceptr dptr), (pHandle, dptr))
+DRIVER_HOOK(cuMemCreate,
+	(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
+	unsigned long long flags),
+	(handle, size, prop, flags))
+DRIVER_HOOK(cuMemRelease, (CUmemGenericAllocationHandle handle), (handle))
+DRIVER_HOOK(cuMemMap,
+	(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned
+	long long flags),
+	(ptr, size, offset, handle, flags))
+DRIVER_HOOK(cuMemUnmap, (CUdeviceptr ptr, size_t size), (ptr, size))
+DRIVER_HOOK(cuMemSetAccess,
+	(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count),
+	(ptr, size, desc, count))
+DRIVER_HOOK(cuMemExportToShareableHandle,
+	(void *shareableHandle, CUmemGenericAllocationHandle handle, CUmemAllocationHandleType
+	handleType, unsigned long long flags),
+	(shareableHandle, handle, handleType, flags))
+DRIVER_HOOK(cuMemRetainAllocationHandle,
+	(CUmemGenericAllocationHandle *handle, void *addr),
+	(handle, addr))
+DRIVER_HOOK(cuMemGetAllocationPropertiesFromHandle,
+	(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle),
+	(prop, handle))
+DRIVER_HOOK(cuMemAddressReserve,
+	(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long
+	flags),
+	(ptr, size, alignment, addr, flags))
+DRIVER_HOOK(cuMemAddressFree, (CUdeviceptr ptr, size_t size), (ptr, size))
+DRIVER_HOOK(cuCtxEnablePeerAccess,
+	(CUcontext peerContext, unsigned int Flags),
+	(peerContext, Flags))
+DRIVER_HOOK(cuCtxDisablePeerAccess, (CUcontext peerContext), (peerContext))
+DRIVER_HOOK(cuMemAllocManaged,
+	(CUdeviceptr *dptr, size_t bytesize, unsigned int flags),
+	(dptr, bytesize, flags))
+DRIVER_HOOK(cuMemAllocHost_v2, (void **pp, size_t bytesize), (pp, bytesize))
+DRIVER_HOOK(cuMemHostAlloc, (void **pp, size_t bytesize, unsigned int Flags), (pp, bytesize, Flags))
+DRIVER_HOOK(cuArrayCreate_v2,
+	(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray),
+	(pHandle, pAllocateArray))
+DRIVER_HOOK(cuArray3DCreate_v2,
+	(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray),
+	(pHandle, pAllocateArray))
+#endif
+#ifdef DRIVER_GATED
+DRIVER_GATED(cuLaunchKernel,
+	(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned
+	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
+	CUstream hStream, void **kernelParams, void **extra),
+	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+	kernelParams, extra))
+DRIVER_GATED(cuLaunchKernel_ptsz,
+	(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned
+	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
+	CUstream hStream, void **kernelParams, void **extra),
+	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+	kernelParams, extra))
+DRIVER_GATED(cuLaunchKernelEx,
+	(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
+	(config, f, kernelParams, extra))
+DRIVER_GATED(cuLaunchKernelEx_ptsz,
+	(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
+	(config, f, kernelParams, extra))
+DRIVER_GATED(cuLaunchCooperativeKernel,
+	(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned
+	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
+	CUstream hStream, void **kernelParams),
+	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+	kernelParams))
+DRIVER_GATED(cuLaunchCooperativeKernel_ptsz,
+	(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned
+	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
+	CUstream hStream, void **kernelParams),
+	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
+	kernelParams))
+DRIVER_GATED(cuLaunchHostFunc,
+	(CUstream hStream, CUhostFn fn, void *userData),
+	(hStream, fn, userData))
+DRIVER_GATED(cuLaunchHostFunc_ptsz,
+	(CUstream hStream, CUhostFn fn, void *userData),
+	(hStream, fn, userData))
+DRIVER_GATED(cuGraphLaunch, (CUgraphExec hGraph, CUstream hStream), (hGraph, hStream))
+DRIVER_GATED(cuGraphLaunch_ptsz, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
+DRIVER_GATED(cuLaunchCooperativeKernelMultiDevice,
+	(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags),
+	(launchParamsList, numDevices, flags))
+DRIVER_GATED(cuLaunch, (CUfunction f), (f))
+DRIVER_GATED(cuLaunchGrid,
+	(CUfunction f, int grid_width, int grid_height),
+	(f, grid_width, grid_height))
+DRIVER_GATED(cuLaunchGridAsync,
+	(CUfunction f, int grid_width, int grid_height, CUstream hStream),
+	(f, grid_width, grid_height, hStream))
+DRIVER_GATED(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), (dst, src, ByteCount))
+DRIVER_GATED(cuMemcpy_ptds,
+	(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount),
+	(dst, src, ByteCount))
+DRIVER_GATED(cuMemcpyAsync,
+	(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
+	(dst, src, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyAsync_ptsz,
+	(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
+	(dst, src, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyPeer,
+	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
+	size_t ByteCount),
+	(dstDevice, dstContext, srcDevice, srcContext, ByteCount))
+DRIVER_GATED(cuMemcpyPeer_ptds,
+	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
+	size_t ByteCount),
+	(dstDevice, dstContext, srcDevice, srcContext, ByteCount))
+DRIVER_GATED(cuMemcpyPeerAsync,
+	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
+	size_t ByteCount, CUstream hStream),
+	(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyPeerAsync_ptsz,
+	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
+	size_t ByteCount, CUstream hStream),
+	(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyHtoD_v2,
+	(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),
+	(dstDevice, srcHost, ByteCount))
+DRIVER_GATED(cuMemcpyHtoD_v2_ptds,
+	(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),
+	(dstDevice, srcHost, ByteCount))
+DRIVER_GATED(cuMemcpyDtoH_v2,
+	(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),
+	(dstHost, srcDevice, ByteCount))
+DRIVER_GATED(cuMemcpyDtoH_v2_ptds,
+	(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),
+	(dstHost, srcDevice, ByteCount))
+DRIVER_GATED(cuMemcpyDtoD_v2,
+	(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount),
+	(dstDevice, srcDevice, ByteCount))
+DRIVER_GATED(cuMemcpyDtoD_v2_ptds,
+	(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount),
+	(dstDevice, srcDevice, ByteCount))
+DRIVER_GATED(cuMemcpyDtoA_v2,
+	(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount),
+	(dstArray, dstOffset, srcDevice, ByteCount))
+DRIVER_GATED(cuMemcpyDtoA_v2_ptds,
+	(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount),
+	(dstArray, dstOffset, srcDevice, ByteCount))
+DRIVER_GATED(cuMemcpyAtoD_v2,
+	(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+	(dstDevice, srcArray, srcOffset, ByteCount))
+DRIVER_GATED(cuMemcpyAtoD_v2_ptds,
+	(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+	(dstDevice, srcArray, srcOffset, ByteCount))
+DRIVER_GATED(cuMemcpyHtoA_v2,
+	(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount),
+	(dstArray, dstOffset, srcHost, ByteCount))
+DRIVER_GATED(cuMemcpyHtoA_v2_ptds,
+	(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount),
+	(dstArray, dstOffset, srcHost, ByteCount))
+DRIVER_GATED(cuMemcpyAtoH_v2,
+	(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+	(dstHost, srcArray, srcOffset, ByteCount))
+DRIVER_GATED(cuMemcpyAtoH_v2_ptds,
+	(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+	(dstHost, srcArray, srcOffset, ByteCount))
+DRIVER_GATED(cuMemcpyAtoA_v2,
+	(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+	(dstArray, dstOffset, srcArray, srcOffset, ByteCount))
+DRIVER_GATED(cuMemcpyAtoA_v2_ptds,
+	(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount),
+	(dstArray, dstOffset, srcArray, srcOffset, ByteCount))
+DRIVER_GATED(cuMemcpyHtoAAsync_v2,
+	(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream
+	hStream),
+	(dstArray, dstOffset, srcHost, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyHtoAAsync_v2_ptsz,
+	(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream
+	hStream),
+	(dstArray, dstOffset, srcHost, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyAtoHAsync_v2,
+	(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream),
+	(dstHost, srcArray, srcOffset, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyAtoHAsync_v2_ptsz,
+	(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream),
+	(dstHost, srcArray, srcOffset, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyHtoDAsync_v2,
+	(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream),
+	(dstDevice, srcHost, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyHtoDAsync_v2_ptsz,
+	(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream),
+	(dstDevice, srcHost, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyDtoHAsync_v2,
+	(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
+	(dstHost, srcDevice, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyDtoHAsync_v2_ptsz,
+	(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
+	(dstHost, srcDevice, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyDtoDAsync_v2,
+	(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
+	(dstDevice, srcDevice, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyDtoDAsync_v2_ptsz,
+	(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
+	(dstDevice, srcDevice, ByteCount, hStream))
+DRIVER_GATED(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy), (pCopy))
+DRIVER_GATED(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D *pCopy), (pCopy))
+DRIVER_GATED(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *pCopy), (pCopy))
+DRIVER_GATED(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D *pCopy), (pCopy))
+DRIVER_GATED(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy), (pCopy))
+DRIVER_GATED(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D *pCopy), (pCopy))
+DRIVER_GATED(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream))
+DRIVER_GATED(cuMemcpy2DAsync_v2_ptsz,
+	(const CUDA_MEMCPY2D *pCopy, CUstream hStream),
+	(pCopy, hStream))
+DRIVER_GATED(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream))
+DRIVER_GATED(cuMemcpy3DAsync_v2_ptsz,
+	(const CUDA_MEMCPY3D *pCopy, CUstream hStream),
+	(pCopy, hStream))
+DRIVER_GATED(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy))
+DRIVER_GATED(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy))
+DRIVER_GATED(cuMemcpy3DPeerAsync,
+	(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream),
+	(pCopy, hStream))
+DRIVER_GATED(cuMemcpy3DPeerAsync_ptsz,
+	(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream),
+	(pCopy, hStream))
+DRIVER_GATED(cuMemcpyBatchAsync,
+	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
+	*attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream),
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream))
+DRIVER_GATED(cuMemcpyBatchAsync_ptsz,
+	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
+	*attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream),
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream))
+DRIVER_GATED(cuMemcpyBatchAsync_v2,
+	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
+	*attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream),
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+DRIVER_GATED(cuMemcpyBatchAsync_v2_ptsz,
+	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
+	*attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream),
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+DRIVER_GATED(cuMemcpy3DBatchAsync,
+	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags,
+	CUstream hStream),
+	(numOps, opList, failIdx, flags, hStream))
+DRIVER_GATED(cuMemcpy3DBatchAsync_ptsz,
+	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags,
+	CUstream hStream),
+	(numOps, opList, failIdx, flags, hStream))
+DRIVER_GATED(cuMemcpy3DBatchAsync_v2,
+	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream),
+	(numOps, opList, flags, hStream))
+DRIVER_GATED(cuMemcpy3DBatchAsync_v2_ptsz,
+	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream),
+	(numOps, opList, flags, hStream))
+DRIVER_GATED(cuMemsetD8_v2, (CUdeviceptr dstDevice, unsigned char uc, size_t N), (dstDevice, uc, N))
+DRIVER_GATED(cuMemsetD8_v2_ptds,
+	(CUdeviceptr dstDevice, unsigned char uc, size_t N),
+	(dstDevice, uc, N))
+DRIVER_GATED(cuMemsetD8Async,
+	(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
+	(dstDevice, uc, N, hStream))
+DRIVER_GATED(cuMemsetD8Async_ptsz,
+	(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
+	(dstDevice, uc, N, hStream))
+DRIVER_GATED(cuMemsetD16_v2,
+	(CUdeviceptr dstDevice, unsigned short us, size_t N),
+	(dstDevice, us, N))
+DRIVER_GATED(cuMemsetD16_v2_ptds,
+	(CUdeviceptr dstDevice, unsigned short us, size_t N),
+	(dstDevice, us, N))
+DRIVER_GATED(cuMemsetD16Async,
+	(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream),
+	(dstDevice, us, N, hStream))
+DRIVER_GATED(cuMemsetD16Async_ptsz,
+	(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream),
+	(dstDevice, us, N, hStream))
+DRIVER_GATED(cuMemsetD32_v2, (CUdeviceptr dstDevice, unsigned int ui, size_t N), (dstDevice, ui, N))
+DRIVER_GATED(cuMemsetD32_v2_ptds,
+	(CUdeviceptr dstDevice, unsigned int ui, size_t N),
+	(dstDevice, ui, N))
+DRIVER_GATED(cuMemsetD32Async,
+	(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
+	(dstDevice, ui, N, hStream))
+DRIVER_GATED(cuMemsetD32Async_ptsz,
+	(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
+	(dstDevice, ui, N, hStream))
+DRIVER_GATED(cuMemsetD2D8_v2,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height),
+	(dstDevice, dstPitch, uc, Width, Height))
+DRIVER_GATED(cuMemsetD2D8_v2_ptds,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height),
+	(dstDevice, dstPitch, uc, Width, Height))
+DRIVER_GATED(cuMemsetD2D8Async,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height,
+	CUstream hStream),
+	(dstDevice, dstPitch, uc, Width, Height, hStream))
+DRIVER_GATED(cuMemsetD2D8Async_ptsz,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height,
+	CUstream hStream),
+	(dstDevice, dstPitch, uc, Width, Height, hStream))
+DRIVER_GATED(cuMemsetD2D16_v2,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height),
+	(dstDevice, dstPitch, us, Width, Height))
+DRIVER_GATED(cuMemsetD2D16_v2_ptds,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height),
+	(dstDevice, dstPitch, us, Width, Height))
+DRIVER_GATED(cuMemsetD2D16Async,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height,
+	CUstream hStream),
+	(dstDevice, dstPitch, us, Width, Height, hStream))
+DRIVER_GATED(cuMemsetD2D16Async_ptsz,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height,
+	CUstream hStream),
+	(dstDevice, dstPitch, us, Width, Height, hStream))
+DRIVER_GATED(cuMemsetD2D32_v2,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height),
+	(dstDevice, dstPitch, ui, Width, Height))
+DRIVER_GATED(cuMemsetD2D32_v2_ptds,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height),
+	(dstDevice, dstPitch, ui, Width, Height))
+DRIVER_GATED(cuMemsetD2D32Async,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height,
+	CUstream hStream),
+	(dstDevice, dstPitch, ui, Width, Height, hStream))
+DRIVER_GATED(cuMemsetD2D32Async_ptsz,
+	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height,
+	CUstream hStream),
+	(dstDevice, dstPitch, ui, Width, Height, hStream))
+DRIVER_GATED(cuStreamWriteValue32_v2,
+	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWriteValue32_v2_ptsz,
+	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWriteValue64_v2,
+	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWriteValue64_v2_ptsz,
+	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue32_v2,
+	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue32_v2_ptsz,
+	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue64_v2,
+	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue64_v2_ptsz,
+	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamBatchMemOp_v2,
+	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int
+	flags),
+	(stream, count, paramArray, flags))
+DRIVER_GATED(cuStreamBatchMemOp_v2_ptsz,
+	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int
+	flags),
+	(stream, count, paramArray, flags))
+#endif

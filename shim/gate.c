@@ -1,0 +1,163 @@
+/* The submission gate (gate.h). Open, entering costs one atomic add and one load: a thread first
+ * counts itself in, then looks at `closed`; the closer first sets `closed`, then looks at the
+ * count. Both use sequentially consistent operations, so one of them always sees the other.
+ * Nested entries by one thread (a hook reached from inside another) count once, so that a closer
+ * never waits for a thread that is waiting for it. */
+#include "gate.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+static atomic_int inflight;         /* threads inside the gate */
+static atomic_bool closed;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t reopened = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t drained = PTHREAD_COND_INITIALIZER;
+static bool autowake;
+static void (*wake_fn)(void);
+static bool wake_running;
+
+static _Thread_local int depth;     /* this thread's nesting inside the gate */
+
+static void deadline_in(struct timespec *ts, long ms)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	ts->tv_sec += ms / 1000;
+	ts->tv_nsec += (ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+static void leave_count(void)
+{
+	if (atomic_fetch_sub(&inflight, 1) <= 2 && atomic_load(&closed)) {
+		pthread_mutex_lock(&lock);
+		pthread_cond_broadcast(&drained);
+		pthread_mutex_unlock(&lock);
+	}
+}
+
+/* Closed: wait until it opens. With autowake, the first waiter asks for a wake (outside the lock:
+ * the wake opens the gate itself) and retries every second while the wake fails. */
+static void wait_open(void)
+{
+	struct timespec ts;
+
+	pthread_mutex_lock(&lock);
+	while (atomic_load(&closed)) {
+		if (autowake && wake_fn && !wake_running) {
+			void (*fn)(void) = wake_fn;
+
+			wake_running = true;
+			pthread_mutex_unlock(&lock);
+			fn();
+			pthread_mutex_lock(&lock);
+			wake_running = false;
+			if (!atomic_load(&closed))
+				break;
+			deadline_in(&ts, 1000);
+			pthread_cond_timedwait(&reopened, &lock, &ts);
+			continue;
+		}
+		if (autowake) {
+			deadline_in(&ts, 1000);
+			pthread_cond_timedwait(&reopened, &lock, &ts);
+		} else {
+			pthread_cond_wait(&reopened, &lock);
+		}
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+void gate_enter(void)
+{
+	if (depth++ > 0)
+		return;
+	for (;;) {
+		atomic_fetch_add(&inflight, 1);
+		if (!atomic_load(&closed))
+			return;
+		leave_count();
+		wait_open();
+	}
+}
+
+void gate_leave(void)
+{
+	if (depth <= 0)
+		return; /* unbalanced leave: ignore rather than corrupt the count */
+	if (--depth > 0)
+		return;
+	leave_count();
+}
+
+vmm_status gate_close(int timeout_ms, vmm_error *err)
+{
+	int self = depth > 0 ? 1 : 0;
+	struct timespec ts;
+	int rc = 0;
+
+	pthread_mutex_lock(&lock);
+	if (atomic_load(&closed)) {
+		pthread_mutex_unlock(&lock);
+		return vmm_fail(err, VMM_E_BUSY, 0, "the submission gate is already closed");
+	}
+	atomic_store(&closed, true);
+	if (timeout_ms >= 0)
+		deadline_in(&ts, timeout_ms);
+	while (atomic_load(&inflight) > self && rc != ETIMEDOUT) {
+		if (timeout_ms >= 0)
+			rc = pthread_cond_timedwait(&drained, &lock, &ts);
+		else
+			pthread_cond_wait(&drained, &lock);
+	}
+	if (atomic_load(&inflight) > self) {
+		int busy = atomic_load(&inflight) - self;
+
+		atomic_store(&closed, false);
+		pthread_cond_broadcast(&reopened);
+		pthread_mutex_unlock(&lock);
+		return vmm_fail(err, VMM_E_BUSY, 0,
+				"%d thread(s) still inside a device call after %d ms; gate reopened",
+				busy, timeout_ms);
+	}
+	pthread_mutex_unlock(&lock);
+	return VMM_OK;
+}
+
+void gate_open(void)
+{
+	pthread_mutex_lock(&lock);
+	atomic_store(&closed, false);
+	pthread_cond_broadcast(&reopened);
+	pthread_mutex_unlock(&lock);
+}
+
+bool gate_is_closed(void)
+{
+	return atomic_load(&closed);
+}
+
+void gate_set_autowake(bool on, void (*fn)(void))
+{
+	pthread_mutex_lock(&lock);
+	autowake = on;
+	wake_fn = fn;
+	pthread_cond_broadcast(&reopened);
+	pthread_mutex_unlock(&lock);
+}
+
+void gate_reset_after_fork(void)
+{
+	/* The child has one thread: nobody else is inside, and no sleep is in progress here. */
+	pthread_mutex_init(&lock, NULL);
+	pthread_cond_init(&reopened, NULL);
+	pthread_cond_init(&drained, NULL);
+	atomic_store(&inflight, depth > 0 ? 1 : 0);
+	atomic_store(&closed, false);
+	wake_running = false;
+}

@@ -1,0 +1,144 @@
+/* Ascend: aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached and aclrtFree served by the core's
+ * ACL heap, whether the program links them or finds them with dlopen + dlsym (torch_npu does).
+ * No device set on the calling thread, a disabled shim or a failure of the core: the runtime's own
+ * function answers. Frees of pointers the core does not know go to the runtime. */
+#include <dlfcn.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#include "../core/backend/acl_api.h"
+#include "../core/log.h"
+#include "../core/real_dlsym.h"
+#include "gate.h"
+#include "shim_internal.h"
+
+enum acl_fn { ACL_MALLOC, ACL_MALLOC_ALIGN32, ACL_MALLOC_CACHED, ACL_FREE, ACL_GET_DEVICE,
+	      ACL_COUNT };
+
+static const char *const acl_names[ACL_COUNT] = {
+	"aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtFree", "aclrtGetDevice",
+};
+
+/* Ours for the first four (aclrtGetDevice is only used, not wrapped). */
+static void *const acl_wrappers[ACL_FREE + 1] = {
+	(void *)aclrtMalloc, (void *)aclrtMallocAlign32, (void *)aclrtMallocCached,
+	(void *)aclrtFree,
+};
+
+static _Atomic(void *) acl_reals[ACL_COUNT];
+
+/* The runtime's function, from libascendcl.so as the program loaded it (never loaded by us). */
+static void *acl_real(enum acl_fn f)
+{
+	void *p = atomic_load_explicit(&acl_reals[f], memory_order_acquire), *lib;
+
+	if (p)
+		return p;
+	lib = dlopen("libascendcl.so", RTLD_NOW | RTLD_NOLOAD);
+	if (!lib)
+		return NULL;
+	p = vmm_real_dlsym(lib, acl_names[f]);
+	dlclose(lib);
+	atomic_store_explicit(&acl_reals[f], p, memory_order_release);
+	return p;
+}
+
+bool shim_acl_wraps_name(const char *name)
+{
+	for (int i = 0; i <= ACL_FREE; i++) {
+		if (!strcmp(name, acl_names[i]))
+			return true;
+	}
+	return false;
+}
+
+void *shim_acl_wrapper_for(const char *name, void *real_fn)
+{
+	for (int i = 0; i <= ACL_FREE; i++) {
+		if (strcmp(name, acl_names[i]))
+			continue;
+		if (real_fn == acl_wrappers[i])
+			return acl_real((enum acl_fn)i) ? real_fn : NULL;
+		return real_fn == acl_real((enum acl_fn)i) ? acl_wrappers[i] : real_fn;
+	}
+	return real_fn;
+}
+
+typedef aclError (*acl_malloc_fn)(void **, size_t, aclrtMemMallocPolicy);
+
+static aclError serve(enum acl_fn f, void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+	acl_malloc_fn real = (acl_malloc_fn)acl_real(f);
+	aclError (*get_device)(int32_t *) = (aclError (*)(int32_t *))acl_real(ACL_GET_DEVICE);
+	shim_runtime *rt;
+	int32_t dev;
+	vmm_devptr p;
+	vmm_error err;
+	aclError r;
+
+	gate_enter();
+	vmm_error_clear(&err);
+	if (devPtr && size && get_device && get_device(&dev) == ACL_SUCCESS &&
+	    (rt = shim_runtime_acl()) && rt->acl_core) {
+		if (!vmm_malloc(rt->acl_core, dev, size, 32, shim_thread_tag(), &p, &err)) {
+			*devPtr = (void *)(uintptr_t)p;
+			gate_leave();
+			return ACL_SUCCESS;
+		}
+		vmm_log(err.status == VMM_E_OOM ? VMM_LOG_INFO : VMM_LOG_WARN,
+			"%s(%zu): the heap could not serve it (%s); asking the runtime",
+			acl_names[f], size, err.msg);
+	}
+	r = real ? real(devPtr, size, policy) : ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+	if (r == ACL_SUCCESS)
+		shim_count_passthrough(PASS_ACL, size);
+	gate_leave();
+	return r;
+}
+
+aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+	return serve(ACL_MALLOC, devPtr, size, policy);
+}
+
+aclError aclrtMallocAlign32(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+	return serve(ACL_MALLOC_ALIGN32, devPtr, size, policy);
+}
+
+aclError aclrtMallocCached(void **devPtr, size_t size, aclrtMemMallocPolicy policy)
+{
+	return serve(ACL_MALLOC_CACHED, devPtr, size, policy);
+}
+
+aclError aclrtFree(void *devPtr)
+{
+	aclError (*real)(void *) = (aclError (*)(void *))acl_real(ACL_FREE);
+	shim_runtime *rt = shim_runtime_peek();
+	vmm_alloc_info info;
+	vmm_error err;
+	vmm_status st;
+	aclError r;
+
+	gate_enter();
+	if (rt && rt->acl_core && devPtr) {
+		vmm_error_clear(&err);
+		st = vmm_free(rt->acl_core, (vmm_devptr)(uintptr_t)devPtr, &err);
+		if (st == VMM_OK) {
+			gate_leave();
+			return ACL_SUCCESS;
+		}
+		if (st != VMM_E_NOT_OURS ||
+		    vmm_lookup(rt->acl_core, (vmm_devptr)(uintptr_t)devPtr, &info)) {
+			vmm_log(VMM_LOG_WARN, "aclrtFree(%p): %s", devPtr,
+				err.msg[0] ? err.msg : "not the start of an allocation");
+			gate_leave();
+			return ACL_ERROR_INVALID_PARAM;
+		}
+	}
+	r = real ? real(devPtr) : ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+	if (r == ACL_SUCCESS && devPtr)
+		shim_count_passthrough(PASS_ACL_FREE, 0);
+	gate_leave();
+	return r;
+}

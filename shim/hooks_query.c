@@ -1,0 +1,100 @@
+/* Queries whose answers must agree with the shim:
+ * - cuMemGetInfo_v2: free memory includes what the core holds cached and would give back;
+ * - cuMemGetAddressRange_v2 and the RANGE_START_ADDR / RANGE_SIZE pointer attributes: the bounds
+ *   of the allocation the program asked for, as for cuMemAlloc memory (the driver alone would
+ *   answer with the core's mapping);
+ * - cuIpcGetMemHandle: legacy IPC does not work on VMM memory, so for the core's memory it fails
+ *   with CUDA_ERROR_NOT_SUPPORTED and says why, rather than return a handle that cannot be opened.
+ * Everything else, and every pointer that is not the core's, is the driver's answer. */
+#include "../core/log.h"
+#include "hooks_common.h"
+
+static bool ours(CUdeviceptr p, vmm_alloc_info *info)
+{
+	vmm_core *core = hook_cuda_core();
+
+	return core && p && vmm_lookup(core, (vmm_devptr)p, info);
+}
+
+CUresult CUDAAPI cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+	CUresult r = CALL_REAL(cuMemGetInfo_v2, (free, total));
+	vmm_core *core = hook_cuda_core();
+	vmm_stats st;
+	int dev;
+
+	if (r == CUDA_SUCCESS && free && core && hook_current_device(&dev) &&
+	    !vmm_stats_get(core, dev, NULL, &st, NULL)) {
+		*free += st.cached_bytes;
+		if (total && *free > *total)
+			*free = *total;
+	}
+	return r;
+}
+
+CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+	vmm_alloc_info info;
+
+	if (!ours(dptr, &info))
+		return CALL_REAL(cuMemGetAddressRange_v2, (pbase, psize, dptr));
+	if (pbase)
+		*pbase = (CUdeviceptr)info.base;
+	if (psize)
+		*psize = info.size;
+	return CUDA_SUCCESS;
+}
+
+/* Put our answer for one attribute into data; false when the driver's stands. */
+static bool answer_attribute(CUpointer_attribute a, void *data, const vmm_alloc_info *info)
+{
+	if (!data)
+		return false;
+	switch (a) {
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		*(CUdeviceptr *)data = (CUdeviceptr)info->base;
+		return true;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		*(size_t *)data = info->size;
+		return true;
+	default:
+		return false;
+	}
+}
+
+CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	vmm_alloc_info info;
+
+	if (ours(ptr, &info) && answer_attribute(attribute, data, &info))
+		return CUDA_SUCCESS;
+	return CALL_REAL(cuPointerGetAttribute, (data, attribute, ptr));
+}
+
+CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+					void **data, CUdeviceptr ptr)
+{
+	CUresult r = CALL_REAL(cuPointerGetAttributes, (numAttributes, attributes, data, ptr));
+	vmm_alloc_info info;
+
+	if (r == CUDA_SUCCESS && attributes && data && ours(ptr, &info)) {
+		for (unsigned int i = 0; i < numAttributes; i++)
+			answer_attribute(attributes[i], data[i], &info);
+	}
+	return r;
+}
+
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+	vmm_alloc_info info;
+
+	if (ours(dptr, &info)) {
+		vmm_log(VMM_LOG_ERROR,
+			"cuIpcGetMemHandle(0x%llx): legacy CUDA IPC does not work on the shim's "
+			"virtual-memory allocations; returning CUDA_ERROR_NOT_SUPPORTED (run this "
+			"program with VMMSHIM_DISABLE=1 if it shares device memory this way)",
+			(unsigned long long)dptr);
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+	return CALL_REAL(cuIpcGetMemHandle, (pHandle, dptr));
+}

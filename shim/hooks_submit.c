@@ -1,0 +1,17 @@
+/* Every entry point that submits device work (launches, graph launches, host functions, copies,
+ * memsets, stream memory operations, in all their _ptsz/_ptds forms) passes the submission gate,
+ * so that nothing reaches the device while sleep changes its memory. The wrappers are generated
+ * from driver_list.h: enter the gate, call the driver, leave. */
+#include "hooks_common.h"
+
+#define DRIVER_GATED(name, params, args)            \
+	CUresult CUDAAPI name params                \
+	{                                           \
+		CUresult r;                         \
+		gate_enter();                       \
+		r = CALL_REAL(name, args);          \
+		gate_leave();                       \
+		return r;                           \
+	}
+#include "driver_list.h"
+#undef DRIVER_GATED

@@ -1,0 +1,276 @@
+/* The process-wide runtime (runtime.h): created on the first device allocation, by whichever
+ * thread gets there first, and torn down by an atexit handler registered at that moment, so that
+ * every byte the core holds goes back to the driver before the driver itself is unloaded.
+ *
+ * Nothing here runs before the first device allocation: no constructor, no thread, no file. */
+#include "runtime.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "../core/log.h"
+#include "control/control.h"
+#include "shim_internal.h"
+
+enum side_state { SIDE_UNTRIED = 0, SIDE_READY, SIDE_UNAVAILABLE };
+
+static shim_runtime rt;
+static atomic_int cuda_state, acl_state;
+static atomic_bool forked_child;
+static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool cfg_loaded, exit_registered, control_started;
+/* The thread creating the runtime: its own nested hooks (a driver constructor allocating) pass
+ * through instead of waiting for themselves. */
+static _Thread_local bool creating;
+static _Thread_local const char *thread_tag;
+
+static struct {
+	atomic_ullong device_allocs, device_bytes, device_frees;
+	atomic_ullong managed_allocs, managed_bytes, host_allocs, host_bytes, array_allocs;
+	atomic_ullong acl_allocs, acl_bytes, acl_frees;
+} pass;
+
+static void log_side(const char *name, vmm_core *core)
+{
+	vmm_stats st;
+
+	if (!core || !vmm_log_enabled(VMM_LOG_INFO) || vmm_stats_get(core, -1, NULL, &st, NULL))
+		return;
+	vmm_log(VMM_LOG_INFO,
+		"exit: %s served %llu allocations (%llu frees), peak %llu bytes live / %llu mapped; "
+		"live at exit: %llu bytes in %llu allocations",
+		name, (unsigned long long)st.alloc_calls, (unsigned long long)st.free_calls,
+		(unsigned long long)st.peak_live_bytes, (unsigned long long)st.peak_mapped_bytes,
+		(unsigned long long)st.live_bytes, (unsigned long long)st.live_count);
+}
+
+static void destroy_side(vmm_core **core, vmm_app_registry **app, vmm_backend **be)
+{
+	if (app && *app) {
+		vmm_app_registry_destroy(*app);
+		*app = NULL;
+	}
+	if (*core) {
+		vmm_trim(*core, -1, NULL);
+		vmm_core_destroy(*core);
+		*core = NULL;
+	}
+	if (*be) {
+		(*be)->close(*be);
+		*be = NULL;
+	}
+}
+
+static void at_exit(void)
+{
+	shim_passthrough_stats ps;
+
+	if (atomic_load(&forked_child))
+		return; /* the parent's runtime: not ours to tear down */
+	pthread_mutex_lock(&create_lock);
+	/* Hooks that run after this (other exit handlers freeing memory) pass through. */
+	atomic_store(&cuda_state, SIDE_UNAVAILABLE);
+	atomic_store(&acl_state, SIDE_UNAVAILABLE);
+	log_side("cuda", rt.cuda_core);
+	log_side("acl", rt.acl_core);
+	shim_passthrough_stats_get(&ps);
+	vmm_log(VMM_LOG_INFO, "exit: passed through %llu device allocations (%llu bytes), "
+		"%llu managed, %llu host, %llu arrays, %llu acl",
+		(unsigned long long)ps.device_allocs, (unsigned long long)ps.device_bytes,
+		(unsigned long long)ps.managed_allocs, (unsigned long long)ps.host_allocs,
+		(unsigned long long)ps.array_allocs, (unsigned long long)ps.acl_allocs);
+	destroy_side(&rt.cuda_core, &rt.cuda_app, &rt.cuda);
+	destroy_side(&rt.acl_core, NULL, &rt.acl);
+	pthread_mutex_unlock(&create_lock);
+}
+
+static void in_child(void)
+{
+	atomic_store(&forked_child, true);
+	pthread_mutex_init(&create_lock, NULL);
+	gate_reset_after_fork();
+}
+
+/* Called with create_lock held, once a side is ready. */
+static void side_ready_locked(void)
+{
+	vmm_error err;
+
+	if (!exit_registered) {
+		exit_registered = true;
+		if (atexit(at_exit))
+			vmm_log(VMM_LOG_WARN, "cannot register the exit handler: memory is freed by "
+				"the driver at exit instead");
+		pthread_atfork(NULL, NULL, in_child);
+	}
+	if (!control_started && rt.cfg.control && shim_control_start) {
+		control_started = true;
+		vmm_error_clear(&err);
+		if (shim_control_start(&rt, &err))
+			vmm_log(VMM_LOG_WARN, "control server not started: %s", err.msg);
+	}
+}
+
+static void load_config_locked(void)
+{
+	if (!cfg_loaded) {
+		shim_config_load(&rt.cfg);
+		cfg_loaded = true;
+	}
+}
+
+static int create_cuda_locked(void)
+{
+	vmm_error err;
+
+	load_config_locked();
+	if (rt.cfg.disable)
+		return SIDE_UNAVAILABLE;
+	vmm_error_clear(&err);
+	if (vmm_backend_cuda_open(&rt.cuda, &err)) {
+		vmm_log(VMM_LOG_INFO, "CUDA driver not usable, passing through: %s", err.msg);
+		return SIDE_UNAVAILABLE;
+	}
+	if (vmm_core_create(rt.cuda, &rt.cfg.core, &rt.cuda_core, &err)) {
+		vmm_log(VMM_LOG_WARN, "cannot create the CUDA heap, passing through: %s", err.msg);
+		rt.cuda->close(rt.cuda);
+		rt.cuda = NULL;
+		return SIDE_UNAVAILABLE;
+	}
+	if (!vmm_app_registry_create) {
+		rt.cuda_app = NULL;
+	} else if (vmm_app_registry_create(rt.cuda, &rt.cuda_app, &err)) {
+		vmm_log(VMM_LOG_WARN, "the program's own VMM mappings will not be tracked: %s",
+			err.msg);
+		rt.cuda_app = NULL;
+	}
+	vmm_log(VMM_LOG_INFO, "serving CUDA device memory (cache limit %zu, max handle %zu)",
+		rt.cfg.core.cache_limit, rt.cfg.core.max_handle_bytes);
+	return SIDE_READY;
+}
+
+static int create_acl_locked(void)
+{
+	vmm_error err;
+
+	load_config_locked();
+	if (rt.cfg.disable)
+		return SIDE_UNAVAILABLE;
+	vmm_error_clear(&err);
+	if (vmm_backend_acl_open(&rt.acl, &err)) {
+		vmm_log(VMM_LOG_INFO, "ACL runtime not usable, passing through: %s", err.msg);
+		return SIDE_UNAVAILABLE;
+	}
+	if (vmm_core_create(rt.acl, &rt.cfg.core, &rt.acl_core, &err)) {
+		vmm_log(VMM_LOG_WARN, "cannot create the ACL heap, passing through: %s", err.msg);
+		rt.acl->close(rt.acl);
+		rt.acl = NULL;
+		return SIDE_UNAVAILABLE;
+	}
+	vmm_log(VMM_LOG_INFO, "serving ACL device memory");
+	return SIDE_READY;
+}
+
+static shim_runtime *get_side(atomic_int *state, int (*create)(void))
+{
+	int st = atomic_load_explicit(state, memory_order_acquire);
+
+	if (st == SIDE_READY)
+		return atomic_load_explicit(&forked_child, memory_order_relaxed) ? NULL : &rt;
+	if (st == SIDE_UNAVAILABLE || creating || atomic_load(&forked_child))
+		return NULL;
+	pthread_mutex_lock(&create_lock);
+	st = atomic_load(state);
+	if (st == SIDE_UNTRIED) {
+		creating = true;
+		st = create();
+		creating = false;
+		if (st == SIDE_READY)
+			side_ready_locked();
+		atomic_store_explicit(state, st, memory_order_release);
+	}
+	pthread_mutex_unlock(&create_lock);
+	return st == SIDE_READY ? &rt : NULL;
+}
+
+shim_runtime *shim_runtime_cuda(void)
+{
+	return get_side(&cuda_state, create_cuda_locked);
+}
+
+shim_runtime *shim_runtime_acl(void)
+{
+	return get_side(&acl_state, create_acl_locked);
+}
+
+shim_runtime *shim_runtime_peek(void)
+{
+	if (atomic_load_explicit(&forked_child, memory_order_relaxed))
+		return NULL;
+	if (atomic_load_explicit(&cuda_state, memory_order_acquire) == SIDE_READY ||
+	    atomic_load_explicit(&acl_state, memory_order_acquire) == SIDE_READY)
+		return &rt;
+	return NULL;
+}
+
+bool shim_in_forked_child(void)
+{
+	return atomic_load_explicit(&forked_child, memory_order_relaxed);
+}
+
+void shim_count_passthrough(enum shim_pass_kind kind, size_t bytes)
+{
+	switch (kind) {
+	case PASS_DEVICE:
+		atomic_fetch_add(&pass.device_allocs, 1);
+		atomic_fetch_add(&pass.device_bytes, bytes);
+		break;
+	case PASS_DEVICE_FREE:
+		atomic_fetch_add(&pass.device_frees, 1);
+		break;
+	case PASS_MANAGED:
+		atomic_fetch_add(&pass.managed_allocs, 1);
+		atomic_fetch_add(&pass.managed_bytes, bytes);
+		break;
+	case PASS_HOST:
+		atomic_fetch_add(&pass.host_allocs, 1);
+		atomic_fetch_add(&pass.host_bytes, bytes);
+		break;
+	case PASS_ARRAY:
+		atomic_fetch_add(&pass.array_allocs, 1);
+		break;
+	case PASS_ACL:
+		atomic_fetch_add(&pass.acl_allocs, 1);
+		atomic_fetch_add(&pass.acl_bytes, bytes);
+		break;
+	case PASS_ACL_FREE:
+		atomic_fetch_add(&pass.acl_frees, 1);
+		break;
+	}
+}
+
+void shim_passthrough_stats_get(shim_passthrough_stats *out)
+{
+	out->device_allocs = atomic_load(&pass.device_allocs);
+	out->device_bytes = atomic_load(&pass.device_bytes);
+	out->device_frees = atomic_load(&pass.device_frees);
+	out->managed_allocs = atomic_load(&pass.managed_allocs);
+	out->managed_bytes = atomic_load(&pass.managed_bytes);
+	out->host_allocs = atomic_load(&pass.host_allocs);
+	out->host_bytes = atomic_load(&pass.host_bytes);
+	out->array_allocs = atomic_load(&pass.array_allocs);
+	out->acl_allocs = atomic_load(&pass.acl_allocs);
+	out->acl_bytes = atomic_load(&pass.acl_bytes);
+	out->acl_frees = atomic_load(&pass.acl_frees);
+}
+
+void shim_set_thread_tag(const char *tag)
+{
+	thread_tag = tag;
+}
+
+const char *shim_thread_tag(void)
+{
+	return thread_tag;
+}
