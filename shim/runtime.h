@@ -5,6 +5,7 @@
 #define VMMSHIM_RUNTIME_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "../core/app_vmm.h"
 #include "../core/backend/backend.h"
@@ -27,5 +28,22 @@ shim_runtime *shim_runtime_cuda(void);
 shim_runtime *shim_runtime_acl(void);
 /* The runtime if it exists, without creating anything. */
 shim_runtime *shim_runtime_peek(void);
+
+/* Allocations the shim saw but left to the driver (not managed): device memory it passed through
+ * (disabled, no context, stream capture, a failure of the core), managed and host memory, arrays.
+ * Cumulative since the start, for `vmmctl status`. */
+typedef struct shim_passthrough_stats {
+	uint64_t device_allocs, device_bytes, device_frees;
+	uint64_t managed_allocs, managed_bytes;
+	uint64_t host_allocs, host_bytes;
+	uint64_t array_allocs;
+	uint64_t acl_allocs, acl_bytes, acl_frees;
+} shim_passthrough_stats;
+void shim_passthrough_stats_get(shim_passthrough_stats *out);
+
+/* The tag this thread's allocations get (NULL: the default tag). The string must outlive its use
+ * as the thread's tag (the core copies it at each allocation). */
+void shim_set_thread_tag(const char *tag);
+const char *shim_thread_tag(void);
 
 #endif
