@@ -1,0 +1,41 @@
+/* What the control plane's files share among themselves (not part of any contract). */
+#ifndef VMMSHIM_CONTROL_INTERNAL_H
+#define VMMSHIM_CONTROL_INTERNAL_H
+
+#include <stdbool.h>
+
+#include "../../core/offload.h"
+#include "protocol.h"
+
+/* Default bound on the wait for in-flight device calls when closing the gate. */
+#define CONTROL_GATE_TIMEOUT_MS 10000
+
+/* shim_sleep / shim_wake with every knob: autowake (a submission while held wakes the process)
+ * and the gate wait bound (<= 0: the default). */
+vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, int timeout_ms,
+			 vmm_transfer_result *res, vmm_error *err);
+vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer_result *res,
+			vmm_error *err);
+
+/* The process's sleep state, for info and status. */
+typedef struct control_state {
+	bool held;        /* device work is held until wake */
+	bool autowake;    /* a held submission wakes the process */
+	bool any_asleep;
+	bool all_asleep;  /* something is managed and all of it is asleep */
+} control_state;
+void control_state_get(control_state *out);
+
+/* VMMSHIM_AUTOWAKE=1: autowake is on for every sleep. */
+void control_set_autowake_default(bool on);
+
+/* Stop serving sleep/wake (process exit): waits (bounded) for one in progress to finish. */
+void control_sleep_shutdown(void);
+
+/* Answer one parsed request into w (header, records, end). */
+void control_dispatch(const proto_request *req, proto_writer *w);
+
+/* The protocol's error word for a status. */
+const char *control_error_word(vmm_status s);
+
+#endif

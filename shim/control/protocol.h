@@ -1,0 +1,144 @@
+/* The control protocol between vmmctl and the control server inside a shimmed process. This header
+ * is the one definition both sides compile; docs/vmmctl.md describes it for users.
+ *
+ * Transport: a Unix stream socket per process, $VMMSHIM_RUN_DIR/<pid>.sock (see run_dir.h). One
+ * request per connection.
+ *
+ * Request: one line of at most PROTO_MAX_REQUEST bytes, newline included:
+ *
+ *     vmmshim/1 VERB [key=value ...]\n
+ *
+ *   VERB     hello | status | sleep | wake
+ *   keys     tag="T" (every tag when absent), device=N (every device when absent or -1),
+ *            discard=true|false, autowake=true|false (sleep only), timeout_ms=N (how long the
+ *            server may wait for in-flight device work to drain; 0 or absent: its default).
+ *   A key may appear once; unknown verbs, keys or versions, bad values and over-long requests are
+ *   refused with an error response and change nothing. The server reads a request for at most
+ *   PROTO_READ_DEADLINE_MS; a client that is slower is disconnected.
+ *
+ * Response: lines of at most PROTO_MAX_LINE bytes. The first is "vmmshim/1 WORD" where WORD is
+ * ok, already (nothing to do, nothing changed) or error; then records; then "end".
+ * A record is "KIND key=value ...". Values are typed on the wire: integers and decimals are bare
+ * (42, 1.5, -1), booleans are true/false, strings are in double quotes with every byte outside
+ * '!'..'~' and every '"', '%' and '=' written as %XX. Records, by kind:
+ *
+ *   info     pid, command, version, protocol, devices (e.g. "0,1"), managed (bytes the shim
+ *            manages, resident or asleep), state (awake | asleep | partial), held (whether device
+ *            work is held until wake), autowake
+ *   device   backend, dev, live, mapped, cached, reserved, asleep, host_backup, app_handles,
+ *            app_mapped, app_asleep, app_host_backup, app_unreleasable, free, total, unmanaged
+ *   tag      backend, dev, name, live, mapped, cached, asleep, host_backup
+ *   result   released, copied, seconds, gbps, already
+ *   error    status (one of the PROTO_ERR_* words), message
+ *
+ * Versioning: a server answers only the versions it knows ("vmmshim/1" here); new keys and record
+ * fields may be added within a version, so readers ignore fields they do not know. */
+#ifndef VMMSHIM_PROTOCOL_H
+#define VMMSHIM_PROTOCOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define PROTO_VERSION 1
+#define PROTO_MAGIC "vmmshim/1"
+#define PROTO_MAX_REQUEST 4096
+#define PROTO_MAX_LINE 4096
+#define PROTO_MAX_RESPONSE (1u << 20)
+#define PROTO_READ_DEADLINE_MS 2000
+#define PROTO_WRITE_DEADLINE_MS 2000
+#define PROTO_TAG_MAX 32            /* bytes with the NUL: as VMM_TAG_MAX */
+#define PROTO_KEY_MAX 24
+#define PROTO_VALUE_MAX 512
+#define PROTO_MAX_FIELDS 32
+#define PROTO_MAX_DEVICE 15         /* VMM_MAX_DEVICES - 1 */
+
+/* Error words carried by "error status=...". */
+#define PROTO_ERR_MALFORMED "malformed"      /* the request could not be parsed */
+#define PROTO_ERR_PERMISSION "permission"    /* the client's uid may not drive this process */
+#define PROTO_ERR_INVALID "invalid"
+#define PROTO_ERR_OOM "oom"
+#define PROTO_ERR_HOST_OOM "host_oom"
+#define PROTO_ERR_DRIVER "driver"
+#define PROTO_ERR_BUSY "busy"
+#define PROTO_ERR_UNSUPPORTED "unsupported"
+#define PROTO_ERR_NOT_READY "not_ready"      /* no device memory managed yet */
+#define PROTO_ERR_INTERNAL "internal"
+
+typedef enum proto_verb {
+	PROTO_HELLO,
+	PROTO_STATUS,
+	PROTO_SLEEP,
+	PROTO_WAKE,
+} proto_verb;
+
+typedef struct proto_request {
+	proto_verb verb;
+	char tag[PROTO_TAG_MAX];  /* "" = every tag */
+	int device;               /* -1 = every device */
+	bool discard;
+	bool autowake;
+	int timeout_ms;           /* 0 = the server's default */
+} proto_request;
+
+const char *proto_verb_name(proto_verb v);
+
+/* Parse one request. Pure: reads only buf[0..len), needs no NUL, writes only *out and why.
+ * Returns 0 and fills *out, or -1 with a reason in why (and *out unspecified). */
+int proto_parse_request(const char *buf, size_t len, proto_request *out, char *why,
+			size_t whylen);
+
+/* Write req as a request line (newline included, NUL-terminated). Returns the length, or 0 when
+ * cap is too small or req is invalid. */
+size_t proto_format_request(const proto_request *req, char *buf, size_t cap);
+
+/* Response records, parsed. */
+typedef enum proto_type { PROTO_T_NUMBER, PROTO_T_BOOL, PROTO_T_STRING } proto_type;
+
+typedef struct proto_field {
+	char key[PROTO_KEY_MAX];
+	char value[PROTO_VALUE_MAX]; /* decoded, NUL-terminated */
+	proto_type type;
+} proto_field;
+
+typedef struct proto_record {
+	char kind[PROTO_KEY_MAX];
+	int nfields;
+	proto_field fields[PROTO_MAX_FIELDS];
+} proto_record;
+
+/* Parse one response line (without its newline). Pure, like proto_parse_request. */
+int proto_parse_record(const char *line, size_t len, proto_record *out, char *why, size_t whylen);
+/* The response's first line: "vmmshim/1 ok|already|error". Returns the word or NULL. */
+const char *proto_parse_header(const char *line, size_t len);
+
+const proto_field *proto_record_field(const proto_record *r, const char *key);
+const char *proto_record_str(const proto_record *r, const char *key); /* NULL when absent */
+bool proto_record_u64(const proto_record *r, const char *key, uint64_t *out);
+bool proto_record_double(const proto_record *r, const char *key, double *out);
+bool proto_record_bool(const proto_record *r, const char *key, bool *out);
+
+/* Building a response: a growing buffer of lines, capped at PROTO_MAX_RESPONSE (beyond that the
+ * writer records the overflow and drops the rest). */
+typedef struct proto_writer {
+	char *buf;
+	size_t len, cap;
+	bool failed;      /* out of memory or over the cap */
+	bool in_record;
+} proto_writer;
+
+void proto_writer_init(proto_writer *w);
+void proto_writer_free(proto_writer *w);
+void proto_header(proto_writer *w, const char *word);
+void proto_record_begin(proto_writer *w, const char *kind);
+void proto_put_u64(proto_writer *w, const char *key, uint64_t v);
+void proto_put_int(proto_writer *w, const char *key, long long v);
+void proto_put_double(proto_writer *w, const char *key, double v);
+void proto_put_bool(proto_writer *w, const char *key, bool v);
+void proto_put_str(proto_writer *w, const char *key, const char *s);
+void proto_record_end(proto_writer *w);
+void proto_end(proto_writer *w);
+/* A whole error response: header, error record, end. */
+void proto_error_response(proto_writer *w, const char *status, const char *message);
+
+#endif

@@ -1,0 +1,167 @@
+/* shim/vmmshim.h: the in-process API, a thin layer over the orchestration (sleep_control.c) and
+ * the core's statistics. Tags are thread-local: the runtime's memory hooks read them with
+ * shim_thread_tag(). */
+#include <stdio.h>
+#include <string.h>
+
+#include "../runtime.h"
+#include "../vmmshim.h"
+#include "control.h"
+#include "control_internal.h"
+
+_Static_assert(VMMSHIM_TAG_MAX == VMM_TAG_MAX, "one tag size");
+_Static_assert((int)VMMSHIM_E_INVALID == (int)VMM_E_INVALID &&
+	       (int)VMMSHIM_E_OOM == (int)VMM_E_OOM &&
+	       (int)VMMSHIM_E_HOST_OOM == (int)VMM_E_HOST_OOM &&
+	       (int)VMMSHIM_E_NOT_OURS == (int)VMM_E_NOT_OURS &&
+	       (int)VMMSHIM_E_DRIVER == (int)VMM_E_DRIVER &&
+	       (int)VMMSHIM_E_ALREADY == (int)VMM_E_ALREADY &&
+	       (int)VMMSHIM_E_BUSY == (int)VMM_E_BUSY &&
+	       (int)VMMSHIM_E_UNSUPPORTED == (int)VMM_E_UNSUPPORTED,
+	       "the public result numbers are the core's statuses");
+
+static _Thread_local char thread_tag[VMM_TAG_MAX];
+static _Thread_local char last_error[sizeof(((vmm_error *)0)->msg)];
+
+static int result(vmm_status s, const vmm_error *err)
+{
+	if (s)
+		snprintf(last_error, sizeof(last_error), "%s",
+			 err && err->msg[0] ? err->msg : vmm_status_name(s));
+	else
+		last_error[0] = '\0';
+	return (int)s;
+}
+
+static int invalid(const char *msg)
+{
+	snprintf(last_error, sizeof(last_error), "%s", msg);
+	return VMMSHIM_E_INVALID;
+}
+
+static bool valid_tag(const char *tag)
+{
+	size_t n = strnlen(tag, VMM_TAG_MAX);
+
+	if (n == 0 || n >= VMM_TAG_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)tag[i] < 0x20 || (unsigned char)tag[i] > 0x7e)
+			return false;
+	return true;
+}
+
+VMMSHIM_API int vmmshim_set_tag(const char *tag)
+{
+	if (!tag || !tag[0]) {
+		thread_tag[0] = '\0';
+		shim_set_thread_tag(NULL);
+		return result(VMM_OK, NULL);
+	}
+	if (!valid_tag(tag))
+		return invalid("a tag has 1 to 31 printable ASCII bytes");
+	memcpy(thread_tag, tag, strlen(tag) + 1);
+	shim_set_thread_tag(thread_tag);
+	return result(VMM_OK, NULL);
+}
+
+VMMSHIM_API const char *vmmshim_get_tag(void)
+{
+	const char *t = shim_thread_tag();
+
+	return t && t[0] ? t : VMM_DEFAULT_TAG;
+}
+
+static int check_tag_arg(const char *tag)
+{
+	if (tag && !valid_tag(tag))
+		return invalid("a tag has 1 to 31 printable ASCII bytes (NULL: every tag)");
+	return VMMSHIM_OK;
+}
+
+VMMSHIM_API int vmmshim_sleep_device(const char *tag, int device, int discard)
+{
+	vmm_sleep_opts opts = { .tag = tag, .device = device, .discard = discard != 0 };
+	vmm_error err;
+	int r = check_tag_arg(tag);
+
+	if (r)
+		return r;
+	vmm_error_clear(&err);
+	return result(shim_sleep(&opts, false, NULL, &err), &err);
+}
+
+VMMSHIM_API int vmmshim_wake_device(const char *tag, int device)
+{
+	vmm_sleep_opts opts = { .tag = tag, .device = device, .discard = false };
+	vmm_error err;
+	int r = check_tag_arg(tag);
+
+	if (r)
+		return r;
+	vmm_error_clear(&err);
+	return result(shim_wake(&opts, NULL, &err), &err);
+}
+
+VMMSHIM_API int vmmshim_sleep(const char *tag, int discard)
+{
+	return vmmshim_sleep_device(tag, -1, discard);
+}
+
+VMMSHIM_API int vmmshim_wake(const char *tag)
+{
+	return vmmshim_wake_device(tag, -1);
+}
+
+static void add_stats(vmmshim_stats_t *out, const vmm_stats *st)
+{
+	out->live_bytes += st->live_bytes;
+	out->live_count += st->live_count;
+	out->mapped_bytes += st->mapped_bytes;
+	out->cached_bytes += st->cached_bytes;
+	out->reserved_bytes += st->reserved_bytes;
+	out->asleep_bytes += st->asleep_bytes;
+	out->host_backup_bytes += st->host_backup_bytes;
+	out->peak_live_bytes += st->peak_live_bytes;
+	out->alloc_calls += st->alloc_calls;
+	out->free_calls += st->free_calls;
+}
+
+VMMSHIM_API int vmmshim_stats(const char *tag, int device, vmmshim_stats_t *out)
+{
+	vmm_core *cores[2];
+	shim_runtime *rt = shim_runtime_peek();
+	vmm_error err;
+	int n = 0, r;
+
+	if (!out)
+		return invalid("no place for the statistics (out is NULL)");
+	memset(out, 0, sizeof(*out));
+	if ((r = check_tag_arg(tag)))
+		return r;
+	if (device < -1 || device >= VMM_MAX_DEVICES)
+		return invalid("device must be -1 (all) or a device ordinal");
+	if (rt && rt->cuda_core)
+		cores[n++] = rt->cuda_core;
+	if (rt && rt->acl_core)
+		cores[n++] = rt->acl_core;
+	for (int i = 0; i < n; i++) {
+		vmm_stats st;
+		vmm_status s;
+
+		/* A device the heap never used has nothing to add. */
+		if (device >= 0 && !(vmm_devices_used(cores[i]) & (1u << device)))
+			continue;
+		vmm_error_clear(&err);
+		s = vmm_stats_get(cores[i], device, tag, &st, &err);
+		if (s)
+			return result(s, &err);
+		add_stats(out, &st);
+	}
+	return result(VMM_OK, NULL);
+}
+
+VMMSHIM_API const char *vmmshim_last_error(void)
+{
+	return last_error;
+}

@@ -1,0 +1,359 @@
+/* Sleep and wake of the whole process, a tag or a device: the order of operations across the
+ * submission gate, the core heaps (CUDA, Ascend) and the program's own VMM mappings, with
+ * roll-back when a step fails. One sleep or wake at a time (ctl_lock).
+ *
+ * Sleep: close the gate (bounded wait for calls in flight) -> vmm_sleep on each core -> the app
+ * mappings (whole-process sleeps only) -> keep the gate closed until wake (hold) or reopen it.
+ * Wake: app mappings -> cores -> reopen the gate once no held sleep is left. */
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../core/log.h"
+#include "../gate.h"
+#include "../runtime.h"
+#include "control.h"
+#include "control_internal.h"
+
+/* The app-mapping registry may be absent from a build (its module lands separately): then only
+ * the heaps sleep. */
+#pragma weak vmm_app_sleep
+#pragma weak vmm_app_wake
+#pragma weak vmm_app_is_asleep
+
+static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool held;             /* the gate is closed by a sleep until the matching wake */
+static bool held_autowake;    /* ...and a submission that meets it wakes the process */
+static bool autowake_default; /* VMMSHIM_AUTOWAKE */
+static bool shut_down;
+
+/* One thing that sleeps and wakes: a core heap or the app-mapping registry. */
+struct part {
+	const char *name;
+	vmm_status (*sleep)(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
+			    vmm_error *e);
+	vmm_status (*wake)(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
+			   vmm_error *e);
+	bool (*asleep)(void *obj);
+	void *obj;
+};
+
+static vmm_status core_sleep(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
+			     vmm_error *e)
+{
+	return vmm_sleep(obj, o, r, e);
+}
+
+static vmm_status core_wake(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
+			    vmm_error *e)
+{
+	return vmm_wake(obj, o, r, e);
+}
+
+static bool core_asleep(void *obj)
+{
+	return vmm_is_asleep(obj, -1, NULL);
+}
+
+static vmm_status app_sleep(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
+			    vmm_error *e)
+{
+	return vmm_app_sleep(obj, o, r, e);
+}
+
+static vmm_status app_wake(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
+			   vmm_error *e)
+{
+	return vmm_app_wake(obj, o, r, e);
+}
+
+static bool app_asleep(void *obj)
+{
+	return vmm_app_is_asleep(obj, -1);
+}
+
+/* The parts in sleep order; wake walks them backwards. App mappings belong to no tag, so only
+ * sleeps of every tag include them. */
+static int collect_parts(shim_runtime *rt, bool with_app, struct part *p)
+{
+	int n = 0;
+
+	if (rt->cuda_core)
+		p[n++] = (struct part){ "cuda heap", core_sleep, core_wake, core_asleep,
+					rt->cuda_core };
+	if (rt->acl_core)
+		p[n++] = (struct part){ "acl heap", core_sleep, core_wake, core_asleep,
+					rt->acl_core };
+	if (with_app && rt->cuda_app && vmm_app_sleep && vmm_app_wake && vmm_app_is_asleep)
+		p[n++] = (struct part){ "app mappings", app_sleep, app_wake, app_asleep,
+					rt->cuda_app };
+	return n;
+}
+
+static double now_seconds(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void add_result(vmm_transfer_result *sum, const vmm_transfer_result *r)
+{
+	sum->bytes_released += r->bytes_released;
+	sum->bytes_copied += r->bytes_copied;
+}
+
+static bool anything_asleep(shim_runtime *rt)
+{
+	struct part parts[3];
+	int n = collect_parts(rt, true, parts);
+
+	for (int i = 0; i < n; i++)
+		if (parts[i].asleep(parts[i].obj))
+			return true;
+	return false;
+}
+
+/* Take ctl_lock, or fail when the process is exiting. */
+static vmm_status lock_control(vmm_error *err, shim_runtime **rt)
+{
+	pthread_mutex_lock(&ctl_lock);
+	if (shut_down) {
+		pthread_mutex_unlock(&ctl_lock);
+		return vmm_fail(err, VMM_E_BUSY, 0, "the process is exiting");
+	}
+	*rt = shim_runtime_peek();
+	if (!*rt || (!(*rt)->cuda_core && !(*rt)->acl_core)) {
+		pthread_mutex_unlock(&ctl_lock);
+		return vmm_fail(err, VMM_E_INVALID, 0,
+				"no device memory is managed by vmmshim in this process yet");
+	}
+	return VMM_OK;
+}
+
+static vmm_status check_opts(const vmm_sleep_opts *opts, vmm_error *err)
+{
+	if (!opts)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no options");
+	if (opts->device < -1 || opts->device >= VMM_MAX_DEVICES)
+		return vmm_fail(err, VMM_E_INVALID, 0, "device %d is not -1..%d", opts->device,
+				VMM_MAX_DEVICES - 1);
+	if (opts->tag && (!opts->tag[0] || strlen(opts->tag) >= VMM_TAG_MAX))
+		return vmm_fail(err, VMM_E_INVALID, 0, "a tag has 1 to %d bytes",
+				VMM_TAG_MAX - 1);
+	return VMM_OK;
+}
+
+static void autowake_fn(void)
+{
+	vmm_sleep_opts all = { .tag = NULL, .device = -1, .discard = false };
+	vmm_transfer_result res;
+	vmm_error err;
+
+	vmm_error_clear(&err);
+	vmm_status s = control_wake(&all, 0, &res, &err);
+	if (s && s != VMM_E_ALREADY)
+		vmm_log(VMM_LOG_WARN, "autowake failed (will retry on the next submission): %s",
+			err.msg);
+	else
+		vmm_log(VMM_LOG_INFO, "autowake: %llu bytes back in %.3f s",
+			(unsigned long long)res.bytes_copied, res.seconds);
+}
+
+vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, int timeout_ms,
+			 vmm_transfer_result *res, vmm_error *err)
+{
+	vmm_transfer_result sum = { 0 }, part_res;
+	struct part parts[3];
+	bool done[3] = { false };
+	bool changed = false, was_held;
+	shim_runtime *rt;
+	vmm_status s;
+	double t0 = now_seconds();
+	int n;
+
+	if ((s = check_opts(opts, err)))
+		return s;
+	if ((s = lock_control(err, &rt)))
+		return s;
+	was_held = held;
+	if (!was_held) {
+		s = gate_close(timeout_ms > 0 ? timeout_ms : CONTROL_GATE_TIMEOUT_MS, err);
+		if (s) {
+			pthread_mutex_unlock(&ctl_lock);
+			return s;
+		}
+	}
+	n = collect_parts(rt, opts->tag == NULL, parts);
+	for (int i = 0; i < n; i++) {
+		memset(&part_res, 0, sizeof(part_res));
+		s = parts[i].sleep(parts[i].obj, opts, &part_res, err);
+		if (s == VMM_E_ALREADY)
+			continue;
+		if (s) {
+			vmm_error rb;
+
+			/* Roll back: wake what this call put to sleep. */
+			for (int j = i - 1; j >= 0; j--) {
+				if (!done[j])
+					continue;
+				vmm_error_clear(&rb);
+				if (parts[j].wake(parts[j].obj, opts, &part_res, &rb))
+					vmm_log(VMM_LOG_ERROR, "sleep roll-back: waking the %s "
+						"failed: %s", parts[j].name, rb.msg);
+			}
+			if (!was_held)
+				gate_open();
+			pthread_mutex_unlock(&ctl_lock);
+			vmm_log(VMM_LOG_WARN, "sleep failed in the %s, rolled back: %s",
+				parts[i].name, err ? err->msg : "");
+			return s;
+		}
+		done[i] = true;
+		changed = true;
+		add_result(&sum, &part_res);
+	}
+	if (changed && hold) {
+		held = true;
+		held_autowake = autowake || autowake_default;
+		if (held_autowake)
+			gate_set_autowake(true, autowake_fn);
+	} else if (!was_held) {
+		gate_open();
+	}
+	pthread_mutex_unlock(&ctl_lock);
+	sum.seconds = now_seconds() - t0;
+	sum.already = !changed;
+	if (res)
+		*res = sum;
+	if (!changed)
+		return vmm_fail(err, VMM_E_ALREADY, 0, "already asleep: nothing changed");
+	vmm_log(VMM_LOG_INFO, "sleep: released %llu bytes, copied %llu in %.3f s",
+		(unsigned long long)sum.bytes_released, (unsigned long long)sum.bytes_copied,
+		sum.seconds);
+	return VMM_OK;
+}
+
+vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer_result *res,
+			vmm_error *err)
+{
+	vmm_transfer_result sum = { 0 }, part_res;
+	struct part parts[3];
+	bool done[3] = { false };
+	bool changed = false;
+	shim_runtime *rt;
+	vmm_status s;
+	double t0 = now_seconds();
+	int n;
+
+	(void)timeout_ms; /* a wake does not close the gate: nothing to wait for */
+	if ((s = check_opts(opts, err)))
+		return s;
+	if ((s = lock_control(err, &rt)))
+		return s;
+	n = collect_parts(rt, opts->tag == NULL, parts);
+	for (int i = n - 1; i >= 0; i--) {
+		memset(&part_res, 0, sizeof(part_res));
+		s = parts[i].wake(parts[i].obj, opts, &part_res, err);
+		if (s == VMM_E_ALREADY)
+			continue;
+		if (s) {
+			vmm_sleep_opts keep = *opts;
+			vmm_error rb;
+
+			/* Roll back: what this call woke goes back to sleep, contents kept. */
+			keep.discard = false;
+			for (int j = i + 1; j < n; j++) {
+				if (!done[j])
+					continue;
+				vmm_error_clear(&rb);
+				if (parts[j].sleep(parts[j].obj, &keep, &part_res, &rb))
+					vmm_log(VMM_LOG_ERROR, "wake roll-back: the %s stays awake: "
+						"%s", parts[j].name, rb.msg);
+			}
+			pthread_mutex_unlock(&ctl_lock);
+			vmm_log(VMM_LOG_WARN, "wake failed in the %s (still asleep): %s",
+				parts[i].name, err ? err->msg : "");
+			return s;
+		}
+		done[i] = true;
+		changed = true;
+		add_result(&sum, &part_res);
+	}
+	/* A held sleep ends with a wake of everything, or when nothing is asleep any more. */
+	if (held && ((!opts->tag && opts->device < 0) || !anything_asleep(rt))) {
+		held = false;
+		held_autowake = false;
+		gate_set_autowake(autowake_default, autowake_default ? autowake_fn : NULL);
+		gate_open();
+	}
+	pthread_mutex_unlock(&ctl_lock);
+	sum.seconds = now_seconds() - t0;
+	sum.already = !changed;
+	if (res)
+		*res = sum;
+	if (!changed)
+		return vmm_fail(err, VMM_E_ALREADY, 0, "already awake: nothing changed");
+	vmm_log(VMM_LOG_INFO, "wake: re-created %llu bytes, copied %llu in %.3f s",
+		(unsigned long long)sum.bytes_released, (unsigned long long)sum.bytes_copied,
+		sum.seconds);
+	return VMM_OK;
+}
+
+vmm_status shim_sleep(const vmm_sleep_opts *opts, bool hold, vmm_transfer_result *res,
+		      vmm_error *err)
+{
+	return control_sleep(opts, hold, false, 0, res, err);
+}
+
+vmm_status shim_wake(const vmm_sleep_opts *opts, vmm_transfer_result *res, vmm_error *err)
+{
+	return control_wake(opts, 0, res, err);
+}
+
+void control_state_get(control_state *out)
+{
+	shim_runtime *rt;
+	struct part parts[3];
+	int n, asleep = 0;
+
+	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&ctl_lock);
+	out->held = held;
+	out->autowake = held ? held_autowake : autowake_default;
+	rt = shim_runtime_peek();
+	n = rt && !shut_down ? collect_parts(rt, true, parts) : 0;
+	for (int i = 0; i < n; i++)
+		asleep += parts[i].asleep(parts[i].obj);
+	pthread_mutex_unlock(&ctl_lock);
+	out->any_asleep = asleep > 0;
+	out->all_asleep = held || (n > 0 && asleep == n);
+}
+
+void control_set_autowake_default(bool on)
+{
+	pthread_mutex_lock(&ctl_lock);
+	autowake_default = on;
+	if (!held)
+		gate_set_autowake(on, on ? autowake_fn : NULL);
+	pthread_mutex_unlock(&ctl_lock);
+}
+
+void control_sleep_shutdown(void)
+{
+	struct timespec ts;
+
+	/* A sleep or wake in progress finishes first (bounded: exit must not hang on it). */
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 5;
+	if (pthread_mutex_timedlock(&ctl_lock, &ts)) {
+		vmm_log(VMM_LOG_WARN, "exit: a sleep or wake is still running");
+		return;
+	}
+	shut_down = true;
+	if (held)
+		vmm_log(VMM_LOG_INFO, "exit while asleep: the host copy is freed with the process");
+	pthread_mutex_unlock(&ctl_lock);
+}

@@ -1,0 +1,78 @@
+/* vmmshim's in-process API, for programs that want to cooperate with the shim: name the memory
+ * their threads allocate (tags), put a tag to sleep and wake it, read statistics.
+ *
+ * The functions live in libvmmshim.so. A program run under LD_PRELOAD finds them with
+ * dlsym(RTLD_DEFAULT, "vmmshim_sleep") (Python: ctypes.CDLL(None).vmmshim_sleep), so it keeps
+ * working without the shim; a program may also link libvmmshim.so directly.
+ *
+ * Every function returns VMMSHIM_OK (0) or an error number; vmmshim_last_error() gives the calling
+ * thread's message for the last failure. Nothing here aborts or exits.
+ *
+ * In-process sleeps do not hold the program's device work: the caller promises not to touch the
+ * memory of a sleeping tag until it wakes it (vmmctl sleeps, from outside, do hold it). */
+#ifndef VMMSHIM_H
+#define VMMSHIM_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define VMMSHIM_API __attribute__((visibility("default")))
+
+#define VMMSHIM_TAG_MAX 32            /* bytes with the terminating NUL */
+
+enum vmmshim_result {
+	VMMSHIM_OK = 0,
+	VMMSHIM_E_INVALID = 1,        /* bad argument, or no device memory managed yet */
+	VMMSHIM_E_OOM = 2,            /* wake: not enough device memory (still asleep) */
+	VMMSHIM_E_HOST_OOM = 3,       /* sleep: no host memory for the copy (nothing changed) */
+	VMMSHIM_E_NOT_OURS = 4,
+	VMMSHIM_E_DRIVER = 5,
+	VMMSHIM_E_ALREADY = 6,        /* already asleep / awake: nothing changed */
+	VMMSHIM_E_BUSY = 7,           /* device calls did not drain in time, or exiting */
+	VMMSHIM_E_UNSUPPORTED = 8,
+};
+
+/* Statistics, in bytes unless said otherwise. A flat struct of uint64_t (easy with ctypes). */
+typedef struct vmmshim_stats_t {
+	uint64_t live_bytes;          /* sizes asked for by live allocations */
+	uint64_t live_count;
+	uint64_t mapped_bytes;        /* physical memory mapped (live + cached) */
+	uint64_t cached_bytes;        /* mapped but free, kept for reuse */
+	uint64_t reserved_bytes;      /* virtual address space reserved */
+	uint64_t asleep_bytes;        /* released by sleep, re-created at wake */
+	uint64_t host_backup_bytes;   /* host memory holding sleeping contents */
+	uint64_t peak_live_bytes;
+	uint64_t alloc_calls;
+	uint64_t free_calls;
+} vmmshim_stats_t;
+
+/* The tag of the calling thread's next allocations (NULL or "" = "default"). A tag has 1 to 31
+ * printable ASCII bytes; it is copied. */
+VMMSHIM_API int vmmshim_set_tag(const char *tag);
+/* The calling thread's tag ("default" when none was set). */
+VMMSHIM_API const char *vmmshim_get_tag(void);
+
+/* Sleep every allocation of tag (NULL = every tag and the program's own VMM mappings) on every
+ * device: contents are copied to host memory, or dropped when discard is non-zero; the physical
+ * memory is given back while every address stays reserved. */
+VMMSHIM_API int vmmshim_sleep(const char *tag, int discard);
+/* Wake tag (NULL = everything): memory re-created at the same addresses, contents copied back. */
+VMMSHIM_API int vmmshim_wake(const char *tag);
+/* The same, for one device (-1 = every device). */
+VMMSHIM_API int vmmshim_sleep_device(const char *tag, int device, int discard);
+VMMSHIM_API int vmmshim_wake_device(const char *tag, int device);
+
+/* Statistics of tag (NULL = all) on device (-1 = all); out is filled with zeros first. */
+VMMSHIM_API int vmmshim_stats(const char *tag, int device, vmmshim_stats_t *out);
+
+/* The calling thread's message for its last failed call ("" when none). */
+VMMSHIM_API const char *vmmshim_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
