@@ -11,7 +11,10 @@
 #include "vmm_error.h"
 
 /* A host backup: page-aligned host memory, registered (pinned) with the backend where possible.
- * Allocated once per sleeping range and kept for the next cycle unless freed. */
+ * Allocated once per sleeping range and kept for the next cycle unless freed. A buffer that is not
+ * provisioned at allocation is touched and pinned piecewise by the first copy that uses it (the
+ * engine finds it from any address inside it); `pinned` then still says 0, although the copies
+ * run pinned: read vmm_host_buf_pinned_bytes for the truth. */
 typedef struct vmm_host_buf {
 	void *ptr;
 	size_t size;
@@ -30,10 +33,16 @@ typedef struct vmm_copy_stats {
 	uint64_t bytes;
 	double seconds;
 	double provision_seconds;   /* of which spent provisioning host memory */
+	double provision_wait_seconds; /* copies waited for provisioning (the overlap's shortfall) */
+	uint64_t staged_bytes;      /* went through the pinned staging ring (host not pinnable) */
 } vmm_copy_stats;
 
 vmm_status vmm_copy_engine_create(vmm_backend *be, int dev, vmm_copy_engine **out, vmm_error *err);
 void vmm_copy_engine_destroy(vmm_copy_engine *ce);
+/* Optional, before the first copy (VMM_E_BUSY after): chunk size in bytes (default 64 MiB) and
+ * number of streams (default 4, at most 8); 0 keeps the default. */
+vmm_status vmm_copy_engine_tune(vmm_copy_engine *ce, size_t chunk_bytes, int streams,
+				vmm_error *err);
 
 /* Allocate a host buffer of size bytes. Fails with VMM_E_HOST_OOM before touching anything when
  * the host cannot hold it (checked against MemAvailable). Provisioning (first touch, pinning) is
@@ -41,6 +50,8 @@ void vmm_copy_engine_destroy(vmm_copy_engine *ce);
 vmm_status vmm_host_buf_alloc(vmm_backend *be, size_t size, int provision_now, vmm_host_buf *out,
 			      vmm_error *err);
 void vmm_host_buf_free(vmm_backend *be, vmm_host_buf *buf);
+/* Bytes of buf that are registered with the backend now. */
+size_t vmm_host_buf_pinned_bytes(const vmm_host_buf *buf);
 /* Host bytes that could be had now (MemAvailable). */
 uint64_t vmm_host_available_bytes(void);
 

@@ -1,7 +1,6 @@
 /* Host backup buffers: page-aligned anonymous memory, huge pages requested where the system allows
  * them, checked against MemAvailable before anything is mapped, provisioned (touched and pinned)
  * either at once or segment by segment by the copy engine on first use. */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -152,13 +151,18 @@ void hb_settle(struct hb_rec *r, size_t seg, enum hb_seg_state st)
 	pthread_mutex_unlock(&tab_lock);
 }
 
-enum hb_seg_state hb_wait(struct hb_rec *r, size_t seg)
+enum hb_seg_state hb_wait(struct hb_rec *r, size_t seg, double *waited_s)
 {
 	enum hb_seg_state st;
+	double t0 = 0;
 
 	pthread_mutex_lock(&tab_lock);
-	while (r->seg[seg] == HB_BUSY)
-		pthread_cond_wait(&tab_cond, &tab_lock);
+	if (r->seg[seg] == HB_BUSY) {
+		t0 = vmm_now_s();
+		while (r->seg[seg] == HB_BUSY)
+			pthread_cond_wait(&tab_cond, &tab_lock);
+		*waited_s += vmm_now_s() - t0;
+	}
 	st = (enum hb_seg_state)r->seg[seg];
 	pthread_mutex_unlock(&tab_lock);
 	return st;
@@ -355,4 +359,24 @@ void vmm_host_buf_free(vmm_backend *be, vmm_host_buf *buf)
 		free(r);
 	}
 	memset(buf, 0, sizeof(*buf));
+}
+
+size_t vmm_host_buf_pinned_bytes(const vmm_host_buf *buf)
+{
+	struct hb_rec *r = buf && buf->ptr ? hb_find(buf->ptr) : NULL;
+	size_t bytes = 0;
+
+	if (!r)
+		return 0;
+	pthread_mutex_lock(&tab_lock);
+	for (size_t s = 0; s < r->nseg; s++) {
+		char *start;
+		size_t len;
+
+		hb_seg_bounds(r, s, &start, &len);
+		if (r->seg[s] == HB_PINNED)
+			bytes += len;
+	}
+	pthread_mutex_unlock(&tab_lock);
+	return bytes;
 }

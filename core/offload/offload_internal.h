@@ -41,10 +41,10 @@ void hb_seg_bounds(const struct hb_rec *r, size_t seg, char **start, size_t *len
 
 /* State transitions, under the table lock. claim: RAW -> BUSY and returns true (the caller must
  * provision and call hb_settle); any other state returns false. wait: blocks while BUSY and
- * returns the settled state. */
+ * returns the settled state, adding the time it blocked to *waited_s. */
 bool hb_claim(struct hb_rec *r, size_t seg);
 void hb_settle(struct hb_rec *r, size_t seg, enum hb_seg_state st);
-enum hb_seg_state hb_wait(struct hb_rec *r, size_t seg);
+enum hb_seg_state hb_wait(struct hb_rec *r, size_t seg, double *waited_s);
 
 /* Fault in [p, p+n) for writing without changing its contents. */
 void hb_touch(char *p, size_t n);
