@@ -74,6 +74,16 @@ struct vmm_backend {
 
 	/* Release everything the backend holds itself (not the core's handles). */
 	void (*close)(vmm_backend *be);
+
+	/* Optional (NULL where a backend lacks them), for the program's own VMM handles that sleep
+	 * releases and wake re-creates (app_vmm.h): create a handle from the program's own
+	 * allocation properties (prop: its CUmemAllocationProp, prop_size bytes, verbatim), and map
+	 * [offset, offset + size) of a handle at va (CUDA allows part of a handle; Ascend does not).
+	 * Without them the registry uses create and map, which covers whole handles at offset 0. */
+	vmm_status (*create_with_prop)(vmm_backend *be, int dev, size_t size, const void *prop,
+				       size_t prop_size, vmm_phys *handle, vmm_error *err);
+	vmm_status (*map_at)(vmm_backend *be, vmm_devptr va, size_t size, size_t offset,
+			     vmm_phys handle, vmm_error *err);
 };
 
 /* Open the CUDA backend over the real libcuda.so.1 (dlopen, cuInit). VMM_E_UNSUPPORTED when no
