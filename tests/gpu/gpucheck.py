@@ -593,7 +593,10 @@ class Matrix:
                                note=note))
 
     def bench_alloc(self):
-        if not self.want("bench alloc") or self.left() < 60:
+        if not self.want("bench alloc"):
+            return
+        if self.left() < 60:
+            self.badd("malloc+free pairs, growth", "not run", "", "", "", "out of time")
             return
         runs = {}
         for shim in (False, True):
@@ -619,7 +622,10 @@ class Matrix:
         self.badd("free those 64 GiB (ms)", fmt(s), fmt(n), ratio(s, n), "-")
 
     def bench_train(self):
-        if not self.want("bench train") or self.left() < 120:
+        if not self.want("bench train"):
+            return
+        if self.left() < 120:
+            self.badd("train (1)-(4)", "not run", "", "", "", "out of time")
             return
         argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/train.py"), "--mode",
                 "varlen", "--steps", str(self.a.train_steps), "--warmup", "3"]
@@ -677,7 +683,10 @@ class Matrix:
         return p.wait_for(answer, timeout=timeout)
 
     def bench_sleep(self):
-        if not self.want("bench sleep") or not (self.shim_ok and self.ctl_ok):
+        if not self.want("bench sleep"):
+            return
+        if not (self.shim_ok and self.ctl_ok):
+            self.badd("sleep/wake", "not run", "", "", "", "libvmmshim.so or vmmctl missing")
             return
         for gib in self.a.sleep_sizes:
             if self.left() < 45 + gib:

@@ -33,7 +33,7 @@ class Block(nn.Module):
         b, t, d = x.shape
         q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(2)
         q, k, v = (z.transpose(1, 2) for z in (q, k, v))
-        if self.flash:
+        if self.flash and hasattr(F, "scaled_dot_product_attention"):
             a = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         else:  # plain matmuls: deterministic on every backend
             s = (q @ k.transpose(-1, -2)) / (q.shape[-1] ** 0.5)
@@ -72,11 +72,11 @@ def fixed(args):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     vocab = 8192
-    model = Model(vocab, 512, 4, 8, 2048, flash=False).cuda()
+    model = Model(vocab, 512, 4, 8, 2048, flash=False).to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4)
     gen = torch.Generator().manual_seed(args.seed + 1)
     for step in range(args.steps):
-        tokens = torch.randint(0, vocab, (args.batch, 513), generator=gen).cuda()
+        tokens = torch.randint(0, vocab, (args.batch, 513), generator=gen).to(args.device)
         logits = model(tokens[:, :-1])
         loss = F.cross_entropy(logits.reshape(-1, vocab), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
@@ -94,32 +94,40 @@ def fixed(args):
 def varlen(args):
     torch.manual_seed(args.seed)
     torch.backends.cuda.matmul.allow_tf32 = True
-    vocab = 32000
-    model = Model(vocab, 1024, 8, 16, 4096, flash=True).cuda()
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    if args.tiny:
+        vocab, d, layers, heads, max_len = 512, 64, 2, 4, 64
+    else:
+        vocab, d, layers, heads, max_len = 32000, 1024, 8, 16, 2048
+    model = Model(vocab, d, layers, heads, 4 * d, flash=True).to(args.device)
+    cuda = args.device == "cuda"
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if cuda else {}))
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     gen = torch.Generator().manual_seed(args.seed + 2)
     times = []
     for step in range(args.warmup + args.steps):
-        length = int(torch.randint(16, 257, (1,), generator=gen)) * 8  # 128 .. 2048
+        # 128 .. 2048 tokens (multiples of 8), 4 .. 16 sequences
+        length = int(torch.randint(max(1, max_len // 128), max_len // 8 + 1, (1,),
+                                   generator=gen)) * 8
         batch = int(torch.randint(4, 17, (1,), generator=gen))
-        tokens = torch.randint(0, vocab, (batch, length + 1), generator=gen).cuda()
-        torch.cuda.synchronize()
+        tokens = torch.randint(0, vocab, (batch, length + 1), generator=gen).to(args.device)
+        sync()
         t0 = time.perf_counter()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(args.device, dtype=torch.bfloat16):
             logits = model(tokens[:, :-1])
         loss = F.cross_entropy(logits.float().reshape(-1, vocab), tokens[:, 1:].reshape(-1))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        torch.cuda.synchronize()
+        sync()
         if step >= args.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
         print(f"STEP {step} {batch}x{length} {(time.perf_counter() - t0) * 1e3:.1f} ms "
               f"loss {loss.item():.4f}", flush=True)
     times.sort()
     print(f"BENCH ms_step {times[len(times) // 2]:.2f}")
-    print(f"BENCH torch_max_reserved_gib {torch.cuda.max_memory_reserved() / 2**30:.3f}")
-    print(f"BENCH torch_max_allocated_gib {torch.cuda.max_memory_allocated() / 2**30:.3f}")
+    if cuda:
+        print(f"BENCH torch_max_reserved_gib {torch.cuda.max_memory_reserved() / 2**30:.3f}")
+        print(f"BENCH torch_max_allocated_gib {torch.cuda.max_memory_allocated() / 2**30:.3f}")
 
 
 def main():
@@ -130,12 +138,15 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--handshake-at", type=int, default=-1)
+    p.add_argument("--device", default="cuda", help="cpu: a smoke test of this script alone")
+    p.add_argument("--tiny", action="store_true", help="varlen with a tiny model (smoke test)")
     args = p.parse_args()
-    if not torch.cuda.is_available():
+    if args.device == "cuda" and not torch.cuda.is_available():
         print("ERROR torch.cuda.is_available() is False", flush=True)
         return 1
     (fixed if args.mode == "fixed" else varlen)(args)
-    torch.cuda.synchronize()
+    if args.device == "cuda":
+        torch.cuda.synchronize()
     print("train: ok", flush=True)
     return 0
 
