@@ -42,7 +42,9 @@ echo "gpu-check: $(date -u '+%F %T') UTC on $(nvidia-smi --query-gpu=name,driver
 
 # 1. The shim and vmmctl. Warnings do not stop this build (CI holds the line on them).
 {
-	timeout 120 meson setup "$build" "$root" -Dtests=disabled -Dwerror=false \
+	reconf=()
+	[ -d "$build/meson-private" ] && reconf=(--reconfigure)
+	timeout 120 meson setup "${reconf[@]}" "$build" "$root" -Dtests=disabled -Dwerror=false \
 		-Dbuildtype=debugoptimized -Dtoolkit_dir="$cuda" &&
 		timeout 240 ninja -C "$build"
 } >"$logs/build.log" 2>&1

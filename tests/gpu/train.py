@@ -6,7 +6,8 @@
 --mode varlen: the allocator benchmark: a larger transformer in bf16 autocast on batches whose
                size and sequence length change every step (the same sequence for every run),
                printing "BENCH ms_step <median>" and the allocator's own peak figures.
-The allocator is chosen by the environment (PYTORCH_CUDA_ALLOC_CONF, PYTORCH_NO_CUDA_MEMORY_CACHING).
+The allocator is chosen by the environment (PYTORCH_CUDA_ALLOC_CONF,
+PYTORCH_NO_CUDA_MEMORY_CACHING). --device cpu (and --tiny) smoke-test this script without a GPU.
 """
 import argparse
 import os
