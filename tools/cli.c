@@ -1,0 +1,181 @@
+/* vmmctl's argument parsing: options may come before or after the command. */
+#include "cli.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cli_usage(FILE *f)
+{
+	fputs("usage: vmmctl [--json] [--timeout SECONDS] COMMAND [ARGS]\n"
+	      "\n"
+	      "Drive processes running under vmmshim (LD_PRELOAD=libvmmshim.so).\n"
+	      "\n"
+	      "commands:\n"
+	      "  list                      shimmed processes you may drive: pid, state, memory,\n"
+	      "                            devices, command\n"
+	      "  status PID [--tag T] [--device N]\n"
+	      "                            memory per device and tag: live, mapped, cached, asleep,\n"
+	      "                            host backup, and device memory the shim does not manage\n"
+	      "  sleep PID [--tag T] [--device N] [--discard] [--autowake]\n"
+	      "                            copy device memory to host (or drop it: --discard) and\n"
+	      "                            give it back to the driver; addresses stay valid and the\n"
+	      "                            program's device work waits until wake (--autowake: its\n"
+	      "                            next device call wakes it)\n"
+	      "  wake PID [--tag T] [--device N]\n"
+	      "                            re-create the memory at the same addresses, copy back\n"
+	      "  help, version\n"
+	      "\n"
+	      "options:\n"
+	      "  --json          machine-readable output on stdout\n"
+	      "  --timeout S     give up waiting for the process after S seconds (default: 10 for\n"
+	      "                  list and status, none for sleep and wake)\n"
+	      "  --tag T         only memory allocated under tag T (vmmshim_set_tag)\n"
+	      "  --device N      only device N\n"
+	      "\n"
+	      "exit codes: 0 done (or already so), 1 the process reported an error, 2 usage,\n"
+	      "  3 no such process or not running under vmmshim, 4 permission denied, 5 timeout\n"
+	      "\n"
+	      "Sockets are looked for in $VMMSHIM_RUN_DIR, $XDG_RUNTIME_DIR/vmmshim or\n"
+	      "/tmp/vmmshim-UID (and in the folder the target's own environment names).\n",
+	      f);
+}
+
+static int fail(char *why, size_t whylen, const char *msg, const char *arg)
+{
+	snprintf(why, whylen, "%s%s%s", msg, arg ? ": " : "", arg ? arg : "");
+	return -1;
+}
+
+static bool parse_long(const char *s, long lo, long hi, long *out)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (!*s || *end || errno || v < lo || v > hi)
+		return false;
+	*out = v;
+	return true;
+}
+
+static bool takes(vmmctl_cmd c, const char *opt)
+{
+	if (!strcmp(opt, "--tag") || !strcmp(opt, "--device"))
+		return c == CMD_STATUS || c == CMD_SLEEP || c == CMD_WAKE;
+	if (!strcmp(opt, "--discard") || !strcmp(opt, "--autowake"))
+		return c == CMD_SLEEP;
+	return true;
+}
+
+int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
+{
+	static const struct { const char *name; vmmctl_cmd cmd; } cmds[] = {
+		{ "help", CMD_HELP }, { "version", CMD_VERSION }, { "list", CMD_LIST },
+		{ "status", CMD_STATUS }, { "sleep", CMD_SLEEP }, { "wake", CMD_WAKE },
+	};
+	const char *words[4];
+	int nwords = 0;
+	bool have_tag = false, have_dev = false, have_discard = false, have_autowake = false;
+
+	memset(out, 0, sizeof(*out));
+	out->device = -1;
+	out->cmd = CMD_HELP;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *val = NULL;
+		char opt[32];
+		const char *eq = strchr(a, '=');
+
+		if (a[0] != '-' || !strcmp(a, "-")) {
+			if (nwords == 4)
+				return fail(why, whylen, "too many arguments", a);
+			words[nwords++] = a;
+			continue;
+		}
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			out->cmd = CMD_HELP;
+			return 0;
+		}
+		if (!strcmp(a, "--version")) {
+			out->cmd = CMD_VERSION;
+			return 0;
+		}
+		/* --opt=value and --opt value */
+		snprintf(opt, sizeof(opt), "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
+		if (!strcmp(opt, "--json") || !strcmp(opt, "--discard") ||
+		    !strcmp(opt, "--autowake")) {
+			if (eq)
+				return fail(why, whylen, "option takes no value", a);
+			if (!strcmp(opt, "--json"))
+				out->json = true;
+			else if (!strcmp(opt, "--discard"))
+				have_discard = out->discard = true;
+			else
+				have_autowake = out->autowake = true;
+			continue;
+		}
+		if (strcmp(opt, "--tag") && strcmp(opt, "--device") && strcmp(opt, "--timeout"))
+			return fail(why, whylen, "unknown option", a);
+		if (eq)
+			val = eq + 1;
+		else if (i + 1 < argc)
+			val = argv[++i];
+		else
+			return fail(why, whylen, "option needs a value", a);
+		if (!strcmp(opt, "--tag")) {
+			size_t n = strlen(val);
+
+			if (n == 0 || n >= PROTO_TAG_MAX)
+				return fail(why, whylen, "a tag has 1 to 31 bytes", val);
+			for (size_t k = 0; k < n; k++)
+				if ((unsigned char)val[k] < 0x20 || (unsigned char)val[k] > 0x7e)
+					return fail(why, whylen, "a tag is printable ASCII", val);
+			memcpy(out->tag, val, n + 1);
+			have_tag = true;
+		} else if (!strcmp(opt, "--device")) {
+			long d;
+
+			if (!parse_long(val, 0, PROTO_MAX_DEVICE, &d))
+				return fail(why, whylen, "--device wants 0..15", val);
+			out->device = (int)d;
+			have_dev = true;
+		} else {
+			char *end;
+			double t = strtod(val, &end);
+
+			if (!*val || *end || !(t > 0) || t > 86400)
+				return fail(why, whylen, "--timeout wants seconds (0 < S <= 86400)",
+					    val);
+			out->timeout = t;
+		}
+	}
+	if (nwords == 0)
+		return fail(why, whylen, "no command (try vmmctl --help)", NULL);
+	bool found = false;
+	for (size_t k = 0; k < sizeof(cmds) / sizeof(cmds[0]); k++) {
+		if (!strcmp(words[0], cmds[k].name)) {
+			out->cmd = cmds[k].cmd;
+			found = true;
+		}
+	}
+	if (!found)
+		return fail(why, whylen, "unknown command", words[0]);
+	if ((have_tag && !takes(out->cmd, "--tag")) || (have_dev && !takes(out->cmd, "--device")))
+		return fail(why, whylen, "--tag and --device go with status, sleep and wake", NULL);
+	if ((have_discard || have_autowake) && !takes(out->cmd, "--discard"))
+		return fail(why, whylen, "--discard and --autowake go with sleep", NULL);
+	if (out->cmd == CMD_STATUS || out->cmd == CMD_SLEEP || out->cmd == CMD_WAKE) {
+		long pid;
+
+		if (nwords != 2)
+			return fail(why, whylen, nwords < 2 ? "which process? (give its PID)" :
+							      "too many arguments", NULL);
+		if (!parse_long(words[1], 1, 0x7fffffff, &pid))
+			return fail(why, whylen, "not a process id", words[1]);
+		out->pid = (pid_t)pid;
+	} else if (nwords != 1) {
+		return fail(why, whylen, "too many arguments", words[1]);
+	}
+	return 0;
+}

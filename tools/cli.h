@@ -1,0 +1,44 @@
+/* vmmctl's command line: what was asked for, and the exit codes it promises. */
+#ifndef VMMCTL_CLI_H
+#define VMMCTL_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "protocol.h"
+
+/* Exit codes (documented in --help and docs/vmmctl.md). */
+enum vmmctl_exit {
+	EXIT_OK = 0,          /* done (or already in the asked state) */
+	EXIT_REPORTED = 1,    /* the process reported an error */
+	EXIT_USAGE = 2,       /* bad command line */
+	EXIT_NO_PROCESS = 3,  /* no such process, or it is not running under vmmshim */
+	EXIT_PERMISSION = 4,  /* not allowed to drive that process */
+	EXIT_TIMEOUT = 5,     /* no answer within --timeout */
+};
+
+typedef enum vmmctl_cmd {
+	CMD_HELP,
+	CMD_VERSION,
+	CMD_LIST,
+	CMD_STATUS,
+	CMD_SLEEP,
+	CMD_WAKE,
+} vmmctl_cmd;
+
+typedef struct vmmctl_args {
+	vmmctl_cmd cmd;
+	pid_t pid;
+	char tag[PROTO_TAG_MAX];   /* "" = every tag */
+	int device;                /* -1 = every device */
+	bool discard, autowake, json;
+	double timeout;            /* seconds; <= 0: the command's default */
+} vmmctl_args;
+
+/* Parse argv. 0 on success; -1 with why (a usage error). */
+int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen);
+void cli_usage(FILE *f);
+
+#endif

@@ -1,0 +1,246 @@
+/* Formatting replies. Numbers come from the wire already validated as numbers. */
+#include "output.h"
+
+#include <inttypes.h>
+#include <string.h>
+
+const char *out_bytes(unsigned long long v, char *buf, size_t cap)
+{
+	static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double x = (double)v;
+	int u = 0;
+
+	while (x >= 1024 && u < 4) {
+		x /= 1024;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, cap, "%llu B", v);
+	else
+		snprintf(buf, cap, "%.2f %s", x, units[u]);
+	return buf;
+}
+
+void out_json_string(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20 || c >= 0x7f)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+void out_json_record(FILE *f, const proto_record *r)
+{
+	fputc('{', f);
+	for (int i = 0; i < r->nfields; i++) {
+		const proto_field *fl = &r->fields[i];
+
+		if (i)
+			fputs(", ", f);
+		out_json_string(f, fl->key);
+		fputs(": ", f);
+		if (fl->type == PROTO_T_STRING) {
+			out_json_string(f, fl->value);
+		} else if (fl->type == PROTO_T_NUMBER) {
+			/* JSON numbers have no leading '+' and no bare trailing '.'. */
+			const char *v = fl->value[0] == '+' ? fl->value + 1 : fl->value;
+			size_t n = strlen(v);
+
+			fprintf(f, "%s%s%s", v[0] == '.' ? "0" : "", v,
+				n && v[n - 1] == '.' ? "0" : "");
+		} else {
+			fputs(fl->value, f);
+		}
+	}
+	fputc('}', f);
+}
+
+/* Record kinds that may repeat are shown as arrays under a plural name. */
+static const char *array_name(const char *kind)
+{
+	if (!strcmp(kind, "device"))
+		return "devices";
+	if (!strcmp(kind, "tag"))
+		return "tags";
+	return NULL;
+}
+
+void out_json_reply(FILE *f, const client_reply *r)
+{
+	fputs("{\"status\": ", f);
+	out_json_string(f, r->word ? r->word : "error");
+	/* Singletons first, then each array kind. */
+	for (int i = 0; i < r->nrecords; i++) {
+		if (array_name(r->records[i].kind))
+			continue;
+		fputs(", ", f);
+		out_json_string(f, r->records[i].kind);
+		fputs(": ", f);
+		out_json_record(f, &r->records[i]);
+	}
+	static const char *const kinds[] = { "device", "tag" };
+	for (int k = 0; k < 2; k++) {
+		bool first = true;
+
+		fprintf(f, ", \"%s\": [", array_name(kinds[k]));
+		for (int i = 0; i < r->nrecords; i++) {
+			if (strcmp(r->records[i].kind, kinds[k]))
+				continue;
+			if (!first)
+				fputs(", ", f);
+			first = false;
+			out_json_record(f, &r->records[i]);
+		}
+		fputc(']', f);
+	}
+	fputs("}\n", f);
+}
+
+void out_json_error(FILE *f, const client_error *e)
+{
+	fputs("{\"status\": \"error\", \"error\": {\"status\": ", f);
+	out_json_string(f, e->status);
+	fputs(", \"message\": ", f);
+	out_json_string(f, e->message);
+	fprintf(f, ", \"exit_code\": %d}}\n", e->exit_code);
+}
+
+static uint64_t u64(const proto_record *r, const char *key)
+{
+	uint64_t v = 0;
+
+	proto_record_u64(r, key, &v);
+	return v;
+}
+
+static const char *str(const proto_record *r, const char *key)
+{
+	const char *s = proto_record_str(r, key);
+
+	return s ? s : "?";
+}
+
+static void print_info(FILE *f, const proto_record *info)
+{
+	char b1[32], b2[32], b3[32];
+	bool held = false, autowake = false;
+
+	proto_record_bool(info, "held", &held);
+	proto_record_bool(info, "autowake", &autowake);
+	fprintf(f, "pid %" PRIu64 ": %s\n", u64(info, "pid"), str(info, "command"));
+	fprintf(f, "  state %s%s%s, managed %s (resident %s, asleep %s), devices %s\n",
+		str(info, "state"), held ? " (device work held until wake)" : "",
+		autowake ? " autowake" : "", out_bytes(u64(info, "managed"), b1, sizeof(b1)),
+		out_bytes(u64(info, "resident"), b2, sizeof(b2)),
+		out_bytes(u64(info, "asleep"), b3, sizeof(b3)),
+		str(info, "devices")[0] ? str(info, "devices") : "none");
+	fprintf(f, "  vmmshim %s, protocol %" PRIu64 "; %" PRIu64
+		" device allocations passed through (%s)\n", str(info, "version"),
+		u64(info, "protocol"), u64(info, "passthrough_allocs"),
+		out_bytes(u64(info, "passthrough_bytes"), b1, sizeof(b1)));
+}
+
+#define COLS "%-10s %12s %12s %12s %12s %12s\n"
+
+void out_status(FILE *f, const client_reply *r)
+{
+	const proto_record *info = client_reply_find(r, "info");
+	char b[6][32];
+
+	if (info)
+		print_info(f, info);
+	for (int i = 0; i < r->nrecords; i++) {
+		const proto_record *d = &r->records[i];
+
+		if (strcmp(d->kind, "device"))
+			continue;
+		fprintf(f, "\ndevice %s:%" PRIu64 "\n", str(d, "backend"), u64(d, "dev"));
+		fprintf(f, COLS, "", "live", "mapped", "cached", "asleep", "host backup");
+		fprintf(f, COLS, "heap", out_bytes(u64(d, "live"), b[0], 32),
+			out_bytes(u64(d, "mapped"), b[1], 32), out_bytes(u64(d, "cached"), b[2], 32),
+			out_bytes(u64(d, "asleep"), b[3], 32),
+			out_bytes(u64(d, "host_backup"), b[4], 32));
+		if (u64(d, "app_handles"))
+			fprintf(f, COLS, "app vmm", out_bytes(u64(d, "app_bytes"), b[0], 32),
+				out_bytes(u64(d, "app_mapped"), b[1], 32), "-",
+				out_bytes(u64(d, "app_asleep"), b[3], 32),
+				out_bytes(u64(d, "app_host_backup"), b[4], 32));
+		for (int j = 0; j < r->nrecords; j++) {
+			const proto_record *t = &r->records[j];
+			char label[48];
+
+			if (strcmp(t->kind, "tag") || u64(t, "dev") != u64(d, "dev") ||
+			    strcmp(str(t, "backend"), str(d, "backend")))
+				continue;
+			snprintf(label, sizeof(label), " tag %s", str(t, "name"));
+			fprintf(f, COLS, label, out_bytes(u64(t, "live"), b[0], 32),
+				out_bytes(u64(t, "mapped"), b[1], 32),
+				out_bytes(u64(t, "cached"), b[2], 32),
+				out_bytes(u64(t, "asleep"), b[3], 32),
+				out_bytes(u64(t, "host_backup"), b[4], 32));
+		}
+		if (u64(d, "app_unreleasable"))
+			fprintf(f, "  %s of the program's own mappings stay resident while asleep "
+				"(exported handles)\n",
+				out_bytes(u64(d, "app_unreleasable"), b[0], 32));
+		if (proto_record_field(d, "total"))
+			fprintf(f, "  driver: %s used of %s; not managed by vmmshim: %s "
+				"(context, modules, pass-through%s)\n",
+				out_bytes(u64(d, "used"), b[0], 32),
+				out_bytes(u64(d, "total"), b[1], 32),
+				out_bytes(u64(d, "unmanaged"), b[2], 32),
+				strcmp(str(d, "backend"), "cuda") ? "" :
+					"; on a GPU also other processes");
+		fprintf(f, "  virtual address space reserved: %s\n",
+			out_bytes(u64(d, "reserved"), b[5], 32));
+	}
+}
+
+void out_transfer(FILE *f, const char *verb, long pid, const client_reply *r)
+{
+	const proto_record *res = client_reply_find(r, "result");
+	bool sleeping = !strcmp(verb, "sleep");
+	char b1[32], b2[32];
+	double secs = 0, gbps = 0;
+
+	if (r->word && !strcmp(r->word, "already")) {
+		fprintf(f, "pid %ld: already %s; nothing changed\n", pid,
+			sleeping ? "asleep" : "awake");
+		return;
+	}
+	if (!res) {
+		fprintf(f, "pid %ld: %s done\n", pid, verb);
+		return;
+	}
+	proto_record_double(res, "seconds", &secs);
+	proto_record_double(res, "gbps", &gbps);
+	fprintf(f, "pid %ld: %s. %s %s, copied %s in %.3f s (%.2f GB/s)\n", pid,
+		sleeping ? "asleep" : "awake", sleeping ? "released" : "re-created",
+		out_bytes(u64(res, "released"), b1, sizeof(b1)),
+		out_bytes(u64(res, "copied"), b2, sizeof(b2)), secs, gbps);
+}
+
+void out_list_header(FILE *f)
+{
+	fprintf(f, "%-8s %-8s %12s %12s %-10s %s\n", "PID", "STATE", "MANAGED", "ASLEEP",
+		"DEVICES", "COMMAND");
+}
+
+void out_list_row(FILE *f, const proto_record *info)
+{
+	char b1[32], b2[32];
+	const char *dev = str(info, "devices");
+
+	fprintf(f, "%-8" PRIu64 " %-8s %12s %12s %-10s %s\n", u64(info, "pid"),
+		str(info, "state"), out_bytes(u64(info, "managed"), b1, sizeof(b1)),
+		out_bytes(u64(info, "asleep"), b2, sizeof(b2)), dev[0] ? dev : "-",
+		str(info, "command"));
+}
