@@ -228,12 +228,16 @@ def status_figures(js):
     its exact layout: the field names follow core/heap.h's vmm_stats and core/app_vmm.h's
     vmm_app_stats (mapped_bytes, asleep_bytes, ...)."""
     f = {}
-    total = pick(js, {"managed_bytes", "managed", "total_managed_bytes"})
+    # vmmctl's info record: "resident" = managed bytes on the device now, "managed" = resident +
+    # asleep. While awake both are the same; prefer what is on the device.
+    total = pick(js, {"resident", "resident_bytes"})
+    if total is None:
+        total = pick(js, {"managed_bytes", "managed", "total_managed_bytes"})
     core = pick(js, {"mapped_bytes", "mapped"}, lambda p: not in_app(p) and
                 not any("tag" in k for k in p))
     if core is None:
         core = pick(js, {"mapped_bytes", "mapped"}, lambda p: not in_app(p))
-    app = pick(js, {"app_mapped_bytes", "app_bytes"})
+    app = pick(js, {"app_mapped", "app_mapped_bytes"})
     if app is None:
         app = pick(js, {"mapped_bytes", "mapped"}, in_app)
     f["core"], f["app"] = core, app
@@ -241,7 +245,7 @@ def status_figures(js):
         None if core is None and app is None else (core or 0) + (app or 0))
     f["unmanaged"] = pick(js, {"unmanaged_bytes", "not_managed_bytes", "unmanaged",
                                "other_bytes", "untracked_bytes", "device_other_bytes"})
-    f["asleep"] = pick(js, {"asleep_bytes"}, lambda p: not in_app(p))
+    f["asleep"] = pick(js, {"asleep_bytes", "asleep"}, lambda p: not in_app(p))
     return f
 
 
@@ -253,6 +257,8 @@ class Ctl:
         """Runs vmmctl ARGS --json. Returns (rc, json or None, wall seconds, text)."""
         self.n += 1
         argv = [self.exe] + [str(a) for a in args] + ["--json"]
+        if args and args[0] in ("sleep", "wake"):  # vmmctl gives up before we kill it
+            argv += ["--timeout", str(max(5, int(timeout) - 5))]
         t0 = time.time()
         try:
             r = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=timeout)
