@@ -1,0 +1,397 @@
+/* ctl_target: an ordinary CUDA program (runtime and driver API, no knowledge of vmmshim) that the
+ * control tests run under the shim and drive from outside with vmmctl. It reads commands on stdin,
+ * one per line, and answers each with one line on stdout, so a test can sequence exactly what the
+ * program does between sleeps and wakes.
+ *
+ *   alloc N BYTES      N buffers of BYTES with random contents (cudaMalloc + cudaMemcpy)
+ *   appvmm BYTES       one mapping made with the VMM API itself (cuMemCreate/Reserve/Map/SetAccess)
+ *   check              copy every buffer back and compare checksums -> "ok" or "corrupt ..."
+ *   rewrite            give every buffer new random contents (after a discard)
+ *   touch              a cudaMemcpy of buffer 0 on another thread; answers "touched ok" when it
+ *                      completes (which, while asleep, is after wake)
+ *   kernel             a cuLaunchHostFunc "kernel" that reads buffer 0 on the device's stream
+ *                      (simdev runs host functions on its stream worker), waited with
+ *                      cuStreamSynchronize -> "kernel ok"
+ *   tag NAME | sleeptag NAME|all discard | waketag NAME|all | stats NAME|all
+ *                      the in-process API (vmmshim.h), found with dlsym as a Python user would
+ *   threads N SECS     N threads allocating, filling, checking and freeing for SECS seconds
+ *   memused            device memory in use as the program sees it (cudaMemGetInfo)
+ *   fork               fork a child that exits at once; answers with the child's status
+ *   quit               exit 0 */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_BUFS 4096
+
+struct buf {
+	void *dev;
+	size_t size;
+	uint64_t sum;
+	unsigned seed;
+};
+
+static struct buf bufs[MAX_BUFS];
+static int nbufs;
+static pthread_mutex_t bufs_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t fnv1a(const unsigned char *p, size_t n)
+{
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ p[i]) * 1099511628211ull;
+	return h;
+}
+
+static void fill_random(unsigned char *p, size_t n, unsigned *seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(rand_r(seed) >> 7);
+}
+
+/* Fill b with fresh contents from its seed; returns 0 or -1. */
+static int fill(struct buf *b)
+{
+	unsigned char *h = malloc(b->size ? b->size : 1);
+	unsigned s = b->seed;
+	int rc = -1;
+
+	if (!h)
+		return -1;
+	fill_random(h, b->size, &s);
+	b->sum = fnv1a(h, b->size);
+	if (cudaMemcpy(b->dev, h, b->size, cudaMemcpyHostToDevice) == cudaSuccess)
+		rc = 0;
+	free(h);
+	return rc;
+}
+
+static int verify(const struct buf *b)
+{
+	unsigned char *h = malloc(b->size ? b->size : 1);
+	int rc = -1;
+
+	if (!h)
+		return -1;
+	if (cudaMemcpy(h, b->dev, b->size, cudaMemcpyDeviceToHost) == cudaSuccess &&
+	    fnv1a(h, b->size) == b->sum)
+		rc = 0;
+	free(h);
+	return rc;
+}
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void say(const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+}
+
+static void cmd_alloc(int n, size_t size)
+{
+	pthread_mutex_lock(&bufs_lock);
+	for (int i = 0; i < n; i++) {
+		struct buf *b;
+
+		if (nbufs == MAX_BUFS) {
+			pthread_mutex_unlock(&bufs_lock);
+			say("error too many buffers");
+			return;
+		}
+		b = &bufs[nbufs];
+		b->size = size;
+		b->seed = (unsigned)(nbufs * 7919 + 17);
+		if (cudaMalloc(&b->dev, size) != cudaSuccess) {
+			pthread_mutex_unlock(&bufs_lock);
+			say("error cudaMalloc %zu", size);
+			return;
+		}
+		if (fill(b)) {
+			pthread_mutex_unlock(&bufs_lock);
+			say("error fill");
+			return;
+		}
+		nbufs++;
+	}
+	pthread_mutex_unlock(&bufs_lock);
+	say("ok");
+}
+
+static void cmd_appvmm(size_t size)
+{
+	CUmemAllocationProp prop = { 0 };
+	CUmemAccessDesc acc = { 0 };
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	size_t gran = 0;
+	struct buf *b;
+
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = 0;
+	if (cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM) ||
+	    !gran) {
+		say("error granularity");
+		return;
+	}
+	size = (size + gran - 1) / gran * gran;
+	acc.location = prop.location;
+	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	if (cuMemCreate(&h, size, &prop, 0) || cuMemAddressReserve(&va, size, 0, 0, 0) ||
+	    cuMemMap(va, size, 0, h, 0) || cuMemSetAccess(va, size, &acc, 1)) {
+		say("error vmm");
+		return;
+	}
+	pthread_mutex_lock(&bufs_lock);
+	b = &bufs[nbufs];
+	b->dev = (void *)(uintptr_t)va;
+	b->size = size;
+	b->seed = 4242u + (unsigned)nbufs;
+	if (fill(b)) {
+		pthread_mutex_unlock(&bufs_lock);
+		say("error fill");
+		return;
+	}
+	nbufs++;
+	pthread_mutex_unlock(&bufs_lock);
+	say("ok");
+}
+
+static void cmd_check(void)
+{
+	pthread_mutex_lock(&bufs_lock);
+	for (int i = 0; i < nbufs; i++) {
+		if (verify(&bufs[i])) {
+			pthread_mutex_unlock(&bufs_lock);
+			say("corrupt buffer %d of %d (%zu bytes)", i, nbufs, bufs[i].size);
+			return;
+		}
+	}
+	pthread_mutex_unlock(&bufs_lock);
+	say("ok %d", nbufs);
+}
+
+static void cmd_rewrite(void)
+{
+	pthread_mutex_lock(&bufs_lock);
+	for (int i = 0; i < nbufs; i++) {
+		bufs[i].seed += 1;
+		if (fill(&bufs[i])) {
+			pthread_mutex_unlock(&bufs_lock);
+			say("error fill");
+			return;
+		}
+	}
+	pthread_mutex_unlock(&bufs_lock);
+	say("ok");
+}
+
+static void *touch_main(void *arg)
+{
+	(void)arg;
+	say(nbufs && !verify(&bufs[0]) ? "touched ok" : "touched corrupt");
+	return NULL;
+}
+
+struct kernel_args {
+	const unsigned char *dev;
+	size_t size;
+	uint64_t sum;
+};
+
+/* A host function on the stream: on simdev, device memory is addressable from the stream
+ * worker, so this reads it as a kernel would. */
+static void CUDA_CB read_kernel(void *p)
+{
+	struct kernel_args *k = p;
+
+	k->sum = fnv1a(k->dev, k->size);
+}
+
+static void cmd_kernel(void)
+{
+	struct kernel_args k = { 0 };
+	CUstream s;
+
+	if (!nbufs || cuStreamCreate(&s, 0)) {
+		say("error stream");
+		return;
+	}
+	k.dev = bufs[0].dev;
+	k.size = bufs[0].size;
+	if (cuLaunchHostFunc(s, read_kernel, &k) || cuStreamSynchronize(s)) {
+		say("error launch");
+		return;
+	}
+	cuStreamDestroy(s);
+	say(k.sum == bufs[0].sum ? "kernel ok" : "kernel corrupt");
+}
+
+/* The in-process API, looked up the way ctypes.CDLL(None) would. */
+static void *api(const char *name)
+{
+	return dlsym(RTLD_DEFAULT, name);
+}
+
+static void cmd_api(const char *verb, const char *arg, int discard)
+{
+	const char *tag = arg && strcmp(arg, "all") ? arg : NULL;
+	const char *(*last_error)(void) = (const char *(*)(void))api("vmmshim_last_error");
+	int rc;
+
+	if (!last_error) {
+		say("noapi");
+		return;
+	}
+	if (!strcmp(verb, "tag")) {
+		rc = ((int (*)(const char *))api("vmmshim_set_tag"))(tag);
+	} else if (!strcmp(verb, "sleeptag")) {
+		rc = ((int (*)(const char *, int))api("vmmshim_sleep"))(tag, discard);
+	} else if (!strcmp(verb, "waketag")) {
+		rc = ((int (*)(const char *))api("vmmshim_wake"))(tag);
+	} else {
+		uint64_t st[10] = { 0 };
+
+		rc = ((int (*)(const char *, int, void *))api("vmmshim_stats"))(tag, -1, st);
+		say("rc=%d live=%llu mapped=%llu asleep=%llu", rc, (unsigned long long)st[0],
+		    (unsigned long long)st[2], (unsigned long long)st[5]);
+		return;
+	}
+	say("rc=%d %s", rc, rc ? last_error() : "");
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+struct worker {
+	pthread_t t;
+	int id;
+	double until;
+	int bad;
+	long iterations;
+};
+
+static void *worker_main(void *p)
+{
+	struct worker *w = p;
+	unsigned seed = (unsigned)w->id * 31u + 7u;
+
+	while (now() < w->until && !w->bad) {
+		struct buf b = { .size = 4096 + (size_t)(rand_r(&seed) % (256 * 1024)),
+				 .seed = seed };
+
+		if (cudaMalloc(&b.dev, b.size) != cudaSuccess) {
+			w->bad = 1;
+			break;
+		}
+		if (fill(&b) || verify(&b))
+			w->bad = 2;
+		if (cudaFree(b.dev) != cudaSuccess)
+			w->bad = 3;
+		w->iterations++;
+	}
+	return NULL;
+}
+
+static void cmd_threads(int n, double secs)
+{
+	struct worker w[64];
+	long total = 0;
+	int bad = 0;
+
+	if (n > 64)
+		n = 64;
+	for (int i = 0; i < n; i++) {
+		w[i] = (struct worker){ .id = i, .until = now() + secs };
+		pthread_create(&w[i].t, NULL, worker_main, &w[i]);
+	}
+	for (int i = 0; i < n; i++) {
+		pthread_join(w[i].t, NULL);
+		total += w[i].iterations;
+		if (w[i].bad)
+			bad = w[i].bad;
+	}
+	if (bad)
+		say("threads bad %d", bad);
+	else
+		say("threads ok %ld", total);
+}
+
+int main(void)
+{
+	char line[256];
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (cudaSetDevice(0) != cudaSuccess) {
+		say("error no device");
+		return 1;
+	}
+	say("ready %ld", (long)getpid());
+	while (fgets(line, sizeof(line), stdin)) {
+		char a[64] = "", b[64] = "", c[64] = "";
+		int n = sscanf(line, "%63s %63s %63s", a, b, c);
+
+		if (n <= 0)
+			continue;
+		if (!strcmp(a, "alloc") && n == 3)
+			cmd_alloc(atoi(b), strtoull(c, NULL, 10));
+		else if (!strcmp(a, "appvmm") && n == 2)
+			cmd_appvmm(strtoull(b, NULL, 10));
+		else if (!strcmp(a, "check"))
+			cmd_check();
+		else if (!strcmp(a, "rewrite"))
+			cmd_rewrite();
+		else if (!strcmp(a, "touch")) {
+			pthread_t t;
+
+			pthread_create(&t, NULL, touch_main, NULL);
+			pthread_detach(t);
+		} else if (!strcmp(a, "kernel"))
+			cmd_kernel();
+		else if (!strcmp(a, "tag") || !strcmp(a, "sleeptag") || !strcmp(a, "waketag") ||
+			 !strcmp(a, "stats"))
+			cmd_api(a, n >= 2 ? b : NULL, n == 3 && !strcmp(c, "discard"));
+		else if (!strcmp(a, "threads") && n == 3)
+			cmd_threads(atoi(b), atof(c));
+		else if (!strcmp(a, "memused")) {
+			size_t fr = 0, tot = 0;
+
+			cudaMemGetInfo(&fr, &tot);
+			say("used %zu", tot - fr);
+		} else if (!strcmp(a, "fork")) {
+			pid_t p = fork();
+			int st = 0;
+
+			if (p == 0)
+				_exit(0);
+			waitpid(p, &st, 0);
+			say("forked %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+		} else if (!strcmp(a, "quit"))
+			break;
+		else
+			say("error unknown command");
+	}
+	return 0;
+}
