@@ -1,0 +1,197 @@
+/* Unmodified programs under LD_PRELOAD=libvmmshim.so on simdev. Each test shows, from outside the
+ * program, that its device memory was served by the shim's core (simdev saw cuMemCreate/cuMemMap
+ * and not the program's cuMemAlloc_v2), that its data stayed intact (the program checks every byte
+ * and exits non-zero otherwise), and that every byte went back to the device at exit. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "run_util.h"
+
+#define ARGV(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#define ENV(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+static void expect_ok(const struct run *r, const char *marker)
+{
+	cr_assert_eq(r->status, 0, "exit status %d\nstdout:\n%s\nstderr:\n%s", r->status, r->out,
+		     r->err);
+	cr_assert(strstr(r->out, marker), "no '%s' in stdout:\n%s", marker, r->out);
+}
+
+/* The core served the program: VMM calls at the driver, all memory back at exit. */
+static void expect_served(const struct run *r)
+{
+	cr_assert_gt(run_stat(r, "cuMemCreate"), 0, "no cuMemCreate: not served by the core\n%s",
+		     r->stats);
+	cr_assert_gt(run_stat(r, "cuMemMap"), 0, "no cuMemMap\n%s", r->stats);
+	cr_assert_eq(run_stat(r, "live_bytes"), 0, "device bytes left at exit\n%s", r->stats);
+	cr_assert(strstr(r->err, "live at exit: 0 bytes"), "shim's exit report missing:\n%s",
+		  r->err);
+}
+
+Test(interpose, cudart_program_is_served_by_the_core)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_cudart")), NULL);
+
+	expect_ok(r, "prog_cudart: ok");
+	expect_served(r);
+	cr_expect_eq(run_stat(r, "cuMemAlloc_v2"), 0, "cudaMalloc reached the driver");
+	cr_expect_eq(run_stat(r, "cuMemAllocAsync") + run_stat(r, "cuMemAllocAsync_ptsz"), 0,
+		     "cudaMallocAsync reached the driver");
+	cr_expect(strstr(r->err, "cuda served 7 allocations"), "shim log:\n%s", r->err);
+	run_free(r);
+}
+
+Test(interpose, cudart_program_without_shim_uses_the_driver)
+{
+	/* The control: the same program natively does call cuMemAlloc_v2, so the test above can fail. */
+	struct run *r = run_program(NULL, ARGV(bin_path("prog_cudart")), NULL);
+
+	expect_ok(r, "prog_cudart: ok");
+	cr_expect_gt(run_stat(r, "cuMemAlloc_v2"), 0);
+	cr_expect_eq(run_stat(r, "cuMemCreate"), 0);
+	run_free(r);
+}
+
+Test(interpose, driver_reached_only_through_cuGetProcAddress)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_procaddr")), NULL);
+
+	expect_ok(r, "prog_procaddr: ok");
+	expect_served(r);
+	cr_expect_eq(run_stat(r, "cuMemAlloc_v2"), 0);
+	cr_expect_eq(run_stat(r, "cuMemAllocAsync_ptsz") + run_stat(r, "cuMemAllocAsync"), 0);
+	cr_expect_eq(run_stat(r, "cuMemFreeAsync_ptsz") + run_stat(r, "cuMemFree_v2"), 0);
+	run_free(r);
+}
+
+Test(interpose, lcuda_program_and_queries)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_driver")), NULL);
+
+	expect_ok(r, "prog_driver: ok");
+	expect_served(r);
+	cr_expect_eq(run_stat(r, "cuMemAlloc_v2"), 0);
+	cr_expect_eq(run_stat(r, "cuMemAllocPitch_v2"), 0);
+	/* Legacy IPC on VMM memory: refused with CUDA_ERROR_NOT_SUPPORTED and one clear line. */
+	cr_expect(strstr(r->out, "cuIpcGetMemHandle -> 801"), "%s", r->out);
+	cr_expect(strstr(r->err, "legacy CUDA IPC does not work"), "%s", r->err);
+	run_free(r);
+}
+
+Test(interpose, acl_program_is_served_by_the_core)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_acl")), NULL);
+
+	expect_ok(r, "prog_acl: ok");
+	cr_expect_eq(run_stat(r, "aclrtMalloc") + run_stat(r, "aclrtMallocCached"), 0,
+		     "aclrtMalloc reached the runtime\n%s", r->stats);
+	cr_expect_gt(run_stat(r, "aclrtMallocPhysical"), 0, "%s", r->stats);
+	cr_expect_gt(run_stat(r, "aclrtMapMem"), 0);
+	cr_expect_eq(run_stat(r, "live_bytes"), 0);
+	cr_expect(strstr(r->err, "acl served 2 allocations"), "%s", r->err);
+	run_free(r);
+}
+
+Test(interpose, acl_found_with_dlsym_is_served_by_the_core)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_acl"), "dlsym"), NULL);
+
+	expect_ok(r, "prog_acl (dlsym): ok");
+	cr_expect_eq(run_stat(r, "aclrtMallocAlign32"), 0, "%s", r->stats);
+	cr_expect_eq(run_stat(r, "aclrtFree"), 0);
+	cr_expect_gt(run_stat(r, "aclrtMallocPhysical"), 0);
+	cr_expect_eq(run_stat(r, "live_bytes"), 0);
+	run_free(r);
+}
+
+Test(interpose, program_using_vmm_itself)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_vmm")),
+				    ENV("VMMSHIM_LOG=debug"));
+
+	expect_ok(r, "prog_vmm: ok");
+	/* Exactly the program's own calls reached the driver (the core allocated nothing). */
+	cr_expect_eq(run_stat(r, "cuMemCreate"), 4, "%s", r->stats);
+	cr_expect_eq(run_stat(r, "cuMemMap"), 4);
+	cr_expect_eq(run_stat(r, "live_bytes"), 0);
+	run_free(r);
+}
+
+Test(interpose, pointers_from_before_interception_go_to_the_driver)
+{
+	struct run *r = run_program(NULL, ARGV(bin_path("prog_late"), shim_path()), NULL);
+
+	expect_ok(r, "prog_late: ok");
+	cr_expect_eq(run_stat(r, "cuMemAlloc_v2"), 4, "%s", r->stats);
+	cr_expect_eq(run_stat(r, "cuMemFree_v2"), 4, "early pointers not freed by the driver");
+	cr_expect_gt(run_stat(r, "cuMemCreate"), 0, "the late allocation was not served");
+	cr_expect_eq(run_stat(r, "live_bytes"), 0);
+	run_free(r);
+}
+
+Test(interpose, stream_capture_keeps_graph_memory_nodes)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_capture")), NULL);
+
+	expect_ok(r, "prog_capture: ok");
+	expect_served(r);
+	cr_expect_eq(run_stat(r, "cuMemAlloc_v2"), 0);
+	cr_expect_gt(run_stat(r, "cuMemAllocAsync") + run_stat(r, "cuMemAllocAsync_ptsz"), 0,
+		     "the captured allocation did not reach the driver\n%s", r->stats);
+	run_free(r);
+}
+
+Test(interpose, many_threads)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_threads")), NULL);
+
+	expect_ok(r, "prog_threads: ok");
+	expect_served(r);
+	cr_expect_eq(run_stat(r, "cuMemAlloc_v2"), 0);
+	run_free(r);
+}
+
+Test(interpose, fragmentation_on_1g)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_frag")),
+				    ENV("SIMDEV_MEMORY=1G"));
+
+	cr_expect_eq(r->status, 0, "stdout:\n%s\nstderr:\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "512 MiB after fragmenting: ok"), "%s", r->out);
+	expect_served(r);
+	run_free(r);
+}
+
+Test(interpose, survives_fork)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_fork")), NULL);
+
+	expect_ok(r, "prog_fork: ok");
+	cr_expect(strstr(r->out, "child without cuda: ok"), "%s", r->out);
+	cr_expect(strstr(r->out, "child with cuda:"), "%s", r->out);
+	run_free(r);
+}
+
+Test(interpose, disabled_is_pure_pass_through)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_cudart")),
+				    ENV("VMMSHIM_DISABLE=1"));
+
+	expect_ok(r, "prog_cudart: ok");
+	cr_expect_gt(run_stat(r, "cuMemAlloc_v2"), 0);
+	cr_expect_eq(run_stat(r, "cuMemCreate"), 0);
+	cr_expect(!run_dir_exists(r));
+	run_free(r);
+}
+
+Test(interpose, invalid_settings_get_a_message_and_a_default)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_cudart")),
+				    ENV("VMMSHIM_CACHE_LIMIT=lots", "VMMSHIM_AUTOWAKE=maybe"));
+
+	expect_ok(r, "prog_cudart: ok");
+	expect_served(r);
+	cr_expect(strstr(r->err, "VMMSHIM_CACHE_LIMIT=\"lots\" is not valid"), "%s", r->err);
+	cr_expect(strstr(r->err, "VMMSHIM_AUTOWAKE=\"maybe\" is not valid"), "%s", r->err);
+	run_free(r);
+}
