@@ -60,7 +60,7 @@ static void *churn(void *a)
 int main(void)
 {
 	cudaStream_t s = 0;
-	CK(cudaFree(0));
+	require_device();
 	cudaDeviceProp prop;
 	CK(cudaGetDeviceProperties(&prop, 0));
 

@@ -59,7 +59,7 @@ static void async_pair(size_t size, const char *name, int reps)
 int main(int argc, char **argv)
 {
 	size_t grow = argc > 1 ? strtoull(argv[1], NULL, 10) : 64;
-	CK(cudaFree(0));
+	require_device();
 	// Growth first, on a fresh heap: what a program pays to get its memory the first time.
 	std::vector<void *> v;
 	std::vector<double> per;

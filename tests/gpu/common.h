@@ -123,6 +123,17 @@ static inline void fill(void *p, size_t bytes, uint32_t seed, cudaStream_t s)
 	CK(cudaGetLastError());
 }
 
+// Creates the context, or ends the program at once with one clear line when there is no usable
+// device (rather than a cascade of errors).
+static inline void require_device(void)
+{
+	cudaError_t e = cudaFree(0);
+	if (e != cudaSuccess) {
+		printf("ERROR no usable CUDA device: %s\n", cudaGetErrorString(e));
+		exit(1);
+	}
+}
+
 static inline int finish(const char *name)
 {
 	printf("RESULT %s failures=%d\n", name, g_failures);

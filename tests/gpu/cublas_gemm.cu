@@ -65,6 +65,7 @@ static unsigned long long bits_checksum(const std::vector<float> &c)
 
 int main(void)
 {
+	require_device();
 	const int n = 8192;
 	size_t nn = (size_t)n * n;
 	float *a, *b, *c;

@@ -219,6 +219,23 @@ def pick(js, keys, where=lambda p: True):
     return sum(v for n, v in hits if n == d)
 
 
+def pick_str(js, key):
+    """The first string field named key anywhere in js."""
+    if isinstance(js, dict):
+        for k, v in js.items():
+            if k == key and isinstance(v, str):
+                return v
+            found = pick_str(v, key)
+            if found:
+                return found
+    elif isinstance(js, list):
+        for v in js:
+            found = pick_str(v, key)
+            if found:
+                return found
+    return None
+
+
 def in_app(p):
     return any("app" in k for k in p)
 
@@ -353,7 +370,9 @@ class Matrix:
             r["used"] = process_used(p.pid, self.idle)
             if shim and self.ctl_ok:
                 rc, js, _, text = self.ctl("status", p.pid, timeout=20)
-                r["ctl_rc"], r["status"], r["ctl_text"] = rc, js, text
+                r["ctl_rc"], r["status"], r["ctl_text"] = rc, js if rc == 0 else None, text
+                if rc != 0 and js is not None:
+                    r["ctl_text"] = str(pick_str(js, "message") or text)[:200]
             p.send("go")
         r["ready"] = bool(m)
         r["rc"] = p.finish()
@@ -533,13 +552,13 @@ class Matrix:
         if not p.wait_for(when, timeout=90):
             return [f"never printed {when!r}: {p.stderr_tail()}"], "", ""
         used_awake = process_used(p.pid, self.idle)
-        _, st, _, _ = self.ctl("status", p.pid, timeout=20)
-        fig = status_figures(st) if st is not None else {}
+        src, st, _, _ = self.ctl("status", p.pid, timeout=20)
+        fig = status_figures(st) if st is not None and src == 0 else {}
         managed = fig.get("managed")
         rc, sj, wall, text = self.ctl("sleep", p.pid, timeout=120)
         if rc != 0:
-            self.ctl("wake", p.pid, timeout=120)
-            return [f"vmmctl sleep failed (rc {rc}: {text})"], "", ""
+            self.ctl("wake", p.pid, timeout=60)
+            return [f"vmmctl sleep failed (rc {rc}: {pick_str(sj, 'message') or text})"], "", ""
         n_before = sum(1 for _, l in p.lines if re.match(progress, l))
         used_asleep = process_used(p.pid, self.idle)
         time.sleep(hold_s)

@@ -13,6 +13,7 @@ __global__ void add_into(uint32_t *acc, const uint32_t *src, size_t n)
 
 int main(void)
 {
+	require_device();
 	const size_t n = 64ull << 20; // words: 256 MiB buffers
 	const int replays = 100;
 	uint32_t *acc = NULL;

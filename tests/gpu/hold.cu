@@ -73,6 +73,7 @@ static void pinned(size_t gib)
 
 int main(int argc, char **argv)
 {
+	require_device();
 	size_t gib = argc > 1 ? strtoull(argv[1], NULL, 10) : 1;
 	size_t chunk = argc > 2 ? strtoull(argv[2], NULL, 10) : 1;
 	if (gib == 0 || chunk == 0 || gib % chunk) {

@@ -14,6 +14,7 @@ __global__ void add_one(uint32_t *p, size_t n)
 
 int main(int argc, char **argv)
 {
+	require_device();
 	size_t gib = argc > 1 ? strtoull(argv[1], NULL, 10) : 2;
 	int iters = argc > 2 ? atoi(argv[2]) : 300;
 	size_t n = (gib << 30) / 4;
