@@ -169,6 +169,8 @@ static vmm_status restore_handles(struct devheap *dh, struct phandle **hs, size_
 	free(r);
 	return VMM_OK;
 undo:
+	if (!no_copy && nr)
+		be->synchronize(be, dh->dev, NULL); /* a failed copy-in may still be running */
 	for (size_t i = 0; i < mapped; i++)
 		phys_unmap(be, hs[i]->va, hs[i]->size);
 	for (size_t i = 0; i < created; i++)
@@ -249,10 +251,16 @@ static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 			st = engine_of(dh, err);
 			if (!st)
 				st = vmm_copy_out(dh->ce, r, nr, &cs, err);
-			if (st)
+			if (st) {
+				/* No copy may still be running when the caller moves on. */
+				be->synchronize(be, dh->dev, NULL);
 				goto fail;
+			}
 			res->bytes_copied += cs.bytes;
 		}
+		/* From here on the host holds the contents: a rollback copies them back. */
+		for (size_t i = 0; i < nlive; i++)
+			live[i]->has_backup = true;
 	}
 	for (done = 0; done < nlive; done++) {
 		struct phandle *h = live[done];
@@ -302,6 +310,8 @@ fail:
 			vmm_log(VMM_LOG_ERROR, "device %d: rollback of a failed sleep failed",
 				dh->dev);
 	}
+	for (size_t i = 0; i < nlive; i++)
+		live[i]->has_backup = false;
 	free(live);
 	free(r);
 	return st;
