@@ -740,20 +740,21 @@ class Matrix:
             chk = self.command(p, "check", r"^CHECK (\w+)")
             intact = "contents intact" if chk and chk.group(1) == "ok" else "CONTENTS LOST"
             note = err or intact
-            if walls:
-                note += "; vmmctl wall " + "/".join(f"{w * 1e3:.0f}" for w in walls) + " ms"
+            def walls_ms(ws):
+                return "; vmmctl wall ms " + "/".join(f"{w * 1e3:.0f}" for w in ws) if ws else ""
+            sleep_note, wake_note = note + walls_ms(walls[0::2]), note + walls_ms(walls[1::2])
             if outs:
                 self.badd(f"sleep {gib} GiB GB/s first / steady", f"{outs[0]:.1f} / "
                           f"{fmt(statistics.median(outs[1:]) if len(outs) > 1 else None)}",
                           f"pinned D2H {fmt(d2h)}",
                           ratio(statistics.median(outs[1:]) if len(outs) > 1 else None, d2h),
-                          "steady >= 0.8x, first >= 15 GB/s", note)
+                          "steady >= 0.8x, first >= 15 GB/s", sleep_note)
             if ins:
                 self.badd(f"wake {gib} GiB GB/s first / steady", f"{ins[0]:.1f} / "
                           f"{fmt(statistics.median(ins[1:]) if len(ins) > 1 else None)}",
                           f"pinned H2D {fmt(h2d)}",
                           ratio(statistics.median(ins[1:]) if len(ins) > 1 else None, h2d),
-                          "steady >= 0.8x", note)
+                          "steady >= 0.8x", wake_note)
             if not outs:
                 self.badd(f"sleep/wake {gib} GiB", "failed", "", "", "", note)
             if gib == max(self.a.sleep_sizes) and not err:
