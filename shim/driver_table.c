@@ -68,35 +68,42 @@ static void *driver_handle(void)
 	return dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
 }
 
-/* Resolve every real function and build the routes, once the driver is there. */
+/* Resolve every real function and build the routes, once the driver is there. The lookups run
+ * without our lock held: a thread inside dlopen (holding the loader's lock) may be calling dlsym,
+ * which comes here, while another does this. The first to finish publishes. */
 static bool build_routes(void)
 {
+	struct route local[DRV_COUNT];
+	void *found[DRV_COUNT];
+	size_t n = 0;
 	void *lib;
 
 	if (atomic_load_explicit(&routes_ready, memory_order_acquire))
 		return true;
-	pthread_mutex_lock(&build_lock);
-	if (!atomic_load_explicit(&routes_ready, memory_order_relaxed)) {
-		lib = driver_handle();
-		if (lib) {
-			for (int i = 0; i < DRV_COUNT; i++) {
-				void *p = vmm_real_dlsym(lib, names[i]);
-
-				atomic_store_explicit(&reals[i], p, memory_order_release);
-				if (p && p != wrappers[i]) {
-					routes[nroutes].real = (uintptr_t)p;
-					routes[nroutes].wrapper = (uintptr_t)wrappers[i];
-					nroutes++;
-				}
-			}
-			qsort(routes, nroutes, sizeof(routes[0]), cmp_route);
-			atomic_store_explicit(&routes_ready, true, memory_order_release);
-			/* The driver stays loaded: drop only our reference. */
-			dlclose(lib);
+	lib = driver_handle();
+	if (!lib)
+		return false;
+	for (int i = 0; i < DRV_COUNT; i++) {
+		found[i] = vmm_real_dlsym(lib, names[i]);
+		if (found[i] && found[i] != wrappers[i]) {
+			local[n].real = (uintptr_t)found[i];
+			local[n].wrapper = (uintptr_t)wrappers[i];
+			n++;
 		}
 	}
+	/* The driver stays loaded: drop only our reference. */
+	dlclose(lib);
+	qsort(local, n, sizeof(local[0]), cmp_route);
+	pthread_mutex_lock(&build_lock);
+	if (!atomic_load_explicit(&routes_ready, memory_order_relaxed)) {
+		for (int i = 0; i < DRV_COUNT; i++)
+			atomic_store_explicit(&reals[i], found[i], memory_order_release);
+		memcpy(routes, local, n * sizeof(local[0]));
+		nroutes = n;
+		atomic_store_explicit(&routes_ready, true, memory_order_release);
+	}
 	pthread_mutex_unlock(&build_lock);
-	return atomic_load_explicit(&routes_ready, memory_order_acquire);
+	return true;
 }
 
 void *driver_real(enum driver_fn f)

@@ -75,12 +75,16 @@ static void wait_open(void)
 
 void gate_enter(void)
 {
-	if (depth++ > 0)
+	if (depth > 0) {
+		depth++;
 		return;
+	}
 	for (;;) {
 		atomic_fetch_add(&inflight, 1);
-		if (!atomic_load(&closed))
+		if (!atomic_load(&closed)) {
+			depth = 1; /* only once inside: a waiter is not inside */
 			return;
+		}
 		leave_count();
 		wait_open();
 	}

@@ -1,0 +1,133 @@
+/* The submission gate (shim/gate.h) on its own: what sleep relies on. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../../shim/gate.h"
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static atomic_int inside, entered, left;
+
+static void *hold_100ms(void *arg)
+{
+	(void)arg;
+	gate_enter();
+	atomic_store(&inside, 1);
+	usleep(100 * 1000);
+	atomic_store(&left, 1);
+	gate_leave();
+	return NULL;
+}
+
+static void *enter_once(void *arg)
+{
+	(void)arg;
+	gate_enter();
+	atomic_fetch_add(&entered, 1);
+	gate_leave();
+	return NULL;
+}
+
+static void wait_for(atomic_int *flag)
+{
+	while (!atomic_load(flag))
+		usleep(1000);
+}
+
+Test(gate, open_gate_lets_everyone_through)
+{
+	for (int i = 0; i < 1000; i++) {
+		gate_enter();
+		gate_leave();
+	}
+	cr_assert(!gate_is_closed());
+}
+
+Test(gate, close_waits_for_calls_in_flight)
+{
+	pthread_t t;
+	double t0;
+
+	pthread_create(&t, NULL, hold_100ms, NULL);
+	wait_for(&inside);
+	t0 = now();
+	cr_assert_eq(gate_close(-1, NULL), VMM_OK);
+	cr_assert(atomic_load(&left), "closed while a call was still inside");
+	cr_assert_geq(now() - t0, 0.05);
+	cr_assert(gate_is_closed());
+	gate_open();
+	pthread_join(t, NULL);
+}
+
+Test(gate, closed_gate_holds_new_calls_until_open)
+{
+	pthread_t t;
+
+	cr_assert_eq(gate_close(1000, NULL), VMM_OK);
+	pthread_create(&t, NULL, enter_once, NULL);
+	usleep(100 * 1000);
+	cr_assert_eq(atomic_load(&entered), 0, "a call passed a closed gate");
+	gate_open();
+	pthread_join(t, NULL);
+	cr_assert_eq(atomic_load(&entered), 1);
+}
+
+Test(gate, close_times_out_and_reopens)
+{
+	vmm_error err;
+	pthread_t t;
+
+	pthread_create(&t, NULL, hold_100ms, NULL);
+	wait_for(&inside);
+	cr_assert_eq(gate_close(10, &err), VMM_E_BUSY);
+	cr_assert(strstr(err.msg, "still inside"), "%s", err.msg);
+	cr_assert(!gate_is_closed(), "a timed-out close left the gate closed");
+	pthread_join(t, NULL);
+}
+
+Test(gate, closing_from_inside_does_not_wait_for_itself)
+{
+	double t0 = now();
+
+	gate_enter();
+	cr_assert_eq(gate_close(2000, NULL), VMM_OK);
+	cr_assert_lt(now() - t0, 1.0);
+	gate_enter(); /* nested: already inside */
+	gate_leave();
+	gate_leave();
+	cr_assert_eq(gate_close(10, NULL), VMM_E_BUSY, "closing a closed gate must say so");
+	gate_open();
+}
+
+static atomic_int wakes;
+
+static void wake(void)
+{
+	atomic_fetch_add(&wakes, 1);
+	usleep(20 * 1000);
+	gate_open();
+}
+
+Test(gate, autowake_wakes_once_for_many_waiters)
+{
+	pthread_t t[8];
+
+	cr_assert_eq(gate_close(1000, NULL), VMM_OK);
+	gate_set_autowake(true, wake);
+	for (int i = 0; i < 8; i++)
+		pthread_create(&t[i], NULL, enter_once, NULL);
+	for (int i = 0; i < 8; i++)
+		pthread_join(t[i], NULL);
+	cr_assert_eq(atomic_load(&entered), 8);
+	cr_assert_eq(atomic_load(&wakes), 1, "wake asked %d times", atomic_load(&wakes));
+	gate_set_autowake(false, NULL);
+}
