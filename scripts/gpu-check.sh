@@ -4,7 +4,7 @@
 # row natively and under the shim, the sleep/wake rows and the benchmarks (tests/gpu/gpucheck.py).
 # Prints a short table last; exits non-zero when a correctness row fails (benchmarks never fail).
 #
-# Usage: scripts/gpu-check.sh [LOGDIR]        LOGDIR defaults to $OUT, else ./gpu-check-logs
+# Usage: scripts/gpu-check.sh [LOGDIR]        LOGDIR defaults to $OUT, else /tmp/gpu-check-logs
 # Environment: GPUCHECK_BUDGET_S (default 510: the whole run ends inside 9 minutes),
 #   GPUCHECK_ONLY=row,row (parts of row names), GPUCHECK_SKIP_BENCH=1, GPUCHECK_BUILD (build dir),
 #   GPUCHECK_JOBS (parallel compiles, default nproc)
@@ -13,7 +13,7 @@
 set -u
 start=$(date +%s)
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${1:-${OUT:-$root/gpu-check-logs}}
+out=${1:-${OUT:-/tmp/gpu-check-logs}}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 work=$(mktemp -d /tmp/gpu-check.XXXXXX)
