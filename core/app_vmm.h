@@ -29,15 +29,33 @@ void vmm_app_registry_destroy(vmm_app_registry *reg);
  * CUmemAllocationProp (or ACL equivalent) copied verbatim, so wake can create the same kind. */
 void vmm_app_created(vmm_app_registry *reg, vmm_phys handle, size_t size, int device,
 		     const void *prop, size_t prop_size);
+/* As vmm_app_created, and returns the value to give the program. That is the real handle itself
+ * unless an earlier handle's program-side value (kept across a wake, while its real handle
+ * changed) already equals it; then the registry picks a value of its own, so that two program
+ * handles never share a value. The shim should hand the program this value. 0: not recorded (no
+ * host memory); the program then gets the real handle, which the registry does not know. */
+vmm_phys vmm_app_created_value(vmm_app_registry *reg, vmm_phys real, size_t size, int device,
+			       const void *prop, size_t prop_size);
 void vmm_app_exported(vmm_app_registry *reg, vmm_phys handle);   /* shareable handle handed out */
 void vmm_app_released(vmm_app_registry *reg, vmm_phys handle);   /* program dropped its reference */
 void vmm_app_mapped(vmm_app_registry *reg, vmm_devptr va, size_t size, size_t offset,
 		    vmm_phys handle);
 void vmm_app_unmapped(vmm_app_registry *reg, vmm_devptr va, size_t size);
+/* The devices in rw were granted read/write on the mappings inside [va, va+size); devices not
+ * in rw keep what they had (cuMemSetAccess leaves unnamed devices alone). */
 void vmm_app_access_set(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask rw);
+/* The devices in mask lost access (PROT_NONE) on the mappings inside [va, va+size). */
+void vmm_app_access_revoke(vmm_app_registry *reg, vmm_devptr va, size_t size,
+			   vmm_access_mask mask);
 
-/* The real handle behind a program's handle value (itself unless a wake replaced it). */
+/* The real handle behind a program's handle value (itself unless a wake replaced it, or the
+ * registry gave the program a value of its own). While that handle is asleep there is no real
+ * handle: 0, and the call must not reach the driver. Values the registry does not know are
+ * returned unchanged. */
 vmm_phys vmm_app_real_handle(vmm_app_registry *reg, vmm_phys app_handle);
+/* The program's value for a real handle (e.g. what cuMemRetainAllocationHandle answered);
+ * unknown values are returned unchanged. */
+vmm_phys vmm_app_program_handle(vmm_app_registry *reg, vmm_phys real);
 /* Is va inside a tracked app mapping? */
 bool vmm_app_contains(vmm_app_registry *reg, vmm_devptr va);
 

@@ -1,0 +1,539 @@
+/* Sleep and wake of the program's own VMM handles (app_vmm.h). Sleep: synchronize, copy each
+ * handle's contents to its host backup (once per handle even when it is mapped several times),
+ * unmap every mapping, release the handle; exported handles stay. Wake: check device memory,
+ * re-create each handle as the same kind, map every mapping at its address and offset, re-grant
+ * the same access, copy back. A handle whose contents are not all reachable through mappings the
+ * owner can read is copied through a temporary whole-handle mapping. Failures roll back. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../log.h"
+#include "app_internal.h"
+#include "offload_internal.h"
+
+struct range_buf {
+	vmm_copy_range *r;
+	size_t n, cap;
+};
+
+static vmm_status push_range(struct range_buf *b, vmm_devptr dev, void *host, size_t size,
+			     vmm_error *err)
+{
+	if (b->n == b->cap) {
+		size_t c = b->cap ? b->cap * 2 : 64;
+		vmm_copy_range *nr = realloc(b->r, c * sizeof(*nr));
+
+		if (!nr)
+			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for copy ranges");
+		b->r = nr;
+		b->cap = c;
+	}
+	b->r[b->n++] = (vmm_copy_range){ .dev = dev, .host = host, .size = size };
+	return VMM_OK;
+}
+
+static bool selected(const struct app_handle *h, const vmm_sleep_opts *o)
+{
+	return !o || o->device < 0 || h->dev == o->device;
+}
+
+static vmm_status engine_of(vmm_app_registry *reg, int dev, vmm_copy_engine **ce,
+			    vmm_error *err)
+{
+	vmm_status st = VMM_OK;
+
+	if (dev < 0 || dev >= VMM_MAX_DEVICES)
+		return vmm_fail(err, VMM_E_INVALID, 0, "app handle on device %d", dev);
+	if (!reg->ce[dev])
+		st = vmm_copy_engine_create(reg->be, dev, &reg->ce[dev], err);
+	*ce = reg->ce[dev];
+	return st;
+}
+
+static vmm_status temp_map(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
+{
+	vmm_backend *be = reg->be;
+	size_t g = 0;
+	vmm_devptr va = 0;
+	vmm_status st;
+
+	st = be->granularity(be, h->dev, &g, err);
+	if (!st)
+		st = be->reserve(be, h->dev, h->size, g, &va, err);
+	if (st)
+		return st;
+	st = be->map(be, va, h->size, h->real, err);
+	if (st) {
+		be->unreserve(be, h->dev, va, h->size, NULL);
+		return st;
+	}
+	st = be->set_access(be, h->dev, va, h->size, NULL, 0, err);
+	if (st) {
+		be->unmap(be, va, h->size, NULL);
+		be->unreserve(be, h->dev, va, h->size, NULL);
+		return st;
+	}
+	h->tmp_va = va;
+	return VMM_OK;
+}
+
+static void temp_unmap_all(vmm_app_registry *reg, struct app_handle **hs, size_t n)
+{
+	vmm_backend *be = reg->be;
+
+	for (size_t i = 0; i < n; i++) {
+		struct app_handle *h = hs[i];
+
+		if (!h->tmp_va)
+			continue;
+		if (be->unmap(be, h->tmp_va, h->size, NULL) == VMM_OK)
+			be->unreserve(be, h->dev, h->tmp_va, h->size, NULL);
+		else
+			vmm_log(VMM_LOG_WARN, "temporary mapping at %#llx could not be undone",
+				(unsigned long long)h->tmp_va);
+		h->tmp_va = 0;
+	}
+}
+
+/* The ranges that carry h's contents: its mappings that the owner can access, each byte once;
+ * when they leave a gap, one temporary mapping of the whole handle instead. */
+static vmm_status handle_ranges(vmm_app_registry *reg, struct app_handle *h, struct range_buf *b,
+				vmm_error *err)
+{
+	size_t nm = 0, first = b->n, cur = 0;
+	struct app_map **ms = app_maps_of(reg, h, &nm);
+	vmm_status st = VMM_OK;
+
+	if (h->nmaps && !ms)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a copy plan");
+	for (size_t i = 0; i < nm && !st; i++) {
+		struct app_map *m = ms[i];
+		size_t end = m->offset + m->size;
+
+		if (!(m->rw & (1u << h->dev)) || end <= cur)
+			continue;
+		if (m->offset > cur)
+			break;   /* a gap: cur stops short */
+		st = push_range(b, m->va + (cur - m->offset), (char *)h->backup.ptr + cur,
+				end - cur, err);
+		cur = end;
+	}
+	free(ms);
+	if (st || cur >= h->size)
+		return st;
+	b->n = first;
+	st = temp_map(reg, h, err);
+	if (!st)
+		st = push_range(b, h->tmp_va, h->backup.ptr, h->size, err);
+	return st;
+}
+
+/* Copy the contents of hs (out: to their backups; in: back) one device at a time. */
+static vmm_status copy_handles(vmm_app_registry *reg, struct app_handle **hs, size_t n, bool out,
+			       uint64_t *copied, vmm_error *err)
+{
+	struct range_buf b = { 0 };
+	vmm_status st = VMM_OK;
+
+	for (int d = 0; d < VMM_MAX_DEVICES && !st; d++) {
+		vmm_copy_engine *ce;
+		vmm_copy_stats cs;
+
+		b.n = 0;
+		for (size_t i = 0; i < n && !st; i++)
+			if (hs[i]->dev == d && hs[i]->backup.ptr)
+				st = handle_ranges(reg, hs[i], &b, err);
+		if (st || !b.n)
+			continue;
+		st = engine_of(reg, d, &ce, err);
+		if (!st)
+			st = out ? vmm_copy_out(ce, b.r, b.n, &cs, err) :
+				   vmm_copy_in(ce, b.r, b.n, &cs, err);
+		if (!st)
+			*copied += cs.bytes;
+	}
+	temp_unmap_all(reg, hs, n);
+	free(b.r);
+	return st;
+}
+
+static vmm_status map_one(vmm_app_registry *reg, struct app_map *m, vmm_error *err)
+{
+	vmm_backend *be = reg->be;
+	struct app_handle *h = m->h;
+
+	if (m->offset == 0 && m->size == h->size)
+		return be->map(be, m->va, m->size, h->real, err);
+	if (!be->map_at)
+		return vmm_fail(err, VMM_E_UNSUPPORTED, 0,
+				"the %s backend cannot map part of a handle (offset %zu, %zu of "
+				"%zu bytes)", be->name, m->offset, m->size, h->size);
+	return be->map_at(be, m->va, m->size, m->offset, h->real, err);
+}
+
+static vmm_status grant(vmm_app_registry *reg, struct app_map *m, vmm_error *err)
+{
+	int peers[VMM_MAX_DEVICES], np = 0, owner = -1;
+
+	for (int d = 0; d < VMM_MAX_DEVICES; d++) {
+		if (!(m->rw & (1u << d)))
+			continue;
+		if (owner < 0)
+			owner = d;
+		else
+			peers[np++] = d;
+	}
+	if (owner < 0)
+		return VMM_OK;   /* the program had granted no access yet */
+	return reg->be->set_access(reg->be, owner, m->va, m->size, peers, np, err);
+}
+
+/* Map every mapping of h (which has a real handle) and grant its access; on failure the ones
+ * done are unmapped again. */
+static vmm_status map_all(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
+{
+	size_t nm = 0, done = 0;
+	struct app_map **ms = app_maps_of(reg, h, &nm);
+	vmm_status st = VMM_OK;
+
+	if (h->nmaps && !ms)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to map");
+	for (; done < nm && !st; done++) {
+		st = map_one(reg, ms[done], err);
+		if (st)
+			break;
+		st = grant(reg, ms[done], err);
+		if (st) {
+			reg->be->unmap(reg->be, ms[done]->va, ms[done]->size, NULL);
+			break;
+		}
+	}
+	if (st)
+		for (size_t i = 0; i < done; i++)
+			reg->be->unmap(reg->be, ms[i]->va, ms[i]->size, NULL);
+	free(ms);
+	return st;
+}
+
+/* Unmap every mapping of h; on failure the ones done are mapped and granted again. */
+static vmm_status unmap_all(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
+{
+	size_t nm = 0, done = 0;
+	struct app_map **ms = app_maps_of(reg, h, &nm);
+	vmm_status st = VMM_OK;
+
+	if (h->nmaps && !ms)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to unmap");
+	for (; done < nm; done++) {
+		st = reg->be->unmap(reg->be, ms[done]->va, ms[done]->size, err);
+		if (st)
+			break;
+	}
+	if (st)
+		for (size_t i = 0; i < done; i++)
+			if (map_one(reg, ms[i], NULL) || grant(reg, ms[i], NULL))
+				vmm_log(VMM_LOG_ERROR, "app mapping at %#llx lost in a rollback",
+					(unsigned long long)ms[i]->va);
+	free(ms);
+	return st;
+}
+
+static vmm_status create_like(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
+{
+	vmm_backend *be = reg->be;
+
+	if (be->create_with_prop && h->prop)
+		return be->create_with_prop(be, h->dev, h->size, h->prop, h->prop_size, &h->real,
+					    err);
+	return be->create(be, h->dev, h->size, &h->real, err);
+}
+
+/* Bring back hs[0..n) (asleep: no real handle, nothing mapped): create, map, grant, copy back
+ * (when they have a backup and `copy`). All or nothing: on failure they stay asleep, host copies
+ * intact. */
+static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t n, bool copy,
+			  uint64_t *copied, vmm_error *err)
+{
+	vmm_backend *be = reg->be;
+	size_t created = 0, mapped = 0;
+	vmm_status st = VMM_OK;
+
+	for (; created < n; created++) {
+		st = create_like(reg, hs[created], err);
+		if (st)
+			goto undo;
+	}
+	for (; mapped < n; mapped++) {
+		st = map_all(reg, hs[mapped], err);
+		if (st)
+			goto undo;
+	}
+	if (copy) {
+		struct app_handle **with = malloc(n * sizeof(*with));
+		size_t nw = 0;
+
+		if (!with) {
+			st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan a copy");
+			goto undo;
+		}
+		for (size_t i = 0; i < n; i++)
+			if (hs[i]->has_backup)
+				with[nw++] = hs[i];
+		st = copy_handles(reg, with, nw, false, copied, err);
+		free(with);
+		if (st)
+			goto undo;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct app_handle *h = hs[i];
+
+		/* The program had dropped its reference: the memory lives while mapped, as before. */
+		if (h->app_released && be->release(be, h->real, NULL))
+			vmm_log(VMM_LOG_WARN, "app handle %#llx: re-releasing failed",
+				(unsigned long long)h->app);
+		h->asleep = false;
+	}
+	return VMM_OK;
+undo:
+	for (size_t i = 0; i < mapped; i++)
+		unmap_all(reg, hs[i], NULL);
+	for (size_t i = 0; i < created; i++) {
+		be->release(be, hs[i]->real, NULL);
+		hs[i]->real = 0;
+	}
+	return st;
+}
+
+/* The handles an operation covers: selected, not exported, and asleep or not as asked. */
+static struct app_handle **pick(vmm_app_registry *reg, const vmm_sleep_opts *o, bool asleep,
+				size_t *n, uint64_t *bytes, uint64_t *exported_bytes)
+{
+	struct app_handle **v = malloc((reg->nh ? reg->nh : 1) * sizeof(*v));
+
+	*n = 0;
+	*bytes = *exported_bytes = 0;
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < reg->nh; i++) {
+		struct app_handle *h = reg->hs[i];
+
+		if (!selected(h, o))
+			continue;
+		if (h->exported) {
+			*exported_bytes += h->size;
+			continue;
+		}
+		if (h->asleep == asleep) {
+			v[(*n)++] = h;
+			*bytes += h->size;
+		}
+	}
+	return v;
+}
+
+static vmm_status check_opts(const vmm_sleep_opts *o, vmm_transfer_result *res, vmm_error *err)
+{
+	if (o && (o->device < -1 || o->device >= VMM_MAX_DEVICES))
+		return vmm_fail(err, VMM_E_INVALID, 0, "no device %d", o->device);
+	if (o && o->tag) {
+		res->already = true;
+		return vmm_fail(err, VMM_E_ALREADY, 0,
+				"the program's own VMM mappings belong to no tag");
+	}
+	return VMM_OK;
+}
+
+/* Back up (unless discard) and release hs[0..n). */
+static vmm_status sleep_handles(vmm_app_registry *reg, struct app_handle **hs, size_t n,
+				bool discard, uint64_t *copied, vmm_error *err)
+{
+	vmm_backend *be = reg->be;
+	uint64_t need = 0, avail;
+	size_t done = 0;
+	vmm_status st;
+
+	/* Refuse what wake could not rebuild, before anything changes. */
+	for (size_t i = 0; i < n && !be->map_at; i++) {
+		size_t nm = 0;
+		struct app_map **ms = app_maps_of(reg, hs[i], &nm);
+
+		for (size_t j = 0; j < nm; j++)
+			if (ms[j]->offset || ms[j]->size != hs[i]->size) {
+				unsigned long long va = ms[j]->va;
+
+				free(ms);
+				return vmm_fail(err, VMM_E_UNSUPPORTED, 0,
+						"the %s backend cannot re-map part of a handle: the "
+						"program's mapping at %#llx stays awake", be->name, va);
+			}
+		free(ms);
+	}
+	for (int d = 0; d < VMM_MAX_DEVICES; d++) {
+		bool used = false;
+
+		for (size_t i = 0; i < n && !used; i++)
+			used = hs[i]->dev == d;
+		if (used && (st = be->synchronize(be, d, err)))
+			return st;
+	}
+	if (!discard) {
+		for (size_t i = 0; i < n; i++)
+			if (!hs[i]->backup.ptr)
+				need += hs[i]->size;
+		avail = vmm_host_available_bytes();
+		if (need > avail)
+			return vmm_fail(err, VMM_E_HOST_OOM, 0,
+					"sleeping the program's VMM mappings needs %llu bytes of "
+					"host memory, %llu available", (unsigned long long)need,
+					(unsigned long long)avail);
+		for (size_t i = 0; i < n; i++) {
+			if (hs[i]->backup.ptr)
+				continue;
+			st = vmm_host_buf_alloc(be, hs[i]->size, 0, &hs[i]->backup, err);
+			if (st)
+				return st;   /* buffers made so far are kept for the next try */
+		}
+		st = copy_handles(reg, hs, n, true, copied, err);
+		if (st)
+			return st;
+	}
+	for (; done < n; done++) {
+		struct app_handle *h = hs[done];
+
+		st = unmap_all(reg, h, err);
+		if (st)
+			break;
+		if (!h->app_released) {
+			st = be->release(be, h->real, err);
+			if (st) {
+				/* Still alive: put its mappings back. */
+				if (map_all(reg, h, NULL))
+					vmm_log(VMM_LOG_ERROR,
+						"app handle %#llx: mappings lost in a rollback",
+						(unsigned long long)h->app);
+				break;
+			}
+		}
+		h->real = 0;
+		h->asleep = true;
+		h->has_backup = !discard;
+	}
+	if (done == n)
+		return VMM_OK;
+	/* Bring back those already released. */
+	if (done) {
+		vmm_error rerr;
+		uint64_t ignored = 0;
+
+		if (restore(reg, hs, done, true, &ignored, &rerr))
+			vmm_log(VMM_LOG_ERROR, "sleep rollback failed (%s): %zu app handles stay "
+				"asleep; a wake brings them back", rerr.msg, done);
+	}
+	return st;
+}
+
+vmm_status vmm_app_sleep(vmm_app_registry *reg, const vmm_sleep_opts *opts,
+			 vmm_transfer_result *res, vmm_error *err)
+{
+	vmm_transfer_result local;
+	struct app_handle **hs;
+	uint64_t bytes, exported;
+	double t0 = vmm_now_s();
+	size_t n;
+	vmm_status st;
+
+	if (!res)
+		res = &local;
+	memset(res, 0, sizeof(*res));
+	if (!reg)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no app registry");
+	st = check_opts(opts, res, err);
+	if (st)
+		return st;
+	pthread_mutex_lock(&reg->lock);
+	hs = pick(reg, opts, false, &n, &bytes, &exported);
+	if (!hs) {
+		pthread_mutex_unlock(&reg->lock);
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan a sleep");
+	}
+	if (!n) {
+		st = vmm_fail(err, VMM_E_ALREADY, 0, "no app VMM handle to sleep%s",
+			      exported ? " (exported handles stay resident)" : "");
+		res->already = true;
+	} else {
+		st = sleep_handles(reg, hs, n, opts && opts->discard, &res->bytes_copied, err);
+		if (!st)
+			res->bytes_released = bytes;
+		else
+			res->bytes_copied = 0;
+	}
+	pthread_mutex_unlock(&reg->lock);
+	free(hs);
+	if (exported)
+		vmm_log(VMM_LOG_INFO, "%llu bytes of exported app handles stay resident",
+			(unsigned long long)exported);
+	res->seconds = vmm_now_s() - t0;
+	return st;
+}
+
+vmm_status vmm_app_wake(vmm_app_registry *reg, const vmm_sleep_opts *opts,
+			vmm_transfer_result *res, vmm_error *err)
+{
+	vmm_transfer_result local;
+	struct app_handle **hs;
+	uint64_t bytes, exported;
+	double t0 = vmm_now_s();
+	size_t n;
+	vmm_status st = VMM_OK;
+
+	if (!res)
+		res = &local;
+	memset(res, 0, sizeof(*res));
+	if (!reg)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no app registry");
+	st = check_opts(opts, res, err);
+	if (st)
+		return st;
+	pthread_mutex_lock(&reg->lock);
+	hs = pick(reg, opts, true, &n, &bytes, &exported);
+	if (!hs) {
+		pthread_mutex_unlock(&reg->lock);
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan a wake");
+	}
+	if (!n) {
+		res->already = true;
+		st = vmm_fail(err, VMM_E_ALREADY, 0, "no app VMM handle is asleep");
+	}
+	/* Enough device memory on each device, before anything is created. */
+	for (int d = 0; d < VMM_MAX_DEVICES && !st; d++) {
+		uint64_t need = 0;
+		size_t fr = 0, tot = 0;
+
+		for (size_t i = 0; i < n; i++)
+			if (hs[i]->dev == d)
+				need += hs[i]->size;
+		if (need && reg->be->mem_info(reg->be, d, &fr, &tot, NULL) == VMM_OK && need > fr)
+			st = vmm_fail(err, VMM_E_OOM, 0,
+				      "device %d: waking the program's VMM mappings needs %llu "
+				      "bytes, %zu available", d, (unsigned long long)need, fr);
+	}
+	if (!st) {
+		st = restore(reg, hs, n, true, &res->bytes_copied, err);
+		if (st == VMM_E_OOM && err) {
+			char why[sizeof(err->msg)];
+
+			memcpy(why, err->msg, sizeof(why));
+			vmm_fail(err, VMM_E_OOM, err->driver_code,
+				 "waking the program's VMM mappings needs %llu bytes: %s",
+				 (unsigned long long)bytes, why);
+		}
+		if (!st)
+			res->bytes_released = bytes;
+		else
+			res->bytes_copied = 0;
+	}
+	pthread_mutex_unlock(&reg->lock);
+	free(hs);
+	res->seconds = vmm_now_s() - t0;
+	return st;
+}

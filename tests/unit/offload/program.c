@@ -1,0 +1,128 @@
+/* The pretend program (program.h). */
+#include "program.h"
+
+#include <criterion/criterion.h>
+#include <dlfcn.h>
+#include <string.h>
+
+struct cu cu;
+
+#define LOAD(field, name)                                                              \
+	do {                                                                           \
+		*(void **)&cu.field = dlsym(lib, name);                                \
+		cr_assert_not_null(cu.field, "simdev's libcuda lacks %s", name);       \
+	} while (0)
+
+static vmm_status be_create_with_prop(vmm_backend *be, int dev, size_t size, const void *prop,
+				      size_t prop_size, vmm_phys *handle, vmm_error *err)
+{
+	CUmemGenericAllocationHandle h;
+	CUmemAllocationProp p;
+	CUresult rc;
+
+	(void)be;
+	if (prop_size != sizeof(p))
+		return vmm_fail(err, VMM_E_INVALID, 0, "prop of %zu bytes", prop_size);
+	memcpy(&p, prop, sizeof(p));
+	p.location.id = dev;
+	rc = cu.create(&h, size, &p, 0);
+	if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+		return vmm_fail(err, VMM_E_OOM, rc, "cuMemCreate: out of memory");
+	if (rc)
+		return vmm_fail(err, VMM_E_DRIVER, rc, "cuMemCreate: %d", rc);
+	*handle = h;
+	return VMM_OK;
+}
+
+static vmm_status be_map_at(vmm_backend *be, vmm_devptr va, size_t size, size_t offset,
+			    vmm_phys handle, vmm_error *err)
+{
+	CUresult rc = cu.map(va, size, offset, handle, 0);
+
+	(void)be;
+	return rc ? vmm_fail(err, VMM_E_DRIVER, rc, "cuMemMap at offset: %d", rc) : VMM_OK;
+}
+
+void prog_open(struct tdev *t)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	CUcontext ctx;
+
+	cr_assert_not_null(lib, "libcuda.so.1 is loaded by the backend");
+	LOAD(ctx_retain, "cuDevicePrimaryCtxRetain");
+	LOAD(ctx_set, "cuCtxSetCurrent");
+	LOAD(create, "cuMemCreate");
+	LOAD(release, "cuMemRelease");
+	LOAD(map, "cuMemMap");
+	LOAD(unmap, "cuMemUnmap");
+	LOAD(set_access, "cuMemSetAccess");
+	LOAD(reserve, "cuMemAddressReserve");
+	LOAD(retain, "cuMemRetainAllocationHandle");
+	LOAD(export_fd, "cuMemExportToShareableHandle");
+	LOAD(check_access, "simdev_check_access");
+	cr_assert_eq(cu.ctx_retain(&ctx, 0), CUDA_SUCCESS);
+	cr_assert_eq(cu.ctx_set(ctx), CUDA_SUCCESS);
+	t->be->create_with_prop = be_create_with_prop;
+	t->be->map_at = be_map_at;
+}
+
+vmm_phys prog_create(vmm_app_registry *reg, size_t size, int dev, int exportable)
+{
+	CUmemAllocationProp p;
+	CUmemGenericAllocationHandle h;
+	vmm_phys app;
+
+	memset(&p, 0, sizeof(p));
+	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	p.location.id = dev;
+	if (exportable)
+		p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	cr_assert_eq(cu.create(&h, size, &p, 0), CUDA_SUCCESS, "cuMemCreate %zu", size);
+	app = vmm_app_created_value(reg, h, size, dev, &p, sizeof(p));
+	cr_assert_neq(app, 0);
+	return app;
+}
+
+vmm_devptr prog_reserve(size_t size)
+{
+	CUdeviceptr va = 0;
+
+	cr_assert_eq(cu.reserve(&va, size, 0, 0, 0), CUDA_SUCCESS);
+	return va;
+}
+
+void prog_map(vmm_app_registry *reg, vmm_devptr va, size_t size, size_t off, vmm_phys app)
+{
+	cr_assert_eq(cu.map(va, size, off, vmm_app_real_handle(reg, app), 0), CUDA_SUCCESS,
+		     "cuMemMap");
+	vmm_app_mapped(reg, va, size, off, app);
+}
+
+void prog_access(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask rw)
+{
+	CUmemAccessDesc d[VMM_MAX_DEVICES];
+	size_t n = 0;
+
+	for (int i = 0; i < VMM_MAX_DEVICES; i++) {
+		if (!(rw & (1u << i)))
+			continue;
+		d[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		d[n].location.id = i;
+		d[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	}
+	cr_assert_eq(cu.set_access(va, size, d, n), CUDA_SUCCESS, "cuMemSetAccess");
+	vmm_app_access_set(reg, va, size, rw);
+}
+
+void prog_unmap(vmm_app_registry *reg, vmm_devptr va, size_t size)
+{
+	cr_assert_eq(cu.unmap(va, size), CUDA_SUCCESS, "cuMemUnmap");
+	vmm_app_unmapped(reg, va, size);
+}
+
+void prog_release(vmm_app_registry *reg, vmm_phys app)
+{
+	cr_assert_eq(cu.release(vmm_app_real_handle(reg, app)), CUDA_SUCCESS, "cuMemRelease");
+	vmm_app_released(reg, app);
+}

@@ -1,0 +1,503 @@
+/* The registry of the program's own VMM handles on simdev: sleep copies each handle once (even
+ * when mapped twice, or in parts), releases it, keeps exported ones resident; wake re-creates the
+ * same kind, maps at the same addresses and offsets, re-grants access (peers too) and copies back;
+ * handle values are translated; "already", device OOM and injected driver failures change nothing
+ * and lose nothing. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "copy_engine.h"
+#include "program.h"
+
+#define MiB ((size_t)1 << 20)
+
+static struct tdev td;
+static vmm_app_registry *reg;
+
+/* The scene: H1 (8 MiB) mapped twice whole at va1 and va2; H2 (8 MiB, exportable) mapped in two
+ * halves at va3 and va4; H3 (6 MiB) mapped only in its middle 2 MiB at va5 (its other bytes were
+ * written through a mapping va6 that the program has since unmapped). */
+struct scene {
+	vmm_phys h1, h2, h3;
+	vmm_devptr va1, va2, va3, va4, va5, va6;
+	char *p1, *p2, *p3;
+};
+static struct scene sc;
+
+static void open_with(const char *memory, const char *devices, const char *fail)
+{
+	vmm_error err = { 0 };
+
+	t_simdev_env(memory, devices, fail);
+	t_dev_open(&td);
+	prog_open(&td);
+	cr_assert_eq(vmm_app_registry_create(td.be, &reg, &err), VMM_OK, "%s", err.msg);
+}
+
+static void setup(void)
+{
+	open_with("1G", "2", NULL);
+}
+
+static void teardown(void)
+{
+	vmm_app_registry_destroy(reg);
+	reg = NULL;
+	t_dev_close(&td);
+	free(sc.p1);
+	free(sc.p2);
+	free(sc.p3);
+	memset(&sc, 0, sizeof(sc));
+}
+
+static void build_scene(void)
+{
+	sc.p1 = malloc(8 * MiB);
+	sc.p2 = malloc(8 * MiB);
+	sc.p3 = malloc(6 * MiB);
+	cr_assert(sc.p1 && sc.p2 && sc.p3);
+	t_pattern(sc.p1, 8 * MiB, 101);
+	t_pattern(sc.p2, 8 * MiB, 102);
+	t_pattern(sc.p3, 6 * MiB, 103);
+	sc.h1 = prog_create(reg, 8 * MiB, 0, 0);
+	sc.h2 = prog_create(reg, 8 * MiB, 0, 1);
+	sc.h3 = prog_create(reg, 6 * MiB, 0, 0);
+	sc.va1 = prog_reserve(8 * MiB);
+	sc.va2 = prog_reserve(8 * MiB);
+	sc.va3 = prog_reserve(8 * MiB);   /* va4 lies in the same reservation, after va3 */
+	sc.va4 = sc.va3 + 4 * MiB;
+	sc.va5 = prog_reserve(2 * MiB);
+	sc.va6 = prog_reserve(6 * MiB);
+	prog_map(reg, sc.va1, 8 * MiB, 0, sc.h1);
+	prog_map(reg, sc.va2, 8 * MiB, 0, sc.h1);
+	prog_map(reg, sc.va3, 4 * MiB, 0, sc.h2);
+	prog_map(reg, sc.va4, 4 * MiB, 4 * MiB, sc.h2);
+	prog_map(reg, sc.va6, 6 * MiB, 0, sc.h3);
+	prog_map(reg, sc.va5, 2 * MiB, 2 * MiB, sc.h3);
+	prog_access(reg, sc.va1, 8 * MiB, 1u);
+	prog_access(reg, sc.va2, 8 * MiB, 1u);
+	prog_access(reg, sc.va3, 8 * MiB, 1u);    /* one call over both halves */
+	prog_access(reg, sc.va5, 2 * MiB, 1u);
+	prog_access(reg, sc.va6, 6 * MiB, 1u);
+	t_write(&td, sc.va1, sc.p1, 8 * MiB);
+	t_write(&td, sc.va3, sc.p2, 4 * MiB);
+	t_write(&td, sc.va4, sc.p2 + 4 * MiB, 4 * MiB);
+	t_write(&td, sc.va6, sc.p3, 6 * MiB);
+	prog_unmap(reg, sc.va6, 6 * MiB);
+}
+
+static void expect_dev(vmm_devptr va, const char *want, size_t n, const char *what)
+{
+	char *got = malloc(n);
+
+	cr_assert(got);
+	t_read(&td, got, va, n);
+	cr_assert_eq(memcmp(got, want, n), 0, "%s: contents differ", what);
+	free(got);
+}
+
+static void expect_scene_intact(void)
+{
+	expect_dev(sc.va1, sc.p1, 8 * MiB, "H1 through va1");
+	expect_dev(sc.va2, sc.p1, 8 * MiB, "H1 through va2");
+	expect_dev(sc.va3, sc.p2, 4 * MiB, "H2 first half");
+	expect_dev(sc.va4, sc.p2 + 4 * MiB, 4 * MiB, "H2 second half");
+	expect_dev(sc.va5, sc.p3 + 2 * MiB, 2 * MiB, "H3 middle");
+	for (vmm_devptr va = sc.va1; va < sc.va1 + 8 * MiB; va += 2 * MiB)
+		cr_assert_eq(cu.check_access(0, (void *)va, 2 * MiB), 0);
+}
+
+static vmm_status do_sleep(bool discard, vmm_transfer_result *res, vmm_error *err)
+{
+	vmm_sleep_opts o = { .tag = NULL, .device = -1, .discard = discard };
+
+	return vmm_app_sleep(reg, &o, res, err);
+}
+
+static vmm_status do_wake(vmm_transfer_result *res, vmm_error *err)
+{
+	vmm_sleep_opts o = { .tag = NULL, .device = -1 };
+
+	return vmm_app_wake(reg, &o, res, err);
+}
+
+Test(app, sleep_releases_and_wake_restores_every_byte, .init = setup, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	vmm_app_stats s;
+	uint64_t used0, h1_real0;
+
+	build_scene();
+	used0 = t_dev_used(&td, 0);
+	h1_real0 = vmm_app_real_handle(reg, sc.h1);
+	cr_assert_neq(h1_real0, 0);
+	cr_assert(vmm_app_contains(reg, sc.va2 + 5));
+	cr_assert_not(vmm_app_contains(reg, sc.va6), "unmapped by the program");
+
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(res.bytes_released, 22 * MiB);
+	cr_expect_eq(res.bytes_copied, 22 * MiB, "each handle copied once");
+	cr_expect_not(res.already);
+	cr_expect_eq(t_dev_used(&td, 0), used0 - 22 * MiB, "the physical memory went back");
+	cr_expect(vmm_app_is_asleep(reg, 0));
+	cr_expect(vmm_app_is_asleep(reg, -1));
+	cr_expect_not(vmm_app_is_asleep(reg, 1));
+	cr_expect_eq(vmm_app_real_handle(reg, sc.h1), 0, "no real handle while asleep");
+	cr_expect_neq(cu.check_access(0, (void *)sc.va1, 4096), 0, "nothing mapped while asleep");
+	cr_expect(vmm_app_contains(reg, sc.va1), "the address stays the program's");
+	vmm_app_stats_get(reg, 0, &s);
+	cr_expect_eq(s.handles, 3);
+	cr_expect_eq(s.asleep_bytes, 22 * MiB);
+	cr_expect_geq(s.host_backup_bytes, 22 * MiB);
+	cr_expect_eq(s.mapped_bytes, 0);
+
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_E_ALREADY);
+	cr_expect(res.already);
+	cr_expect_eq(t_dev_used(&td, 0), used0 - 22 * MiB);
+
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(res.bytes_released, 22 * MiB);
+	cr_expect_eq(res.bytes_copied, 22 * MiB);
+	cr_expect_eq(t_dev_used(&td, 0), used0);
+	cr_expect_not(vmm_app_is_asleep(reg, -1));
+	expect_scene_intact();
+	vmm_app_stats_get(reg, -1, &s);
+	cr_expect_eq(s.mapped_bytes, 8 * MiB + 8 * MiB + 8 * MiB + 2 * MiB);
+	cr_expect_eq(s.asleep_bytes, 0);
+
+	/* The same physical memory behind both mappings of H1. */
+	t_write(&td, sc.va2 + 100, "shared", 6);
+	{
+		char b[6];
+
+		t_read(&td, b, sc.va1 + 100, 6);
+		cr_expect_eq(memcmp(b, "shared", 6), 0, "va1 and va2 share H1");
+	}
+	/* H3's bytes no mapping covered survived too: map it whole again. */
+	prog_map(reg, sc.va6, 6 * MiB, 0, sc.h3);
+	prog_access(reg, sc.va6, 6 * MiB, 1u);
+	expect_dev(sc.va6, sc.p3, 6 * MiB, "H3 whole");
+	cr_assert_eq(do_wake(&res, &err), VMM_E_ALREADY);
+	cr_expect(res.already);
+}
+
+Test(app, handles_translate_after_wake, .init = setup, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	CUmemGenericAllocationHandle r;
+	vmm_phys real, fresh;
+	int fd = -1;
+
+	build_scene();
+	for (int cycle = 0; cycle < 3; cycle++) {
+		cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+		cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	}
+	real = vmm_app_real_handle(reg, sc.h2);
+	cr_assert_neq(real, 0);
+	cr_assert_eq(cu.retain(&r, (void *)sc.va4), CUDA_SUCCESS);
+	cr_expect_eq((vmm_phys)r, real, "the driver's handle behind va4 is the translated one");
+	cr_expect_eq(vmm_app_program_handle(reg, real), sc.h2);
+	cr_expect_eq(vmm_app_real_handle(reg, 0x1234), 0x1234, "unknown values pass through");
+	/* Re-created as the same kind: H2 asked for an exportable handle. */
+	cr_expect_eq(cu.export_fd(&fd, real, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+		     CUDA_SUCCESS, "wake kept the program's allocation properties");
+	/* A driver value equal to a handle value the program still holds gets a value of its
+	 * own, so that the program's two handles never collide. */
+	fresh = vmm_app_created_value(reg, sc.h1, 2 * MiB, 0, NULL, 0);
+	cr_expect_neq(fresh, 0);
+	if (vmm_app_real_handle(reg, sc.h1) != sc.h1 || fresh != sc.h1) {
+		cr_expect_neq(fresh, sc.h1);
+		cr_expect_neq(fresh, sc.h2);
+		cr_expect_neq(fresh, sc.h3);
+		cr_expect_eq(vmm_app_real_handle(reg, fresh), sc.h1);
+	}
+	expect_scene_intact();
+}
+
+Test(app, exported_handle_stays_and_is_reported, .init = setup, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	vmm_app_stats s;
+	uint64_t used0;
+
+	build_scene();
+	vmm_app_exported(reg, sc.h1);
+	used0 = t_dev_used(&td, 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(res.bytes_released, 14 * MiB, "H2 and H3 only");
+	cr_expect_eq(t_dev_used(&td, 0), used0 - 14 * MiB);
+	vmm_app_stats_get(reg, 0, &s);
+	cr_expect_eq(s.unreleasable_bytes, 8 * MiB);
+	expect_dev(sc.va1, sc.p1, 8 * MiB, "exported H1 stays readable while asleep");
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	expect_scene_intact();
+}
+
+Test(app, discard_skips_copies, .init = setup, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	uint64_t used0;
+
+	build_scene();
+	used0 = t_dev_used(&td, 0);
+	cr_assert_eq(do_sleep(true, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(res.bytes_copied, 0);
+	cr_expect_eq(res.bytes_released, 22 * MiB);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(res.bytes_copied, 0);
+	cr_expect_eq(t_dev_used(&td, 0), used0);
+	for (vmm_devptr va = sc.va1; va < sc.va1 + 8 * MiB; va += 2 * MiB)
+		cr_assert_eq(cu.check_access(0, (void *)va, 2 * MiB), 0, "mapped and granted");
+}
+
+Test(app, peers_regain_access, .init = setup, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+
+	build_scene();
+	prog_access(reg, sc.va1, 8 * MiB, 2u);   /* device 1 added; device 0 keeps its access */
+	cr_assert_eq(cu.check_access(1, (void *)sc.va1, 8 * MiB), 0);
+	cr_assert_neq(cu.check_access(1, (void *)sc.va3, 4096), 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(cu.check_access(1, (void *)sc.va1, 8 * MiB), 0, "the peer got access back");
+	cr_expect_eq(cu.check_access(0, (void *)sc.va1, 8 * MiB), 0);
+	cr_expect_neq(cu.check_access(1, (void *)sc.va2, 4096), 0, "no more than it had");
+	cr_expect_neq(cu.check_access(1, (void *)sc.va3, 4096), 0);
+	vmm_app_access_revoke(reg, sc.va1, 8 * MiB, 2u);
+	expect_scene_intact();
+}
+
+Test(app, device_selection_tags_and_bad_input, .init = setup, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	vmm_sleep_opts o = { .tag = "default", .device = -1 };
+
+	build_scene();
+	cr_assert_eq(vmm_app_sleep(reg, &o, &res, &err), VMM_E_ALREADY, "tags exclude app mappings");
+	cr_expect(res.already);
+	o = (vmm_sleep_opts){ .device = 1 };
+	cr_assert_eq(vmm_app_sleep(reg, &o, &res, &err), VMM_E_ALREADY, "nothing on device 1");
+	o = (vmm_sleep_opts){ .device = 99 };
+	cr_assert_eq(vmm_app_sleep(reg, &o, &res, &err), VMM_E_INVALID);
+	cr_assert_eq(vmm_app_sleep(NULL, &o, &res, &err), VMM_E_INVALID);
+	cr_expect_not(vmm_app_is_asleep(reg, -1), "nothing changed");
+	o = (vmm_sleep_opts){ .device = 0 };
+	cr_assert_eq(vmm_app_sleep(reg, &o, NULL, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(vmm_app_wake(reg, &o, NULL, &err), VMM_OK, "%s", err.msg);
+	expect_scene_intact();
+	/* Mappings of handles the registry never saw are not tracked. */
+	vmm_app_mapped(reg, 0x7000000, 2 * MiB, 0, 0xdead);
+	cr_expect_not(vmm_app_contains(reg, 0x7000000));
+}
+
+Test(app, released_handle_lives_while_mapped, .init = setup, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	vmm_app_stats s;
+	char *p = malloc(4 * MiB);
+	vmm_phys h = prog_create(reg, 4 * MiB, 0, 0);
+	vmm_devptr va = prog_reserve(4 * MiB);
+	uint64_t used0;
+
+	t_pattern(p, 4 * MiB, 7);
+	prog_map(reg, va, 4 * MiB, 0, h);
+	prog_access(reg, va, 4 * MiB, 1u);
+	t_write(&td, va, p, 4 * MiB);
+	prog_release(reg, h);   /* PyTorch and NCCL drop the handle right after mapping */
+	used0 = t_dev_used(&td, 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(t_dev_used(&td, 0), used0 - 4 * MiB);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	expect_dev(va, p, 4 * MiB, "released handle");
+	cr_expect_eq(t_dev_used(&td, 0), used0);
+	/* The program's unmap frees it, as it would have without the sleep. */
+	prog_unmap(reg, va, 4 * MiB);
+	cr_expect_eq(t_dev_used(&td, 0), used0 - 4 * MiB);
+	vmm_app_stats_get(reg, -1, &s);
+	cr_expect_eq(s.handles, 0);
+	cr_expect_eq(s.host_backup_bytes, 0, "the backup went with the handle");
+	free(p);
+}
+
+Test(app, wake_without_device_memory_stays_asleep, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	vmm_phys filler;
+
+	open_with("64M", "1", NULL);
+	build_scene();
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(td.be->create(td.be, 0, 50 * MiB, &filler, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(do_wake(&res, &err), VMM_E_OOM);
+	cr_expect_neq(strstr(err.msg, "needs"), NULL, "%s", err.msg);
+	cr_expect_neq(strstr(err.msg, "available"), NULL, "%s", err.msg);
+	cr_expect(vmm_app_is_asleep(reg, 0), "still asleep, host copy kept");
+	cr_assert_eq(td.be->release(td.be, filler, &err), VMM_OK);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	expect_scene_intact();
+}
+
+Test(app, sleep_refused_without_host_memory_for_it, .init = setup, .fini = teardown)
+{
+	/* A handle larger than the host could hold: created by "the program" on a big device. */
+	vmm_error err = { 0 };
+	vmm_transfer_result res;
+
+	build_scene();
+	vmm_app_created(reg, 0x42000, (size_t)vmm_host_available_bytes() * 2, 0, NULL, 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_E_HOST_OOM);
+	cr_expect_neq(strstr(err.msg, "available"), NULL, "%s", err.msg);
+	cr_expect_not(vmm_app_is_asleep(reg, -1), "refused before anything changed");
+	expect_scene_intact();
+	vmm_app_released(reg, 0x42000);
+}
+
+/* Failure injection: the sleep or wake fails part-way, reports it, and leaves every byte where a
+ * later call finds it. */
+static void faulty_cycle(const char *fail, bool fails_in_sleep, vmm_status want)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	uint64_t used0;
+	vmm_status st;
+
+	open_with("1G", "1", fail);
+	build_scene();
+	used0 = t_dev_used(&td, 0);
+	st = do_sleep(false, &res, &err);
+	if (fails_in_sleep) {
+		cr_assert_eq(st, want, "%s: sleep gave %s (%s)", fail, vmm_status_name(st),
+			     err.msg);
+		cr_expect_neq(err.msg[0], 0);
+		cr_expect_not(vmm_app_is_asleep(reg, -1), "%s: rolled back", fail);
+		cr_expect_eq(t_dev_used(&td, 0), used0, "%s: nothing left released", fail);
+		expect_scene_intact();
+		cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+		cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	} else {
+		cr_assert_eq(st, VMM_OK, "%s: %s", fail, err.msg);
+		st = do_wake(&res, &err);
+		cr_assert_eq(st, want, "%s: wake gave %s (%s)", fail, vmm_status_name(st),
+			     err.msg);
+		cr_expect(vmm_app_is_asleep(reg, 0), "%s: stays asleep", fail);
+		cr_expect_eq(t_dev_used(&td, 0), used0 - 22 * MiB, "%s: nothing half-created",
+			     fail);
+		cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	}
+	expect_scene_intact();
+	cr_expect_eq(t_dev_used(&td, 0), used0);
+}
+
+/* The scene makes 3 cuMemCreate, 6 cuMemMap, 1 cuMemUnmap, 4 H2D copies, no release, no D2H. */
+Test(app, fail_copy_out, .fini = teardown)
+{
+	faulty_cycle("cuMemcpyDtoHAsync:2", true, VMM_E_DRIVER);
+}
+
+Test(app, fail_first_unmap_in_sleep, .fini = teardown)
+{
+	/* unmap 2 undoes the temporary mapping of H3; 3 is the first program mapping */
+	faulty_cycle("cuMemUnmap:3", true, VMM_E_DRIVER);
+}
+
+Test(app, fail_late_unmap_in_sleep_restores_released_handles, .fini = teardown)
+{
+	faulty_cycle("cuMemUnmap:6", true, VMM_E_DRIVER);
+}
+
+Test(app, fail_release_in_sleep, .fini = teardown)
+{
+	faulty_cycle("cuMemRelease:2", true, VMM_E_DRIVER);
+}
+
+Test(app, fail_create_in_wake, .fini = teardown)
+{
+	faulty_cycle("cuMemCreate:5", false, VMM_E_OOM);
+}
+
+Test(app, fail_map_in_wake, .fini = teardown)
+{
+	/* 6 maps in the scene, 1 temporary in sleep; the wake's second map fails */
+	faulty_cycle("cuMemMap:9", false, VMM_E_DRIVER);
+}
+
+Test(app, fail_access_in_wake, .fini = teardown)
+{
+	/* 5 grants in the scene, 1 for the temporary mapping in sleep */
+	faulty_cycle("cuMemSetAccess:8", false, VMM_E_DRIVER);
+}
+
+Test(app, fail_copy_in_wake, .fini = teardown)
+{
+	faulty_cycle("cuMemcpyHtoDAsync:6", false, VMM_E_DRIVER);
+}
+
+struct rec_arg {
+	int id;
+	int ok;
+};
+
+/* The program keeps creating, mapping, unmapping and releasing handles on several threads while
+ * another thread sleeps and wakes device 0: no deadlock, and the records stay consistent. The
+ * recorded handles are pretend ones on device 1 (the shim's gate, not the registry, keeps a
+ * program's driver calls out of a sleep of the same device). */
+static void *recorder(void *a)
+{
+	struct rec_arg *ra = a;
+
+	for (int i = 0; i < 400; i++) {
+		vmm_phys h = vmm_app_created_value(reg, 0x100000 * (uint64_t)(ra->id + 1) + (uint64_t)i,
+						   2 * MiB, 1, NULL, 0);
+		vmm_devptr va = 0x7f0000000000ull + (uint64_t)ra->id * 0x10000000ull +
+				(uint64_t)i * 2 * MiB;
+
+		vmm_app_mapped(reg, va, 2 * MiB, 0, h);
+		if (!vmm_app_contains(reg, va + 1))
+			return NULL;
+		vmm_app_access_set(reg, va, 2 * MiB, 1u);
+		vmm_app_unmapped(reg, va, 2 * MiB);
+		vmm_app_released(reg, h);
+	}
+	ra->ok = 1;
+	return NULL;
+}
+
+Test(app, recording_from_threads_during_sleep_and_wake, .init = setup, .fini = teardown)
+{
+	struct rec_arg ra[4];
+	pthread_t th[4];
+	vmm_app_stats s;
+	vmm_error err = { 0 };
+
+	build_scene();
+	for (int i = 0; i < 4; i++) {
+		ra[i] = (struct rec_arg){ .id = i };
+		pthread_create(&th[i], NULL, recorder, &ra[i]);
+	}
+	for (int c = 0; c < 5; c++) {
+		vmm_sleep_opts o = { .device = 0 };
+		vmm_transfer_result res;
+
+		cr_assert_eq(vmm_app_sleep(reg, &o, &res, &err), VMM_OK, "%s", err.msg);
+		cr_assert_eq(vmm_app_wake(reg, &o, &res, &err), VMM_OK, "%s", err.msg);
+	}
+	for (int i = 0; i < 4; i++) {
+		pthread_join(th[i], NULL);
+		cr_expect(ra[i].ok, "thread %d", i);
+	}
+	vmm_app_stats_get(reg, -1, &s);
+	cr_expect_eq(s.handles, 3, "only the scene's handles are left");
+	expect_scene_intact();
+}
