@@ -329,6 +329,16 @@ static vmm_status reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 	return st;
 }
 
+/* Bytes that may wait in quarantine before a miss synchronizes the device: 1/8 of what is
+ * mapped, at least QUARANTINE_MIN. */
+#define QUARANTINE_MIN (64ull << 20)
+static uint64_t quarantine_budget(struct devheap *dh)
+{
+	uint64_t b = dh->mapped_total / 8;
+
+	return b > QUARANTINE_MIN ? b : QUARANTINE_MIN;
+}
+
 struct blk *large_alloc_block(struct arena *a, size_t size, size_t align, vmm_error *err)
 {
 	struct devheap *dh = a->dh;
@@ -338,9 +348,10 @@ struct blk *large_alloc_block(struct arena *a, size_t size, size_t align, vmm_er
 	struct blk *b, *t;
 
 	b = free_index_find(a, need);
-	if (!b && dh->quar_total && (dh->quar_total >= need || dh->quar_total >= dh->mapped_total / 2)) {
-		/* Enough is waiting in quarantine: one sync makes it reusable. A failed sync
-		 * (stream capture) simply means the heap grows instead. */
+	if (!b && dh->quar_total >= quarantine_budget(dh)) {
+		/* Enough waits in quarantine: one sync makes all of it reusable. Below the budget
+		 * the heap grows instead, so that a malloc/free cycle does not wait on the device
+		 * each time. A failed sync (stream capture) also means growth. */
 		if (reclaim(dh, a, NULL) == VMM_OK)
 			b = free_index_find(a, need);
 	}

@@ -49,7 +49,7 @@ static int consistent(struct tctx *t, struct live *l, int nl)
 /* Allocations of every kind, frees, a growth that must reuse free handles, trim, peer access. */
 static int scenario(void)
 {
-	static const size_t sizes[] = { 256, 5000, 300 * KiB, 3 * MiB, 24 * MiB, 2 * MiB, 100 };
+	static const size_t sizes[] = { 256, 5000, 300 * KiB, 3 * MiB, 12 * MiB, 2 * MiB, 100 };
 	struct live l[MAX_LIVE];
 	struct tctx t;
 	vmm_error err;
@@ -208,7 +208,7 @@ Test(heap_faults, every_driver_call_can_fail, .timeout = 170)
 		if (!strcmp(c[i].name, "cuGetErrorName") || !strcmp(c[i].name, "cuGetErrorString"))
 			continue;
 		/* Every call of rare functions; a spread of calls of frequent ones. */
-		long step = c[i].calls > 16 ? c[i].calls / 16 : 1;
+		long step = c[i].calls > 12 ? c[i].calls / 12 : 1;
 
 		for (long k = 1; k <= c[i].calls; k += step) {
 			char fail[96];
