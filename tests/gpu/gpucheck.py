@@ -187,13 +187,19 @@ class Proc:
                 d[f[1]] = f[2]
         return d
 
-    def stderr_tail(self, n=3):
+    def stderr_tail(self, n=2):
+        """Why it failed, in one line: the program's first ERROR line, the shim's first error or
+        warning, and the end of stderr without the shim's info lines."""
+        parts = [l for _, l in self.lines if l.startswith("ERROR")][:1]
         try:
             with open(self.err_path) as f:
                 lines = [l.strip() for l in f if l.strip()]
-            return " | ".join(lines[-n:])[:300]
         except OSError:
-            return ""
+            lines = []
+        shim = [l for l in lines if re.match(r"^vmmshim\[\d+\] (error|warn)", l)]
+        rest = [l for l in lines if not l.startswith("vmmshim[")]
+        parts += shim[:1] + rest[-n:]
+        return " | ".join(parts)[:300]
 
 
 # ---------------------------------------------------------------------------------------------
