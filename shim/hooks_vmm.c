@@ -43,9 +43,12 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	r = CALL_REAL(cuMemCreate, (handle, size, prop, flags));
 	/* Only device memory is ours to sleep; host-NUMA handles (NCCL) stay the program's. */
 	if (r == CUDA_SUCCESS && reg && handle && prop &&
-	    prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
+	    prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
 		vmm_app_created(reg, (vmm_phys)*handle, size, prop->location.id, prop,
 				sizeof(*prop));
+		vmm_log(VMM_LOG_DEBUG, "app VMM: recorded handle 0x%llx (%zu bytes, device %d)",
+			(unsigned long long)*handle, size, prop->location.id);
+	}
 	gate_leave();
 	return r;
 }
@@ -73,8 +76,11 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 	gate_enter();
 	reg = registry_peek();
 	r = CALL_REAL(cuMemMap, (ptr, size, offset, real_handle(reg, handle), flags));
-	if (r == CUDA_SUCCESS && reg)
+	if (r == CUDA_SUCCESS && reg) {
 		vmm_app_mapped(reg, (vmm_devptr)ptr, size, offset, (vmm_phys)handle);
+		vmm_log(VMM_LOG_DEBUG, "app VMM: recorded mapping 0x%llx +%zu of handle 0x%llx",
+			(unsigned long long)ptr, size, (unsigned long long)handle);
+	}
 	gate_leave();
 	return r;
 }

@@ -7,6 +7,8 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "../core/log.h"
@@ -120,8 +122,17 @@ static void load_config_locked(void)
 	}
 }
 
+static const char *describe_size(size_t v, char *buf, size_t n)
+{
+	if (v == SIZE_MAX)
+		return "unlimited";
+	snprintf(buf, n, "%zu bytes", v);
+	return buf;
+}
+
 static int create_cuda_locked(void)
 {
+	char limit[32];
 	vmm_error err;
 
 	load_config_locked();
@@ -145,8 +156,10 @@ static int create_cuda_locked(void)
 			err.msg);
 		rt.cuda_app = NULL;
 	}
-	vmm_log(VMM_LOG_INFO, "serving CUDA device memory (cache limit %zu, max handle %zu)",
-		rt.cfg.core.cache_limit, rt.cfg.core.max_handle_bytes);
+	vmm_log(VMM_LOG_INFO, "serving CUDA device memory (cache limit %s, max handle %zu bytes); "
+		"the program's own VMM calls are %s",
+		describe_size(rt.cfg.core.cache_limit, limit, sizeof(limit)),
+		rt.cfg.core.max_handle_bytes, rt.cuda_app ? "tracked" : "not tracked");
 	return SIDE_READY;
 }
 

@@ -72,14 +72,15 @@ static char **make_env(const struct run *r, const char *preload, const char *con
 		if (!skip)
 			env[k++] = strdup(environ[i]);
 	}
+	/* The test's own settings first: getenv() takes the first of duplicates. */
+	for (size_t i = 0; extra && extra[i]; i++)
+		env[k++] = strdup(extra[i]);
 	if (preload)
 		env[k++] = str_printf("LD_PRELOAD=%s%s", preload, "");
 	env[k++] = str_printf("SIMDEV_STATS=%s%s", r->dir, "/stats");
 	env[k++] = str_printf("SIMDEV_ACL_STATS=%s%s", r->dir, "/stats");
 	env[k++] = str_printf("VMMSHIM_RUN_DIR=%s%s", r->dir, "/run");
 	env[k++] = strdup("VMMSHIM_LOG=info");
-	for (size_t i = 0; extra && extra[i]; i++)
-		env[k++] = strdup(extra[i]);
 	return env;
 }
 
