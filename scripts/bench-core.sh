@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Benchmark of the core allocator: median ns per malloc/free pair by size, growth cost per GiB
+# and peak mapped / peak live bytes on a fragmenting trace, each beside the native driver where
+# that makes sense. Runs on the real GPU when a driver is installed, otherwise on simdev (its
+# figures are then indicative only). Builds into build/ (or $BUILD_DIR) if needed.
+# Usage: scripts/bench-core.sh [--quick]
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD_DIR:-$root/build}
+
+if [ ! -f "$build/build.ninja" ]; then
+	meson setup "$build" "$root" >/dev/null
+fi
+ninja -C "$build" tests/bench/bench_core tests/simdev/libcuda.so.1 >/dev/null
+
+if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && nvidia-smi -L >/dev/null 2>&1; then
+	echo "running on the real driver"
+	exec "$build/tests/bench/bench_core" "$@"
+fi
+echo "no GPU driver found: running on simdev (figures are indicative only)"
+export SIMDEV_MEMORY=${SIMDEV_MEMORY:-16G}
+LD_LIBRARY_PATH="$build/tests/simdev${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+	exec "$build/tests/bench/bench_core" "$@"

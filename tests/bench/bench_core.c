@@ -1,0 +1,273 @@
+/* Benchmark of the core allocator over whatever libcuda.so.1 the loader finds (simdev in CI, the
+ * real driver on a GPU machine). Prints, all measured in this run:
+ *   1. median ns per malloc/free pair by size, warm, beside the native cuMemAlloc/cuMemFree pair;
+ *   2. growth cost per GiB (cold: physical memory created, mapped, access granted), beside a
+ *      native cuMemAlloc of the same size;
+ *   3. peak mapped and peak live bytes on a fragmenting trace (growing, varying batch shapes).
+ * Usage: bench_core [--quick] */
+#include <cuda.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "heap.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+#define GiB (1ull << 30)
+
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_d);
+	return n ? v[n / 2] : 0;
+}
+
+/* The native driver, for the side-by-side columns. */
+static struct {
+	CUresult (*alloc)(CUdeviceptr *, size_t);
+	CUresult (*free_)(CUdeviceptr);
+	CUresult (*retain)(CUcontext *, CUdevice);
+	CUresult (*set)(CUcontext);
+} native;
+
+static void native_open(void)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+	CUcontext ctx;
+
+	if (!lib)
+		return;
+	native.alloc = (CUresult(*)(CUdeviceptr *, size_t))dlsym(lib, "cuMemAlloc_v2");
+	native.free_ = (CUresult(*)(CUdeviceptr))dlsym(lib, "cuMemFree_v2");
+	native.retain = (CUresult(*)(CUcontext *, CUdevice))dlsym(lib, "cuDevicePrimaryCtxRetain");
+	native.set = (CUresult(*)(CUcontext))dlsym(lib, "cuCtxSetCurrent");
+	if (!native.alloc || !native.free_ || !native.retain || !native.set ||
+	    native.retain(&ctx, 0) != CUDA_SUCCESS || native.set(ctx) != CUDA_SUCCESS)
+		native.alloc = NULL;
+}
+
+static double native_pair_ns(size_t size, int iters)
+{
+	double *t = malloc(sizeof(double) * (size_t)iters), m;
+	CUdeviceptr p;
+
+	if (!native.alloc || !t) {
+		free(t);
+		return -1;
+	}
+	for (int i = 0; i < iters; i++) {
+		double a = now_ns();
+
+		if (native.alloc(&p, size) != CUDA_SUCCESS) {
+			free(t);
+			return -1;
+		}
+		native.free_(p);
+		t[i] = now_ns() - a;
+	}
+	m = median(t, iters);
+	free(t);
+	return m;
+}
+
+static double pair_ns(vmm_core *core, size_t size, int iters)
+{
+	double *t = malloc(sizeof(double) * (size_t)iters), m;
+	vmm_devptr p;
+
+	if (!t)
+		return -1;
+	for (int i = 0; i < iters / 10 + 1; i++) { /* warm the cache */
+		if (vmm_malloc(core, 0, size, 0, NULL, &p, NULL)) {
+			free(t);
+			return -1;
+		}
+		vmm_free(core, p, NULL);
+	}
+	for (int i = 0; i < iters; i++) {
+		double a = now_ns();
+
+		if (vmm_malloc(core, 0, size, 0, NULL, &p, NULL)) {
+			free(t);
+			return -1;
+		}
+		vmm_free(core, p, NULL);
+		t[i] = now_ns() - a;
+	}
+	m = median(t, iters);
+	free(t);
+	return m;
+}
+
+static void fmt_ns(char *out, size_t n, double ns)
+{
+	if (ns < 0)
+		snprintf(out, n, "-");
+	else if (ns < 10000)
+		snprintf(out, n, "%.0f ns", ns);
+	else if (ns < 1e7)
+		snprintf(out, n, "%.1f us", ns / 1e3);
+	else
+		snprintf(out, n, "%.1f ms", ns / 1e6);
+}
+
+static const char *fmt_size(size_t s, char *buf, size_t n)
+{
+	const char *unit[] = { "B", "KiB", "MiB", "GiB" };
+	double v = (double)s;
+	int u = 0;
+
+	while (v >= 1024 && u < 3) {
+		v /= 1024;
+		u++;
+	}
+	if (v == (double)(uint64_t)v)
+		snprintf(buf, n, "%.0f %s", v, unit[u]);
+	else
+		snprintf(buf, n, "%.1f %s", v, unit[u]);
+	return buf;
+}
+
+static vmm_core *open_core(vmm_backend *be)
+{
+	vmm_core *core = NULL;
+	vmm_error err;
+
+	if (vmm_core_create(be, NULL, &core, &err)) {
+		fprintf(stderr, "bench_core: %s\n", err.msg);
+		exit(1);
+	}
+	return core;
+}
+
+/* A training-like trace: per step, activations of a batch-dependent shape are allocated in
+ * order and freed in reverse, a few long-lived tensors grow now and then, and the batch shape
+ * changes every few steps. */
+static void fragmenting_trace(vmm_backend *be, size_t budget, bool quick)
+{
+	vmm_core *core = open_core(be);
+	static vmm_devptr act[64], keep[256];
+	int nkeep = 0, steps = quick ? 200 : 1000;
+	uint64_t rng = 12345;
+	vmm_stats s;
+	char a[32], b[32];
+
+	for (int step = 0; step < steps; step++) {
+		size_t batch = 1 + (size_t)((step / 7) % 13), layers = 24;
+
+		for (size_t l = 0; l < layers; l++) {
+			size_t sz = batch * (budget / 2048) * (1 + l % 3) + (l * 4096);
+
+			if (vmm_malloc(core, 0, sz, 0, NULL, &act[l], NULL))
+				act[l] = 0;
+		}
+		for (size_t l = layers; l-- > 0;)
+			if (act[l])
+				vmm_free(core, act[l], NULL);
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		if (nkeep < 256 && (rng >> 60) == 0) {
+			if (vmm_malloc(core, 0, budget / 512 + (rng >> 40) % (4 * MiB), 0, NULL,
+				       &keep[nkeep], NULL) == VMM_OK)
+				nkeep++;
+		}
+	}
+	vmm_stats_get(core, 0, NULL, &s, NULL);
+	printf("\nFragmenting trace (%d steps, 24 layers, batch shape changing every 7 steps):\n",
+	       steps);
+	printf("  peak live   %10s\n  peak mapped %10s   (mapped/live %.3f; %llu syncs, %llu handles "
+	       "created)\n",
+	       fmt_size(s.peak_live_bytes, a, sizeof(a)), fmt_size(s.peak_mapped_bytes, b, sizeof(b)),
+	       s.peak_live_bytes ? (double)s.peak_mapped_bytes / (double)s.peak_live_bytes : 0.0,
+	       (unsigned long long)s.syncs, (unsigned long long)s.handles_created);
+	vmm_core_destroy(core);
+}
+
+int main(int argc, char **argv)
+{
+	static const size_t sizes[] = { 256, 4 * KiB, 64 * KiB, MiB, 2 * MiB, 64 * MiB, GiB };
+	bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+	size_t free_b = 0, total_b = 0;
+	vmm_backend *be;
+	vmm_core *core;
+	vmm_error err;
+	char c1[32], c2[32], c3[32];
+
+	if (vmm_backend_cuda_open(&be, &err)) {
+		fprintf(stderr, "bench_core: %s\n", err.msg);
+		return 1;
+	}
+	be->mem_info(be, 0, &free_b, &total_b, NULL);
+	native_open();
+	printf("vmmshim core benchmark: device 0, %s of memory (%s)\n",
+	       fmt_size(total_b, c1, sizeof(c1)),
+	       getenv("SIMDEV_MEMORY") || getenv("LD_LIBRARY_PATH") ? "libcuda.so.1 from the loader path" :
+								      "libcuda.so.1");
+	printf("\nmalloc/free pair, warm (median):\n");
+	printf("  %-8s %12s %14s\n", "size", "vmmshim", "native cuMem");
+	core = open_core(be);
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+		size_t s = sizes[i];
+		int iters = s >= GiB ? 10 : s >= 64 * MiB ? 50 : quick ? 2000 : 20000;
+
+		if (s * 3 > free_b)
+			continue; /* it must fit with room for the quarantine */
+		fmt_ns(c2, sizeof(c2), pair_ns(core, s, iters));
+		fmt_ns(c3, sizeof(c3), native_pair_ns(s, s >= 64 * MiB ? 10 : quick ? 200 : 1000));
+		printf("  %-8s %12s %14s\n", fmt_size(s, c1, sizeof(c1)), c2, c3);
+	}
+	vmm_core_destroy(core);
+
+	/* Growth: a fresh core each time, so nothing is cached. */
+	size_t g = free_b >= 3 * GiB ? GiB : 256 * MiB;
+	double t[5], tn[5];
+	int runs = quick ? 3 : 5;
+
+	for (int r = 0; r < runs; r++) {
+		vmm_devptr p;
+		CUdeviceptr np;
+		double a;
+
+		core = open_core(be);
+		a = now_ns();
+		if (vmm_malloc(core, 0, g, 0, NULL, &p, &err)) {
+			fprintf(stderr, "bench_core: growth: %s\n", err.msg);
+			return 1;
+		}
+		t[r] = now_ns() - a;
+		vmm_core_destroy(core);
+		tn[r] = -1;
+		if (native.alloc) {
+			a = now_ns();
+			if (native.alloc(&np, g) == CUDA_SUCCESS) {
+				tn[r] = now_ns() - a;
+				native.free_(np);
+			}
+		}
+	}
+	fmt_ns(c2, sizeof(c2), median(t, runs) * (double)GiB / (double)g);
+	fmt_ns(c3, sizeof(c3), native.alloc ? median(tn, runs) * (double)GiB / (double)g : -1);
+	printf("\nGrowth, cold (median of %d, measured on %s):\n  %-12s %12s %14s\n", runs,
+	       fmt_size(g, c1, sizeof(c1)), "", "vmmshim", "native cuMem");
+	printf("  %-12s %12s %14s\n", "per GiB", c2, c3);
+
+	fragmenting_trace(be, free_b < 8 * GiB ? free_b / 4 : 2 * GiB, quick);
+	be->close(be);
+	return 0;
+}
