@@ -197,7 +197,7 @@ class Proc:
         except OSError:
             lines = []
         shim = [l for l in lines if re.match(r"^vmmshim\[\d+\] (error|warn)", l)]
-        rest = [l for l in lines if not l.startswith("vmmshim[")]
+        rest = [l for l in lines if not l.startswith("vmmshim[") and l.strip("^~ ")]
         parts += shim[:1] + rest[-n:]
         return " | ".join(parts)[:300]
 
@@ -645,10 +645,13 @@ class Matrix:
                 f"async_pair_{size}")
             self.badd(f"malloc+free pair {size} (us)", fmt(s), f"{fmt(n)} / async {fmt(a)}",
                       ratio(s, n) + " / " + ratio(s, a), "<= 1 us",
-                      "met" if s is not None and s <= 1.0 else "not met")
+                      verdict(s, s is not None and s <= 1.0))
         s, n = shm.get("grow_64x1g"), nat.get("grow_64x1g")
         self.badd("grow 64 GiB in 1 GiB calls (ms)", fmt(s), fmt(n), ratio(s, n), "<= 1.5x",
-                  "met" if s and n and s <= 1.5 * n else "not met")
+                  verdict(s and n, s and n and s <= 1.5 * n))
+        for shim, (rc, vals) in runs.items():
+            if rc != 0:
+                self.bench[-1]["note"] += f"; {'shim' if shim else 'native'} run rc {rc}"
         s, n = shm.get("free_64x1g"), nat.get("free_64x1g")
         self.badd("free those 64 GiB (ms)", fmt(s), fmt(n), ratio(s, n), "-")
 
@@ -799,6 +802,7 @@ class Matrix:
             return
         p = self.hold_proc(gib, False, "native-ckpt")
         if p is None:
+            self.badd(f"driver checkpoint {gib} GiB", "hold failed", "", "", "", "")
             return
         try:
             r = subprocess.run([f"{self.a.bin}/ckpt", str(p.pid)], capture_output=True, text=True,
@@ -849,6 +853,10 @@ class Matrix:
         with open(os.path.join(self.a.log, "results.json"), "w") as f:
             json.dump(dict(rows=self.rows, bench=self.bench, idle_bytes=self.idle), f, indent=1)
         return text, failed
+
+
+def verdict(have, ok):
+    return "no data" if not have else ("met" if ok else "not met")
 
 
 def fmt(v):
