@@ -187,6 +187,15 @@ class Proc:
                 d[f[1]] = f[2]
         return d
 
+    def exit_summary_mapped(self):
+        """Peak mapped bytes from the shim's exit summary line on stderr, if any."""
+        try:
+            with open(self.err_path) as f:
+                m = re.findall(r"^vmmshim\[\d+\] info: exit: .*?/ (\d+) mapped", f.read(), re.M)
+            return sum(int(x) for x in m) if m else None
+        except OSError:
+            return None
+
     def stderr_tail(self, n=2):
         """Why it failed, in one line: the program's first ERROR line, the shim's first error or
         warning, and the end of stderr without the shim's info lines."""
@@ -316,7 +325,7 @@ def seconds_of(js, wall):
 class Matrix:
     def __init__(self, a):
         self.a = a
-        self.rows, self.bench = [], []
+        self.rows, self.bench, self.t0 = [], [], time.time()
         self.log = os.path.join(a.log, "logs")
         os.makedirs(self.log, exist_ok=True)
         self.rundir = tempfile.mkdtemp(prefix="vmmshim-run-")
@@ -357,7 +366,7 @@ class Matrix:
 
     def add(self, name, ok, reason, native="", shim="", share=""):
         self.rows.append(dict(row=name, ok=ok, reason=reason, native=native, shim=shim,
-                              share=share))
+                              share=share, at_s=round(time.time() - self.t0, 1)))
         print(f"gpucheck: {'PASS' if ok else 'FAIL'} {name}: {reason}", flush=True)
 
     def want(self, name):
@@ -417,21 +426,23 @@ class Matrix:
             reasons.append(why)
         if not rn:
             reasons.append("no RESULT lines")
-        share, managed = "", None
+        share, managed, approx = "", None, ""
         if shm["status"] is not None:
             fig = status_figures(shm["status"])
             managed = fig["managed"]
+        if managed is None:  # the shim's exit summary (VMMSHIM_LOG=info): its peak mapped
+            managed = shm["proc"].exit_summary_mapped()
+            approx = "~" if managed is not None else ""
         if shm["used"]:
-            share = f"{managed / shm['used']:.0%}" if managed is not None else "?"
+            share = approx + f"{managed / shm['used']:.0%}" if managed is not None else "?"
         if need_managed and shm["ready"]:
             hold = shm["hold"] or 0
-            if not self.ctl_ok:
-                reasons.append("vmmctl was not built: managed bytes unknown")
-            elif shm["status"] is None:
-                reasons.append(f"vmmctl status failed (rc {shm['ctl_rc']}: "
+            if shm["status"] is None:
+                reasons.append("vmmctl was not built" if not self.ctl_ok else
+                               f"vmmctl status failed (rc {shm['ctl_rc']}: "
                                f"{shm.get('ctl_text', '')})")
-            elif managed is None:
-                reasons.append("no managed byte count in vmmctl status --json (see vmmctl.log)")
+            if managed is None:
+                reasons.append("managed bytes unknown (no vmmctl status, no exit summary)")
             elif hold and managed < 0.9 * hold:
                 reasons.append(f"shim manages {managed / MIB:.0f} MiB of the "
                                f"{hold / MIB:.0f} MiB the program holds")
