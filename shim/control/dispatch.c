@@ -205,6 +205,8 @@ static void put_device(proto_writer *w, const struct side *s, int dev)
 	proto_put_u64(w, "asleep", st.asleep_bytes);
 	proto_put_u64(w, "host_backup", st.host_backup_bytes);
 	proto_put_u64(w, "peak_live", st.peak_live_bytes);
+	proto_put_u64(w, "handles_created", st.handles_created);
+	proto_put_u64(w, "handles_released", st.handles_released);
 	proto_put_u64(w, "app_handles", as.handles);
 	proto_put_u64(w, "app_bytes", as.handle_bytes);
 	proto_put_u64(w, "app_mapped", as.mapped_bytes);

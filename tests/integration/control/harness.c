@@ -1,0 +1,323 @@
+/* See harness.h. */
+#include "harness.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static const char *need_env(const char *name)
+{
+	const char *v = getenv(name);
+
+	if (!v || !*v) {
+		fprintf(stderr, "harness: %s is not set (run through meson test)\n", name);
+		return "/nonexistent";
+	}
+	return v;
+}
+
+struct target *target_start(const char *const *env)
+{
+	struct target *t = calloc(1, sizeof(*t));
+	int in[2], out[2];
+	char line[256];
+
+	if (!t)
+		return NULL;
+	snprintf(t->run_dir, sizeof(t->run_dir), "/tmp/vmmshim-ctltest-XXXXXX");
+	if (!mkdtemp(t->run_dir) || pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) {
+		free(t);
+		return NULL;
+	}
+	snprintf(t->err_path, sizeof(t->err_path), "%s/stderr", t->run_dir);
+	t->pid = fork();
+	if (t->pid == 0) {
+		int err = open(t->err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		if (err >= 0)
+			dup2(err, 2);
+		setenv("LD_PRELOAD", need_env("CTL_SHIM"), 1);
+		setenv("VMMSHIM_RUN_DIR", t->run_dir, 1);
+		if (!getenv("VMMSHIM_LOG"))
+			setenv("VMMSHIM_LOG", "warn", 1);
+		for (int i = 0; env && env[i]; i++)
+			putenv((char *)env[i]);
+		execl(need_env("CTL_TARGET"), "ctl_target", (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	t->in_fd = in[1];
+	t->out_fd = out[0];
+	if (t->pid < 0 || target_read(t, line, sizeof(line), 10000) || strncmp(line, "ready", 5)) {
+		target_kill(t);
+		return NULL;
+	}
+	return t;
+}
+
+int target_send(struct target *t, const char *cmd)
+{
+	char line[512];
+	int n = snprintf(line, sizeof(line), "%s\n", cmd);
+
+	return write(t->in_fd, line, (size_t)n) == n ? 0 : -1;
+}
+
+int target_read(struct target *t, char *reply, size_t cap, int timeout_ms)
+{
+	double deadline = now_s() + timeout_ms / 1000.0;
+
+	for (;;) {
+		char *nl = memchr(t->pending, '\n', t->npending);
+
+		if (nl) {
+			size_t n = (size_t)(nl - t->pending);
+
+			snprintf(reply, cap, "%.*s", (int)n, t->pending);
+			memmove(t->pending, nl + 1, t->npending - n - 1);
+			t->npending -= n + 1;
+			return 0;
+		}
+		double left = deadline - now_s();
+		struct pollfd p = { .fd = t->out_fd, .events = POLLIN };
+
+		if (left <= 0 || t->npending == sizeof(t->pending))
+			return -1;
+		if (poll(&p, 1, (int)(left * 1000) + 1) <= 0)
+			continue;
+		ssize_t k = read(t->out_fd, t->pending + t->npending,
+				 sizeof(t->pending) - t->npending);
+		if (k <= 0)
+			return -1;
+		t->npending += (size_t)k;
+	}
+}
+
+int target_cmd(struct target *t, const char *cmd, char *reply, size_t cap, int timeout_ms)
+{
+	if (target_send(t, cmd))
+		return -1;
+	return target_read(t, reply, cap, timeout_ms);
+}
+
+static int wait_exit(pid_t pid, int timeout_ms)
+{
+	double deadline = now_s() + timeout_ms / 1000.0;
+	int st;
+
+	while (now_s() < deadline) {
+		pid_t r = waitpid(pid, &st, WNOHANG);
+
+		if (r == pid)
+			return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+		usleep(10000);
+	}
+	return -1;
+}
+
+void target_free(struct target *t)
+{
+	char cmd[400];
+
+	if (!t)
+		return;
+	close(t->in_fd);
+	close(t->out_fd);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->run_dir);
+	if (system(cmd))
+		fprintf(stderr, "harness: could not remove %s\n", t->run_dir);
+	free(t);
+}
+
+int target_stop(struct target *t, int timeout_ms)
+{
+	int rc;
+
+	target_send(t, "quit");
+	rc = wait_exit(t->pid, timeout_ms);
+	if (rc < 0) {
+		kill(t->pid, SIGKILL);
+		waitpid(t->pid, NULL, 0);
+	}
+	return rc;
+}
+
+void target_kill(struct target *t)
+{
+	if (!t)
+		return;
+	if (t->pid > 0) {
+		kill(t->pid, SIGKILL);
+		waitpid(t->pid, NULL, 0);
+	}
+	target_free(t);
+}
+
+void target_log(const struct target *t, char *buf, size_t cap)
+{
+	FILE *f = fopen(t->err_path, "r");
+	size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+
+	buf[n] = '\0';
+	if (f)
+		fclose(f);
+}
+
+void target_socket(const struct target *t, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/%ld.sock", t->run_dir, (long)t->pid);
+}
+
+static void read_all(int fd, char *buf, size_t cap)
+{
+	size_t n = 0;
+	ssize_t k;
+
+	while (n + 1 < cap && (k = read(fd, buf + n, cap - 1 - n)) > 0)
+		n += (size_t)k;
+	buf[n] = '\0';
+	/* Drain the rest so that the child never blocks on a full pipe. */
+	char sink[4096];
+	while (read(fd, sink, sizeof(sink)) > 0)
+		;
+}
+
+int vmmctl_run(struct ctl_out *o, const char *run_dir, int as_uid, const char *fmt, ...)
+{
+	char args[1024], *argv[32], *save = NULL;
+	int argc = 0, out[2], err[2], st;
+	va_list ap;
+	pid_t pid;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	argv[argc++] = (char *)"vmmctl";
+	for (char *a = strtok_r(args, " ", &save); a && argc < 31; a = strtok_r(NULL, " ", &save))
+		argv[argc++] = a;
+	argv[argc] = NULL;
+	memset(o, 0, sizeof(*o));
+	if (pipe(out) || pipe(err)) {
+		o->code = -1;
+		return -1;
+	}
+	pid = fork();
+	if (pid == 0) {
+		dup2(out[1], 1);
+		dup2(err[1], 2);
+		close(out[0]);
+		close(err[0]);
+		if (run_dir)
+			setenv("VMMSHIM_RUN_DIR", run_dir, 1);
+		else
+			unsetenv("VMMSHIM_RUN_DIR");
+		if (as_uid >= 0 && (setgid((gid_t)as_uid) || setuid((uid_t)as_uid)))
+			_exit(126);
+		execv(need_env("CTL_VMMCTL"), argv);
+		_exit(127);
+	}
+	close(out[1]);
+	close(err[1]);
+	read_all(out[0], o->out, sizeof(o->out));
+	read_all(err[0], o->err, sizeof(o->err));
+	close(out[0]);
+	close(err[0]);
+	waitpid(pid, &st, 0);
+	o->code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	return o->code;
+}
+
+static const char *find_key(const char *json, const char *section, const char *key)
+{
+	char pat[80];
+	const char *p = json;
+
+	if (section) {
+		p = strstr(json, section);
+		if (!p)
+			return NULL;
+	}
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = strstr(p, pat);
+	return p ? p + strlen(pat) : NULL;
+}
+
+long long json_num(const char *json, const char *section, const char *key)
+{
+	const char *p = find_key(json, section, key);
+
+	return p && ((*p >= '0' && *p <= '9') || *p == '-') ? strtoll(p, NULL, 10) : -1;
+}
+
+bool json_str(const char *json, const char *section, const char *key, char *buf, size_t cap)
+{
+	const char *p = find_key(json, section, key);
+	const char *end;
+
+	if (!p || *p != '"' || !(end = strchr(p + 1, '"')))
+		return false;
+	snprintf(buf, cap, "%.*s", (int)(end - p - 1), p + 1);
+	return true;
+}
+
+ssize_t raw_request(const char *sock, const char *req, size_t len, bool shut, int delay_ms,
+		    char *buf, size_t cap, int timeout_ms)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	double deadline;
+	size_t n = 0;
+
+	if (fd < 0)
+		return -1;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		close(fd);
+		return -1;
+	}
+	if (len && send(fd, req, len, MSG_NOSIGNAL) < 0) {
+		/* The server may refuse before reading everything: read what it said. */
+	}
+	if (delay_ms)
+		usleep((useconds_t)delay_ms * 1000);
+	if (shut)
+		shutdown(fd, SHUT_WR);
+	deadline = now_s() + timeout_ms / 1000.0;
+	while (n + 1 < cap) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		double left = deadline - now_s();
+		ssize_t k;
+
+		if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0)
+			break;
+		k = read(fd, buf + n, cap - 1 - n);
+		if (k <= 0)
+			break;
+		n += (size_t)k;
+	}
+	buf[n] = '\0';
+	close(fd);
+	return (ssize_t)n;
+}

@@ -1,0 +1,63 @@
+/* The control tests' harness: ctl_target running under the shim with its own socket folder,
+ * driven line by line; vmmctl runs with their output captured; a raw socket client for protocol
+ * abuse. Paths come from the environment meson sets (CTL_SHIM, CTL_VMMCTL, CTL_TARGET). */
+#ifndef CTL_HARNESS_H
+#define CTL_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct target {
+	pid_t pid;
+	int in_fd, out_fd;
+	char run_dir[256];
+	char err_path[300];
+	char pending[8192];   /* bytes read from stdout beyond the last line returned */
+	size_t npending;
+};
+
+/* Start ctl_target under the shim with extra "K=V" settings (NULL-ended, may be NULL) and wait
+ * for its "ready" line. NULL on failure. */
+struct target *target_start(const char *const *env);
+/* Send one command line and wait (timeout_ms) for one reply line. 0, or -1 on timeout / EOF. */
+int target_cmd(struct target *t, const char *cmd, char *reply, size_t cap, int timeout_ms);
+int target_send(struct target *t, const char *cmd);
+int target_read(struct target *t, char *reply, size_t cap, int timeout_ms);
+/* "quit", wait for the exit (timeout_ms), return the exit status (-1: had to be killed). */
+int target_stop(struct target *t, int timeout_ms);
+/* Kill without asking, then clean up. */
+void target_kill(struct target *t);
+void target_free(struct target *t);
+/* The shim's log (the target's stderr). */
+void target_log(const struct target *t, char *buf, size_t cap);
+/* The target's socket path. */
+void target_socket(const struct target *t, char *buf, size_t cap);
+
+#define CTL_OUT_MAX (256 * 1024)
+
+struct ctl_out {
+	int code;               /* exit status */
+	char out[CTL_OUT_MAX];
+	char err[16384];
+};
+
+/* Run vmmctl with the arguments (printf-style, split at spaces), VMMSHIM_RUN_DIR set to run_dir
+ * (NULL: unset). Returns o->code. as_uid >= 0: run as that uid (root only). */
+int vmmctl_run(struct ctl_out *o, const char *run_dir, int as_uid, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* The number after "key": in json, looking from the first occurrence of section (NULL: from
+ * the start). -1 when absent. */
+long long json_num(const char *json, const char *section, const char *key);
+/* The string after "key": (copied into buf); false when absent. */
+bool json_str(const char *json, const char *section, const char *key, char *buf, size_t cap);
+
+/* A raw request on the socket: writes `len` bytes of req (then, if shut, shuts down writing),
+ * reads the reply into buf until EOF or timeout_ms. Returns the reply length or -1. */
+ssize_t raw_request(const char *sock, const char *req, size_t len, bool shut, int delay_ms,
+		    char *buf, size_t cap, int timeout_ms);
+
+double now_s(void);
+
+#endif

@@ -1,0 +1,275 @@
+/* The control socket under abuse, and vmmctl's errors: malformed, oversized, truncated and slow
+ * requests get an error reply and leave the process serving; a client of another uid is refused;
+ * vmmctl on a pid that does not exist or is not shimmed says so with the documented exit code. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+static struct ctl_out o;
+static char reply[1 << 16];
+
+static struct target *start(const char *const *env)
+{
+	struct target *t = target_start(env);
+	char line[64];
+
+	cr_assert(t, "ctl_target did not start under the shim");
+	cr_assert_eq(target_cmd(t, "alloc 2 1000000", line, sizeof(line), 20000), 0);
+	cr_assert_str_eq(line, "ok");
+	return t;
+}
+
+static void finish(struct target *t)
+{
+	cr_expect_eq(target_stop(t, 10000), 0, "the program did not exit cleanly");
+	target_free(t);
+}
+
+/* The process still answers a well-formed request. */
+static void still_serving(struct target *t)
+{
+	vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
+	cr_expect_eq(o.code, 0, "the server stopped answering: %d %s", o.code, o.err);
+	cr_expect_eq(json_num(o.out, "\"info\"", "pid"), t->pid);
+}
+
+static void expect_error(const char *what, const char *word)
+{
+	cr_expect(!strncmp(reply, "vmmshim/1 error\n", 16), "%s: reply '%s'", what, reply);
+	cr_expect(strstr(reply, word), "%s: reply '%s' lacks '%s'", what, reply, word);
+	cr_expect(strstr(reply, "\nend\n"), "%s: reply not terminated", what);
+}
+
+Test(protocol, well_formed_requests_are_answered, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	char sock[400];
+	const char *req = "vmmshim/1 hello\n";
+
+	target_socket(t, sock, sizeof(sock));
+	cr_assert_gt(raw_request(sock, req, strlen(req), false, 0, reply, sizeof(reply), 5000), 0);
+	cr_expect(!strncmp(reply, "vmmshim/1 ok\ninfo pid=", 22), "%s", reply);
+	finish(t);
+}
+
+Test(protocol, malformed_requests_get_an_error_and_change_nothing, .timeout = 60)
+{
+	static const char *const bad[] = {
+		"hello\n",
+		"vmmshim/2 hello\n",
+		"vmmshim/1 explode\n",
+		"vmmshim/1 sleep tag=unquoted\n",
+		"vmmshim/1 sleep device=99\n",
+		"vmmshim/1 sleep discard=maybe\n",
+		"vmmshim/1 sleep tag=\"a\" tag=\"b\"\n",
+		"vmmshim/1 wake discard=true\n",
+		"vmmshim/1 sleep  device=0\n",
+		"vmmshim/1 sleep tag=\"%zz\"\n",
+		"vmmshim/1 sleep\n\n",
+		"\n",
+		"vmmshim/1 sleep\0 device=0\n",
+	};
+	struct target *t = start(NULL);
+	char sock[400], s[32];
+
+	target_socket(t, sock, sizeof(sock));
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		size_t len = i == 12 ? 26 : strlen(bad[i]);
+
+		cr_assert_gt(raw_request(sock, bad[i], len, false, 0, reply, sizeof(reply), 5000),
+			     0, "no reply to bad request %zu", i);
+		expect_error(bad[i], "status=\"malformed\"");
+	}
+	/* None of them put anything to sleep. */
+	still_serving(t);
+	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "awake"));
+	cr_expect_eq(json_num(o.out, "\"devices\"", "asleep"), 0);
+	finish(t);
+}
+
+Test(protocol, oversized_requests_are_refused, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	static char big[20000];
+	char sock[400];
+
+	target_socket(t, sock, sizeof(sock));
+	memset(big, 'a', sizeof(big));
+	memcpy(big, "vmmshim/1 status ", 17);
+	big[sizeof(big) - 1] = '\n';
+	cr_assert_gt(raw_request(sock, big, sizeof(big), false, 0, reply, sizeof(reply), 5000), 0);
+	expect_error("oversized", "longer%20than%204096");
+	still_serving(t);
+	finish(t);
+}
+
+Test(protocol, truncated_requests_are_refused, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	const char *part = "vmmshim/1 sle";
+	char sock[400];
+
+	target_socket(t, sock, sizeof(sock));
+	cr_assert_gt(raw_request(sock, part, strlen(part), true, 0, reply, sizeof(reply), 5000),
+		     0);
+	expect_error("truncated", "cut%20short");
+	/* A client that vanishes mid-request gets nothing and costs nothing. */
+	cr_expect_eq(raw_request(sock, part, strlen(part), false, 0, reply, sizeof(reply), 1), 0);
+	still_serving(t);
+	finish(t);
+}
+
+Test(protocol, a_slow_client_cannot_hold_the_process, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	const char *part = "vmmshim/1 sta";
+	char sock[400];
+	double t0;
+	pid_t slow;
+
+	target_socket(t, sock, sizeof(sock));
+	/* A client that sends half a request and then says nothing for 6 s... */
+	slow = fork();
+	if (slow == 0) {
+		static char r[4096];
+
+		raw_request(sock, part, strlen(part), false, 6000, r, sizeof(r), 1000);
+		_exit(0);
+	}
+	usleep(200000);
+	/* ...delays others by at most the read deadline (2 s), and the program keeps working. */
+	t0 = now_s();
+	vmmctl_run(&o, t->run_dir, -1, "--timeout 5 status %d", (int)t->pid);
+	cr_expect_eq(o.code, 0, "status behind a slow client: %d %s", o.code, o.err);
+	cr_expect_lt(now_s() - t0, 4.0);
+	char line[64];
+	cr_expect_eq(target_cmd(t, "check", line, sizeof(line), 5000), 0);
+	kill(slow, SIGKILL);
+	waitpid(slow, NULL, 0);
+	still_serving(t);
+	finish(t);
+}
+
+Test(protocol, another_uid_is_refused, .timeout = 60)
+{
+	const char *env[] = { "VMMSHIM_LOG=warn", NULL };
+	struct target *t;
+	char sock[400], log[8192];
+	pid_t child;
+	int st;
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to run a client as another uid (nobody)");
+	t = start(env);
+	target_socket(t, sock, sizeof(sock));
+	/* vmmctl itself refuses before connecting. */
+	vmmctl_run(&o, t->run_dir, 65534, "status %d", (int)t->pid);
+	cr_expect_eq(o.code, 4, "vmmctl as nobody: exit %d (%s)", o.code, o.err);
+	cr_expect(strstr(o.err, "uid"), "%s", o.err);
+
+	/* A raw client that can reach the socket is refused by the server (SO_PEERCRED). */
+	chmod(t->run_dir, 0711);
+	chmod(sock, 0666);
+	child = fork();
+	if (child == 0) {
+		static char r[4096];
+		const char *req = "vmmshim/1 sleep\n";
+
+		if (setgid(65534) || setuid(65534))
+			_exit(2);
+		raw_request(sock, req, strlen(req), false, 0, r, sizeof(r), 5000);
+		_exit(strstr(r, "status=\"permission\"") ? 0 : 1);
+	}
+	waitpid(child, &st, 0);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the server did not refuse uid 65534");
+	chmod(t->run_dir, 0700);
+	target_log(t, log, sizeof(log));
+	cr_expect(strstr(log, "refused a client of uid 65534"), "no log line: %s", log);
+	/* Nothing was put to sleep. */
+	still_serving(t);
+	cr_expect_eq(json_num(o.out, "\"devices\"", "asleep"), 0);
+	finish(t);
+}
+
+Test(vmmctl, a_pid_that_does_not_exist, .timeout = 30)
+{
+	pid_t gone = fork();
+
+	if (gone == 0)
+		_exit(0);
+	waitpid(gone, NULL, 0);
+	vmmctl_run(&o, NULL, -1, "status %d", (int)gone);
+	cr_expect_eq(o.code, 3, "%d %s", o.code, o.err);
+	cr_expect(strstr(o.err, "no process"), "%s", o.err);
+	vmmctl_run(&o, NULL, -1, "--json sleep %d", (int)gone);
+	cr_expect_eq(o.code, 3);
+	cr_expect_eq(json_num(o.out, "\"error\"", "exit_code"), 3, "%s", o.out);
+}
+
+Test(vmmctl, a_process_not_under_the_shim, .timeout = 30)
+{
+	pid_t plain = fork();
+
+	if (plain == 0) {
+		execlp("sleep", "sleep", "10", (char *)NULL);
+		_exit(127);
+	}
+	usleep(100000);
+	vmmctl_run(&o, "/tmp", -1, "wake %d", (int)plain);
+	cr_expect_eq(o.code, 3, "%d %s", o.code, o.err);
+	cr_expect(strstr(o.err, "not running under vmmshim"), "%s", o.err);
+	kill(plain, SIGKILL);
+	waitpid(plain, NULL, 0);
+}
+
+Test(vmmctl, usage_errors_exit_2, .timeout = 30)
+{
+	cr_expect_eq(vmmctl_run(&o, NULL, -1, "frobnicate"), 2);
+	cr_expect_eq(vmmctl_run(&o, NULL, -1, "sleep"), 2);
+	cr_expect_eq(vmmctl_run(&o, NULL, -1, "sleep notapid"), 2);
+	cr_expect_eq(vmmctl_run(&o, NULL, -1, "wake 12 --discard"), 2);
+	cr_expect_eq(vmmctl_run(&o, NULL, -1, "status 12 --device 99"), 2);
+	cr_expect_eq(vmmctl_run(&o, NULL, -1, "status 12 --bogus"), 2);
+	cr_expect_eq(vmmctl_run(&o, NULL, -1, "--help"), 0);
+	cr_expect(strstr(o.out, "exit codes"), "%s", o.out);
+}
+
+Test(vmmctl, list_shows_the_process, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	char pat[64];
+
+	vmmctl_run(&o, t->run_dir, -1, "list");
+	cr_expect_eq(o.code, 0);
+	snprintf(pat, sizeof(pat), "%d ", (int)t->pid);
+	cr_expect(strstr(o.out, pat) && strstr(o.out, "ctl_target"), "%s", o.out);
+	vmmctl_run(&o, t->run_dir, -1, "--json list");
+	cr_expect_eq(o.code, 0);
+	cr_expect_eq(json_num(o.out, "\"processes\"", "pid"), t->pid, "%s", o.out);
+	finish(t);
+}
+
+Test(vmmctl, a_killed_process_leaves_no_answering_socket, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	pid_t pid = t->pid;
+	char pat[32];
+
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	t->pid = -1;
+	vmmctl_run(&o, t->run_dir, -1, "list");
+	cr_expect_eq(o.code, 0);
+	snprintf(pat, sizeof(pat), "\n%d ", (int)pid);
+	cr_expect(!strstr(o.out, pat), "a dead process is listed: %s", o.out);
+	vmmctl_run(&o, t->run_dir, -1, "status %d", (int)pid);
+	cr_expect_eq(o.code, 3, "%d %s", o.code, o.err);
+	target_free(t);
+}

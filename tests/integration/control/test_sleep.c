@@ -1,0 +1,427 @@
+/* Sleep and wake of an unmodified program, driven from outside with vmmctl: memory released and
+ * restored byte for byte, discard, tags through the in-process API, the program's own VMM
+ * mappings, device work that arrives while asleep, autowake, failures that roll back, and threads
+ * working through a sleep/wake loop. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define MIB (1024 * 1024)
+
+static struct ctl_out o; /* large: static, one test per process */
+
+static struct target *start(const char *const *env)
+{
+	struct target *t = target_start(env);
+
+	cr_assert(t, "ctl_target did not start under the shim");
+	return t;
+}
+
+static void cmd_ok(struct target *t, const char *cmd, const char *want)
+{
+	char reply[256];
+
+	cr_assert_eq(target_cmd(t, cmd, reply, sizeof(reply), 20000), 0,
+		     "no reply to '%s'", cmd);
+	cr_assert(!strncmp(reply, want, strlen(want)), "'%s' answered '%s', expected '%s...'",
+		  cmd, reply, want);
+}
+
+static void ctl_ok(struct target *t, const char *verb_args)
+{
+	vmmctl_run(&o, t->run_dir, -1, "--json %s", verb_args);
+	cr_assert_eq(o.code, 0, "vmmctl %s: exit %d\n%s%s", verb_args, o.code, o.out, o.err);
+}
+
+static void status(struct target *t)
+{
+	vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
+	cr_assert_eq(o.code, 0, "status: exit %d %s", o.code, o.err);
+}
+
+static void finish(struct target *t)
+{
+	char sock[400];
+	struct stat st;
+
+	target_socket(t, sock, sizeof(sock));
+	cr_expect_eq(target_stop(t, 10000), 0, "the program did not exit cleanly");
+	cr_expect(stat(sock, &st) != 0, "the socket %s was left behind", sock);
+	target_free(t);
+}
+
+Test(sleep, status_reports_the_memory, .timeout = 60)
+{
+	struct target *t = start(NULL);
+
+	cmd_ok(t, "alloc 8 1000000", "ok");
+	status(t);
+	cr_expect_eq(json_num(o.out, "\"info\"", "pid"), t->pid);
+	cr_expect_eq(json_num(o.out, "\"devices\"", "live"), 8000000, "%s", o.out);
+	cr_expect_eq(json_num(o.out, "\"devices\"", "count"), 8);
+	cr_expect_geq(json_num(o.out, "\"devices\"", "mapped"), 8000000);
+	cr_expect_geq(json_num(o.out, "\"info\"", "managed"), 8000000);
+	cr_expect_eq(json_num(o.out, "\"tags\"", "live"), 8000000);
+	char s[64];
+	cr_expect(json_str(o.out, "\"tags\"", "name", s, sizeof(s)) && !strcmp(s, "default"));
+	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "awake"));
+	/* The human form says the same. */
+	vmmctl_run(&o, t->run_dir, -1, "status %d", (int)t->pid);
+	cr_expect_eq(o.code, 0);
+	cr_expect(strstr(o.out, "tag default"), "%s", o.out);
+	finish(t);
+}
+
+Test(sleep, releases_memory_and_restores_every_byte, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	long long live, used_before, unmanaged;
+	char s[64], cmd[64];
+
+	cmd_ok(t, "alloc 6 3000000", "ok");
+	cmd_ok(t, "alloc 40 1000", "ok");
+	status(t);
+	live = json_num(o.out, "\"devices\"", "live");
+	used_before = json_num(o.out, "\"devices\"", "used");
+	cr_assert_geq(used_before, live);
+
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_expect_geq(json_num(o.out, "\"result\"", "copied"), live, "%s", o.out);
+	cr_expect_geq(json_num(o.out, "\"result\"", "released"), live);
+	vmmctl_run(&o, t->run_dir, -1, "sleep %d", (int)t->pid);
+	cr_expect_eq(o.code, 0);
+	cr_expect(strstr(o.out, "already asleep"), "a second sleep says 'already': %s", o.out);
+
+	status(t);
+	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "asleep"),
+		  "%s", o.out);
+	cr_expect_eq(json_num(o.out, "\"devices\"", "mapped"), 0);
+	cr_expect_geq(json_num(o.out, "\"devices\"", "host_backup"), live);
+	/* The driver's use drops to what the shim does not manage. */
+	unmanaged = json_num(o.out, "\"devices\"", "unmanaged");
+	cr_expect_eq(json_num(o.out, "\"devices\"", "used"), unmanaged, "%s", o.out);
+	cr_expect_lt(json_num(o.out, "\"devices\"", "used"), used_before - live + 1);
+
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_expect_geq(json_num(o.out, "\"result\"", "copied"), live);
+	vmmctl_run(&o, t->run_dir, -1, "--json wake %d", (int)t->pid);
+	cr_expect_eq(o.code, 0);
+	cr_expect(json_str(o.out, NULL, "status", s, sizeof(s)) && !strcmp(s, "already"));
+	cmd_ok(t, "check", "ok 46");
+	finish(t);
+}
+
+Test(sleep, two_hundred_cycles_keep_every_byte, .timeout = 120)
+{
+	struct target *t = start(NULL);
+	char arg[64];
+
+	cmd_ok(t, "alloc 4 700000", "ok");
+	cmd_ok(t, "alloc 12 5000", "ok");
+	cmd_ok(t, "alloc 2 2100000", "ok");
+	for (int i = 0; i < 200; i++) {
+		snprintf(arg, sizeof(arg), "sleep %d", (int)t->pid);
+		vmmctl_run(&o, t->run_dir, -1, "%s", arg);
+		cr_assert_eq(o.code, 0, "cycle %d: sleep: %s", i, o.err);
+		vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
+		cr_assert_eq(o.code, 0, "cycle %d: wake: %s", i, o.err);
+		if (i % 25 == 24)
+			cmd_ok(t, "check", "ok 18");
+	}
+	cmd_ok(t, "check", "ok 18");
+	finish(t);
+}
+
+Test(sleep, discard_copies_nothing, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	char cmd[64];
+
+	cmd_ok(t, "alloc 4 2000000", "ok");
+	snprintf(cmd, sizeof(cmd), "sleep %d --discard", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_expect_eq(json_num(o.out, "\"result\"", "copied"), 0, "%s", o.out);
+	cr_expect_geq(json_num(o.out, "\"result\"", "released"), 8000000);
+	status(t);
+	cr_expect_eq(json_num(o.out, "\"devices\"", "host_backup"), 0);
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_expect_eq(json_num(o.out, "\"result\"", "copied"), 0);
+	/* The addresses still work: new contents can be written and read back. */
+	cmd_ok(t, "rewrite", "ok");
+	cmd_ok(t, "check", "ok 4");
+	finish(t);
+}
+
+Test(sleep, tags_through_the_in_process_api, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	char cmd[80], reply[256];
+
+	cmd_ok(t, "tag weights", "rc=0");
+	cmd_ok(t, "alloc 2 3000000", "ok");
+	cmd_ok(t, "tag", "rc=0");
+	cmd_ok(t, "alloc 3 1000000", "ok");
+	cmd_ok(t, "stats weights", "rc=0 live=6000000");
+	cmd_ok(t, "tag this-tag-is-far-too-long-for-vmmshim", "rc=1");
+
+	/* In-process sleep of one tag: the rest stays resident. */
+	cmd_ok(t, "sleeptag weights", "rc=0");
+	cr_assert_eq(target_cmd(t, "stats weights", reply, sizeof(reply), 10000), 0);
+	cr_expect(strstr(reply, "mapped=0 ") && !strstr(reply, "asleep=0"), "%s", reply);
+	cmd_ok(t, "sleeptag weights", "rc=6"); /* already */
+	snprintf(cmd, sizeof(cmd), "status %d --tag weights", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_expect_geq(json_num(o.out, "\"tags\"", "asleep"), 6000000, "%s", o.out);
+	snprintf(cmd, sizeof(cmd), "status %d --tag default", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_expect_eq(json_num(o.out, "\"tags\"", "asleep"), 0, "%s", o.out);
+	cmd_ok(t, "waketag weights", "rc=0");
+	cmd_ok(t, "check", "ok 5");
+
+	/* vmmctl can drive one tag too. */
+	snprintf(cmd, sizeof(cmd), "sleep %d --tag weights", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_expect_geq(json_num(o.out, "\"result\"", "copied"), 6000000);
+	cr_expect_lt(json_num(o.out, "\"result\"", "copied"), 9000000, "only the tag is copied");
+	snprintf(cmd, sizeof(cmd), "wake %d --tag weights", (int)t->pid);
+	ctl_ok(t, cmd);
+	cmd_ok(t, "check", "ok 5");
+	finish(t);
+}
+
+Test(sleep, the_programs_own_vmm_mappings_sleep_too, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	char cmd[64];
+
+	cmd_ok(t, "alloc 2 1000000", "ok");
+	cmd_ok(t, "appvmm 4194304", "ok");
+	status(t);
+	cr_expect_geq(json_num(o.out, "\"devices\"", "app_bytes"), 4194304, "%s", o.out);
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	status(t);
+	cr_expect_geq(json_num(o.out, "\"devices\"", "app_asleep"), 4194304, "%s", o.out);
+	cr_expect_eq(json_num(o.out, "\"devices\"", "used"), 0, "all released: %s", o.out);
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cmd_ok(t, "check", "ok 3");
+	finish(t);
+}
+
+/* A device call made while asleep waits, and completes correctly after wake. */
+static void touch_waits(const char *what, const char *want)
+{
+	struct target *t = start(NULL);
+	char cmd[64], reply[256];
+
+	cmd_ok(t, "alloc 2 1000000", "ok");
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	target_send(t, what);
+	cr_expect_neq(target_read(t, reply, sizeof(reply), 500), 0,
+		      "'%s' completed while asleep: '%s'", what, reply);
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_assert_eq(target_read(t, reply, sizeof(reply), 10000), 0, "'%s' never completed", what);
+	cr_expect_str_eq(reply, want);
+	cmd_ok(t, "check", "ok 2");
+	finish(t);
+}
+
+Test(sleep, a_copy_while_asleep_waits_for_wake, .timeout = 60)
+{
+	touch_waits("touch", "touched ok");
+}
+
+Test(sleep, a_kernel_while_asleep_waits_for_wake, .timeout = 60)
+{
+	touch_waits("kernel", "kernel ok");
+}
+
+Test(sleep, autowake_on_the_next_device_call, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	char cmd[64], s[32];
+
+	cmd_ok(t, "alloc 3 1000000", "ok");
+	snprintf(cmd, sizeof(cmd), "sleep %d --autowake", (int)t->pid);
+	ctl_ok(t, cmd);
+	status(t);
+	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "asleep"));
+	cr_expect_eq(json_num(o.out, "\"devices\"", "mapped"), 0);
+	cmd_ok(t, "check", "ok 3"); /* wakes it */
+	status(t);
+	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "awake"),
+		  "%s", o.out);
+	/* Autowake was for that sleep only: the next one holds again. */
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	target_send(t, "check");
+	cr_expect_neq(target_read(t, s, sizeof(s), 400), 0, "held without autowake");
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_assert_eq(target_read(t, s, sizeof(s), 10000), 0);
+	finish(t);
+}
+
+Test(sleep, autowake_from_the_environment, .timeout = 60)
+{
+	const char *env[] = { "VMMSHIM_AUTOWAKE=1", NULL };
+	struct target *t = start(env);
+	char cmd[64];
+
+	cmd_ok(t, "alloc 3 1000000", "ok");
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cmd_ok(t, "kernel", "kernel ok");
+	cmd_ok(t, "check", "ok 3");
+	finish(t);
+}
+
+/* The cuMemCreate calls a fresh program makes for "alloc 4 1000000" (learned, not assumed). */
+static long long creates_for_setup(void)
+{
+	struct target *t = start(NULL);
+	long long n;
+
+	cmd_ok(t, "alloc 4 1000000", "ok");
+	status(t);
+	n = json_num(o.out, "\"devices\"", "handles_created");
+	target_stop(t, 10000);
+	target_free(t);
+	return n;
+}
+
+Test(sleep, wake_without_device_memory_fails_then_succeeds, .timeout = 60)
+{
+	long long h = creates_for_setup();
+	char env0[64], cmd[64];
+
+	cr_assert_gt(h, 0, "status reports handles_created");
+	/* The first cuMemCreate of the wake fails as if the device were full. */
+	snprintf(env0, sizeof(env0), "SIMDEV_FAIL=cuMemCreate:%lld", h + 1);
+	const char *env[] = { env0, NULL };
+	struct target *t = start(env);
+
+	cmd_ok(t, "alloc 4 1000000", "ok");
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
+	cr_expect_eq(o.code, 1, "a failed wake exits 1: %d %s", o.code, o.err);
+	cr_expect(strlen(o.err) > 10, "and says why: %s", o.err);
+	status(t);
+	char s[32];
+	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "asleep"),
+		  "still asleep after the failed wake: %s", o.out);
+	cr_expect_geq(json_num(o.out, "\"devices\"", "host_backup"), 4000000);
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cmd_ok(t, "check", "ok 4");
+	finish(t);
+}
+
+static long long vm_size(pid_t pid)
+{
+	char path[64], line[256];
+	long long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmSize: %lld kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb * 1024;
+}
+
+Test(sleep, sleep_without_host_memory_is_refused, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	struct rlimit old, low;
+	char cmd[64], s[32];
+
+	cmd_ok(t, "alloc 8 4000000", "ok");
+	/* Leave the program almost no address space for a host backup. */
+	cr_assert_eq(prlimit(t->pid, RLIMIT_AS, NULL, &old), 0);
+	low.rlim_cur = low.rlim_max = (rlim_t)vm_size(t->pid) + 1 * MIB;
+	low.rlim_max = old.rlim_max;
+	cr_assert_eq(prlimit(t->pid, RLIMIT_AS, &low, NULL), 0);
+	vmmctl_run(&o, t->run_dir, -1, "--json sleep %d", (int)t->pid);
+	prlimit(t->pid, RLIMIT_AS, &old, NULL);
+	cr_expect_eq(o.code, 1, "refused: %d %s", o.code, o.out);
+	cr_expect(json_str(o.out, "\"error\"", "status", s, sizeof(s)) && !strcmp(s, "host_oom"),
+		  "%s", o.out);
+	status(t);
+	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "awake"),
+		  "nothing changed: %s", o.out);
+	cr_expect_eq(json_num(o.out, "\"devices\"", "asleep"), 0);
+	cmd_ok(t, "check", "ok 8");
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cmd_ok(t, "check", "ok 8");
+	finish(t);
+}
+
+Test(sleep, eight_threads_work_through_a_sleep_wake_loop, .timeout = 120)
+{
+	struct target *t = start(NULL);
+	char reply[128];
+	int cycles = 0;
+	double end;
+
+	cmd_ok(t, "alloc 4 1000000", "ok");
+	target_send(t, "threads 8 4");
+	end = now_s() + 4.5;
+	while (now_s() < end) {
+		vmmctl_run(&o, t->run_dir, -1, "sleep %d", (int)t->pid);
+		cr_assert_eq(o.code, 0, "sleep %d: %s", cycles, o.err);
+		usleep(20000);
+		vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
+		cr_assert_eq(o.code, 0, "wake %d: %s", cycles, o.err);
+		usleep(20000);
+		cycles++;
+	}
+	cr_assert_eq(target_read(t, reply, sizeof(reply), 30000), 0, "the threads never finished");
+	cr_expect(!strncmp(reply, "threads ok", 10), "%s", reply);
+	cr_expect_gt(atol(reply + 11), 8, "the threads made progress: %s", reply);
+	cr_expect_gt(cycles, 5);
+	cmd_ok(t, "check", "ok 4");
+	finish(t);
+}
+
+Test(sleep, exit_while_asleep_removes_the_socket, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	char cmd[64];
+
+	cmd_ok(t, "alloc 4 1000000", "ok");
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	finish(t); /* exits 0 within 10 s, socket gone */
+}
+
+Test(sleep, a_forked_child_does_not_answer_for_the_parent, .timeout = 60)
+{
+	struct target *t = start(NULL);
+
+	cmd_ok(t, "alloc 1 1000000", "ok");
+	cmd_ok(t, "fork", "forked 0");
+	status(t); /* the parent still answers: the child did not remove its socket */
+	cr_expect_eq(json_num(o.out, "\"info\"", "pid"), t->pid);
+	finish(t);
+}
