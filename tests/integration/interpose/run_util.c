@@ -55,7 +55,8 @@ static char *str_printf(const char *fmt, const char *a, const char *b)
 static char **make_env(const struct run *r, const char *preload, const char *const *extra)
 {
 	static const char *const ours[] = { "LD_PRELOAD=", "SIMDEV_STATS=", "SIMDEV_ACL_STATS=",
-					    "VMMSHIM_", NULL };
+					    "VMMSHIM_", "ASAN_OPTIONS=", NULL };
+	const char *asan = getenv("ASAN_OPTIONS");
 	size_t n = 0, k = 0;
 	char **env;
 
@@ -75,6 +76,9 @@ static char **make_env(const struct run *r, const char *preload, const char *con
 	/* The test's own settings first: getenv() takes the first of duplicates. */
 	for (size_t i = 0; extra && extra[i]; i++)
 		env[k++] = strdup(extra[i]);
+	/* A sanitized build preloads a sanitized shim ahead of the program's runtime. */
+	if (asan)
+		env[k++] = str_printf("ASAN_OPTIONS=%s%s", asan, ":verify_asan_link_order=0");
 	if (preload)
 		env[k++] = str_printf("LD_PRELOAD=%s%s", preload, "");
 	env[k++] = str_printf("SIMDEV_STATS=%s%s", r->dir, "/stats");
