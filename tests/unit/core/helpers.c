@@ -19,8 +19,13 @@ vmm_status t_try_open(struct tctx *t, const vmm_config *cfg, vmm_error *err)
 {
 	vmm_status st;
 
+	const char *kind = getenv("VMM_TEST_BACKEND");
+
 	memset(t, 0, sizeof(*t));
-	st = vmm_backend_cuda_open(&t->be, err);
+	if (kind && !strcmp(kind, "acl"))
+		st = vmm_backend_acl_open(&t->be, err);
+	else
+		st = vmm_backend_cuda_open(&t->be, err);
 	if (st)
 		return st;
 	st = vmm_core_create(t->be, cfg, &t->core, err);

@@ -20,7 +20,8 @@ struct tctx {
 
 /* Set simdev's environment before the backend first loads libcuda.so.1 (NULL: leave unset). */
 void t_simdev_env(const char *memory, const char *devices, const char *fail);
-/* Open backend and core (cfg may be NULL); fails the test on error. */
+/* Open backend and core (cfg may be NULL); fails the test on error. The backend is CUDA, or
+ * Ascend when VMM_TEST_BACKEND=acl. */
 void t_open(struct tctx *t, const vmm_config *cfg);
 /* The same, returning the status instead of failing (for fault injection). */
 vmm_status t_try_open(struct tctx *t, const vmm_config *cfg, vmm_error *err);

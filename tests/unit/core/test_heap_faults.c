@@ -49,7 +49,7 @@ static int consistent(struct tctx *t, struct live *l, int nl)
 /* Allocations of every kind, frees, a growth that must reuse free handles, trim, peer access. */
 static int scenario(void)
 {
-	static const size_t sizes[] = { 256, 5000, 300 * KiB, 3 * MiB, 12 * MiB, 2 * MiB, 100 };
+	static const size_t sizes[] = { 256, 5000, 300 * KiB, 3 * MiB, 6 * MiB, 2 * MiB, 100 };
 	struct live l[MAX_LIVE];
 	struct tctx t;
 	vmm_error err;
@@ -123,9 +123,9 @@ static int scenario(void)
 	for (int k = 0; k < 2; k++) {
 		vmm_devptr p;
 
-		if (vmm_malloc(t.core, 0, 40 * MiB, 0, NULL, &p, &err) == VMM_OK) {
-			t_fill(p, 40 * MiB, 1);
-			if (!t_check(p, 40 * MiB, 1))
+		if (vmm_malloc(t.core, 0, 20 * MiB, 0, NULL, &p, &err) == VMM_OK) {
+			t_fill(p, 20 * MiB, 1);
+			if (!t_check(p, 20 * MiB, 1))
 				return scenario_fail("contents");
 			vmm_free(t.core, p, NULL);
 			break;
@@ -140,6 +140,8 @@ static int scenario(void)
 	return 0;
 }
 
+static const char *backend_kind = "cuda";
+
 static int run_child(const char *fail, const char *stats_file)
 {
 	pid_t pid = fork();
@@ -149,6 +151,8 @@ static int run_child(const char *fail, const char *stats_file)
 		setenv("SIMDEV_MEMORY", "128M", 1);
 		setenv("SIMDEV_DEVICES", "2", 1);
 		setenv("SIMDEV_STATS", stats_file, 1);
+		setenv("SIMDEV_ACL_STATS", stats_file, 1);
+		setenv("VMM_TEST_BACKEND", backend_kind, 1);
 		if (fail)
 			setenv("SIMDEV_FAIL", fail, 1);
 		else
@@ -181,7 +185,7 @@ static int read_stats(const char *file, struct count *c, int max, long *live)
 	while (fscanf(f, "%63s %ld", name, &v) == 2) {
 		if (!strcmp(name, "live_bytes"))
 			*live = v;
-		else if (!strncmp(name, "cu", 2) && n < max) {
+		else if ((!strncmp(name, "cu", 2) || !strncmp(name, "acl", 3)) && n < max) {
 			snprintf(c[n].name, sizeof(c[n].name), "%s", name);
 			c[n++].calls = v;
 		}
@@ -190,7 +194,7 @@ static int read_stats(const char *file, struct count *c, int max, long *live)
 	return n;
 }
 
-Test(heap_faults, every_driver_call_can_fail, .timeout = 170)
+static void every_call_fails_once(void)
 {
 	char stats_file[] = "/tmp/vmm-faults-XXXXXX";
 	struct count c[128];
@@ -207,8 +211,11 @@ Test(heap_faults, every_driver_call_can_fail, .timeout = 170)
 		/* Error-name lookups only describe failures; they cannot fail themselves. */
 		if (!strcmp(c[i].name, "cuGetErrorName") || !strcmp(c[i].name, "cuGetErrorString"))
 			continue;
+		/* Only the backend under test: the other library is not loaded. */
+		if (strncmp(c[i].name, !strcmp(backend_kind, "acl") ? "acl" : "cu", 2))
+			continue;
 		/* Every call of rare functions; a spread of calls of frequent ones. */
-		long step = c[i].calls > 12 ? c[i].calls / 12 : 1;
+		long step = c[i].calls > 10 ? c[i].calls / 10 : 1;
 
 		for (long k = 1; k <= c[i].calls; k += step) {
 			char fail[96];
@@ -224,4 +231,16 @@ Test(heap_faults, every_driver_call_can_fail, .timeout = 170)
 	}
 	cr_log_info("%d injected failures checked", cases);
 	unlink(stats_file);
+}
+
+Test(heap_faults, every_driver_call_can_fail, .timeout = 170)
+{
+	backend_kind = "cuda";
+	every_call_fails_once();
+}
+
+Test(heap_faults, every_acl_call_can_fail, .timeout = 170)
+{
+	backend_kind = "acl";
+	every_call_fails_once();
 }
