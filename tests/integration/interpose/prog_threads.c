@@ -5,7 +5,8 @@
 #include "prog_common.h"
 
 #define THREADS 8
-#define ROUNDS 150
+#define ROUNDS 100
+#define CHECKED (64 << 10) /* bytes written and checked per buffer */
 
 static CUcontext ctx;
 
@@ -14,14 +15,14 @@ static void *worker(void *arg)
 	uint32_t id = (uint32_t)(uintptr_t)arg, x = id * 7919 + 1;
 	CUdeviceptr live[8] = { 0 };
 	size_t sizes[8] = { 0 };
-	unsigned char *buf = malloc(1 << 20);
+	unsigned char *buf = malloc(CHECKED);
 
 	CHECK_CU(cuCtxSetCurrent(ctx));
 	for (int r = 0; r < ROUNDS; r++) {
 		int slot = r % 8;
 
 		if (live[slot]) {
-			size_t n = sizes[slot] < (1 << 20) ? sizes[slot] : (1 << 20);
+			size_t n = sizes[slot] < CHECKED ? sizes[slot] : CHECKED;
 
 			CHECK_CU(cuMemcpyDtoH(buf, live[slot], n));
 			if (pattern_check(buf, n, id * 1000 + (uint32_t)slot + (uint32_t)r / 8))
@@ -31,10 +32,10 @@ static void *worker(void *arg)
 		x = x * 1103515245 + 12345;
 		sizes[slot] = 1 + (x >> 8) % (3u << 20);
 		CHECK_CU(cuMemAlloc(&live[slot], sizes[slot]));
-		pattern_fill(buf, sizes[slot] < (1 << 20) ? sizes[slot] : (1 << 20),
+		pattern_fill(buf, sizes[slot] < CHECKED ? sizes[slot] : CHECKED,
 			     id * 1000 + (uint32_t)slot + (uint32_t)(r + 8) / 8);
 		CHECK_CU(cuMemcpyHtoD(live[slot], buf,
-				      sizes[slot] < (1 << 20) ? sizes[slot] : (1 << 20)));
+				      sizes[slot] < CHECKED ? sizes[slot] : CHECKED));
 	}
 	for (int i = 0; i < 8; i++)
 		CHECK_CU(cuMemFree(live[i]));
