@@ -33,12 +33,15 @@ trap pack EXIT
 
 cuda=$(sh "$root/scripts/find-cuda.sh")
 if [ -z "$cuda" ]; then
-	echo "gpu-check: no CUDA toolkit found (nvcc, CUDA_HOME, /usr/local/cuda)" | tee "$out/summary.txt"
+	echo "gpu-check: no CUDA toolkit found (nvcc, CUDA_HOME, /usr/local/cuda)" |
+		tee "$out/summary.txt"
 	exit 1
 fi
 export PATH=$cuda/bin:$PATH
 
-echo "gpu-check: $(date -u '+%F %T') UTC on $(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
+gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)
+echo "gpu-check: $(date -u '+%F %T') UTC on ${gpu:-no GPU}," \
+	"commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 # 1. The shim and vmmctl. Warnings do not stop this build (CI holds the line on them).
 {
@@ -75,11 +78,15 @@ declare -A jobs=(
 max_jobs=${GPUCHECK_JOBS:-$(nproc)}
 for j in "${!jobs[@]}"; do
 	while [ "$(jobs -rp | wc -l)" -ge "$max_jobs" ]; do wait -n; done
-	(eval "${jobs[$j]}" >"$logs/compile-$j.log" 2>&1 || echo "FAILED: ${jobs[$j]}" >>"$logs/compile-$j.log") &
+	(eval "${jobs[$j]}" >"$logs/compile-$j.log" 2>&1 ||
+		echo "FAILED: ${jobs[$j]}" >>"$logs/compile-$j.log") &
 done
 wait
 for j in "${!jobs[@]}"; do
-	grep -q '^FAILED' "$logs/compile-$j.log" && { echo "gpu-check: compiling $j failed:"; tail -5 "$logs/compile-$j.log"; }
+	if grep -q '^FAILED' "$logs/compile-$j.log"; then
+		echo "gpu-check: compiling $j failed:"
+		tail -5 "$logs/compile-$j.log"
+	fi
 done
 echo "gpu-check: built in $(( $(date +%s) - start )) s"
 
@@ -88,9 +95,9 @@ only=()
 [ -n "${GPUCHECK_ONLY:-}" ] && only=(--only "$GPUCHECK_ONLY")
 skip=()
 [ -n "${GPUCHECK_SKIP_BENCH:-}" ] && skip=(--skip-bench)
-GPUCHECK_LOGS=$out/gpu-check-logs.tgz timeout $(( budget + 30 - ($(date +%s) - start) )) python3 "$src/gpucheck.py" --root "$root" \
-	--bin "$bin" --shim "${shim:-}" --vmmctl "${vmmctl:-}" --log "$logs" \
-	--deadline $(( start + budget )) "${only[@]}" "${skip[@]}"
+GPUCHECK_LOGS=$out/gpu-check-logs.tgz timeout $(( budget + 30 - ($(date +%s) - start) )) \
+	python3 "$src/gpucheck.py" --root "$root" --bin "$bin" --shim "${shim:-}" \
+	--vmmctl "${vmmctl:-}" --log "$logs" --deadline $(( start + budget )) "${only[@]}" "${skip[@]}"
 rc=$?
 cp "$logs/summary.txt" "$logs/results.json" "$out/" 2>/dev/null
 echo "gpu-check: finished in $(( $(date +%s) - start )) s, rc=$rc; logs: $out/gpu-check-logs.tgz"
