@@ -95,7 +95,9 @@ only=()
 [ -n "${GPUCHECK_ONLY:-}" ] && only=(--only "$GPUCHECK_ONLY")
 skip=()
 [ -n "${GPUCHECK_SKIP_BENCH:-}" ] && skip=(--skip-bench)
-GPUCHECK_LOGS=$out/gpu-check-logs.tgz timeout $(( budget + 30 - ($(date +%s) - start) )) \
+limit=$(( budget + 30 - ($(date +%s) - start) ))
+[ $limit -ge 30 ] || limit=30
+GPUCHECK_LOGS=$out/gpu-check-logs.tgz timeout $limit \
 	python3 "$src/gpucheck.py" --root "$root" --bin "$bin" --shim "${shim:-}" \
 	--vmmctl "${vmmctl:-}" --log "$logs" --deadline $(( start + budget )) "${only[@]}" "${skip[@]}"
 rc=$?
