@@ -193,7 +193,9 @@ Test(copy, unpinnable_host_memory_is_staged, .fini = teardown)
 	cr_assert_eq(vmm_copy_out(ce, &r, 1, &cs, &err), VMM_OK, "%s", err.msg);
 	cr_expect_gt(cs.staged_bytes, 0, "the unpinned segment went through the ring");
 	cr_expect_lt(cs.staged_bytes, size);
-	cr_expect_eq(vmm_host_buf_pinned_bytes(&hb), size - 128 * MiB);
+	/* Segments register in parallel: either one may be the one that failed. */
+	cr_expect(vmm_host_buf_pinned_bytes(&hb) == size - 128 * MiB ||
+		  vmm_host_buf_pinned_bytes(&hb) == 128 * MiB, "one segment is not pinned");
 	cr_assert_eq(memcmp((char *)hb.ptr + 3, orig + 3, size - 7), 0);
 	t_fill(&td, m.va, 0, size);
 	cr_assert_eq(vmm_copy_in(ce, &r, 1, &cs, &err), VMM_OK, "%s", err.msg);
