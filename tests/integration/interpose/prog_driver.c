@@ -7,7 +7,7 @@
 int main(void)
 {
 	CUdeviceptr d[16], base, pitched, start;
-	size_t size, pitch, free_b, total_b, rsize;
+	size_t size, pitch, free_b, total_b, rsize, free_start, free_end;
 	unsigned char buf[65536];
 	CUipcMemHandle ipc;
 	CUcontext ctx;
@@ -16,6 +16,7 @@ int main(void)
 	CHECK_CU(cuInit(0));
 	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
 	CHECK_CU(cuCtxSetCurrent(ctx));
+	CHECK_CU(cuMemGetInfo(&free_start, &total_b));
 	for (int i = 0; i < 16; i++) {
 		size_t n = (size_t)(i + 1) * 4096 + 100;
 
@@ -72,6 +73,11 @@ int main(void)
 	for (int i = 0; i < 16; i++)
 		CHECK_CU(cuMemFree(d[i]));
 	CHECK_CU(cuMemFree(pitched));
+	/* Everything freed: memory kept for reuse still counts as free, as it would natively. */
+	CHECK_CU(cuMemGetInfo(&free_end, &total_b));
+	if (free_end != free_start)
+		FAIL("free memory %zu after freeing everything, %zu at the start", free_end,
+		     free_start);
 	CHECK_CU(cuDevicePrimaryCtxRelease(0));
 	printf("prog_driver: ok\n");
 	return 0;
