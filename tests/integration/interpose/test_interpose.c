@@ -212,3 +212,23 @@ Test(interpose, invalid_settings_get_a_message_and_a_default)
 	cr_expect(strstr(r->err, "VMMSHIM_AUTOWAKE=\"maybe\" is not valid"), "%s", r->err);
 	run_free(r);
 }
+
+Test(interpose, peer_access_reaches_the_shims_memory)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_peer")),
+				    ENV("SIMDEV_DEVICES=2"));
+
+	cr_expect_eq(r->status, 0, "stdout:\n%s\nstderr:\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "before 700, after enabling peer access 0"), "%s", r->out);
+	expect_served(r);
+	run_free(r);
+}
+
+Test(interpose, peer_access_natively_for_comparison)
+{
+	struct run *r = run_program(NULL, ARGV(bin_path("prog_peer")), ENV("SIMDEV_DEVICES=2"));
+
+	cr_expect_eq(r->status, 0, "stdout:\n%s\nstderr:\n%s", r->out, r->err);
+	cr_expect_eq(run_stat(r, "cuMemCreate"), 0);
+	run_free(r);
+}

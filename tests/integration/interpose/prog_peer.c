@@ -1,0 +1,57 @@
+/* Peer access: memory allocated on device 0 becomes reachable from device 1 once device 1's context
+ * enables peer access to device 0's (cuCtxEnablePeerAccess), as with native cuMemAlloc memory. A
+ * simdev "kernel" on a device-1 stream checks the access the way a GPU would fault. */
+#include <cuda.h>
+
+#include "prog_common.h"
+#include "simdev.h"
+
+static void probe(void **params)
+{
+	CUdeviceptr p = *(CUdeviceptr *)params[0];
+	int *result = *(int **)params[1];
+
+	*result = simdev_check_access(simdev_current_device(), (void *)(uintptr_t)p, 4096);
+}
+
+static int access_from(CUcontext ctx, CUdeviceptr p)
+{
+	int result = -1, *rp = &result;
+	void *params[2] = { &p, &rp };
+	CUstream s;
+
+	CHECK_CU(cuCtxSetCurrent(ctx));
+	CHECK_CU(cuStreamCreate(&s, 0));
+	CHECK_CU(cuLaunchKernel(SIMDEV_KERNEL(probe), 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+	CHECK_CU(cuStreamSynchronize(s));
+	CHECK_CU(cuStreamDestroy(s));
+	return result;
+}
+
+int main(void)
+{
+	CUcontext c0, c1;
+	CUdeviceptr p;
+	int before, after;
+
+	CHECK_CU(cuInit(0));
+	CHECK_CU(cuDevicePrimaryCtxRetain(&c0, 0));
+	CHECK_CU(cuDevicePrimaryCtxRetain(&c1, 1));
+	CHECK_CU(cuCtxSetCurrent(c0));
+	CHECK_CU(cuMemAlloc(&p, 1 << 20));
+	before = access_from(c1, p);
+	CHECK_CU(cuCtxSetCurrent(c1));
+	CHECK_CU(cuCtxEnablePeerAccess(c0, 0));
+	after = access_from(c1, p);
+	if (access_from(c0, p) != 0)
+		FAIL("the owner lost access");
+	printf("prog_peer: device 1 access before %d, after enabling peer access %d\n", before,
+	       after);
+	CHECK_CU(cuCtxSetCurrent(c1));
+	CHECK_CU(cuCtxDisablePeerAccess(c0));
+	CHECK_CU(cuCtxSetCurrent(c0));
+	CHECK_CU(cuMemFree(p));
+	CHECK_CU(cuDevicePrimaryCtxRelease(1));
+	CHECK_CU(cuDevicePrimaryCtxRelease(0));
+	return before != 0 && after == 0 ? 0 : 1;
+}
