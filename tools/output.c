@@ -87,7 +87,8 @@ void out_json_reply(FILE *f, const client_reply *r)
 		out_json_record(f, &r->records[i]);
 	}
 	static const char *const kinds[] = { "device", "tag" };
-	for (int k = 0; k < 2; k++) {
+	/* Status replies always carry both arrays (perhaps empty); others have neither. */
+	for (int k = 0; k < 2 && client_reply_find(r, "info"); k++) {
 		bool first = true;
 
 		fprintf(f, ", \"%s\": [", array_name(kinds[k]));
