@@ -1,0 +1,68 @@
+#!/usr/bin/env python3
+"""Stands in for every GPU test program (chosen by the name it is run as), speaking the same
+line protocol, so that gpucheck.py can be checked on a machine without a GPU. The state file
+$FAKE_STATE holds the 'device memory' the stand-in nvidia-smi reports."""
+import os
+import select
+import sys
+import time
+
+name = os.path.basename(sys.argv[0])
+shim = "LD_PRELOAD" in os.environ
+state = os.environ["FAKE_STATE"]
+
+
+def use(mib):
+    with open(state, "w") as f:
+        f.write(str(mib))
+
+
+def handshake(hold):
+    if os.environ.get("GPUCHECK_HANDSHAKE"):
+        print(f"HOLD {hold}\nREADY {name}", flush=True)
+        if select.select([sys.stdin], [], [], 120)[0]:
+            sys.stdin.readline()
+
+
+use(4096 + 500)
+if name == "train.py":
+    if "varlen" in sys.argv:
+        print(f"BENCH ms_step {110 if shim else 100}")
+        sys.exit(0)
+    for i in range(40):
+        print(f"STEP {i} {float(i).hex()}\nRESULT loss {i} {float(i).hex()}", flush=True)
+        if i == 5:
+            handshake(4 << 30)
+        time.sleep(0.03)
+elif name == "nccl_allreduce.py":
+    print("RESULT allreduce sum_ok=1")
+    handshake(4 << 30)
+elif name == "sleep_kernels":
+    handshake(4 << 30)
+    for i in range(200):
+        print(f"ITER {i} 0", flush=True)
+        time.sleep(0.01)
+    print("RESULT sleep_kernels bad_words=0 checksum_changed=1")
+elif name == "hold":
+    print(f"HOLD {int(sys.argv[1]) << 30}\nREADY hold", flush=True)
+    for line in sys.stdin:
+        c = line.strip()
+        answer = {"pinned": "PINNED 55.0 55.0 1", "check": "CHECK ok 0", "refill": "REFILL ok"}
+        if c == "quit":
+            break
+        print(answer.get(c, "UNKNOWN"), flush=True)
+    print("RESULT hold failures=0")
+elif name == "bench_alloc":
+    print(f"BENCH grow_64x1g {6.0 if shim else 5.0} ms")
+    for s in ("256B", "1MiB", "64MiB"):
+        print(f"BENCH pair_{s} {0.5 if shim else 60} us\nBENCH async_pair_{s} 0.8 us")
+elif name == "ckpt":
+    print("CKPT 1.0 500.0 250.0 1.0")
+else:
+    if shim and os.environ.get("FAKE_HANG") == name:
+        time.sleep(1000)
+    print(f"RESULT {name} ok=1")
+    handshake(4 << 30)
+    if shim and os.environ.get("FAKE_DIFFER") == name:
+        print("RESULT differs under the shim")
+use(0)

@@ -1,0 +1,48 @@
+#!/bin/bash
+# Checks tests/gpu/gpucheck.py itself, on a machine without a GPU: every GPU program, vmmctl and
+# nvidia-smi are replaced by stand-ins (fake_*.py) that speak the same protocols, with one row
+# made to hang and one made to differ under the "shim". The stand-in shim is an empty library.
+# Passes when every row and benchmark comes out as planned. Takes about a minute.
+set -eu
+here=$(cd "$(dirname "$0")" && pwd)
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+mkdir -p "$t/bin" "$t/root/tests/gpu" "$t/path" "$t/log"
+for n in alloc_static alloc_shared alloc_ptds driver_api cublas_gemm graph sleep_kernels hold \
+	bench_alloc ckpt; do
+	ln -s "$here/fake_prog.py" "$t/bin/$n"
+done
+ln -s "$here/fake_prog.py" "$t/root/tests/gpu/train.py"
+ln -s "$here/fake_prog.py" "$t/root/tests/gpu/nccl_allreduce.py"
+ln -s "$here/fake_nvidia_smi.py" "$t/path/nvidia-smi"
+echo 'int vmmshim_selftest_stand_in;' >"$t/s.c"
+cc -shared -fPIC "$t/s.c" -o "$t/libvmmshim.so"
+export FAKE_STATE=$t/state GPUCHECK_NO_NVML=1 PATH=$t/path:$PATH FAKE_HANG=alloc_ptds \
+	FAKE_DIFFER=graph
+python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmmshim.so" \
+	--vmmctl "$here/fake_vmmctl.py" --log "$t/log" --deadline $(( $(date +%s) + 300 )) \
+	--train-rounds 1 --sleep-sizes 1,2 --ckpt-gib 1 --timeout-scale 0.1 >"$t/out.txt" 2>&1 &&
+	rc=0 || rc=$?
+tail -40 "$t/out.txt"
+python3 - "$t/log/results.json" "$rc" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+rows = {x["row"]: x["ok"] for x in r["rows"]}
+bench = {b["metric"]: b for b in r["bench"]}
+fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
+bad = [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in rows.items() if v == (k in fail_expected)]
+if len(rows) != 17:
+    bad.append(f"{len(rows)} rows, expected 17")
+if sys.argv[2] != "1":
+    bad.append(f"exit status {sys.argv[2]}, expected 1 (a row failed)")
+for metric, note in (("malloc+free pair 256B (us)", "met"),
+                     ("grow 64 GiB in 1 GiB calls (ms)", "met"),
+                     ("train (4) ms/step vs best of (1),(2)", "not met")):
+    if bench.get(metric, {}).get("note") != note:
+        bad.append(f"benchmark {metric!r}: {bench.get(metric)}")
+for prefix in ("sleep 1 GiB", "wake 2 GiB", "discard sleep / wake 2 GiB", "driver checkpoint 1 GiB"):
+    if not any(m.startswith(prefix) for m in bench):
+        bad.append(f"no benchmark row {prefix!r}")
+print("selftest:", "ok" if not bad else "FAILED: " + "; ".join(bad))
+sys.exit(1 if bad else 0)
+PY
