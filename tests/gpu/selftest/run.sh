@@ -40,7 +40,8 @@ for metric, note in (("malloc+free pair 256B (us)", "met"),
                      ("train (4) ms/step vs best of (1),(2)", "not met")):
     if bench.get(metric, {}).get("note") != note:
         bad.append(f"benchmark {metric!r}: {bench.get(metric)}")
-for prefix in ("sleep 1 GiB", "wake 2 GiB", "discard sleep / wake 2 GiB", "driver checkpoint 1 GiB"):
+for prefix in ("sleep 1 GiB", "wake 2 GiB", "discard sleep / wake 2 GiB",
+               "driver checkpoint 1 GiB"):
     if not any(m.startswith(prefix) for m in bench):
         bad.append(f"no benchmark row {prefix!r}")
 print("selftest:", "ok" if not bad else "FAILED: " + "; ".join(bad))
