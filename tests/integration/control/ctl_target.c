@@ -16,6 +16,7 @@
  *                      the in-process API (vmmshim.h), found with dlsym as a Python user would
  *   threads N SECS     N threads allocating, filling, checking and freeing for SECS seconds
  *   memused            device memory in use as the program sees it (cudaMemGetInfo)
+ *   device N           cudaSetDevice(N): later allocations land there
  *   fork               fork a child that exits at once; answers with the child's status
  *   quit               exit 0 */
 #include <cuda.h>
@@ -39,7 +40,23 @@ struct buf {
 	size_t size;
 	uint64_t sum;
 	unsigned seed;
+	int device;
 };
+
+/* Copies run with the buffer's device current (simdev does not copy across devices). */
+static int copy_on(int device, void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
+{
+	int cur = 0;
+	cudaError_t e;
+
+	cudaGetDevice(&cur);
+	if (cur != device)
+		cudaSetDevice(device);
+	e = cudaMemcpy(dst, src, n, kind);
+	if (cur != device)
+		cudaSetDevice(cur);
+	return e == cudaSuccess ? 0 : -1;
+}
 
 static struct buf bufs[MAX_BUFS];
 static int nbufs;
@@ -71,7 +88,7 @@ static int fill(struct buf *b)
 		return -1;
 	fill_random(h, b->size, &s);
 	b->sum = fnv1a(h, b->size);
-	if (cudaMemcpy(b->dev, h, b->size, cudaMemcpyHostToDevice) == cudaSuccess)
+	if (!copy_on(b->device, b->dev, h, b->size, cudaMemcpyHostToDevice))
 		rc = 0;
 	free(h);
 	return rc;
@@ -84,7 +101,7 @@ static int verify(const struct buf *b)
 
 	if (!h)
 		return -1;
-	if (cudaMemcpy(h, b->dev, b->size, cudaMemcpyDeviceToHost) == cudaSuccess &&
+	if (!copy_on(b->device, h, b->dev, b->size, cudaMemcpyDeviceToHost) &&
 	    fnv1a(h, b->size) == b->sum)
 		rc = 0;
 	free(h);
@@ -118,6 +135,7 @@ static void cmd_alloc(int n, size_t size)
 		b = &bufs[nbufs];
 		b->size = size;
 		b->seed = (unsigned)(nbufs * 7919 + 17);
+		cudaGetDevice(&b->device);
 		if (cudaMalloc(&b->dev, size) != cudaSuccess) {
 			pthread_mutex_unlock(&bufs_lock);
 			say("error cudaMalloc %zu", size);
@@ -164,6 +182,7 @@ static void cmd_appvmm(size_t size)
 	b->dev = (void *)(uintptr_t)va;
 	b->size = size;
 	b->seed = 4242u + (unsigned)nbufs;
+	b->device = 0;
 	if (fill(b)) {
 		pthread_mutex_unlock(&bufs_lock);
 		say("error fill");
@@ -380,6 +399,8 @@ int main(void)
 
 			cudaMemGetInfo(&fr, &tot);
 			say("used %zu", tot - fr);
+		} else if (!strcmp(a, "device") && n == 2) {
+			say(cudaSetDevice(atoi(b)) == cudaSuccess ? "ok" : "error device");
 		} else if (!strcmp(a, "fork")) {
 			pid_t p = fork();
 			int st = 0;

@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -90,7 +92,7 @@ Test(protocol, malformed_requests_get_an_error_and_change_nothing, .timeout = 60
 	/* None of them put anything to sleep. */
 	still_serving(t);
 	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "awake"));
-	cr_expect_eq(json_num(o.out, "\"devices\"", "asleep"), 0);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "asleep"), 0);
 	finish(t);
 }
 
@@ -194,7 +196,7 @@ Test(protocol, another_uid_is_refused, .timeout = 60)
 	cr_expect(strstr(log, "refused a client of uid 65534"), "no log line: %s", log);
 	/* Nothing was put to sleep. */
 	still_serving(t);
-	cr_expect_eq(json_num(o.out, "\"devices\"", "asleep"), 0);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "asleep"), 0);
 	finish(t);
 }
 
@@ -272,4 +274,66 @@ Test(vmmctl, a_killed_process_leaves_no_answering_socket, .timeout = 60)
 	vmmctl_run(&o, t->run_dir, -1, "status %d", (int)pid);
 	cr_expect_eq(o.code, 3, "%d %s", o.code, o.err);
 	target_free(t);
+}
+
+Test(socket, none_before_the_first_device_allocation, .timeout = 30)
+{
+	struct target *t = target_start(NULL);
+	char sock[400], line[64];
+	struct stat st;
+
+	cr_assert(t);
+	target_socket(t, sock, sizeof(sock));
+	cr_expect(stat(sock, &st) != 0, "a socket before any device allocation");
+	vmmctl_run(&o, t->run_dir, -1, "status %d", (int)t->pid);
+	cr_expect_eq(o.code, 3, "%d %s", o.code, o.err);
+	cr_expect(strstr(o.err, "not allocated device memory yet"), "%s", o.err);
+	cr_assert_eq(target_cmd(t, "alloc 1 1000", line, sizeof(line), 10000), 0);
+	cr_expect(stat(sock, &st) == 0 && S_ISSOCK(st.st_mode), "no socket after allocating");
+	cr_expect_eq(st.st_mode & 077, 0, "socket mode %o", st.st_mode & 0777);
+	finish(t);
+}
+
+Test(socket, a_stale_socket_is_replaced, .timeout = 30)
+{
+	struct target *t = target_start(NULL);
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char line[64];
+	int fd;
+
+	cr_assert(t);
+	/* What a dead process with the same pid would have left. */
+	target_socket(t, sa.sun_path, sizeof(sa.sun_path));
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+	cr_assert_eq(target_cmd(t, "alloc 1 1000", line, sizeof(line), 10000), 0);
+	still_serving(t);
+	finish(t);
+}
+
+Test(socket, a_folder_others_can_enter_is_refused, .timeout = 30)
+{
+	char dir[] = "/tmp/vmmshim-loose-XXXXXX", env0[128], log[8192], line[64];
+	struct target *t;
+
+	cr_assert(mkdtemp(dir));
+	chmod(dir, 0755);
+	snprintf(env0, sizeof(env0), "VMMSHIM_RUN_DIR=%s", dir);
+	const char *env[] = { env0, NULL };
+	t = target_start(env);
+	cr_assert(t);
+	/* The program works on without a control socket... */
+	cr_assert_eq(target_cmd(t, "alloc 2 1000", line, sizeof(line), 10000), 0);
+	cr_expect_str_eq(line, "ok");
+	cr_assert_eq(target_cmd(t, "check", line, sizeof(line), 10000), 0);
+	cr_expect_str_eq(line, "ok 2");
+	/* ...says why... */
+	target_log(t, log, sizeof(log));
+	cr_expect(strstr(log, "mode 755"), "%s", log);
+	/* ...and vmmctl finds no socket. */
+	vmmctl_run(&o, dir, -1, "status %d", (int)t->pid);
+	cr_expect_eq(o.code, 3, "%d %s %s", o.code, o.out, o.err);
+	finish(t);
+	rmdir(dir);
 }

@@ -64,9 +64,9 @@ Test(sleep, status_reports_the_memory, .timeout = 60)
 	cmd_ok(t, "alloc 8 1000000", "ok");
 	status(t);
 	cr_expect_eq(json_num(o.out, "\"info\"", "pid"), t->pid);
-	cr_expect_eq(json_num(o.out, "\"devices\"", "live"), 8000000, "%s", o.out);
-	cr_expect_eq(json_num(o.out, "\"devices\"", "count"), 8);
-	cr_expect_geq(json_num(o.out, "\"devices\"", "mapped"), 8000000);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "live"), 8000000, "%s", o.out);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "count"), 8);
+	cr_expect_geq(json_num(o.out, "\"devices\": [", "mapped"), 8000000);
 	cr_expect_geq(json_num(o.out, "\"info\"", "managed"), 8000000);
 	cr_expect_eq(json_num(o.out, "\"tags\"", "live"), 8000000);
 	char s[64];
@@ -88,8 +88,8 @@ Test(sleep, releases_memory_and_restores_every_byte, .timeout = 60)
 	cmd_ok(t, "alloc 6 3000000", "ok");
 	cmd_ok(t, "alloc 40 1000", "ok");
 	status(t);
-	live = json_num(o.out, "\"devices\"", "live");
-	used_before = json_num(o.out, "\"devices\"", "used");
+	live = json_num(o.out, "\"devices\": [", "live");
+	used_before = json_num(o.out, "\"devices\": [", "used");
 	cr_assert_geq(used_before, live);
 
 	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
@@ -103,12 +103,12 @@ Test(sleep, releases_memory_and_restores_every_byte, .timeout = 60)
 	status(t);
 	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "asleep"),
 		  "%s", o.out);
-	cr_expect_eq(json_num(o.out, "\"devices\"", "mapped"), 0);
-	cr_expect_geq(json_num(o.out, "\"devices\"", "host_backup"), live);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "mapped"), 0);
+	cr_expect_geq(json_num(o.out, "\"devices\": [", "host_backup"), live);
 	/* The driver's use drops to what the shim does not manage. */
-	unmanaged = json_num(o.out, "\"devices\"", "unmanaged");
-	cr_expect_eq(json_num(o.out, "\"devices\"", "used"), unmanaged, "%s", o.out);
-	cr_expect_lt(json_num(o.out, "\"devices\"", "used"), used_before - live + 1);
+	unmanaged = json_num(o.out, "\"devices\": [", "unmanaged");
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "used"), unmanaged, "%s", o.out);
+	cr_expect_lt(json_num(o.out, "\"devices\": [", "used"), used_before - live + 1);
 
 	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
 	ctl_ok(t, cmd);
@@ -152,7 +152,7 @@ Test(sleep, discard_copies_nothing, .timeout = 60)
 	cr_expect_eq(json_num(o.out, "\"result\"", "copied"), 0, "%s", o.out);
 	cr_expect_geq(json_num(o.out, "\"result\"", "released"), 8000000);
 	status(t);
-	cr_expect_eq(json_num(o.out, "\"devices\"", "host_backup"), 0);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "host_backup"), 0);
 	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
 	ctl_ok(t, cmd);
 	cr_expect_eq(json_num(o.out, "\"result\"", "copied"), 0);
@@ -207,12 +207,12 @@ Test(sleep, the_programs_own_vmm_mappings_sleep_too, .timeout = 60)
 	cmd_ok(t, "alloc 2 1000000", "ok");
 	cmd_ok(t, "appvmm 4194304", "ok");
 	status(t);
-	cr_expect_geq(json_num(o.out, "\"devices\"", "app_bytes"), 4194304, "%s", o.out);
+	cr_expect_geq(json_num(o.out, "\"devices\": [", "app_bytes"), 4194304, "%s", o.out);
 	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
 	ctl_ok(t, cmd);
 	status(t);
-	cr_expect_geq(json_num(o.out, "\"devices\"", "app_asleep"), 4194304, "%s", o.out);
-	cr_expect_eq(json_num(o.out, "\"devices\"", "used"), 0, "all released: %s", o.out);
+	cr_expect_geq(json_num(o.out, "\"devices\": [", "app_asleep"), 4194304, "%s", o.out);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "used"), 0, "all released: %s", o.out);
 	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
 	ctl_ok(t, cmd);
 	cmd_ok(t, "check", "ok 3");
@@ -259,7 +259,7 @@ Test(sleep, autowake_on_the_next_device_call, .timeout = 60)
 	ctl_ok(t, cmd);
 	status(t);
 	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "asleep"));
-	cr_expect_eq(json_num(o.out, "\"devices\"", "mapped"), 0);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "mapped"), 0);
 	cmd_ok(t, "check", "ok 3"); /* wakes it */
 	status(t);
 	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "awake"),
@@ -297,7 +297,7 @@ static long long creates_for_setup(void)
 
 	cmd_ok(t, "alloc 4 1000000", "ok");
 	status(t);
-	n = json_num(o.out, "\"devices\"", "handles_created");
+	n = json_num(o.out, "\"devices\": [", "handles_created");
 	target_stop(t, 10000);
 	target_free(t);
 	return n;
@@ -324,7 +324,7 @@ Test(sleep, wake_without_device_memory_fails_then_succeeds, .timeout = 60)
 	char s[32];
 	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "asleep"),
 		  "still asleep after the failed wake: %s", o.out);
-	cr_expect_geq(json_num(o.out, "\"devices\"", "host_backup"), 4000000);
+	cr_expect_geq(json_num(o.out, "\"devices\": [", "host_backup"), 4000000);
 	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
 	ctl_ok(t, cmd);
 	cmd_ok(t, "check", "ok 4");
@@ -367,7 +367,7 @@ Test(sleep, sleep_without_host_memory_is_refused, .timeout = 60)
 	status(t);
 	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "awake"),
 		  "nothing changed: %s", o.out);
-	cr_expect_eq(json_num(o.out, "\"devices\"", "asleep"), 0);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "asleep"), 0);
 	cmd_ok(t, "check", "ok 8");
 	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
 	ctl_ok(t, cmd);
@@ -423,5 +423,47 @@ Test(sleep, a_forked_child_does_not_answer_for_the_parent, .timeout = 60)
 	cmd_ok(t, "fork", "forked 0");
 	status(t); /* the parent still answers: the child did not remove its socket */
 	cr_expect_eq(json_num(o.out, "\"info\"", "pid"), t->pid);
+	finish(t);
+}
+
+Test(sleep, one_device_of_two, .timeout = 60)
+{
+	const char *env[] = { "SIMDEV_DEVICES=2", NULL };
+	struct target *t = start(env);
+	char cmd[64], s[32];
+	const char *dev1;
+
+	cmd_ok(t, "alloc 2 1000000", "ok");
+	cmd_ok(t, "device 1", "ok");
+	cmd_ok(t, "alloc 3 2000000", "ok");
+	status(t);
+	cr_expect(json_str(o.out, "\"info\"", "devices", s, sizeof(s)) && !strcmp(s, "0,1"),
+		  "%s", o.out);
+	dev1 = strstr(o.out, "\"dev\": 1");
+	cr_assert(dev1, "a record for device 1: %s", o.out);
+	cr_expect_eq(json_num(dev1, NULL, "live"), 6000000);
+
+	snprintf(cmd, sizeof(cmd), "sleep %d --device 1", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_expect_geq(json_num(o.out, "\"result\"", "copied"), 6000000);
+	cr_expect_lt(json_num(o.out, "\"result\"", "copied"), 8000000, "device 0 stays");
+	status(t);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "asleep"), 0, "device 0 awake: %s", o.out);
+	cr_expect_gt(json_num(o.out, "\"devices\": [", "mapped"), 0);
+	dev1 = strstr(o.out, "\"dev\": 1");
+	cr_assert(dev1);
+	cr_expect_eq(json_num(dev1, NULL, "mapped"), 0, "device 1 released: %s", o.out);
+	cr_expect_eq(json_num(dev1, NULL, "used"), 0);
+	snprintf(cmd, sizeof(cmd), "wake %d --device 1", (int)t->pid);
+	ctl_ok(t, cmd);
+	cmd_ok(t, "check", "ok 5");
+
+	/* Both at once. */
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_expect_geq(json_num(o.out, "\"result\"", "copied"), 8000000);
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cmd_ok(t, "check", "ok 5");
 	finish(t);
 }
