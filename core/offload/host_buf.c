@@ -205,7 +205,11 @@ enum hb_seg_state hb_register(struct hb_rec *r, size_t seg)
 	return HB_TOUCHED;
 }
 
-/* Provision every segment of r now, with short-lived threads (provision_now). */
+/* Provision every segment of r now (provision_now), with short-lived threads touching pieces
+ * in parallel, then registering segment by segment (what free and the copy engine expect). */
+#define NOW_PIECE ((size_t)8 << 20)
+#define NOW_MAX_THREADS 64
+
 struct now_arg {
 	struct hb_rec *r;
 	size_t next;
@@ -217,31 +221,30 @@ static void *now_worker(void *a)
 	struct now_arg *na = a;
 
 	for (;;) {
-		size_t s;
-		char *start;
-		size_t len;
+		size_t off;
 
 		pthread_mutex_lock(&na->lock);
-		s = na->next++;
+		off = na->next;
+		na->next += NOW_PIECE;
 		pthread_mutex_unlock(&na->lock);
-		if (s >= na->r->nseg)
+		if (off >= na->r->size)
 			return NULL;
-		hb_seg_bounds(na->r, s, &start, &len);
-		hb_touch(start, len);
+		hb_touch(na->r->base + off,
+			 na->r->size - off < NOW_PIECE ? na->r->size - off : NOW_PIECE);
 	}
 }
 
 static void provision_all(struct hb_rec *r)
 {
-	int nt = prov_default_threads();
-	pthread_t th[64];
+	size_t pieces = (r->size + NOW_PIECE - 1) / NOW_PIECE;
+	int nt = prov_default_threads(), started = 0;
+	pthread_t th[NOW_MAX_THREADS];
 	struct now_arg na = { .r = r, .next = 0 };
-	int started = 0;
 
-	if ((size_t)nt > r->nseg)
-		nt = (int)r->nseg;
-	if (nt > 64)
-		nt = 64;
+	if ((size_t)nt > pieces)
+		nt = (int)pieces;
+	if (nt > NOW_MAX_THREADS)
+		nt = NOW_MAX_THREADS;
 	pthread_mutex_init(&na.lock, NULL);
 	for (int i = 1; i < nt; i++)
 		if (pthread_create(&th[started], NULL, now_worker, &na) == 0)
@@ -250,10 +253,8 @@ static void provision_all(struct hb_rec *r)
 	for (int i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
 	pthread_mutex_destroy(&na.lock);
-	/* One registration for the whole buffer would be faster, but per-segment registration is
-	 * what free and the copy engine expect. */
 	for (size_t s = 0; s < r->nseg; s++)
-		r->seg[s] = (uint8_t)hb_register(r, s);
+		hb_settle(r, s, hb_register(r, s));
 }
 
 vmm_status vmm_host_buf_alloc(vmm_backend *be, size_t size, int provision_now, vmm_host_buf *out,
@@ -322,13 +323,12 @@ vmm_status vmm_host_buf_alloc(vmm_backend *be, size_t size, int provision_now, v
 		for (size_t s = 0; s < r->nseg; s++)
 			hb_claim(r, s);
 		provision_all(r);
-		pthread_mutex_lock(&tab_lock);
-		pthread_cond_broadcast(&tab_cond);
-		pthread_mutex_unlock(&tab_lock);
 		out->pinned = 1;
+		pthread_mutex_lock(&tab_lock);
 		for (size_t s = 0; s < r->nseg; s++)
 			if (r->seg[s] != HB_PINNED)
 				out->pinned = 0;
+		pthread_mutex_unlock(&tab_lock);
 	}
 	out->ptr = base;
 	out->size = size;

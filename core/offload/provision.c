@@ -39,29 +39,32 @@ int prov_default_threads(void)
 	return n > MAX_THREADS ? MAX_THREADS : (int)n;
 }
 
+/* Take the next piece under the lock; false when the pool is stopping and idle. */
+static bool take_piece(struct prov_pool *p, size_t *idx, unsigned *piece)
+{
+	while (!p->stop && p->next == p->n)
+		pthread_cond_wait(&p->work, &p->lock);
+	if (p->next == p->n)
+		return false;
+	*idx = p->next;
+	*piece = p->q[*idx].taken++;
+	if (p->q[*idx].taken == p->q[*idx].pieces)
+		p->next++;
+	return true;
+}
+
 static void *worker(void *arg)
 {
 	struct prov_pool *p = arg;
+	unsigned piece;
+	size_t idx;
 
 	pthread_mutex_lock(&p->lock);
-	for (;;) {
-		struct prov_item *it;
+	while (take_piece(p, &idx, &piece)) {
+		/* q may be reallocated by a submit while unlocked: keep copies, not pointers. */
+		struct hb_rec *r = p->q[idx].r;
+		size_t seg = p->q[idx].seg, len, off, n;
 		char *start;
-		size_t len, off, n;
-		unsigned piece;
-
-		while (!p->stop && p->next == p->n)
-			pthread_cond_wait(&p->work, &p->lock);
-		if (p->stop && p->next == p->n)
-			break;
-		it = &p->q[p->next];
-		piece = it->taken++;
-		if (it->taken == it->pieces)
-			p->next++;
-		/* it stays valid: q only grows by realloc under the lock, so keep the index. */
-		size_t idx = (size_t)(it - p->q);
-		struct hb_rec *r = it->r;
-		size_t seg = it->seg;
 
 		pthread_mutex_unlock(&p->lock);
 		hb_seg_bounds(r, seg, &start, &len);
@@ -69,9 +72,9 @@ static void *worker(void *arg)
 		n = len - off < PIECE_BYTES ? len - off : PIECE_BYTES;
 		hb_touch(start + off, n);
 		pthread_mutex_lock(&p->lock);
-		it = &p->q[idx];
-		if (++it->done < it->pieces)
+		if (++p->q[idx].done < p->q[idx].pieces)
 			continue;
+		/* The last piece of the segment: register it while others touch the next. */
 		pthread_mutex_unlock(&p->lock);
 		hb_settle(r, seg, hb_register(r, seg));
 		pthread_mutex_lock(&p->lock);
