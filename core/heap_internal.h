@@ -120,6 +120,7 @@ struct arena {
 	vmm_devptr grow_end;    /* end of the last growth: the next one extends it when it can */
 	bool asleep;
 	bool discarded;         /* asleep without a host copy */
+	bool marked;            /* changed by the sleep/wake in progress (for its rollback) */
 	struct arena_stats st;
 };
 

@@ -12,6 +12,11 @@
 #include "heap_internal.h"
 #include "log.h"
 
+struct sel;
+static vmm_status wake_device(struct devheap *dh, const vmm_sleep_opts *o,
+			      vmm_transfer_result *res, vmm_error *err);
+static void clear_marks(struct sel *s);
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -53,8 +58,13 @@ static void unlock_all(struct sel *s)
 		pthread_mutex_unlock(&s->dh[i]->lock);
 }
 
+/* Rollback across devices acts only on the arenas this call changed (marked). */
+static _Thread_local bool only_marked;
+
 static bool selected(struct arena *a, const vmm_sleep_opts *o)
 {
+	if (only_marked)
+		return a->marked;
 	return !o || !o->tag || !strcmp(o->tag, a->tag);
 }
 
@@ -201,16 +211,6 @@ static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 	for (int i = 0; i < dh->narenas; i++)
 		if (selected(dh->arenas[i], o) && !dh->arenas[i]->asleep)
 			slab_release_empty(dh, dh->arenas[i]);
-	/* Wholly free handles go back at once: nothing to copy. */
-	for (struct phandle *h = dh->handles, *n; h; h = n) {
-		n = h->next;
-		if (selected(h->arena, o) && !h->arena->asleep && handle_wholly_free(dh, h)) {
-			size_t sz = h->size;
-
-			if (handle_drop(dh, h, NULL) == VMM_OK)
-				res->bytes_released += sz;
-		}
-	}
 	for (struct phandle *h = dh->handles; h; h = h->next)
 		if (selected(h->arena, o) && !h->arena->asleep && h->va && !h->asleep)
 			nlive++;
@@ -219,7 +219,8 @@ static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the sleep plan");
 	nlive = 0;
 	for (struct phandle *h = dh->handles; h; h = h->next) {
-		if (selected(h->arena, o) && !h->arena->asleep && h->va && !h->asleep) {
+		if (selected(h->arena, o) && !h->arena->asleep && h->va && !h->asleep &&
+		    !handle_wholly_free(dh, h)) {
 			live[nlive++] = h;
 			if (!discard && !h->backup.ptr)
 				host_need += h->size;
@@ -232,6 +233,16 @@ static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 				"device %d: sleeping needs %llu bytes of host memory, %llu available",
 				dh->dev, (unsigned long long)host_need,
 				(unsigned long long)vmm_host_available_bytes());
+	}
+	/* Wholly free handles go back at once: nothing to copy. */
+	for (struct phandle *h = dh->handles, *n; h; h = n) {
+		n = h->next;
+		if (selected(h->arena, o) && !h->arena->asleep && handle_wholly_free(dh, h)) {
+			size_t sz = h->size;
+
+			if (handle_drop(dh, h, NULL) == VMM_OK)
+				res->bytes_released += sz;
+		}
 	}
 	if (!discard) {
 		for (size_t i = 0; i < nlive; i++) {
@@ -296,6 +307,7 @@ static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 		if (selected(dh->arenas[i], o) && !dh->arenas[i]->asleep) {
 			dh->arenas[i]->asleep = true;
 			dh->arenas[i]->discarded = discard;
+			dh->arenas[i]->marked = true;
 		}
 	}
 	free(live);
@@ -350,28 +362,46 @@ vmm_status vmm_sleep(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_re
 		res->already = true;
 		return vmm_fail(err, VMM_E_ALREADY, 0, "already asleep");
 	}
+	clear_marks(&s);
 	for (int d = 0; d < s.n && !st; d++) {
 		st = sleep_device(s.dh[d], opts, res, err);
-		/* Devices already asleep stay asleep; an error on one device leaves the others as
-		 * they were put, reported by the status. */
+		if (st) {
+			/* Half-way: wake the devices this call put to sleep. */
+			vmm_transfer_result ignored = { 0 };
+
+			only_marked = true;
+			for (int k = 0; k < d; k++)
+				if (wake_device(s.dh[k], NULL, &ignored, NULL))
+					vmm_log(VMM_LOG_ERROR, "device %d: rollback wake failed",
+						s.dh[k]->dev);
+			only_marked = false;
+		}
 	}
 	unlock_all(&s);
 	res->seconds = now_s() - t0;
 	return st;
 }
 
-static vmm_status wake_device(struct devheap *dh, const vmm_sleep_opts *o,
-			      vmm_transfer_result *res, vmm_error *err)
+static void clear_marks(struct sel *s)
+{
+	for (int d = 0; d < s->n; d++)
+		for (int i = 0; i < s->dh[d]->narenas; i++)
+			s->dh[d]->arenas[i]->marked = false;
+}
+
+/* Does the device have the memory to wake what is selected? */
+static vmm_status wake_fits(struct devheap *dh, const vmm_sleep_opts *o, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
-	struct phandle **hs;
-	size_t n = 0, free_b = 0, total_b = 0;
+	size_t free_b = 0, total_b = 0;
 	uint64_t need = 0;
 	vmm_status st;
 
 	for (struct phandle *h = dh->handles; h; h = h->next)
 		if (h->asleep && selected(h->arena, o))
-			n++, need += h->size;
+			need += h->size;
+	if (!need)
+		return VMM_OK;
 	st = be->mem_info(be, dh->dev, &free_b, &total_b, err);
 	if (st)
 		return st;
@@ -379,6 +409,19 @@ static vmm_status wake_device(struct devheap *dh, const vmm_sleep_opts *o,
 		return vmm_fail(err, VMM_E_OOM, 0,
 				"device %d: waking needs %llu bytes, %zu available", dh->dev,
 				(unsigned long long)need, free_b);
+	return VMM_OK;
+}
+
+static vmm_status wake_device(struct devheap *dh, const vmm_sleep_opts *o,
+			      vmm_transfer_result *res, vmm_error *err)
+{
+	struct phandle **hs;
+	size_t n = 0;
+	vmm_status st;
+
+	for (struct phandle *h = dh->handles; h; h = h->next)
+		if (h->asleep && selected(h->arena, o))
+			n++;
 	hs = calloc(n ? n : 1, sizeof(*hs));
 	if (!hs)
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the wake plan");
@@ -407,6 +450,7 @@ static vmm_status wake_device(struct devheap *dh, const vmm_sleep_opts *o,
 		if (selected(dh->arenas[i], o) && dh->arenas[i]->asleep) {
 			dh->arenas[i]->asleep = false;
 			dh->arenas[i]->discarded = false;
+			dh->arenas[i]->marked = true;
 		}
 	}
 	free(hs);
@@ -432,8 +476,24 @@ vmm_status vmm_wake(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_res
 		res->already = true;
 		return vmm_fail(err, VMM_E_ALREADY, 0, "already awake");
 	}
+	/* Every device's memory is checked before any is woken. */
 	for (int d = 0; d < s.n && !st; d++)
+		st = wake_fits(s.dh[d], opts, err);
+	clear_marks(&s);
+	for (int d = 0; d < s.n && !st; d++) {
 		st = wake_device(s.dh[d], opts, res, err);
+		if (st) {
+			/* Half-way: put back to sleep the devices this call woke. */
+			vmm_transfer_result ignored = { 0 };
+
+			only_marked = true;
+			for (int k = 0; k < d; k++)
+				if (sleep_device(s.dh[k], NULL, &ignored, NULL))
+					vmm_log(VMM_LOG_ERROR, "device %d: rollback sleep failed",
+						s.dh[k]->dev);
+			only_marked = false;
+		}
+	}
 	unlock_all(&s);
 	res->seconds = now_s() - t0;
 	return st;

@@ -266,3 +266,34 @@ Test(heap_offload, provisioned_backup_is_used_by_sleep)
 	cr_assert_eq(vmm_sleep(t.core, &(vmm_sleep_opts){ .device = 4 }, NULL, NULL), VMM_E_INVALID);
 	t_close(&t);
 }
+
+Test(heap_offload, wake_of_several_devices_is_all_or_nothing)
+{
+	vmm_sleep_opts w = { .tag = "w", .device = -1 };
+	vmm_devptr a, b, hog;
+	struct tctx t;
+	vmm_error err;
+
+	t_simdev_env("256M", "2", NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 100 * MiB, 0, "w", &a, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 1, 100 * MiB, 0, "w", &b, NULL), VMM_OK);
+	t_fill(a, 100 * MiB, 1);
+	t_fill(b, 100 * MiB, 2);
+	cr_assert_eq(vmm_sleep(t.core, &w, NULL, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(t_dev_used(&t, 0) + t_dev_used(&t, 1), 0);
+	/* Device 1 fills up meanwhile: waking must not wake device 0 alone. */
+	cr_assert_eq(vmm_malloc(t.core, 1, 200 * MiB, 0, "hog", &hog, NULL), VMM_OK);
+	cr_assert_eq(vmm_wake(t.core, &w, NULL, &err), VMM_E_OOM);
+	cr_assert(strstr(err.msg, "device 1") != NULL, "%s", err.msg);
+	cr_assert_eq(t_dev_used(&t, 0), 0, "device 0 stays asleep");
+	cr_assert(vmm_is_asleep(t.core, 0, "w"));
+	cr_assert(vmm_is_asleep(t.core, 1, "w"));
+	vmm_free(t.core, hog, NULL);
+	vmm_trim(t.core, 1, NULL);
+	cr_assert_eq(vmm_wake(t.core, &w, NULL, &err), VMM_OK, "%s", err.msg);
+	cr_assert(t_check(a, 100 * MiB, 1));
+	cr_assert(t_check(b, 100 * MiB, 2));
+	cr_assert_not(vmm_is_asleep(t.core, -1, NULL));
+	t_close(&t);
+}
