@@ -59,6 +59,23 @@ int main(void)
 	for (int i = 0; i < 1000; i++)
 		if (buf[i] != 0xab)
 			FAIL("pitched row changed");
+	/* Stream-ordered allocation from the device's default pool: served like cuMemAllocAsync. */
+	{
+		CUmemoryPool pool;
+		CUdeviceptr q;
+
+		CHECK_CU(cuDeviceGetDefaultMemPool(&pool, 0));
+		CHECK_CU(cuMemAllocFromPoolAsync(&q, 1 << 20, pool, NULL));
+		pattern_fill(buf, 4096, 77);
+		CHECK_CU(cuMemcpyHtoDAsync(q + 8192, buf, 4096, NULL));
+		memset(buf, 0, 4096);
+		CHECK_CU(cuMemcpyDtoHAsync(buf, q + 8192, 4096, NULL));
+		CHECK_CU(cuStreamSynchronize(NULL));
+		if (pattern_check(buf, 4096, 77))
+			FAIL("pool allocation changed");
+		CHECK_CU(cuMemFreeAsync(q, NULL));
+		CHECK_CU(cuStreamSynchronize(NULL));
+	}
 	/* NULL out-parameters are tolerated where the driver tolerates them. */
 	CHECK_CU(cuMemGetInfo(&free_b, &total_b));
 	if (free_b > total_b || !total_b)

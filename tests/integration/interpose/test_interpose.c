@@ -81,6 +81,9 @@ Test(interpose, lcuda_program_and_queries)
 	expect_served(r);
 	cr_expect_eq(run_stat(r, "cuMemAlloc_v2"), 0);
 	cr_expect_eq(run_stat(r, "cuMemAllocPitch_v2"), 0);
+	cr_expect_eq(run_stat(r, "cuMemAllocFromPoolAsync"), 0, "default pool not served\n%s",
+		     r->stats);
+	cr_expect_eq(run_stat(r, "cuMemFreeAsync"), 0);
 	/* Legacy IPC on VMM memory: refused with CUDA_ERROR_NOT_SUPPORTED and one clear line. */
 	cr_expect(strstr(r->out, "cuIpcGetMemHandle -> 801"), "%s", r->out);
 	cr_expect(strstr(r->err, "legacy CUDA IPC does not work"), "%s", r->err);
