@@ -32,6 +32,9 @@ void control_set_autowake_default(bool on);
 /* Stop serving sleep/wake (process exit): waits (bounded) for one in progress to finish. */
 void control_sleep_shutdown(void);
 
+/* In a forked child: the parent's memory is not the child's to sleep; refuse from now on. */
+void control_sleep_after_fork(void);
+
 /* Answer one parsed request into w (header, records, end). */
 void control_dispatch(const proto_request *req, proto_writer *w);
 

@@ -31,6 +31,10 @@ static int listen_fd = -1;
 static pid_t owner_pid;          /* the process the socket answers for */
 static char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 static bool hooks_registered;
+/* Held while a request is answered; exit takes it so that nothing is answered from a runtime
+ * that is being torn down. */
+static pthread_mutex_t dispatch_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool stopping;
 
 static long long now_ms(void)
 {
@@ -86,6 +90,30 @@ static ssize_t read_request(int fd, char *buf, size_t cap, long long deadline, c
 			return -1;
 		}
 	}
+}
+
+/* After the reply: end our side and swallow what the client still sends (bounded), so that
+ * closing with unread input does not reset the connection before the client reads the reply. */
+static void drain_and_close(int fd)
+{
+	long long deadline = now_ms() + 200;
+	size_t total = 0;
+	char sink[4096];
+
+	shutdown(fd, SHUT_WR);
+	while (total < (1u << 20)) {
+		long long left = deadline - now_ms();
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t k;
+
+		if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+			break;
+		k = recv(fd, sink, sizeof(sink), MSG_DONTWAIT);
+		if (k <= 0 && !(k < 0 && (errno == EINTR || errno == EAGAIN)))
+			break;
+		total += k > 0 ? (size_t)k : 0;
+	}
+	close(fd);
 }
 
 /* Write all of buf before the deadline; a client that stopped reading is dropped. */
@@ -146,7 +174,12 @@ static void serve_client(int fd)
 		goto reply;
 	}
 	vmm_log(VMM_LOG_DEBUG, "control: %s from pid %d", proto_verb_name(req.verb), (int)cred.pid);
-	control_dispatch(&req, &w);
+	pthread_mutex_lock(&dispatch_lock);
+	if (stopping)
+		proto_error_response(&w, PROTO_ERR_BUSY, "the process is exiting");
+	else
+		control_dispatch(&req, &w);
+	pthread_mutex_unlock(&dispatch_lock);
 	if (w.failed) {
 		proto_writer_free(&w);
 		proto_error_response(&w, PROTO_ERR_INTERNAL, "the reply did not fit in memory");
@@ -184,7 +217,7 @@ static void *server_main(void *arg)
 			break;
 		}
 		serve_client(c);
-		close(c);
+		drain_and_close(c);
 	}
 	vmm_log(VMM_LOG_WARN, "control: server stopped (%s)", strerror(errno));
 	return NULL;
@@ -207,9 +240,20 @@ static bool socket_alive(const char *path)
 
 static void at_exit(void)
 {
+	struct timespec ts;
+
 	if (getpid() != owner_pid)
 		return;
 	control_sleep_shutdown();
+	/* A request being answered finishes first (bounded: exit must not hang on it). */
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 5;
+	if (!pthread_mutex_timedlock(&dispatch_lock, &ts)) {
+		stopping = true;
+		pthread_mutex_unlock(&dispatch_lock);
+	} else {
+		vmm_log(VMM_LOG_WARN, "exit: a control request is still being answered");
+	}
 	pthread_mutex_lock(&server_lock);
 	if (listen_fd >= 0) {
 		unlink(sock_path);
@@ -227,6 +271,8 @@ static void in_child(void)
 		close(listen_fd);
 	listen_fd = -1;
 	pthread_mutex_init(&server_lock, NULL);
+	pthread_mutex_init(&dispatch_lock, NULL);
+	control_sleep_after_fork();
 }
 
 static vmm_status bind_socket(const char *path, int *out, vmm_error *err)

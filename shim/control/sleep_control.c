@@ -27,6 +27,7 @@ static bool held;             /* the gate is closed by a sleep until the matchin
 static bool held_autowake;    /* ...and a submission that meets it wakes the process */
 static bool autowake_default; /* VMMSHIM_AUTOWAKE */
 static bool shut_down;
+static bool forked_child;
 
 /* One thing that sleeps and wakes: a core heap or the app-mapping registry. */
 struct part {
@@ -120,9 +121,11 @@ static bool anything_asleep(shim_runtime *rt)
 static vmm_status lock_control(vmm_error *err, shim_runtime **rt)
 {
 	pthread_mutex_lock(&ctl_lock);
-	if (shut_down) {
+	if (shut_down || forked_child) {
 		pthread_mutex_unlock(&ctl_lock);
-		return vmm_fail(err, VMM_E_BUSY, 0, "the process is exiting");
+		return vmm_fail(err, forked_child ? VMM_E_UNSUPPORTED : VMM_E_BUSY, 0, "%s",
+				forked_child ? "sleep and wake are not available in a forked child" :
+					       "the process is exiting");
 	}
 	*rt = shim_runtime_peek();
 	if (!*rt || (!(*rt)->cuda_core && !(*rt)->acl_core)) {
@@ -356,4 +359,12 @@ void control_sleep_shutdown(void)
 	if (held)
 		vmm_log(VMM_LOG_INFO, "exit while asleep: the host copy is freed with the process");
 	pthread_mutex_unlock(&ctl_lock);
+}
+
+void control_sleep_after_fork(void)
+{
+	/* The parent's server thread may have held the lock at fork time. */
+	pthread_mutex_init(&ctl_lock, NULL);
+	forked_child = true;
+	held = false;
 }
