@@ -186,31 +186,53 @@ static bool plan_add(struct grow_plan *p, struct phandle *h, bool fresh)
 	return true;
 }
 
-static bool in_plan(struct grow_plan *p, struct phandle *h)
+/* The wholly free handles that may move, largest first. Those in `avoid` (the block being
+ * extended) and those of sleeping arenas stay where they are. */
+struct cands {
+	struct phandle **h;
+	bool *used;
+	size_t n;
+};
+
+static int by_size_desc(const void *a, const void *b)
 {
-	for (size_t i = 0; i < p->n; i++)
-		if (p->hs[i] == h)
-			return true;
-	return false;
+	const struct phandle *x = *(struct phandle *const *)a, *y = *(struct phandle *const *)b;
+
+	return x->size > y->size ? -1 : x->size < y->size;
 }
 
-/* The wholly free handle to move next: the largest that fits in `room` (fit), else the smallest
- * larger one (any). Handles in `avoid` (the block being extended) stay where they are. */
-static struct phandle *pick_cached(struct devheap *dh, struct grow_plan *p, size_t room, bool fit,
-				   struct blk *avoid)
+static bool cands_collect(struct devheap *dh, struct blk *avoid, struct cands *c)
 {
-	struct phandle *best = NULL;
+	size_t n = 0;
 
+	memset(c, 0, sizeof(*c));
+	for (struct phandle *h = dh->handles; h; h = h->next)
+		n++;
+	if (!n)
+		return true;
+	c->h = malloc(n * sizeof(*c->h));
+	c->used = calloc(n, sizeof(*c->used));
+	if (!c->h || !c->used) {
+		free(c->h);
+		free(c->used);
+		memset(c, 0, sizeof(*c));
+		return false;
+	}
 	for (struct phandle *h = dh->handles; h; h = h->next) {
-		if (in_plan(p, h) || h->arena->asleep || !handle_wholly_free(dh, h))
+		if (h->arena->asleep || !handle_wholly_free(dh, h))
 			continue;
 		if (avoid && h->va >= avoid->addr && h->va < avoid->addr + avoid->size)
 			continue;
-		if (fit ? (h->size <= room && (!best || h->size > best->size)) :
-			  (h->size > room && (!best || h->size < best->size)))
-			best = h;
+		c->h[c->n++] = h;
 	}
-	return best;
+	qsort(c->h, c->n, sizeof(*c->h), by_size_desc);
+	return true;
+}
+
+static void cands_free(struct cands *c)
+{
+	free(c->h);
+	free(c->used);
 }
 
 static void plan_abandon(struct devheap *dh, struct grow_plan *p, struct arena *a)
@@ -225,38 +247,58 @@ static void plan_abandon(struct devheap *dh, struct grow_plan *p, struct arena *
 }
 
 /* Collect handles summing to `want` bytes exactly, or at least `want` when `exact` is false:
- * wholly free handles first, then new ones of up to max_handle_bytes. */
+ * wholly free handles first (largest that fit), then new ones of up to max_handle_bytes. */
 static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, bool exact,
 			    struct blk *avoid, vmm_error *err)
 {
 	struct devheap *dh = a->dh;
 	vmm_backend *be = dh->core->be;
 	size_t maxh = dh->core->cfg.max_handle_bytes;
+	struct cands c;
 	struct phandle *h;
-	vmm_status st;
+	vmm_status st = VMM_OK;
 
-	while (p->total < want && (h = pick_cached(dh, p, want - p->total, true, avoid)))
-		if (!plan_add(p, h, false))
-			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
+	if (!cands_collect(dh, avoid, &c))
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
+	/* Room only shrinks: one pass over the candidates, largest first. */
+	for (size_t i = 0; i < c.n && p->total < want; i++) {
+		if (c.h[i]->size > want - p->total)
+			continue;
+		if (!plan_add(p, c.h[i], false)) {
+			st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
+			goto out;
+		}
+		c.used[i] = true;
+	}
 	while (p->total < want) {
 		size_t sz = want - p->total;
 
 		if (sz > maxh)
 			sz = maxh;
 		h = calloc(1, sizeof(*h));
-		if (!h)
-			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a handle record");
+		if (!h) {
+			st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a handle record");
+			goto out;
+		}
 		st = be->create(be, dh->dev, sz, &h->h, err);
 		if (st) {
+			size_t room = want - p->total, k = c.n;
+
 			free(h);
 			if (st != VMM_E_OOM || exact)
-				return st;
-			/* The driver is out: a larger cached handle can still cover the rest. */
-			h = pick_cached(dh, p, want - p->total, false, avoid);
-			if (!h)
-				return st;
-			if (!plan_add(p, h, false))
-				return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory");
+				goto out;
+			/* The driver is out: the smallest larger cached handle covers the rest. */
+			while (k-- > 0)
+				if (!c.used[k] && c.h[k]->size > room)
+					break;
+			if (k >= c.n)
+				goto out;
+			if (!plan_add(p, c.h[k], false)) {
+				st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory");
+				goto out;
+			}
+			c.used[k] = true;
+			st = VMM_OK;
 			continue;
 		}
 		h->size = sz;
@@ -265,10 +307,13 @@ static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, b
 			phys_release(be, h->h);
 			a->st.handles_released++;
 			free(h);
-			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
+			st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
+			goto out;
 		}
 	}
-	return VMM_OK;
+out:
+	cands_free(&c);
+	return st;
 }
 
 /* Map the plan's handles one after another at va, grant access once over the whole range. On
