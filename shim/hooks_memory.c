@@ -28,10 +28,10 @@ static CUresult pass_alloc(CUresult r, CUdeviceptr *dptr, size_t bytes)
 /* Should the core serve a device allocation of `bytes`? Fills *rt and *dev when it should. */
 static bool want_core(CUdeviceptr *dptr, size_t bytes, shim_runtime **rt, int *dev)
 {
-	if (!dptr || bytes == 0)
-		return false; /* the driver's own error */
+	if (!dptr || bytes == 0 || !hook_current_device(dev))
+		return false; /* the driver's own error; no runtime is created for it */
 	*rt = shim_runtime_cuda();
-	return *rt && (*rt)->cuda_core && hook_current_device(dev);
+	return *rt && (*rt)->cuda_core;
 }
 
 static void log_fallback(const char *fn, size_t bytes, const vmm_error *err)

@@ -68,6 +68,7 @@ int main(void)
 		CHECK_CU(cuMemAllocFromPoolAsync(&q, 1 << 20, pool, NULL));
 		pattern_fill(buf, 4096, 77);
 		CHECK_CU(cuMemcpyHtoDAsync(q + 8192, buf, 4096, NULL));
+		CHECK_CU(cuStreamSynchronize(NULL)); /* buf is reused below */
 		memset(buf, 0, 4096);
 		CHECK_CU(cuMemcpyDtoHAsync(buf, q + 8192, 4096, NULL));
 		CHECK_CU(cuStreamSynchronize(NULL));
