@@ -41,9 +41,12 @@ for metric, note in (("malloc+free pair 256B (us)", "met"),
     if bench.get(metric, {}).get("note") != note:
         bad.append(f"benchmark {metric!r}: {bench.get(metric)}")
 for prefix in ("sleep 1 GiB", "wake 2 GiB", "discard sleep / wake 2 GiB",
-               "driver checkpoint 1 GiB"):
+               "sleep / wake 1 GiB first cycle, backup provisioned", "driver checkpoint 1 GiB"):
     if not any(m.startswith(prefix) for m in bench):
         bad.append(f"no benchmark row {prefix!r}")
+peak = bench.get("train (1) default: ms/step, peak GiB", {}).get("shim", "")
+if not peak.startswith("100, 4.4"):
+    bad.append(f"train (1) ms/step and peak: {peak!r}, expected '100, 4.49'")
 print("selftest:", "ok" if not bad else "FAILED: " + "; ".join(bad))
 sys.exit(1 if bad else 0)
 PY
