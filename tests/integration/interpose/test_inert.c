@@ -41,3 +41,13 @@ Test(inert, python3_print)
 {
 	same_as_native(ARGV("/usr/bin/python3", "-c", "print(1)"));
 }
+
+Test(inert, allocation_without_context_gets_the_drivers_answer)
+{
+	same_as_native(ARGV(bin_path("prog_noctx")));
+}
+
+Test(inert, probing_for_a_driver_finds_none)
+{
+	same_as_native(ARGV(bin_path("prog_nodriver")));
+}
