@@ -30,12 +30,87 @@ double vmm_now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+static bool read_u64(const char *path, uint64_t *v)
+{
+	FILE *f = fopen(path, "re");
+	unsigned long long x;
+	bool ok;
+
+	if (!f)
+		return false;
+	ok = fscanf(f, "%llu", &x) == 1;   /* "max" (no limit) does not parse */
+	fclose(f);
+	if (ok)
+		*v = x;
+	return ok;
+}
+
+/* Room left under the memory limits of this process's cgroup and its ancestors (v2, else v1's
+ * memory controller); UINT64_MAX when there is no limit. A container's limit can be far below
+ * the machine's MemAvailable, and going past it gets the program killed, not refused. */
+static uint64_t cgroup_room(void)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[512], path[512] = "", dir[640], file[700];
+	const char *root = NULL, *max_name = NULL, *cur_name = NULL;
+	uint64_t room = UINT64_MAX;
+
+	if (!f)
+		return room;
+	while (fgets(line, sizeof(line), f)) {
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+
+		if (!c2)
+			continue;
+		line[strcspn(line, "\n")] = '\0';
+		*c1 = '\0';
+		*c2 = '\0';
+		/* "hierarchy:controllers:path"; cgroup v2 is "0::path". */
+		if (!strcmp(line, "0") && c1[1] == '\0' && !root) {
+			snprintf(path, sizeof(path), "%s", c2 + 1);
+			root = "/sys/fs/cgroup";
+			max_name = "memory.max";
+			cur_name = "memory.current";
+		} else if (strstr(c1 + 1, "memory")) {
+			snprintf(path, sizeof(path), "%s", c2 + 1);
+			root = "/sys/fs/cgroup/memory";
+			max_name = "memory.limit_in_bytes";
+			cur_name = "memory.usage_in_bytes";
+			break;   /* v1's memory controller wins over a v2 line without it */
+		}
+	}
+	fclose(f);
+	if (!root)
+		return room;
+	for (;;) {
+		uint64_t max, cur;
+		char *slash;
+
+		snprintf(dir, sizeof(dir), "%s%s", root, strcmp(path, "/") ? path : "");
+		snprintf(file, sizeof(file), "%s/%s", dir, max_name);
+		if (read_u64(file, &max)) {
+			snprintf(file, sizeof(file), "%s/%s", dir, cur_name);
+			if (read_u64(file, &cur) && max < ((uint64_t)1 << 62))
+				room = cur < max ? (max - cur < room ? max - cur : room) : 0;
+		}
+		slash = strrchr(path, '/');
+		if (!slash || !strcmp(path, "/") || !path[0])
+			break;
+		if (slash == path)
+			strcpy(path, "/");
+		else
+			*slash = '\0';
+	}
+	return room;
+}
+
 uint64_t vmm_host_available_bytes(void)
 {
 	FILE *f = fopen("/proc/meminfo", "re");
 	unsigned long long kb = 0;
 	char line[128];
 	int found = 0;
+	uint64_t avail, room;
 
 	if (!f)
 		return 0;
@@ -45,7 +120,9 @@ uint64_t vmm_host_available_bytes(void)
 			break;
 		}
 	fclose(f);
-	return found ? (uint64_t)kb * 1024 : 0;
+	avail = found ? (uint64_t)kb * 1024 : 0;
+	room = cgroup_room();
+	return room < avail ? room : avail;
 }
 
 /* Index of the first record whose base is > p. */
