@@ -8,7 +8,10 @@
  * synchronization (backend->synchronize) that began after the free. A failed synchronization
  * (e.g. during stream capture) leaves the block quarantined and the heap grows instead.
  * vmm_free_on_stream() makes the block reusable at once by vmm_malloc_on_stream() on the same
- * stream (stream order protects it) and by everyone else after the next synchronization. */
+ * stream (stream order protects it) and by everyone else after the next synchronization.
+ * When a request finds no free block, the heap synchronizes (and so reclaims every quarantined
+ * block) if the quarantine holds at least max(64 MiB, mapped/8), or if growing failed; otherwise
+ * it grows, so that a malloc/free cycle does not wait on the device each time. */
 #ifndef VMM_HEAP_H
 #define VMM_HEAP_H
 

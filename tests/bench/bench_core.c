@@ -232,6 +232,25 @@ int main(int argc, char **argv)
 		fmt_ns(c3, sizeof(c3), native_pair_ns(s, s >= 64 * MiB ? 10 : quick ? 200 : 1000));
 		printf("  %-8s %12s %14s\n", fmt_size(s, c1, sizeof(c1)), c2, c3);
 	}
+	/* Stream-ordered pair (cudaMallocAsync/cudaFreeAsync on one stream: reuse at once). */
+	{
+		int iters = quick ? 2000 : 20000;
+		double *tv = malloc(sizeof(double) * (size_t)iters);
+		vmm_stream st = (vmm_stream)0x51;
+		vmm_devptr p;
+
+		for (int i = 0; tv && i < iters; i++) {
+			double a = now_ns();
+
+			if (vmm_malloc_on_stream(core, 0, MiB, NULL, st, &p, NULL))
+				break;
+			vmm_free_on_stream(core, p, st, NULL);
+			tv[i] = now_ns() - a;
+		}
+		fmt_ns(c2, sizeof(c2), tv ? median(tv, iters) : -1);
+		printf("  %-8s %12s %14s   (same stream, stream-ordered)\n", "1 MiB", c2, "");
+		free(tv);
+	}
 	vmm_core_destroy(core);
 
 	/* Growth: a fresh core each time, so nothing is cached. */

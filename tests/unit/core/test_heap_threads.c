@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 
 #include "helpers.h"
+#include "offload.h"
 
 #define THREADS 8
 #define OPS 3000
@@ -76,3 +77,67 @@ Test(heap_threads, many_threads_at_once, .timeout = 120)
 	cr_assert_eq(t_dev_used(&T, 0), 0);
 	t_close(&T);
 }
+
+static atomic_int stop;
+
+/* Allocates, checks and frees under tag "busy" until told to stop. */
+static void *busy_worker(void *arg)
+{
+	uint64_t seed = 77 + (uint64_t)(intptr_t)arg;
+	vmm_devptr p[16] = { 0 };
+	size_t n[16] = { 0 };
+
+	while (!atomic_load(&stop)) {
+		int i = (int)(next_rand(&seed) % 16);
+
+		if (p[i]) {
+			if (!t_check(p[i], n[i], p[i]) || vmm_free(T.core, p[i], NULL))
+				atomic_fetch_add(&failures, 1);
+			p[i] = 0;
+		} else {
+			n[i] = next_rand(&seed) % (3 * MiB);
+			if (vmm_malloc(T.core, 0, n[i], 0, "busy", &p[i], NULL)) {
+				atomic_fetch_add(&failures, 1);
+				p[i] = 0;
+			} else {
+				t_fill(p[i], n[i], p[i]);
+			}
+		}
+	}
+	for (int i = 0; i < 16; i++)
+		if (p[i] && (!t_check(p[i], n[i], p[i]) || vmm_free(T.core, p[i], NULL)))
+			atomic_fetch_add(&failures, 1);
+	return NULL;
+}
+
+Test(heap_threads, one_tag_sleeps_while_others_allocate, .timeout = 120)
+{
+	vmm_sleep_opts s = { .tag = "sleepy", .device = 0 };
+	pthread_t th[4];
+	vmm_devptr q[8];
+	vmm_error err;
+
+	t_simdev_env("4G", NULL, NULL);
+	t_open(&T, NULL);
+	for (int i = 0; i < 8; i++) {
+		cr_assert_eq(vmm_malloc(T.core, 0, (size_t)(i + 1) * 3 * MiB, 0, "sleepy", &q[i], NULL),
+			     VMM_OK);
+		t_fill(q[i], (size_t)(i + 1) * 3 * MiB, q[i]);
+	}
+	for (intptr_t i = 0; i < 4; i++)
+		pthread_create(&th[i], NULL, busy_worker, (void *)i);
+	for (int c = 0; c < 30; c++) {
+		cr_assert_eq(vmm_sleep(T.core, &s, NULL, &err), VMM_OK, "cycle %d: %s", c, err.msg);
+		cr_assert_eq(vmm_wake(T.core, &s, NULL, &err), VMM_OK, "cycle %d: %s", c, err.msg);
+		for (int i = 0; i < 8; i++)
+			cr_assert(t_check(q[i], (size_t)(i + 1) * 3 * MiB, q[i]), "cycle %d", c);
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < 4; i++)
+		pthread_join(th[i], NULL);
+	cr_assert_eq(atomic_load(&failures), 0);
+	cr_assert_eq(t_stats(&T, 0, "busy").live_count, 0);
+	cr_assert_eq(t_stats(&T, 0, NULL).mapped_bytes, t_dev_used(&T, 0));
+	t_close(&T);
+}
+
