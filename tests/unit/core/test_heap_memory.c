@@ -213,3 +213,54 @@ Test(heap_memory, stats_match_the_driver_and_the_requests)
 	cr_assert_eq(s.handles_created - s.handles_released > 0, 1);
 	t_close(&t);
 }
+
+Test(heap_memory, large_requests_span_several_handles)
+{
+	struct tctx t;
+	vmm_config cfg;
+	vmm_devptr p;
+	vmm_stats s;
+
+	vmm_config_defaults(&cfg);
+	cfg.max_handle_bytes = 4 * MiB;
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, &cfg);
+	cr_assert_eq(vmm_malloc(t.core, 0, 21 * MiB, 0, NULL, &p, NULL), VMM_OK);
+	t_fill(p, 21 * MiB, 8);
+	cr_assert(t_check(p, 21 * MiB, 8));
+	s = t_stats(&t, 0, NULL);
+	cr_assert_eq(s.handles_created, 6, "22 MiB in handles of at most 4 MiB");
+	cr_assert_eq(s.mapped_bytes, 22 * MiB);
+	vmm_free(t.core, p, NULL);
+	cr_assert_eq(vmm_trim(t.core, 0, NULL), VMM_OK);
+	cr_assert_eq(t_dev_used(&t, 0), 0);
+	t_close(&t);
+}
+
+Test(heap_memory, address_space_is_reserved_again_when_it_runs_out)
+{
+	struct tctx t;
+	vmm_config cfg;
+	vmm_devptr p[12];
+	vmm_stats s;
+
+	vmm_config_defaults(&cfg);
+	cfg.reserve_bytes = 64 * MiB;
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, &cfg);
+	for (int i = 0; i < 12; i++) {
+		cr_assert_eq(vmm_malloc(t.core, 0, 30 * MiB, 0, NULL, &p[i], NULL), VMM_OK);
+		t_fill(p[i], 30 * MiB, (uint64_t)i);
+	}
+	/* A request larger than a reservation gets one of its own size. */
+	vmm_devptr big;
+	cr_assert_eq(vmm_malloc(t.core, 0, 100 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	t_fill(big, 100 * MiB, 77);
+	for (int i = 0; i < 12; i++)
+		cr_assert(t_check(p[i], 30 * MiB, (uint64_t)i));
+	cr_assert(t_check(big, 100 * MiB, 77));
+	s = t_stats(&t, 0, NULL);
+	cr_assert_gt(s.reserved_bytes, 64 * MiB);
+	cr_assert_eq(s.mapped_bytes, t_dev_used(&t, 0));
+	t_close(&t);
+}
