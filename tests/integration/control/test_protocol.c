@@ -337,3 +337,41 @@ Test(socket, a_folder_others_can_enter_is_refused, .timeout = 30)
 	finish(t);
 	rmdir(dir);
 }
+
+/* The in-process API from Python with ctypes, as docs/vmmctl.md shows it. */
+Test(api, usable_from_python_ctypes, .timeout = 60)
+{
+	static const char script[] =
+		"import ctypes, sys\n"
+		"shim = ctypes.CDLL(None)\n"
+		"shim.vmmshim_last_error.restype = ctypes.c_char_p\n"
+		"shim.vmmshim_get_tag.restype = ctypes.c_char_p\n"
+		"assert shim.vmmshim_get_tag() == b'default'\n"
+		"assert shim.vmmshim_set_tag(b'kv_cache') == 0\n"
+		"assert shim.vmmshim_get_tag() == b'kv_cache'\n"
+		"assert shim.vmmshim_set_tag(b'x' * 40) == 1\n"
+		"assert b'31' in shim.vmmshim_last_error()\n"
+		"assert shim.vmmshim_get_tag() == b'kv_cache'\n"
+		"assert shim.vmmshim_set_tag(None) == 0\n"
+		"assert shim.vmmshim_get_tag() == b'default'\n"
+		"rc = shim.vmmshim_sleep(b'kv_cache', 1)\n"
+		"assert rc == 1, rc\n"
+		"assert b'no device memory' in shim.vmmshim_last_error()\n"
+		"st = (ctypes.c_uint64 * 10)()\n"
+		"assert shim.vmmshim_stats(None, -1, st) == 0 and st[0] == 0\n"
+		"print('api ok')\n";
+	char cmd[2048], out[256] = "";
+	FILE *p;
+
+	if (system("command -v python3 >/dev/null 2>&1"))
+		cr_skip_test("python3 is not installed");
+	snprintf(cmd, sizeof(cmd), "LD_PRELOAD='%s' python3 -c \"$CTL_SCRIPT\" 2>&1",
+		 getenv("CTL_SHIM"));
+	setenv("CTL_SCRIPT", script, 1);
+	p = popen(cmd, "r");
+	cr_assert(p);
+	size_t n = fread(out, 1, sizeof(out) - 1, p);
+	out[n] = '\0';
+	cr_expect_eq(pclose(p), 0, "python failed: %s", out);
+	cr_expect(strstr(out, "api ok"), "%s", out);
+}
