@@ -18,7 +18,7 @@ typedef struct shim_config {
 	vmm_config core;           /* VMMSHIM_CACHE_LIMIT, VMMSHIM_RESERVE, VMMSHIM_MAX_HANDLE,
 	                            * VMMSHIM_SMALL_MAX */
 	char run_dir[SHIM_RUN_DIR_MAX]; /* VMMSHIM_RUN_DIR: where the control socket lives */
-	bool autowake;             /* VMMSHIM_AUTOWAKE: a submission to a sleeping process wakes it */
+	bool autowake;             /* VMMSHIM_AUTOWAKE: work submitted while asleep wakes it */
 	bool provision_backup;     /* VMMSHIM_PROVISION_BACKUP: host backup made ahead of sleep */
 	bool control;              /* VMMSHIM_CONTROL: start the control server (default on) */
 } shim_config;

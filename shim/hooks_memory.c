@@ -90,7 +90,8 @@ static CUresult core_free(CUdeviceptr ptr, bool *done, bool on_stream, CUstream 
 	}
 	*done = true;
 	if (st)
-		vmm_log(VMM_LOG_WARN, "free of 0x%llx failed: %s", (unsigned long long)ptr, err.msg);
+		vmm_log(VMM_LOG_WARN, "free of 0x%llx failed: %s", (unsigned long long)ptr,
+			err.msg);
 	return hook_cu_status(st, &err);
 }
 

@@ -1,7 +1,7 @@
 /* The program's own virtual-memory calls (PyTorch expandable segments, NCCL). They pass through
  * to the driver and, once it succeeded, are recorded in the runtime's registry, so that sleep can
- * release and wake re-create them. Handles are translated: the program keeps the value it was given,
- * the registry knows the real handle behind it after a wake. The core's own VMM calls go through
+ * release and wake re-create them. Handles are translated: the program keeps the value it was
+ * given, the registry knows the real handle behind it after a wake. The core's own VMM calls go through
  * its backend, never through these hooks. Peer access enabled between contexts is extended to the
  * core's heaps, as it would cover cuMemAlloc memory. */
 #include "../core/log.h"

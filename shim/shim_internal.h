@@ -18,9 +18,8 @@ enum shim_pass_kind {
 	PASS_ACL_FREE,
 };
 
-/* Weak: the registry of the program's own VMM calls is linked in when something that sleeps uses
- * it (the control plane pulls it from libvmmcore.a); the server itself may not be built yet. Without
- * them the shim runs as an allocator only. */
+/* Weak, so that the shim links and runs (as an allocator only) in a tree where the registry of the
+ * program's own VMM calls (core/offload) or the control server (shim/control) is not built yet. */
 #pragma weak vmm_app_registry_create
 #pragma weak vmm_app_registry_destroy
 #pragma weak vmm_app_created

@@ -35,10 +35,10 @@ const char *bin_path(const char *name)
 {
 	static __thread char buf[4][512];
 	static __thread int next;
+	const char *dir = getenv("INTERPOSE_BIN");
 	char *b = buf[next++ % 4];
 
-	snprintf(b, sizeof(buf[0]), "%s/%s", getenv("INTERPOSE_BIN") ? getenv("INTERPOSE_BIN") : ".",
-		 name);
+	snprintf(b, sizeof(buf[0]), "%s/%s", dir ? dir : ".", name);
 	return b;
 }
 

@@ -52,7 +52,7 @@ Test(interpose, cudart_program_is_served_by_the_core)
 
 Test(interpose, cudart_program_without_shim_uses_the_driver)
 {
-	/* The control: the same program natively does call cuMemAlloc_v2, so the test above can fail. */
+	/* The control: natively the same program calls cuMemAlloc_v2, so the test above can fail. */
 	struct run *r = run_program(NULL, ARGV(bin_path("prog_cudart")), NULL);
 
 	expect_ok(r, "prog_cudart: ok");
