@@ -75,5 +75,10 @@ vmm_status vmm_app_sleep(vmm_app_registry *reg, const vmm_sleep_opts *opts,
 vmm_status vmm_app_wake(vmm_app_registry *reg, const vmm_sleep_opts *opts,
 			vmm_transfer_result *res, vmm_error *err);
 bool vmm_app_is_asleep(vmm_app_registry *reg, int device);
+/* Allocate and provision (touch and pin) the host backup of every selected handle that lacks one,
+ * so that the first sleep runs at link speed (the "provision ahead" setting). VMM_E_HOST_OOM,
+ * before anything is allocated, when the host cannot hold them all. */
+vmm_status vmm_app_provision_backup(vmm_app_registry *reg, const vmm_sleep_opts *opts,
+				    vmm_error *err);
 
 #endif

@@ -45,14 +45,15 @@ vmm_status vmm_copy_engine_tune(vmm_copy_engine *ce, size_t chunk_bytes, int str
 				vmm_error *err);
 
 /* Allocate a host buffer of size bytes. Fails with VMM_E_HOST_OOM before touching anything when
- * the host cannot hold it (checked against MemAvailable). Provisioning (first touch, pinning) is
+ * the host cannot hold it (checked against vmm_host_available_bytes, less 64 MiB of headroom). Provisioning (first touch, pinning) is
  * deferred to the first copy, where it overlaps with the transfer, unless `provision_now`. */
 vmm_status vmm_host_buf_alloc(vmm_backend *be, size_t size, int provision_now, vmm_host_buf *out,
 			      vmm_error *err);
 void vmm_host_buf_free(vmm_backend *be, vmm_host_buf *buf);
 /* Bytes of buf that are registered with the backend now. */
 size_t vmm_host_buf_pinned_bytes(const vmm_host_buf *buf);
-/* Host bytes that could be had now (MemAvailable). */
+/* Host bytes that could be had now: MemAvailable, or less where this process's cgroup limits
+ * memory. */
 uint64_t vmm_host_available_bytes(void);
 
 /* Copy every range device -> host (out) or host -> device (in); returns when all are complete. */

@@ -537,3 +537,38 @@ vmm_status vmm_app_wake(vmm_app_registry *reg, const vmm_sleep_opts *opts,
 	res->seconds = vmm_now_s() - t0;
 	return st;
 }
+
+vmm_status vmm_app_provision_backup(vmm_app_registry *reg, const vmm_sleep_opts *opts,
+				    vmm_error *err)
+{
+	struct app_handle **hs;
+	uint64_t bytes, exported, need = 0, avail;
+	vmm_status st = VMM_OK;
+	size_t n;
+
+	if (!reg)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no app registry");
+	if (opts && (opts->device < -1 || opts->device >= VMM_MAX_DEVICES))
+		return vmm_fail(err, VMM_E_INVALID, 0, "no device %d", opts->device);
+	pthread_mutex_lock(&reg->lock);
+	hs = pick(reg, opts, false, &n, &bytes, &exported);
+	if (!hs) {
+		pthread_mutex_unlock(&reg->lock);
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan provisioning");
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!hs[i]->backup.ptr)
+			need += hs[i]->size;
+	avail = vmm_host_available_bytes();
+	if (need > avail)
+		st = vmm_fail(err, VMM_E_HOST_OOM, 0,
+			      "provisioning the program's VMM backups needs %llu bytes of host "
+			      "memory, %llu available", (unsigned long long)need,
+			      (unsigned long long)avail);
+	for (size_t i = 0; i < n && !st; i++)
+		if (!hs[i]->backup.ptr)
+			st = vmm_host_buf_alloc(reg->be, hs[i]->size, 1, &hs[i]->backup, err);
+	pthread_mutex_unlock(&reg->lock);
+	free(hs);
+	return st;
+}

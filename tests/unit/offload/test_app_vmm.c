@@ -364,6 +364,31 @@ Test(app, sleep_refused_without_host_memory_for_it, .init = setup, .fini = teard
 	vmm_app_released(reg, 0x42000);
 }
 
+Test(app, provision_ahead_pins_backups_before_the_first_sleep, .init = setup, .fini = teardown)
+{
+	vmm_sleep_opts o = { .device = -1 };
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	vmm_app_stats s;
+
+	build_scene();
+	cr_assert_eq(vmm_app_provision_backup(reg, &o, &err), VMM_OK, "%s", err.msg);
+	vmm_app_stats_get(reg, 0, &s);
+	cr_expect_geq(s.host_backup_bytes, 22 * MiB);
+	cr_expect_eq(s.asleep_bytes, 0, "provisioning alone changes nothing on the device");
+	expect_scene_intact();
+	cr_assert_eq(vmm_app_provision_backup(reg, &o, &err), VMM_OK, "twice is harmless");
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	expect_scene_intact();
+	o.device = 77;
+	cr_assert_eq(vmm_app_provision_backup(reg, &o, &err), VMM_E_INVALID);
+	vmm_app_created(reg, 0x42000, (size_t)vmm_host_available_bytes() * 2, 0, NULL, 0);
+	o.device = -1;
+	cr_assert_eq(vmm_app_provision_backup(reg, &o, &err), VMM_E_HOST_OOM);
+	vmm_app_released(reg, 0x42000);
+}
+
 /* Failure injection: the sleep or wake fails part-way, reports it, and leaves every byte where a
  * later call finds it. */
 static void faulty_cycle(const char *fail, bool fails_in_sleep, vmm_status want)
