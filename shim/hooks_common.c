@@ -5,6 +5,9 @@ DRIVER_EXTRA_SLOT(cuCtxGetCurrent);
 DRIVER_EXTRA_SLOT(cuCtxGetDevice);
 DRIVER_EXTRA_SLOT(cuStreamIsCapturing);
 DRIVER_EXTRA_SLOT(cuStreamIsCapturing_ptsz);
+DRIVER_EXTRA_SLOT(cuStreamGetCtx);
+DRIVER_EXTRA_SLOT(cuCtxPushCurrent_v2);
+DRIVER_EXTRA_SLOT(cuCtxPopCurrent_v2);
 
 /* cuda.h declares the per-thread form only in per-thread mode. */
 CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
@@ -22,6 +25,36 @@ bool hook_current_device(int *dev)
 		return false;
 	*dev = (int)d;
 	return true;
+}
+
+bool hook_context_device(CUcontext ctx, int *dev)
+{
+	CUcontext popped;
+	bool ok;
+
+	if (!DRIVER_EXTRA(cuCtxPushCurrent_v2) || !DRIVER_EXTRA(cuCtxPopCurrent_v2) ||
+	    DRIVER_EXTRA(cuCtxPushCurrent_v2)(ctx) != CUDA_SUCCESS)
+		return false;
+	ok = hook_current_device(dev);
+	DRIVER_EXTRA(cuCtxPopCurrent_v2)(&popped);
+	return ok;
+}
+
+bool hook_stream_device(CUstream s, bool ptsz, int *dev)
+{
+	CUcontext ctx = NULL, cur = NULL;
+
+	(void)ptsz;
+	if (!hook_current_device(dev))
+		return false;
+	if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+		return true;
+	/* A stream of another context: its device (common case: the current one, no switch). */
+	if (!DRIVER_EXTRA(cuStreamGetCtx) || DRIVER_EXTRA(cuStreamGetCtx)(s, &ctx) != CUDA_SUCCESS ||
+	    !ctx || !DRIVER_EXTRA(cuCtxGetCurrent) ||
+	    DRIVER_EXTRA(cuCtxGetCurrent)(&cur) != CUDA_SUCCESS || ctx == cur)
+		return true;
+	return hook_context_device(ctx, dev);
 }
 
 bool hook_stream_capturing(CUstream s, bool ptsz)

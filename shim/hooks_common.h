@@ -12,6 +12,13 @@
  * passes the call to the driver, which answers as it would without us). */
 bool hook_current_device(int *dev);
 
+/* The device of context ctx. */
+bool hook_context_device(CUcontext ctx, int *dev);
+
+/* The device whose memory a stream-ordered allocation on s belongs to: the stream's own device for
+ * a created stream, the current context's for the default streams. */
+bool hook_stream_device(CUstream s, bool ptsz, int *dev);
+
 /* Is stream s (per-thread default stream when ptsz and s == 0) being captured into a graph?
  * A failed query counts as capturing: the driver then decides. */
 bool hook_stream_capturing(CUstream s, bool ptsz);

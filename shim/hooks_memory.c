@@ -174,7 +174,8 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 	vmm_error err;
 	int dev;
 
-	if (!want_core(dptr, bytes, &rt, &dev) || hook_stream_capturing(s, ptsz))
+	if (!want_core(dptr, bytes, &rt, &dev) || hook_stream_capturing(s, ptsz) ||
+	    !hook_stream_device(s, ptsz, &dev))
 		return false;
 	if (pool && !plain_pool(pool, dev))
 		return false;

@@ -9,8 +9,6 @@
 
 DRIVER_EXTRA_SLOT(cuMemGetAccess);
 DRIVER_EXTRA_SLOT(cuDeviceGetCount);
-DRIVER_EXTRA_SLOT(cuCtxPushCurrent_v2);
-DRIVER_EXTRA_SLOT(cuCtxPopCurrent_v2);
 
 static vmm_app_registry *registry(void)
 {
@@ -198,20 +196,6 @@ CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 	return r;
 }
 
-/* The device of context ctx. */
-static bool context_device(CUcontext ctx, int *dev)
-{
-	CUcontext popped;
-	bool ok;
-
-	if (!DRIVER_EXTRA(cuCtxPushCurrent_v2) || !DRIVER_EXTRA(cuCtxPopCurrent_v2) ||
-	    DRIVER_EXTRA(cuCtxPushCurrent_v2)(ctx) != CUDA_SUCCESS)
-		return false;
-	ok = hook_current_device(dev);
-	DRIVER_EXTRA(cuCtxPopCurrent_v2)(&popped);
-	return ok;
-}
-
 /* The current context gained (or lost) access to peer's memory: so does it to the core's heap on
  * peer's device. */
 static void follow_peer(CUcontext peer, bool enable)
@@ -220,7 +204,7 @@ static void follow_peer(CUcontext peer, bool enable)
 	int self, other;
 	vmm_error err;
 
-	if (!core || !hook_current_device(&self) || !context_device(peer, &other))
+	if (!core || !hook_current_device(&self) || !hook_context_device(peer, &other))
 		return;
 	vmm_error_clear(&err);
 	if (vmm_set_peer_access(core, other, self, enable, &err))

@@ -40,6 +40,25 @@ int main(void)
 	CHECK_CU(cuCtxSetCurrent(c0));
 	CHECK_CU(cuMemAlloc(&p, 1 << 20));
 	before = access_from(c1, p);
+	/* A stream-ordered allocation on a device-1 stream belongs to device 1, whatever context is
+	 * current when it is made. */
+	{
+		CUdeviceptr q;
+		CUstream s1;
+
+		CHECK_CU(cuCtxSetCurrent(c1));
+		CHECK_CU(cuStreamCreate(&s1, 0));
+		CHECK_CU(cuCtxSetCurrent(c0));
+		CHECK_CU(cuMemAllocAsync(&q, 1 << 20, s1));
+		CHECK_CU(cuStreamSynchronize(s1));
+		if (access_from(c1, q) != 0)
+			FAIL("an allocation on a device-1 stream is not device 1's");
+		CHECK_CU(cuCtxSetCurrent(c0));
+		CHECK_CU(cuMemFreeAsync(q, s1));
+		CHECK_CU(cuStreamSynchronize(s1));
+		CHECK_CU(cuCtxSetCurrent(c1));
+		CHECK_CU(cuStreamDestroy(s1));
+	}
 	CHECK_CU(cuCtxSetCurrent(c1));
 	CHECK_CU(cuCtxEnablePeerAccess(c0, 0));
 	after = access_from(c1, p);
