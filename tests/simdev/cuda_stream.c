@@ -35,8 +35,50 @@ struct CUmemPoolHandle_st *sim_default_pool(int dev)
 	return &pools[dev];
 }
 
+/* fork: the child has no worker threads. Its streams start empty and get new workers on first
+ * use (the parent's queued work stays the parent's), and no lock is left held by a thread that
+ * does not exist there. */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&sim_lock);
+	pthread_mutex_lock(&sim_sched_lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&sim_sched_lock);
+	pthread_mutex_unlock(&sim_lock);
+}
+
+static void fork_child(void)
+{
+	for (size_t i = 0; i < nstreams; i++) {
+		struct CUstream_st *s = streams[i];
+		while (s->head) {
+			struct sim_op *next = s->head->next;
+			free(s->head);
+			s->head = next;
+		}
+		s->tail = NULL;
+		s->completed = s->submitted;
+		s->started = false;
+	}
+	/* The parent's waiters do not exist here; a condvar that counts them would block. */
+	pthread_cond_init(&work, NULL);
+	pthread_cond_init(&progress, NULL);
+	fork_parent();
+}
+
+static pthread_once_t atfork_once = PTHREAD_ONCE_INIT;
+
+static void register_atfork(void)
+{
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+}
+
 struct CUstream_st *sim_stream_new(struct CUctx_st *ctx, unsigned flags, int priority, bool legacy)
 {
+	pthread_once(&atfork_once, register_atfork);
 	struct CUstream_st *s = calloc(1, sizeof(*s));
 	if (!s)
 		return NULL;

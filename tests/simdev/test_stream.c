@@ -236,3 +236,35 @@ Test(stream, per_thread_default_stream_is_per_thread)
 	CUstream bogus = (CUstream)(uintptr_t)0x1234;
 	cr_expect_eq(cuStreamSynchronize(bogus), CUDA_ERROR_INVALID_HANDLE);
 }
+
+static void fork_child_uses_stream(void *arg)
+{
+	CUstream s = arg;
+	int counter = 0;
+	if (cuLaunchHostFunc(s, bump, &counter) || cuStreamSynchronize(s) || counter != 1)
+		_exit(1);
+	CUdeviceptr d;
+	char buf[8] = "child";
+	if (cuMemAlloc(&d, 8) || cuMemcpyHtoD(d, buf, 8) || cuMemFree(d))
+		_exit(2);
+	_exit(0);
+}
+
+Test(stream, a_forked_child_gets_fresh_workers)
+{
+	su_ctx(0);
+	CUstream s;
+	CU_OK(cuStreamCreate(&s, 0));
+	int counter = 0;
+	CU_OK(cuLaunchHostFunc(s, bump, &counter));
+	CU_OK(cuStreamSynchronize(s));
+	pid_t pid = fork();
+	if (pid == 0)
+		fork_child_uses_stream(s);
+	int status;
+	waitpid(pid, &status, 0);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	CU_OK(cuLaunchHostFunc(s, bump, &counter));
+	CU_OK(cuStreamSynchronize(s));
+	cr_expect_eq(counter, 2);
+}
