@@ -4,9 +4,11 @@
  *
  * Sleep: close the gate (bounded wait for calls in flight) -> vmm_sleep on each core -> the app
  * mappings (whole-process sleeps only) -> keep the gate closed until wake (hold) or reopen it.
- * Wake: app mappings -> cores -> reopen the gate once no held sleep is left. */
+ * Wake: app mappings -> cores -> reopen the gate once no held sleep is left (each held sleep is
+ * remembered by what it selected: it ends when a wake covers it or nothing of it is asleep). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 
@@ -24,6 +26,16 @@
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool held;             /* the gate is closed by a sleep until the matching wake */
+
+/* What each held sleep selected. */
+struct held_sel {
+	bool all_tags;
+	char tag[VMM_TAG_MAX];
+	int device;
+};
+#define MAX_HELD 16
+static struct held_sel held_list[MAX_HELD];
+static int nheld;
 static bool held_autowake;    /* ...and a submission that meets it wakes the process */
 static bool autowake_default; /* VMMSHIM_AUTOWAKE */
 static bool shut_down;
@@ -106,15 +118,61 @@ static void add_result(vmm_transfer_result *sum, const vmm_transfer_result *r)
 	sum->bytes_copied += r->bytes_copied;
 }
 
-static bool anything_asleep(shim_runtime *rt)
-{
-	struct part parts[3];
-	int n = collect_parts(rt, true, parts);
+static void autowake_fn(void);
 
-	for (int i = 0; i < n; i++)
-		if (parts[i].asleep(parts[i].obj))
+static void remember_held(const vmm_sleep_opts *opts)
+{
+	struct held_sel e = { .all_tags = !opts->tag, .device = opts->device };
+
+	if (opts->tag)
+		snprintf(e.tag, sizeof(e.tag), "%s", opts->tag);
+	if (nheld == MAX_HELD) {
+		/* Out of room: the last slot becomes "everything" (ended only by a whole wake or
+		 * once nothing is asleep). */
+		held_list[MAX_HELD - 1] = (struct held_sel){ .all_tags = true, .device = -1 };
+		return;
+	}
+	held_list[nheld++] = e;
+}
+
+/* Does a wake of opts cover the held sleep e? */
+static bool covers(const vmm_sleep_opts *opts, const struct held_sel *e)
+{
+	return (!opts->tag || (!e->all_tags && !strcmp(opts->tag, e->tag))) &&
+	       (opts->device < 0 || opts->device == e->device);
+}
+
+static bool held_still_asleep(shim_runtime *rt, const struct held_sel *e)
+{
+	const char *tag = e->all_tags ? NULL : e->tag;
+	struct part parts[3];
+	int n = collect_parts(rt, e->all_tags, parts);
+
+	for (int i = 0; i < n; i++) {
+		bool asleep = parts[i].asleep == core_asleep ?
+				      vmm_is_asleep(parts[i].obj, e->device, tag) :
+				      vmm_app_is_asleep(parts[i].obj, e->device);
+		if (asleep)
 			return true;
+	}
 	return false;
+}
+
+/* After a wake: forget the held sleeps it ended; reopen the gate when none is left. */
+static void release_held(shim_runtime *rt, const vmm_sleep_opts *opts)
+{
+	int k = 0;
+
+	for (int i = 0; i < nheld; i++)
+		if (!covers(opts, &held_list[i]) && held_still_asleep(rt, &held_list[i]))
+			held_list[k++] = held_list[i];
+	nheld = k;
+	if (held && !nheld) {
+		held = false;
+		held_autowake = false;
+		gate_set_autowake(autowake_default, autowake_default ? autowake_fn : NULL);
+		gate_open();
+	}
 }
 
 /* Take ctl_lock, or fail when the process is exiting. */
@@ -220,7 +278,8 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, i
 	}
 	if (changed && hold) {
 		held = true;
-		held_autowake = autowake || autowake_default;
+		remember_held(opts);
+		held_autowake = held_autowake || autowake || autowake_default;
 		if (held_autowake)
 			gate_set_autowake(true, autowake_fn);
 	} else if (!was_held) {
@@ -285,13 +344,7 @@ vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer
 		changed = true;
 		add_result(&sum, &part_res);
 	}
-	/* A held sleep ends with a wake of everything, or when nothing is asleep any more. */
-	if (held && ((!opts->tag && opts->device < 0) || !anything_asleep(rt))) {
-		held = false;
-		held_autowake = false;
-		gate_set_autowake(autowake_default, autowake_default ? autowake_fn : NULL);
-		gate_open();
-	}
+	release_held(rt, opts);
 	pthread_mutex_unlock(&ctl_lock);
 	sum.seconds = now_seconds() - t0;
 	sum.already = !changed;
@@ -367,4 +420,5 @@ void control_sleep_after_fork(void)
 	pthread_mutex_init(&ctl_lock, NULL);
 	forked_child = true;
 	held = false;
+	nheld = 0;
 }

@@ -6,6 +6,7 @@
  *   alloc N BYTES      N buffers of BYTES with random contents (cudaMalloc + cudaMemcpy)
  *   appvmm BYTES       one mapping made with the VMM API itself (cuMemCreate/Reserve/Map/SetAccess)
  *   check              copy every buffer back and compare checksums -> "ok" or "corrupt ..."
+ *   checkone I         the same for buffer I alone
  *   rewrite            give every buffer new random contents (after a discard)
  *   touch              a cudaMemcpy of buffer 0 on another thread; answers "touched ok" when it
  *                      completes (which, while asleep, is after wake)
@@ -380,6 +381,8 @@ int main(void)
 			cmd_appvmm(strtoull(b, NULL, 10));
 		else if (!strcmp(a, "check"))
 			cmd_check();
+		else if (!strcmp(a, "checkone") && n == 2)
+			say(atoi(b) >= 0 && atoi(b) < nbufs && !verify(&bufs[atoi(b)]) ? "ok" : "corrupt");
 		else if (!strcmp(a, "rewrite"))
 			cmd_rewrite();
 		else if (!strcmp(a, "touch")) {

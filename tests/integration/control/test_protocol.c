@@ -375,3 +375,29 @@ Test(api, usable_from_python_ctypes, .timeout = 60)
 	cr_expect_eq(pclose(p), 0, "python failed: %s", out);
 	cr_expect(strstr(out, "api ok"), "%s", out);
 }
+
+Test(vmmctl, timeout_exits_5, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	const char *part = "vmmshim/1 sta";
+	char sock[400];
+	pid_t slow;
+
+	target_socket(t, sock, sizeof(sock));
+	/* The server is busy with a client that says nothing for up to its 2 s read deadline. */
+	slow = fork();
+	if (slow == 0) {
+		static char r[4096];
+
+		raw_request(sock, part, strlen(part), false, 3000, r, sizeof(r), 1000);
+		_exit(0);
+	}
+	usleep(200000);
+	vmmctl_run(&o, t->run_dir, -1, "--timeout 0.3 --json status %d", (int)t->pid);
+	cr_expect_eq(o.code, 5, "%d %s %s", o.code, o.out, o.err);
+	cr_expect_eq(json_num(o.out, "\"error\"", "exit_code"), 5, "%s", o.out);
+	kill(slow, SIGKILL);
+	waitpid(slow, NULL, 0);
+	still_serving(t);
+	finish(t);
+}

@@ -467,3 +467,30 @@ Test(sleep, one_device_of_two, .timeout = 60)
 	cmd_ok(t, "check", "ok 5");
 	finish(t);
 }
+
+/* A held tag sleep from vmmctl ends with its wake, even while the program keeps another tag
+ * asleep on its own. */
+Test(sleep, a_held_tag_sleep_ends_with_its_wake, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	char cmd[64], reply[64];
+
+	cmd_ok(t, "tag a", "rc=0");
+	cmd_ok(t, "alloc 1 1000000", "ok");
+	cmd_ok(t, "tag b", "rc=0");
+	cmd_ok(t, "alloc 1 1000000", "ok");
+	cmd_ok(t, "tag", "rc=0");
+	cmd_ok(t, "sleeptag a", "rc=0");
+	snprintf(cmd, sizeof(cmd), "sleep %d --tag b", (int)t->pid);
+	ctl_ok(t, cmd);
+	target_send(t, "checkone 1");
+	cr_expect_neq(target_read(t, reply, sizeof(reply), 400), 0, "held while b sleeps");
+	snprintf(cmd, sizeof(cmd), "wake %d --tag b", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_assert_eq(target_read(t, reply, sizeof(reply), 5000), 0, "still held after b woke");
+	cr_expect_str_eq(reply, "ok");
+	cmd_ok(t, "checkone 1", "ok");
+	cmd_ok(t, "waketag a", "rc=0");
+	cmd_ok(t, "check", "ok 2");
+	finish(t);
+}
