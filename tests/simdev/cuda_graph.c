@@ -40,24 +40,33 @@ static struct CUgraph_st *graph_new(void)
 	return g;
 }
 
-/* Drop a reference (sched lock held); the last one frees the graph's memory. */
-static void graph_put(struct CUgraph_st *g)
+/* Drop a reference (sched lock held). The last one detaches the graph's memory into *owned for
+ * graph_free_memory, which runs after the sched lock is released (lock order: sim, then sched). */
+static void graph_put(struct CUgraph_st *g, uintptr_t **owned, size_t *nowned)
 {
+	*owned = NULL;
+	*nowned = 0;
 	if (--g->refs > 0)
 		return;
 	g->alive = false;
-	pthread_mutex_lock(&sim_lock);
-	for (size_t i = 0; i < g->nowned; i++) {
-		struct sim_native *n = sim_native_exact(g->owned[i]);
-		if (n && n->graph == g)
-			sim_native_device_free(n);
-	}
-	pthread_mutex_unlock(&sim_lock);
-	free(g->owned);
+	*owned = g->owned;
+	*nowned = g->nowned;
 	free(g->ops);
 	g->owned = NULL;
 	g->ops = NULL;
 	g->n = g->nowned = 0;
+}
+
+static void graph_free_memory(struct CUgraph_st *g, uintptr_t *owned, size_t n)
+{
+	pthread_mutex_lock(&sim_lock);
+	for (size_t i = 0; i < n; i++) {
+		struct sim_native *nat = sim_native_exact(owned[i]);
+		if (nat && nat->graph == g)
+			sim_native_device_free(nat);
+	}
+	pthread_mutex_unlock(&sim_lock);
+	free(owned);
 }
 
 static CUresult begin_capture(CUstream h, bool ptsz, CUstreamCaptureMode mode)
@@ -263,9 +272,12 @@ SIM_API CUresult cuGraphExecDestroy(CUgraphExec x)
 	x->alive = false;
 	/* Work already launched may still read the ops: wait for it. */
 	sim_device_sync(-1);
+	uintptr_t *owned;
+	size_t n;
 	pthread_mutex_lock(&sim_sched_lock);
-	graph_put(x->graph);
+	graph_put(x->graph, &owned, &n);
 	pthread_mutex_unlock(&sim_sched_lock);
+	graph_free_memory(x->graph, owned, n);
 	free(x);
 	return CUDA_SUCCESS;
 }
@@ -273,11 +285,15 @@ SIM_API CUresult cuGraphExecDestroy(CUgraphExec x)
 SIM_API CUresult cuGraphDestroy(CUgraph g)
 {
 	SIM_BEGIN("cuGraphDestroy", CUDA_ERROR_UNKNOWN);
+	uintptr_t *owned = NULL;
+	size_t n = 0;
 	pthread_mutex_lock(&sim_sched_lock);
 	CUresult r = graph_known(g) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 	if (!r)
-		graph_put(g);
+		graph_put(g, &owned, &n);
 	pthread_mutex_unlock(&sim_sched_lock);
+	if (!r)
+		graph_free_memory(g, owned, n);
 	return r;
 }
 
