@@ -41,8 +41,9 @@ void vmm_app_released(vmm_app_registry *reg, vmm_phys handle);   /* program drop
 void vmm_app_mapped(vmm_app_registry *reg, vmm_devptr va, size_t size, size_t offset,
 		    vmm_phys handle);
 void vmm_app_unmapped(vmm_app_registry *reg, vmm_devptr va, size_t size);
-/* The devices in rw were granted read/write on the mappings inside [va, va+size); devices not
- * in rw keep what they had (cuMemSetAccess leaves unnamed devices alone). */
+/* After a cuMemSetAccess over [va, va+size): rw is every device that has read/write access there
+ * now (the shim asks the driver, since the call leaves devices it does not name as they were).
+ * It replaces what the mappings inside the range had. */
 void vmm_app_access_set(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask rw);
 /* The devices in mask lost access (PROT_NONE) on the mappings inside [va, va+size). */
 void vmm_app_access_revoke(vmm_app_registry *reg, vmm_devptr va, size_t size,

@@ -315,7 +315,7 @@ static void access_change(vmm_app_registry *reg, vmm_devptr va, size_t size,
 
 void vmm_app_access_set(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask rw)
 {
-	access_change(reg, va, size, rw, 0);
+	access_change(reg, va, size, rw, ~(vmm_access_mask)0);
 }
 
 void vmm_app_access_revoke(vmm_app_registry *reg, vmm_devptr va, size_t size,

@@ -56,6 +56,7 @@ void prog_open(struct tdev *t)
 	LOAD(map, "cuMemMap");
 	LOAD(unmap, "cuMemUnmap");
 	LOAD(set_access, "cuMemSetAccess");
+	LOAD(get_access, "cuMemGetAccess");
 	LOAD(reserve, "cuMemAddressReserve");
 	LOAD(retain, "cuMemRetainAllocationHandle");
 	LOAD(export_fd, "cuMemExportToShareableHandle");
@@ -99,20 +100,46 @@ void prog_map(vmm_app_registry *reg, vmm_devptr va, size_t size, size_t off, vmm
 	vmm_app_mapped(reg, va, size, off, app);
 }
 
-void prog_access(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask rw)
+static vmm_access_mask access_now(vmm_devptr va)
+{
+	vmm_access_mask m = 0;
+
+	for (int d = 0; d < 2; d++) {
+		CUmemLocation loc = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = d };
+		unsigned long long f = 0;
+
+		if (cu.get_access(&f, &loc, va) == CUDA_SUCCESS &&
+		    f == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+			m |= 1u << d;
+	}
+	return m;
+}
+
+static void set_flags(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask mask,
+		      CUmemAccess_flags flags)
 {
 	CUmemAccessDesc d[VMM_MAX_DEVICES];
 	size_t n = 0;
 
 	for (int i = 0; i < VMM_MAX_DEVICES; i++) {
-		if (!(rw & (1u << i)))
+		if (!(mask & (1u << i)))
 			continue;
 		d[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 		d[n].location.id = i;
-		d[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+		d[n++].flags = flags;
 	}
 	cr_assert_eq(cu.set_access(va, size, d, n), CUDA_SUCCESS, "cuMemSetAccess");
-	vmm_app_access_set(reg, va, size, rw);
+	vmm_app_access_set(reg, va, size, access_now(va));
+}
+
+void prog_access(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask rw)
+{
+	set_flags(reg, va, size, rw, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+}
+
+void prog_revoke(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask mask)
+{
+	set_flags(reg, va, size, mask, CU_MEM_ACCESS_FLAGS_PROT_NONE);
 }
 
 void prog_unmap(vmm_app_registry *reg, vmm_devptr va, size_t size)

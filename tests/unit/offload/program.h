@@ -19,6 +19,7 @@ struct cu {
 			unsigned long long);
 	CUresult (*unmap)(CUdeviceptr, size_t);
 	CUresult (*set_access)(CUdeviceptr, size_t, const CUmemAccessDesc *, size_t);
+	CUresult (*get_access)(unsigned long long *, const CUmemLocation *, CUdeviceptr);
 	CUresult (*reserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
 	CUresult (*retain)(CUmemGenericAllocationHandle *, void *);
 	CUresult (*export_fd)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
@@ -35,7 +36,11 @@ void prog_open(struct tdev *t);
 vmm_phys prog_create(vmm_app_registry *reg, size_t size, int dev, int exportable);
 vmm_devptr prog_reserve(size_t size);
 void prog_map(vmm_app_registry *reg, vmm_devptr va, size_t size, size_t off, vmm_phys app);
+/* Grants rw to the devices in rw (others keep theirs) and reports the access after the call, as
+ * the shim does. */
 void prog_access(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask rw);
+/* Revokes (PROT_NONE) the devices in mask and reports the access after the call. */
+void prog_revoke(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask mask);
 void prog_unmap(vmm_app_registry *reg, vmm_devptr va, size_t size);
 void prog_release(vmm_app_registry *reg, vmm_phys app);
 

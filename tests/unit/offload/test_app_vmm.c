@@ -272,7 +272,12 @@ Test(app, peers_regain_access, .init = setup, .fini = teardown)
 	cr_expect_eq(cu.check_access(0, (void *)sc.va1, 8 * MiB), 0);
 	cr_expect_neq(cu.check_access(1, (void *)sc.va2, 4096), 0, "no more than it had");
 	cr_expect_neq(cu.check_access(1, (void *)sc.va3, 4096), 0);
-	vmm_app_access_revoke(reg, sc.va1, 8 * MiB, 2u);
+	/* The program takes device 1's access away again: the next wake must not give it back. */
+	prog_revoke(reg, sc.va1, 8 * MiB, 2u);
+	cr_assert_neq(cu.check_access(1, (void *)sc.va1, 4096), 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_neq(cu.check_access(1, (void *)sc.va1, 4096), 0, "revoked stays revoked");
 	expect_scene_intact();
 }
 
