@@ -1,0 +1,237 @@
+/* The pure parts of the control plane, case by case: the wire format (requests, records, the
+ * writer's escaping), the socket folder rules, and vmmctl's command line. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "protocol.h"
+#include "run_dir.h"
+
+static int parse(const char *s, proto_request *r)
+{
+	char why[160];
+
+	return proto_parse_request(s, strlen(s), r, why, sizeof(why));
+}
+
+Test(wire, a_full_sleep_request)
+{
+	proto_request r;
+
+	cr_assert_eq(parse("vmmshim/1 sleep tag=\"a%20b\" device=2 discard=true autowake=true "
+			   "timeout_ms=500\n", &r), 0);
+	cr_expect_eq(r.verb, PROTO_SLEEP);
+	cr_expect_str_eq(r.tag, "a b");
+	cr_expect_eq(r.device, 2);
+	cr_expect(r.discard && r.autowake);
+	cr_expect_eq(r.timeout_ms, 500);
+}
+
+Test(wire, defaults_and_verbs)
+{
+	proto_request r;
+
+	cr_assert_eq(parse("vmmshim/1 wake\n", &r), 0);
+	cr_expect_eq(r.verb, PROTO_WAKE);
+	cr_expect_str_eq(r.tag, "");
+	cr_expect_eq(r.device, -1);
+	cr_expect(!r.discard);
+	cr_assert_eq(parse("vmmshim/1 hello\n", &r), 0);
+	cr_expect_eq(r.verb, PROTO_HELLO);
+	cr_assert_eq(parse("vmmshim/1 status device=-1 tag=\"x\"\n", &r), 0);
+	cr_expect_eq(r.verb, PROTO_STATUS);
+}
+
+Test(wire, refusals_say_why)
+{
+	static const char *const bad[][2] = {
+		{ "vmmshim/1 hello", "newline" },
+		{ "vmmshim/3 hello\n", "version" },
+		{ "vmm hello\n", "not a vmmshim request" },
+		{ "vmmshim/1 hello tag=\"x\"\n", "does not take" },
+		{ "vmmshim/1 sleep device=16\n", "device" },
+		{ "vmmshim/1 sleep tag=\"\"\n", "tag" },
+		{ "vmmshim/1 sleep tag=\"0123456789012345678901234567890123\"\n", "tag" },
+		{ "vmmshim/1 sleep timeout_ms=-5\n", "timeout_ms" },
+		{ "vmmshim/1 sleep discard=1\n", "true or false" },
+		{ "vmmshim/1 sleep discard=true discard=false\n", "twice" },
+		{ "vmmshim/1 sleep tag=\"%4\"\n", "escape" },
+		{ "vmmshim/1 sleep tag=\"%00\"\n", "NUL" },
+		{ "vmmshim/1 sleep \n", "" },
+		{ "vmmshim/1 hello\nvmmshim/1 hello\n", "after" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		proto_request r;
+		char why[160] = "";
+
+		cr_expect_eq(proto_parse_request(bad[i][0], strlen(bad[i][0]), &r, why, sizeof(why)),
+			     -1, "accepted: %s", bad[i][0]);
+		cr_expect(why[0] && strstr(why, bad[i][1]), "'%s': reason '%s' lacks '%s'",
+			  bad[i][0], why, bad[i][1]);
+	}
+}
+
+Test(wire, format_is_exact_and_round_trips)
+{
+	proto_request r = { .verb = PROTO_SLEEP, .device = 1, .discard = true }, back;
+	char line[PROTO_MAX_REQUEST + 1];
+	size_t n;
+
+	snprintf(r.tag, sizeof(r.tag), "kv \"cache\"=1%%");
+	n = proto_format_request(&r, line, sizeof(line));
+	cr_assert_gt(n, 0);
+	cr_expect_str_eq(line, "vmmshim/1 sleep tag=\"kv%20%22cache%22%3D1%25\" device=1 "
+			       "discard=true autowake=false\n");
+	cr_assert_eq(parse(line, &back), 0);
+	cr_expect_str_eq(back.tag, r.tag);
+	cr_expect_eq(proto_format_request(&r, line, 20), 0, "too small a buffer is refused");
+	r.device = 40;
+	cr_expect_eq(proto_format_request(&r, line, sizeof(line)), 0, "a bad device is refused");
+}
+
+Test(wire, records_and_their_getters)
+{
+	const char *line = "device backend=\"cuda\" dev=0 live=1234 seconds=0.5 held=true neg=-3";
+	proto_record r;
+	char why[160];
+	uint64_t u;
+	double d;
+	bool b;
+
+	cr_assert_eq(proto_parse_record(line, strlen(line), &r, why, sizeof(why)), 0, "%s", why);
+	cr_expect_str_eq(r.kind, "device");
+	cr_expect_eq(r.nfields, 6);
+	cr_expect_str_eq(proto_record_str(&r, "backend"), "cuda");
+	cr_expect(proto_record_u64(&r, "live", &u) && u == 1234);
+	cr_expect(!proto_record_u64(&r, "neg", &u), "negative is not a u64");
+	cr_expect(!proto_record_u64(&r, "backend", &u), "a string is not a number");
+	cr_expect(proto_record_double(&r, "seconds", &d) && d == 0.5);
+	cr_expect(proto_record_bool(&r, "held", &b) && b);
+	cr_expect_null(proto_record_str(&r, "missing"));
+	cr_expect_str_eq(proto_parse_header("vmmshim/1 already", 17), "already");
+	cr_expect_null(proto_parse_header("vmmshim/1 maybe", 15));
+	cr_expect_null(proto_parse_header("vmmshim/2 ok", 12));
+}
+
+Test(wire, the_writer_escapes_and_frames)
+{
+	proto_writer w;
+
+	proto_writer_init(&w);
+	proto_error_response(&w, PROTO_ERR_OOM, "need 2 GiB, have 1 GiB");
+	cr_assert(!w.failed);
+	cr_expect_str_eq(w.buf, "vmmshim/1 error\n"
+				"error status=\"oom\" message=\"need%202%20GiB,%20have%201%20GiB\"\n"
+				"end\n");
+	proto_writer_free(&w);
+	proto_writer_init(&w);
+	proto_header(&w, "ok");
+	for (int i = 0; i < 100000 && !w.failed; i++) {
+		proto_record_begin(&w, "tag");
+		proto_put_str(&w, "name", "0123456789012345678901234567890");
+		proto_record_end(&w);
+	}
+	cr_expect(w.failed, "a reply is capped at %u bytes", PROTO_MAX_RESPONSE);
+	cr_expect_leq(w.len, PROTO_MAX_RESPONSE);
+	proto_writer_free(&w);
+}
+
+Test(run_dir, where_the_sockets_are)
+{
+	char d[256], p[256];
+
+	cr_assert_eq(run_dir_resolve("/run/x", "/run/user/5", 5, d, sizeof(d)), 0);
+	cr_expect_str_eq(d, "/run/x");
+	cr_assert_eq(run_dir_resolve(NULL, "/run/user/5", 5, d, sizeof(d)), 0);
+	cr_expect_str_eq(d, "/run/user/5/vmmshim");
+	cr_assert_eq(run_dir_resolve("relative", "also-relative", 5, d, sizeof(d)), 0);
+	cr_expect_str_eq(d, "/tmp/vmmshim-5");
+	cr_expect_eq(run_dir_resolve("/a/long/path", NULL, 5, d, 8), -1);
+	cr_assert_eq(run_dir_socket_path("/tmp/x", 42, p, sizeof(p)), 0);
+	cr_expect_str_eq(p, "/tmp/x/42.sock");
+	memset(d, 'a', 200);
+	d[0] = '/';
+	d[200] = '\0';
+	cr_expect_eq(run_dir_socket_path(d, 42, p, sizeof(p)), -1, "longer than sun_path");
+}
+
+Test(run_dir, only_a_private_folder_is_used)
+{
+	char base[] = "/tmp/vmmshim-wire-XXXXXX", dir[300], link[300], why[256];
+
+	cr_assert(mkdtemp(base));
+	snprintf(dir, sizeof(dir), "%s/run", base);
+	cr_expect_eq(run_dir_prepare(dir, why, sizeof(why)), 0, "%s", why);
+	struct stat st;
+	cr_assert_eq(stat(dir, &st), 0);
+	cr_expect_eq(st.st_mode & 0777, 0700);
+	cr_expect(run_dir_trusted(dir, geteuid()));
+	chmod(dir, 0770);
+	cr_expect_eq(run_dir_prepare(dir, why, sizeof(why)), -1);
+	cr_expect(strstr(why, "mode 770"), "%s", why);
+	chmod(dir, 0700);
+	snprintf(link, sizeof(link), "%s/link", base);
+	cr_assert_eq(symlink(dir, link), 0);
+	cr_expect_eq(run_dir_prepare(link, why, sizeof(why)), -1, "a symlink is refused");
+	cr_expect(!run_dir_trusted(link, geteuid()));
+	if (geteuid() == 0) {
+		cr_assert_eq(chown(dir, 65534, 65534), 0);
+		cr_expect_eq(run_dir_prepare(dir, why, sizeof(why)), -1, "another user's folder");
+		cr_expect(strstr(why, "65534"), "%s", why);
+	}
+	unlink(link);
+	rmdir(dir);
+	rmdir(base);
+}
+
+static int cli(const char *line, vmmctl_args *a)
+{
+	char buf[512], *argv[32], *save = NULL, why[256];
+	int argc = 0;
+
+	snprintf(buf, sizeof(buf), "vmmctl %s", line);
+	for (char *t = strtok_r(buf, " ", &save); t && argc < 31; t = strtok_r(NULL, " ", &save))
+		argv[argc++] = t;
+	argv[argc] = NULL;
+	return cli_parse(argc, argv, a, why, sizeof(why));
+}
+
+Test(cli, commands_and_options)
+{
+	vmmctl_args a;
+
+	cr_assert_eq(cli("sleep 42 --tag=kv --device 1 --discard --autowake --json --timeout 2.5",
+			 &a), 0);
+	cr_expect_eq(a.cmd, CMD_SLEEP);
+	cr_expect_eq(a.pid, 42);
+	cr_expect_str_eq(a.tag, "kv");
+	cr_expect_eq(a.device, 1);
+	cr_expect(a.discard && a.autowake && a.json);
+	cr_expect_eq(a.timeout, 2.5);
+	cr_assert_eq(cli("--json wake 7", &a), 0);
+	cr_expect_eq(a.cmd, CMD_WAKE);
+	cr_expect_eq(a.device, -1);
+	cr_expect_str_eq(a.tag, "");
+	cr_assert_eq(cli("list", &a), 0);
+	cr_expect_eq(a.cmd, CMD_LIST);
+	cr_assert_eq(cli("status 1 --help", &a), 0);
+	cr_expect_eq(a.cmd, CMD_HELP);
+}
+
+Test(cli, usage_errors)
+{
+	static const char *const bad[] = {
+		"", "sleep", "sleep 0", "sleep -4", "sleep 12x", "sleep 1 2", "list 5",
+		"wake 1 --discard", "list --tag x", "status 1 --device 16", "status 1 --device",
+		"status 1 --timeout 0", "status 1 --timeout abc", "sleep 1 --tag=",
+		"sleep 1 --json=yes", "sleep 1 --frob", "dance 1",
+		"sleep 1 --tag 0123456789012345678901234567890123",
+	};
+	vmmctl_args a;
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		cr_expect_eq(cli(bad[i], &a), -1, "accepted: vmmctl %s", bad[i]);
+}
