@@ -393,3 +393,50 @@ Test(copy, engines_and_callers_in_parallel, .init = setup, .fini = teardown)
 	}
 	vmm_copy_engine_destroy(shared);
 }
+
+struct half {
+	vmm_copy_engine *ce;
+	vmm_copy_range r;
+	int rc;
+};
+
+static void *half_worker(void *a)
+{
+	struct half *h = a;
+
+	h->rc = (int)vmm_copy_out(h->ce, &h->r, 1, NULL, NULL);
+	return NULL;
+}
+
+Test(copy, two_engines_share_one_raw_buffer, .init = setup, .fini = teardown)
+{
+	/* Both halves touch the first segment: one engine provisions it, the other waits. */
+	const size_t size = 130 * MiB, half = 65 * MiB + 4096;
+	struct tmem m = t_mem_alloc(&td, 0, size);
+	char *orig = malloc(size);
+	struct half h[2];
+	pthread_t th[2];
+	vmm_host_buf hb;
+	vmm_error err = { 0 };
+
+	t_pattern(orig, size, 20);
+	t_write(&td, m.va, orig, size);
+	cr_assert_eq(vmm_host_buf_alloc(td.be, size, 0, &hb, &err), VMM_OK, "%s", err.msg);
+	h[0] = (struct half){ .ce = engine(4 * MiB, 2),
+			      .r = { .dev = m.va, .host = hb.ptr, .size = half } };
+	h[1] = (struct half){ .ce = engine(3 * MiB, 3),
+			      .r = { .dev = m.va + half, .host = (char *)hb.ptr + half,
+				     .size = size - half } };
+	for (int i = 0; i < 2; i++)
+		pthread_create(&th[i], NULL, half_worker, &h[i]);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		cr_expect_eq(h[i].rc, VMM_OK, "half %d", i);
+		vmm_copy_engine_destroy(h[i].ce);
+	}
+	cr_assert_eq(memcmp(hb.ptr, orig, size), 0);
+	cr_expect_eq(vmm_host_buf_pinned_bytes(&hb), size);
+	vmm_host_buf_free(td.be, &hb);
+	t_mem_free(&td, &m);
+	free(orig);
+}
