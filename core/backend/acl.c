@@ -429,6 +429,10 @@ static vmm_status acl_stream_destroy(vmm_backend *be, vmm_stream stream, vmm_err
 {
 	aclError rc = impl_of(be)->api.aclrtDestroyStream(stream);
 
+	/* Teardown is retried once: a transient failure must not leak the stream. */
+	if (rc != ACL_SUCCESS)
+		rc = impl_of(be)->api.aclrtDestroyStream(stream);
+
 	return rc == ACL_SUCCESS ? VMM_OK : acl_failed(err, rc, "aclrtDestroyStream");
 }
 

@@ -477,6 +477,9 @@ static vmm_status cu_stream_destroy(vmm_backend *be, vmm_stream stream, vmm_erro
 
 	NEED_OPTIONAL(ci, cuStreamDestroy_v2, err);
 	rc = ci->api.cuStreamDestroy_v2((CUstream)stream);
+	/* Teardown is retried once: a transient failure must not leak the stream. */
+	if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_INVALID_HANDLE)
+		rc = ci->api.cuStreamDestroy_v2((CUstream)stream);
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuStreamDestroy");
 }
 
