@@ -29,7 +29,7 @@ void cli_usage(FILE *f)
 	      "options:\n"
 	      "  --json          machine-readable output on stdout\n"
 	      "  --timeout S     give up waiting for the process after S seconds (default: 10 for\n"
-	      "                  list and status, none for sleep and wake)\n"
+	      "                  status, 3 per process for list, none for sleep and wake)\n"
 	      "  --tag T         only memory allocated under tag T (vmmshim_set_tag)\n"
 	      "  --device N      only device N\n"
 	      "\n"

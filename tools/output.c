@@ -205,7 +205,7 @@ void out_status(FILE *f, const client_reply *r)
 	}
 }
 
-void out_transfer(FILE *f, const char *verb, long pid, const client_reply *r)
+void out_transfer(FILE *f, const char *verb, const char *what, const client_reply *r)
 {
 	const proto_record *res = client_reply_find(r, "result");
 	bool sleeping = !strcmp(verb, "sleep");
@@ -213,17 +213,17 @@ void out_transfer(FILE *f, const char *verb, long pid, const client_reply *r)
 	double secs = 0, gbps = 0;
 
 	if (r->word && !strcmp(r->word, "already")) {
-		fprintf(f, "pid %ld: already %s; nothing changed\n", pid,
+		fprintf(f, "%s: already %s; nothing changed\n", what,
 			sleeping ? "asleep" : "awake");
 		return;
 	}
 	if (!res) {
-		fprintf(f, "pid %ld: %s done\n", pid, verb);
+		fprintf(f, "%s: %s done\n", what, verb);
 		return;
 	}
 	proto_record_double(res, "seconds", &secs);
 	proto_record_double(res, "gbps", &gbps);
-	fprintf(f, "pid %ld: %s. %s %s, copied %s in %.3f s (%.2f GB/s)\n", pid,
+	fprintf(f, "%s: %s. %s %s, copied %s in %.3f s (%.2f GB/s)\n", what,
 		sleeping ? "asleep" : "awake", sleeping ? "released" : "re-created",
 		out_bytes(u64(res, "released"), b1, sizeof(b1)),
 		out_bytes(u64(res, "copied"), b2, sizeof(b2)), secs, gbps);

@@ -17,7 +17,8 @@ void out_json_error(FILE *f, const client_error *e);
 void out_json_string(FILE *f, const char *s);
 
 void out_status(FILE *f, const client_reply *r);
-void out_transfer(FILE *f, const char *verb, long pid, const client_reply *r);
+/* what: "pid 42", "pid 42 tag kv", "pid 42 device 1"... */
+void out_transfer(FILE *f, const char *verb, const char *what, const client_reply *r);
 void out_list_header(FILE *f);
 void out_list_row(FILE *f, const proto_record *info);
 

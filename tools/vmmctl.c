@@ -11,6 +11,7 @@
 #include "output.h"
 
 #define DEFAULT_QUERY_TIMEOUT 10.0
+#define DEFAULT_LIST_TIMEOUT 3.0   /* per process: one that hangs must not stall the list */
 
 static int report(const vmmctl_args *a, const client_error *e)
 {
@@ -19,6 +20,19 @@ static int report(const vmmctl_args *a, const client_error *e)
 	else
 		fprintf(stderr, "vmmctl: %s\n", e->message);
 	return e->exit_code;
+}
+
+/* "pid 42", "pid 42 tag kv device 1": what a sleep or wake was about. */
+static const char *describe(const vmmctl_args *a)
+{
+	static char what[96];
+	int n = snprintf(what, sizeof(what), "pid %ld", (long)a->pid);
+
+	if (a->tag[0])
+		n += snprintf(what + n, sizeof(what) - (size_t)n, " tag %s", a->tag);
+	if (a->device >= 0)
+		snprintf(what + n, sizeof(what) - (size_t)n, " device %d", a->device);
+	return what;
 }
 
 /* status / sleep / wake of one process. */
@@ -52,7 +66,7 @@ static int one_process(const vmmctl_args *a)
 	else if (a->cmd == CMD_STATUS)
 		out_status(stdout, &reply);
 	else
-		out_transfer(stdout, a->cmd == CMD_SLEEP ? "sleep" : "wake", (long)a->pid, &reply);
+		out_transfer(stdout, a->cmd == CMD_SLEEP ? "sleep" : "wake", describe(a), &reply);
 	client_reply_free(&reply);
 	return EXIT_OK;
 }
@@ -66,7 +80,7 @@ static void list_one(const char *path, pid_t pid, void *arg)
 {
 	struct list_state *ls = arg;
 	proto_request req = { .verb = PROTO_HELLO, .device = -1 };
-	double timeout = ls->args->timeout > 0 ? ls->args->timeout : DEFAULT_QUERY_TIMEOUT;
+	double timeout = ls->args->timeout > 0 ? ls->args->timeout : DEFAULT_LIST_TIMEOUT;
 	client_reply reply;
 	client_error e = { 0 };
 	const proto_record *info;
