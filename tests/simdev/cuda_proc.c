@@ -18,6 +18,9 @@ enum { SYM_SUCCESS = 0, SYM_NOT_FOUND = 1, SYM_VERSION_NOT_SUFFICIENT = 2 };
 #define PER_THREAD_FLAG 2u
 
 #define SIM_PROCS(E) \
+	E("cuArrayCreate", cuArrayCreate_v2, 3020, cuArrayCreate_v2) \
+	E("cuArray3DCreate", cuArray3DCreate_v2, 3020, cuArray3DCreate_v2) \
+	E("cuArrayDestroy", cuArrayDestroy, 2000, cuArrayDestroy) \
 	E("cuCtxCreate", cuCtxCreate_v2, 3020, cuCtxCreate_v2) \
 	E("cuCtxCreate", cuCtxCreate_v4, 12050, cuCtxCreate_v4) \
 	E("cuCtxDestroy", cuCtxDestroy_v2, 4000, cuCtxDestroy_v2) \

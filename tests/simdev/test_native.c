@@ -146,3 +146,18 @@ Test(native, ipc_handles_work_across_processes)
 	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
 	cr_expect_str_eq((char *)d, "from the child");
 }
+
+Test(native, arrays_are_device_memory)
+{
+	su_ctx(0);
+	size_t base = su_used();
+	CUDA_ARRAY_DESCRIPTOR d = { .Width = 1024, .Height = 1024, .Format = CU_AD_FORMAT_FLOAT,
+				    .NumChannels = 4 };
+	CUarray a;
+	CU_OK(cuArrayCreate(&a, &d));
+	cr_expect_eq(su_used(), base + 16 * MiB);
+	CU_OK(cuArrayDestroy(a));
+	cr_expect_eq(su_used(), base);
+	d.NumChannels = 3;
+	cr_expect_eq(cuArrayCreate(&a, &d), CUDA_ERROR_INVALID_VALUE);
+}
