@@ -3,6 +3,7 @@
  * either at once or segment by segment by the copy engine on first use. */
 #include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +29,18 @@ double vmm_now_s(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int hb_thread_create(pthread_t *th, void *(*fn)(void *), void *arg)
+{
+	sigset_t all, old;
+	int rc;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(th, NULL, fn, arg);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
 }
 
 static bool read_u64(const char *path, uint64_t *v)
@@ -324,7 +337,7 @@ static void provision_all(struct hb_rec *r)
 		nt = NOW_MAX_THREADS;
 	pthread_mutex_init(&na.lock, NULL);
 	for (int i = 1; i < nt; i++)
-		if (pthread_create(&th[started], NULL, now_worker, &na) == 0)
+		if (hb_thread_create(&th[started], now_worker, &na) == 0)
 			started++;
 	now_worker(&na);
 	for (int i = 0; i < started; i++)

@@ -8,6 +8,7 @@
 #ifndef VMM_OFFLOAD_INTERNAL_H
 #define VMM_OFFLOAD_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -65,5 +66,9 @@ double prov_pool_drain(struct prov_pool *p);
 int prov_default_threads(void);
 
 double vmm_now_s(void);
+
+/* pthread_create with every signal blocked in the new thread: the program's signal handlers
+ * must never run on the library's workers. */
+int hb_thread_create(pthread_t *th, void *(*fn)(void *), void *arg);
 
 #endif

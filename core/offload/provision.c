@@ -101,7 +101,7 @@ struct prov_pool *prov_pool_create(int threads)
 	pthread_cond_init(&p->work, NULL);
 	pthread_cond_init(&p->settled, NULL);
 	for (int i = 0; i < threads; i++)
-		if (pthread_create(&p->th[p->nthreads], NULL, worker, p) == 0)
+		if (hb_thread_create(&p->th[p->nthreads], worker, p) == 0)
 			p->nthreads++;
 	if (!p->nthreads) {
 		prov_pool_destroy(p);
