@@ -1,5 +1,7 @@
 /* simdev's libascendcl.so: allocation and the VMM API with CANN's documented constraints. */
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -140,4 +142,34 @@ Test(acl, fault_injection)
 	ACL_OK(aclrtMapMem(va, GRAN, 0, h, 0));
 	ACL_OK(aclrtMalloc(&d, 1, ACL_MEM_MALLOC_HUGE_FIRST));
 	cr_expect_eq(aclrtMalloc(&d, 1, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_RT_MEMORY_ALLOCATION);
+}
+
+Test(acl, stats_go_to_simdev_acl_stats)
+{
+	char path[] = "/tmp/simdev-acl-stats-XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	pid_t pid = fork();
+	if (pid == 0) {
+		setenv("SIMDEV_ACL_STATS", path, 1);
+		setenv("SIMDEV_STATS", "/nonexistent/dir/file", 1);
+		void *d;
+		if (aclrtSetDevice(0) || aclrtMalloc(&d, 100, ACL_MEM_MALLOC_HUGE_FIRST))
+			_exit(1);
+		exit(0);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	char text[1024] = { 0 };
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f);
+	size_t n = fread(text, 1, sizeof(text) - 1, f);
+	fclose(f);
+	unlink(path);
+	text[n] = 0;
+	cr_expect(strstr(text, "aclrtMalloc 1\n"), "%s", text);
+	cr_expect(strstr(text, "aclrtSetDevice 1\n"), "%s", text);
+	cr_expect(strstr(text, "live_bytes 2097152\n"), "%s", text);
 }

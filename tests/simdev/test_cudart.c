@@ -4,6 +4,7 @@
 /* cudaGetDriverEntryPoint is deprecated in 13.0 but still what many runtimes call. */
 #pragma GCC diagnostic ignored "-Wdeprecated-declarations"
 #include <dlfcn.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "test_util.h"
@@ -105,4 +106,32 @@ Test(cudart, driver_entry_points_are_the_drivers)
 	RT_OK(cudaGetDriverEntryPoint("cuNoSuchThing", &fn, cudaEnableDefault, &st));
 	cr_expect_eq(st, cudaDriverEntryPointSymbolNotFound);
 	cr_expect_null(fn);
+}
+
+static void *thread_malloc(void *arg)
+{
+	void *d = NULL;
+	cudaError_t e = cudaMalloc(&d, 100);
+	if (!e)
+		e = cudaMemset(d, 1, 100);
+	if (!e)
+		e = cudaFree(d);
+	*(cudaError_t *)arg = e;
+	return NULL;
+}
+
+Test(cudart, a_new_thread_gets_the_primary_context_lazily)
+{
+	cudaError_t e = cudaErrorUnknown;
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, thread_malloc, &e), 0);
+	pthread_join(t, NULL);
+	cr_expect_eq(e, cudaSuccess);
+	CUcontext c = NULL;
+	CU_OK(cuInit(0));
+	CU_OK(cuCtxGetCurrent(&c));
+	cr_expect_null(c, "this thread made no runtime call");
+	int n = 0;
+	RT_OK(cudaGetDeviceCount(&n));
+	cr_expect_eq(n, 1);
 }
