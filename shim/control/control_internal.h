@@ -23,6 +23,7 @@ typedef struct control_state {
 	bool autowake;    /* a held submission wakes the process */
 	bool any_asleep;
 	bool all_asleep;  /* something is managed and all of it is asleep */
+	bool changing;    /* a sleep or wake is in progress */
 } control_state;
 void control_state_get(control_state *out);
 

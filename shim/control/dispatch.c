@@ -140,7 +140,8 @@ static void put_info(proto_writer *w, shim_runtime *rt)
 	proto_put_u64(w, "managed", managed);
 	proto_put_u64(w, "resident", mapped);
 	proto_put_u64(w, "asleep", asleep);
-	proto_put_str(w, "state", cs.held || (asleep && !mapped) ? "asleep" :
+	proto_put_str(w, "state", cs.changing ? "changing" :
+				   cs.held || (asleep && !mapped) ? "asleep" :
 				   asleep ? "partial" : "awake");
 	proto_put_bool(w, "held", cs.held);
 	proto_put_bool(w, "autowake", cs.autowake);

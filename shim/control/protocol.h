@@ -23,11 +23,14 @@
  * '!'..'~' and every '"', '%' and '=' written as %XX. Records, by kind:
  *
  *   info     pid, command, version, protocol, devices (e.g. "0,1"), managed (bytes the shim
- *            manages, resident or asleep), state (awake | asleep | partial), held (whether device
- *            work is held until wake), autowake
- *   device   backend, dev, live, mapped, cached, reserved, asleep, host_backup, app_handles,
- *            app_mapped, app_asleep, app_host_backup, app_unreleasable, free, total, unmanaged
- *   tag      backend, dev, name, live, mapped, cached, asleep, host_backup
+ *            manages, resident or asleep), resident, asleep, state (awake | asleep | partial |
+ *            changing), held (whether device work is held until wake), autowake,
+ *            passthrough_allocs, passthrough_bytes
+ *   device   backend, dev, live, count, mapped, cached, reserved, asleep, host_backup, peak_live,
+ *            handles_created, handles_released, app_handles, app_bytes, app_mapped, app_asleep,
+ *            app_host_backup, app_unreleasable, and when the driver answers: free, total, used,
+ *            unmanaged
+ *   tag      backend, dev, name, live, count, mapped, cached, asleep, host_backup
  *   result   released, copied, seconds, gbps, already
  *   error    status (one of the PROTO_ERR_* words), message
  *

@@ -376,7 +376,13 @@ void control_state_get(control_state *out)
 	int n, asleep = 0;
 
 	memset(out, 0, sizeof(*out));
-	pthread_mutex_lock(&ctl_lock);
+	/* A sleep or wake in progress (an in-process one can run beside the server) is reported,
+	 * not waited for. */
+	if (pthread_mutex_trylock(&ctl_lock)) {
+		out->changing = true;
+		out->held = __atomic_load_n(&held, __ATOMIC_RELAXED);
+		return;
+	}
 	out->held = held;
 	out->autowake = held ? held_autowake : autowake_default;
 	rt = shim_runtime_peek();
