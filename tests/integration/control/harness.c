@@ -321,3 +321,19 @@ ssize_t raw_request(const char *sock, const char *req, size_t len, bool shut, in
 	close(fd);
 	return (ssize_t)n;
 }
+
+int raw_stall(const char *sock, const char *partial)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", sock);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    send(fd, partial, strlen(partial), MSG_NOSIGNAL) < 0) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}

@@ -58,6 +58,10 @@ bool json_str(const char *json, const char *section, const char *key, char *buf,
 ssize_t raw_request(const char *sock, const char *req, size_t len, bool shut, int delay_ms,
 		    char *buf, size_t cap, int timeout_ms);
 
+/* A connection to sock that has sent `partial` (no newline) and then says nothing; -1 on error.
+ * The server, which answers one connection at a time, is busy with it until its read deadline. */
+int raw_stall(const char *sock, const char *partial);
+
 double now_s(void);
 
 #endif
