@@ -33,6 +33,8 @@ struct vmm_copy_engine {
 	void *stage[CE_MAX_STREAMS];
 	struct staged pend[CE_MAX_STREAMS];
 	bool stage_failed;      /* no pinned staging memory: copy pageable memory directly */
+	/* Only while a transfer provisions: the steady state needs no threads, and the program
+	 * should not carry idle ones between sleeps. */
 	struct prov_pool *pool;
 };
 
@@ -111,7 +113,6 @@ void vmm_copy_engine_destroy(vmm_copy_engine *ce)
 		return;
 	pthread_mutex_lock(&ce->lock);
 	stop_streams(ce);
-	prov_pool_destroy(ce->pool);
 	pthread_mutex_unlock(&ce->lock);
 	pthread_mutex_destroy(&ce->lock);
 	free(ce);
@@ -318,8 +319,11 @@ static vmm_status transfer(vmm_copy_engine *ce, enum dir d, const vmm_copy_range
 			flush_staged(ce, k);
 		ce->pend[k].n = 0;
 	}
-	if (ce->pool)
+	if (ce->pool) {
 		prov_s += prov_pool_drain(ce->pool);
+		prov_pool_destroy(ce->pool);
+		ce->pool = NULL;
+	}
 	pthread_mutex_unlock(&ce->lock);
 	if (stats) {
 		stats->bytes = st ? 0 : bytes;
