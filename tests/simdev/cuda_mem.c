@@ -646,7 +646,8 @@ SIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
 	struct sim_phys *ph = sim_phys_import(fd, h.dev);
 	void *va = ph ? sim_va_reserve(h.span, SIM_GRANULARITY, 0) : NULL;
 	struct sim_native *n = NULL;
-	if (va && mmap(va, h.span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ph->fd, 0) != MAP_FAILED) {
+	if (va && mmap(va, h.span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ph->fd, 0) !=
+			  MAP_FAILED) {
 		struct sim_native tmpl = { .va = U(va), .size = h.size, .span = h.span,
 					   .kind = SIM_NATIVE_DEVICE, .dev = h.dev, .ctx = c,
 					   .phys = ph, .ipc = true };

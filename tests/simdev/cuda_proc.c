@@ -3,10 +3,9 @@
  * The pointers are the exported functions' own addresses; with -Bsymbolic-functions they stay
  * simdev's even when a preloaded library exports the same names.
  * cuda.h is not included: its macros rename these functions, and only addresses are needed. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
-
-#include <stdbool.h>
 
 #include "sim_internal.h"
 
@@ -39,15 +38,20 @@ enum { SYM_SUCCESS = 0, SYM_NOT_FOUND = 1, SYM_VERSION_NOT_SUFFICIENT = 2 };
 	E("cuDeviceGet", cuDeviceGet, 2000, cuDeviceGet) \
 	E("cuDeviceGetAttribute", cuDeviceGetAttribute, 2000, cuDeviceGetAttribute) \
 	E("cuDeviceGetCount", cuDeviceGetCount, 2000, cuDeviceGetCount) \
-	E("cuDeviceGetDefaultMemPool", cuDeviceGetDefaultMemPool, 11020, cuDeviceGetDefaultMemPool) \
+	E("cuDeviceGetDefaultMemPool", cuDeviceGetDefaultMemPool, 11020, \
+	  cuDeviceGetDefaultMemPool) \
 	E("cuDeviceGetMemPool", cuDeviceGetMemPool, 11020, cuDeviceGetMemPool) \
 	E("cuDeviceGetName", cuDeviceGetName, 2000, cuDeviceGetName) \
 	E("cuDeviceGetUuid", cuDeviceGetUuid_v2, 11040, cuDeviceGetUuid_v2) \
-	E("cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState, 7000, cuDevicePrimaryCtxGetState) \
-	E("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000, cuDevicePrimaryCtxRelease_v2) \
-	E("cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset_v2, 11000, cuDevicePrimaryCtxReset_v2) \
+	E("cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState, 7000, \
+	  cuDevicePrimaryCtxGetState) \
+	E("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000, \
+	  cuDevicePrimaryCtxRelease_v2) \
+	E("cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset_v2, 11000, \
+	  cuDevicePrimaryCtxReset_v2) \
 	E("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain) \
-	E("cuDevicePrimaryCtxSetFlags", cuDevicePrimaryCtxSetFlags_v2, 11000, cuDevicePrimaryCtxSetFlags_v2) \
+	E("cuDevicePrimaryCtxSetFlags", cuDevicePrimaryCtxSetFlags_v2, 11000, \
+	  cuDevicePrimaryCtxSetFlags_v2) \
 	E("cuDeviceTotalMem", cuDeviceTotalMem_v2, 3020, cuDeviceTotalMem_v2) \
 	E("cuDriverGetVersion", cuDriverGetVersion, 2020, cuDriverGetVersion) \
 	E("cuEventCreate", cuEventCreate, 2000, cuEventCreate) \
@@ -60,7 +64,8 @@ enum { SYM_SUCCESS = 0, SYM_NOT_FOUND = 1, SYM_VERSION_NOT_SUFFICIENT = 2 };
 	E("cuEventSynchronize", cuEventSynchronize, 2000, cuEventSynchronize) \
 	E("cuGraphDestroy", cuGraphDestroy, 10000, cuGraphDestroy) \
 	E("cuGraphExecDestroy", cuGraphExecDestroy, 10000, cuGraphExecDestroy) \
-	E("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags, 11040, cuGraphInstantiateWithFlags) \
+	E("cuGraphInstantiateWithFlags", cuGraphInstantiateWithFlags, 11040, \
+	  cuGraphInstantiateWithFlags) \
 	E("cuGraphInstantiate", cuGraphInstantiateWithFlags, 12000, cuGraphInstantiateWithFlags) \
 	E("cuGraphLaunch", cuGraphLaunch, 10000, cuGraphLaunch_ptsz) \
 	E("cuInit", cuInit, 2000, cuInit) \
@@ -78,24 +83,30 @@ enum { SYM_SUCCESS = 0, SYM_NOT_FOUND = 1, SYM_VERSION_NOT_SUFFICIENT = 2 };
 	E("cuMemAllocPitch", cuMemAllocPitch_v2, 3020, cuMemAllocPitch_v2) \
 	E("cuMemAlloc", cuMemAlloc_v2, 3020, cuMemAlloc_v2) \
 	E("cuMemCreate", cuMemCreate, 10020, cuMemCreate) \
-	E("cuMemExportToShareableHandle", cuMemExportToShareableHandle, 10020, cuMemExportToShareableHandle) \
+	E("cuMemExportToShareableHandle", cuMemExportToShareableHandle, 10020, \
+	  cuMemExportToShareableHandle) \
 	E("cuMemFreeAsync", cuMemFreeAsync, 11020, cuMemFreeAsync_ptsz) \
 	E("cuMemFreeHost", cuMemFreeHost, 2000, cuMemFreeHost) \
 	E("cuMemFree", cuMemFree_v2, 3020, cuMemFree_v2) \
 	E("cuMemGetAccess", cuMemGetAccess, 10020, cuMemGetAccess) \
 	E("cuMemGetAddressRange", cuMemGetAddressRange_v2, 3020, cuMemGetAddressRange_v2) \
-	E("cuMemGetAllocationGranularity", cuMemGetAllocationGranularity, 10020, cuMemGetAllocationGranularity) \
-	E("cuMemGetAllocationPropertiesFromHandle", cuMemGetAllocationPropertiesFromHandle, 10020, cuMemGetAllocationPropertiesFromHandle) \
+	E("cuMemGetAllocationGranularity", cuMemGetAllocationGranularity, 10020, \
+	  cuMemGetAllocationGranularity) \
+	E("cuMemGetAllocationPropertiesFromHandle", cuMemGetAllocationPropertiesFromHandle, 10020, \
+	  cuMemGetAllocationPropertiesFromHandle) \
 	E("cuMemGetInfo", cuMemGetInfo_v2, 3020, cuMemGetInfo_v2) \
 	E("cuMemHostAlloc", cuMemHostAlloc, 2020, cuMemHostAlloc) \
-	E("cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2, 3020, cuMemHostGetDevicePointer_v2) \
+	E("cuMemHostGetDevicePointer", cuMemHostGetDevicePointer_v2, 3020, \
+	  cuMemHostGetDevicePointer_v2) \
 	E("cuMemHostRegister", cuMemHostRegister_v2, 6050, cuMemHostRegister_v2) \
 	E("cuMemHostUnregister", cuMemHostUnregister, 4000, cuMemHostUnregister) \
-	E("cuMemImportFromShareableHandle", cuMemImportFromShareableHandle, 10020, cuMemImportFromShareableHandle) \
+	E("cuMemImportFromShareableHandle", cuMemImportFromShareableHandle, 10020, \
+	  cuMemImportFromShareableHandle) \
 	E("cuMemMap", cuMemMap, 10020, cuMemMap) \
 	E("cuMemPoolTrimTo", cuMemPoolTrimTo, 11020, cuMemPoolTrimTo) \
 	E("cuMemRelease", cuMemRelease, 10020, cuMemRelease) \
-	E("cuMemRetainAllocationHandle", cuMemRetainAllocationHandle, 10020, cuMemRetainAllocationHandle) \
+	E("cuMemRetainAllocationHandle", cuMemRetainAllocationHandle, 10020, \
+	  cuMemRetainAllocationHandle) \
 	E("cuMemSetAccess", cuMemSetAccess, 10020, cuMemSetAccess) \
 	E("cuMemUnmap", cuMemUnmap, 10020, cuMemUnmap) \
 	E("cuMemcpy", cuMemcpy, 4000, cuMemcpy_ptds) \
@@ -118,11 +129,14 @@ enum { SYM_SUCCESS = 0, SYM_NOT_FOUND = 1, SYM_VERSION_NOT_SUFFICIENT = 2 };
 	E("cuPointerGetAttributes", cuPointerGetAttributes, 7000, cuPointerGetAttributes) \
 	E("cuStreamBeginCapture", cuStreamBeginCapture_v2, 10010, cuStreamBeginCapture_v2_ptsz) \
 	E("cuStreamCreate", cuStreamCreate, 2000, cuStreamCreate) \
-	E("cuStreamCreateWithPriority", cuStreamCreateWithPriority, 5050, cuStreamCreateWithPriority) \
+	E("cuStreamCreateWithPriority", cuStreamCreateWithPriority, 5050, \
+	  cuStreamCreateWithPriority) \
 	E("cuStreamDestroy", cuStreamDestroy_v2, 4000, cuStreamDestroy_v2) \
 	E("cuStreamEndCapture", cuStreamEndCapture, 10000, cuStreamEndCapture_ptsz) \
-	E("cuStreamGetCaptureInfo", cuStreamGetCaptureInfo_v2, 11030, cuStreamGetCaptureInfo_v2_ptsz) \
-	E("cuStreamGetCaptureInfo", cuStreamGetCaptureInfo_v3, 12030, cuStreamGetCaptureInfo_v3_ptsz) \
+	E("cuStreamGetCaptureInfo", cuStreamGetCaptureInfo_v2, 11030, \
+	  cuStreamGetCaptureInfo_v2_ptsz) \
+	E("cuStreamGetCaptureInfo", cuStreamGetCaptureInfo_v3, 12030, \
+	  cuStreamGetCaptureInfo_v3_ptsz) \
 	E("cuStreamGetCtx", cuStreamGetCtx, 9020, cuStreamGetCtx_ptsz) \
 	E("cuStreamGetFlags", cuStreamGetFlags, 2000, cuStreamGetFlags) \
 	E("cuStreamGetId", cuStreamGetId, 12000, cuStreamGetId) \

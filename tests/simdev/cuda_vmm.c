@@ -17,7 +17,8 @@ static CUresult check_prop(const CUmemAllocationProp *prop)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (prop->location.id < 0 || prop->location.id >= sim_device_count())
 		return CUDA_ERROR_INVALID_DEVICE;
-	if (prop->requestedHandleTypes & ~(CUmemAllocationHandleType)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+	if (prop->requestedHandleTypes &
+	    ~(CUmemAllocationHandleType)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	return CUDA_SUCCESS;
 }

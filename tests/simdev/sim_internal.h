@@ -55,7 +55,7 @@ struct sim_phys {
 	int dev;
 	unsigned maps;    /* mappings that use it */
 	bool released;    /* the owner released its handle; freed once maps == 0 */
-	bool imported;    /* made by import: shares the exporter's charge-free file */
+	bool imported;    /* made by import: the exporter's memory, not charged again */
 	unsigned long long handle_types;
 	uint64_t id;
 };
@@ -74,7 +74,12 @@ struct sim_mapping {
 	unsigned char access[SIM_MAX_DEVICES];
 };
 
-enum sim_native_kind { SIM_NATIVE_DEVICE, SIM_NATIVE_MANAGED, SIM_NATIVE_HOST, SIM_NATIVE_REGISTERED };
+enum sim_native_kind {
+	SIM_NATIVE_DEVICE,
+	SIM_NATIVE_MANAGED,
+	SIM_NATIVE_HOST,
+	SIM_NATIVE_REGISTERED,
+};
 
 /* A native allocation (cuMemAlloc and friends) or a host range the driver knows. */
 struct sim_native {
