@@ -21,7 +21,7 @@ static bool extents_reserve(struct reservation *r)
 	return true;
 }
 
-static vmm_status add_reservation(struct devheap *dh, size_t want, vmm_error *err)
+static vmm_status add_reservation(struct devheap *dh, size_t want, size_t need, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
 	size_t n = atomic_load(&dh->nres);
@@ -44,8 +44,15 @@ static vmm_status add_reservation(struct devheap *dh, size_t want, vmm_error *er
 		goto fail;
 	}
 	st = be->reserve(be, dh->dev, want, dh->gran, &va, err);
+	/* Address space can be budgeted (Ascend, or a VA limit): settle for less, as long as
+	 * the request fits. */
+	while (st && st != VMM_E_INVALID && want / 2 >= need && want / 2 >= dh->gran) {
+		want = align_up(want / 2, dh->gran);
+		st = be->reserve(be, dh->dev, want, dh->gran, &va, err);
+	}
 	if (st)
 		goto fail;
+	r->npages = want / dh->gran;
 	r->base = va;
 	r->size = want;
 	r->free[0].va = va;
@@ -102,7 +109,7 @@ vmm_status va_alloc(struct devheap *dh, size_t size, vmm_devptr *va, vmm_error *
 		}
 	}
 	st = add_reservation(dh, size > dh->core->cfg.reserve_bytes ? size :
-				 dh->core->cfg.reserve_bytes, err);
+				 dh->core->cfg.reserve_bytes, size, err);
 	if (st)
 		return st;
 	return va_alloc(dh, size, va, err);

@@ -264,3 +264,19 @@ Test(heap_memory, address_space_is_reserved_again_when_it_runs_out)
 	cr_assert_eq(s.mapped_bytes, t_dev_used(&t, 0));
 	t_close(&t);
 }
+
+Test(heap_memory, a_refused_reservation_is_retried_smaller)
+{
+	struct tctx t;
+	vmm_devptr p;
+	vmm_error err;
+
+	t_simdev_env("1G", NULL, "cuMemAddressReserve:1");
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 10 * MiB, 0, NULL, &p, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(t_stats(&t, 0, NULL).reserved_bytes, 2 * t_dev_total(&t, 0),
+		     "half of the default 4 x device memory");
+	t_fill(p, 10 * MiB, 4);
+	cr_assert(t_check(p, 10 * MiB, 4));
+	t_close(&t);
+}
