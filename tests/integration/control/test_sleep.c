@@ -494,3 +494,28 @@ Test(sleep, a_held_tag_sleep_ends_with_its_wake, .timeout = 60)
 	cmd_ok(t, "check", "ok 2");
 	finish(t);
 }
+
+/* An Ascend program: the same control, through the ACL side of the shim. */
+Test(sleep, an_ascend_program, .timeout = 60)
+{
+	struct target *t;
+	char cmd[64], s[32];
+
+	setenv("CTL_TARGET", getenv("CTL_ACL_TARGET"), 1);
+	t = start(NULL);
+	status(t);
+	cr_expect(json_str(o.out, "\"devices\": [", "backend", s, sizeof(s)) && !strcmp(s, "acl"),
+		  "%s", o.out);
+	cr_expect(json_str(o.out, "\"info\"", "devices", s, sizeof(s)) && !strcmp(s, "acl:0"),
+		  "%s", o.out);
+	cr_expect_geq(json_num(o.out, "\"devices\": [", "live"), 14700000);
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cr_expect_geq(json_num(o.out, "\"result\"", "copied"), 14700000, "%s", o.out);
+	status(t);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "used"), 0, "released: %s", o.out);
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cmd_ok(t, "check", "ok 6");
+	finish(t);
+}
