@@ -12,7 +12,7 @@
 #define SIM_MAX_FAILS 32
 
 struct sim_fail {
-	char base[64];
+	char name[64]; /* an exported name, or a base name matching all its variants */
 	unsigned long nth;
 	atomic_ulong seen;
 };
@@ -55,7 +55,7 @@ static bool parse_size(const char *s, size_t *out)
 	return true;
 }
 
-/* cuMemAlloc_v2_ptds -> cuMemAlloc: the name SIMDEV_FAIL entries match against. */
+/* cuMemAlloc_v2_ptds -> cuMemAlloc: a SIMDEV_FAIL entry naming the base counts every variant. */
 static void base_name(const char *name, char *out, size_t cap)
 {
 	snprintf(out, cap, "%s", name);
@@ -83,7 +83,7 @@ static void parse_fails(const char *spec)
 			continue;
 		}
 		*colon = 0;
-		base_name(tok, fails[nfails].base, sizeof(fails[nfails].base));
+		snprintf(fails[nfails].name, sizeof(fails[nfails].name), "%s", tok);
 		fails[nfails].nth = nth;
 		nfails++;
 	}
@@ -151,8 +151,8 @@ bool sim_enter(struct sim_counter *c)
 	base_name(c->name, base, sizeof(base));
 	bool fail = false;
 	for (int i = 0; i < nfails; i++)
-		if (!strcmp(fails[i].base, base) && atomic_fetch_add(&fails[i].seen, 1) + 1 ==
-							    fails[i].nth)
+		if ((!strcmp(fails[i].name, c->name) || !strcmp(fails[i].name, base)) &&
+		    atomic_fetch_add(&fails[i].seen, 1) + 1 == fails[i].nth)
 			fail = true;
 	return fail;
 }

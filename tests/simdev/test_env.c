@@ -7,6 +7,9 @@
 
 #include "test_util.h"
 
+CUresult cuStreamSynchronize_ptsz(CUstream h);
+CUresult cuStreamQuery_ptsz(CUstream h);
+
 static char *slurp(const char *path)
 {
 	static char buf[8192];
@@ -130,4 +133,15 @@ Test(env, memory_sizes_parse_with_suffixes)
 	size_t total = 0;
 	CU_OK(cuDeviceTotalMem(&total, 0));
 	cr_expect_eq(total, (size_t)1536 << 20);
+}
+
+Test(env, exported_names_match_exactly_base_names_match_all_variants)
+{
+	setenv("SIMDEV_FAIL", "cuStreamSynchronize_ptsz:1,cuStreamQuery:2", 1);
+	su_ctx(0);
+	CU_OK(cuStreamSynchronize(NULL)); /* another exported function: not counted */
+	cr_expect_eq(cuStreamSynchronize_ptsz(NULL), CUDA_ERROR_UNKNOWN);
+	CU_OK(cuStreamSynchronize_ptsz(NULL));
+	CU_OK(cuStreamQuery(NULL));
+	cr_expect_eq(cuStreamQuery_ptsz(NULL), CUDA_ERROR_UNKNOWN, "the base name counts both");
 }
