@@ -350,6 +350,12 @@ void client_each_socket(void (*fn)(const char *path, pid_t pid, void *arg), void
 
 	if (!run_dir_default(dir, sizeof(dir)))
 		scan_dir(dir, fn, arg, seen, &nseen);
+	/* Processes started with another environment (no XDG_RUNTIME_DIR, from cron, ...) use the
+	 * other default folders of the same user. */
+	if (!run_dir_resolve(NULL, getenv("XDG_RUNTIME_DIR"), getuid(), dir, sizeof(dir)))
+		scan_dir(dir, fn, arg, seen, &nseen);
+	if (!run_dir_resolve(NULL, NULL, getuid(), dir, sizeof(dir)))
+		scan_dir(dir, fn, arg, seen, &nseen);
 	if (geteuid() != 0)
 		return;
 	/* root may drive everyone: look in every user's default folders too. */
