@@ -215,7 +215,8 @@ int client_call(const char *path, pid_t pid, const proto_request *req, double ti
 		if (deadline && t >= deadline) {
 			rc = set_error(e, EXIT_TIMEOUT, "timeout",
 				       "no answer from process %ld within %.3g s (a sleep or wake "
-				       "already started goes on in the process)", (long)pid, timeout);
+				       "already started goes on in the process)", (long)pid,
+				       timeout);
 			break;
 		}
 		if (deadline && (deadline - t) * 1000 < wait_ms)

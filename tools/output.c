@@ -166,7 +166,8 @@ void out_status(FILE *f, const client_reply *r)
 		fprintf(f, "\ndevice %s:%" PRIu64 "\n", str(d, "backend"), u64(d, "dev"));
 		fprintf(f, COLS, "", "live", "mapped", "cached", "asleep", "host backup");
 		fprintf(f, COLS, "heap", out_bytes(u64(d, "live"), b[0], 32),
-			out_bytes(u64(d, "mapped"), b[1], 32), out_bytes(u64(d, "cached"), b[2], 32),
+			out_bytes(u64(d, "mapped"), b[1], 32),
+			out_bytes(u64(d, "cached"), b[2], 32),
 			out_bytes(u64(d, "asleep"), b[3], 32),
 			out_bytes(u64(d, "host_backup"), b[4], 32));
 		if (u64(d, "app_handles"))

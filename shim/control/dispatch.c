@@ -110,11 +110,12 @@ static void put_info(proto_writer *w, shim_runtime *rt)
 		uint32_t mask = side_devices(&sides[i]);
 		vmm_stats st;
 
+		const char *prefix = strcmp(sides[i].name, "cuda") ? "acl:" : "";
+
 		for (int d = 0; d < VMM_MAX_DEVICES; d++)
 			if (mask & (1u << d) && dl < sizeof(devices))
 				dl += (size_t)snprintf(devices + dl, sizeof(devices) - dl, "%s%s%d",
-						       dl ? "," : "",
-						       strcmp(sides[i].name, "cuda") ? "acl:" : "", d);
+						       dl ? "," : "", prefix, d);
 		if (!vmm_stats_get(sides[i].core, -1, NULL, &st, NULL)) {
 			mapped += st.mapped_bytes;
 			asleep += st.asleep_bytes;

@@ -152,12 +152,13 @@ static void serve_client(int fd)
 
 	proto_writer_init(&w);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cl != sizeof(cred)) {
-		proto_error_response(&w, PROTO_ERR_PERMISSION, "cannot read the client's credentials");
+		proto_error_response(&w, PROTO_ERR_PERMISSION,
+				     "cannot read the client's credentials");
 		goto reply;
 	}
 	if (cred.uid != geteuid() && cred.uid != 0) {
-		vmm_log(VMM_LOG_WARN, "control: refused a client of uid %u (pid %d): only uid %u or "
-			"root may drive this process", (unsigned)cred.uid, (int)cred.pid,
+		vmm_log(VMM_LOG_WARN, "control: refused a client of uid %u (pid %d): only uid %u "
+			"or root may drive this process", (unsigned)cred.uid, (int)cred.pid,
 			(unsigned)geteuid());
 		snprintf(why, sizeof(why), "uid %u may not drive this process (owned by uid %u)",
 			 (unsigned)cred.uid, (unsigned)geteuid());
@@ -209,7 +210,8 @@ static void *server_main(void *arg)
 		c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
 		if (c < 0) {
 			if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED ||
-			    errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+			    errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+			    errno == ENOMEM) {
 				if (errno == EMFILE || errno == ENFILE)
 					usleep(100000); /* out of descriptors: do not spin */
 				continue;
@@ -283,9 +285,11 @@ static vmm_status bind_socket(const char *path, int *out, vmm_error *err)
 
 	if (!lstat(path, &st)) {
 		if (!S_ISSOCK(st.st_mode))
-			return vmm_fail(err, VMM_E_INVALID, 0, "%s exists and is not a socket", path);
+			return vmm_fail(err, VMM_E_INVALID, 0, "%s exists and is not a socket",
+					path);
 		if (socket_alive(path))
-			return vmm_fail(err, VMM_E_BUSY, 0, "%s is in use by another process", path);
+			return vmm_fail(err, VMM_E_BUSY, 0, "%s is in use by another process",
+					path);
 		unlink(path); /* left by a dead process that had our pid */
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -297,7 +301,8 @@ static vmm_status bind_socket(const char *path, int *out, vmm_error *err)
 
 		close(fd);
 		unlink(path);
-		return vmm_fail(err, VMM_E_INVALID, e, "cannot listen on %s: %s", path, strerror(e));
+		return vmm_fail(err, VMM_E_INVALID, e, "cannot listen on %s: %s", path,
+				strerror(e));
 	}
 	*out = fd;
 	return VMM_OK;

@@ -182,7 +182,7 @@ static vmm_status lock_control(vmm_error *err, shim_runtime **rt)
 	if (shut_down || forked_child) {
 		pthread_mutex_unlock(&ctl_lock);
 		return vmm_fail(err, forked_child ? VMM_E_UNSUPPORTED : VMM_E_BUSY, 0, "%s",
-				forked_child ? "sleep and wake are not available in a forked child" :
+				forked_child ? "not available in a forked child" :
 					       "the process is exiting");
 	}
 	*rt = shim_runtime_peek();
@@ -332,8 +332,8 @@ vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer
 					continue;
 				vmm_error_clear(&rb);
 				if (parts[j].sleep(parts[j].obj, &keep, &part_res, &rb))
-					vmm_log(VMM_LOG_ERROR, "wake roll-back: the %s stays awake: "
-						"%s", parts[j].name, rb.msg);
+					vmm_log(VMM_LOG_ERROR, "wake roll-back: the %s stays "
+						"awake: %s", parts[j].name, rb.msg);
 			}
 			pthread_mutex_unlock(&ctl_lock);
 			vmm_log(VMM_LOG_WARN, "wake failed in the %s (still asleep): %s",

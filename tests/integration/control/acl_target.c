@@ -54,7 +54,8 @@ int main(void)
 
 		sizes[i] = (size_t)(i + 1) * 700000;
 		h = malloc(sizes[i]);
-		if (!h || aclrtMalloc(&bufs[i], sizes[i], ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) {
+		if (!h ||
+		    aclrtMalloc(&bufs[i], sizes[i], ACL_MEM_MALLOC_HUGE_FIRST) != ACL_SUCCESS) {
 			printf("error malloc\n");
 			return 1;
 		}

@@ -381,8 +381,11 @@ int main(void)
 			cmd_appvmm(strtoull(b, NULL, 10));
 		else if (!strcmp(a, "check"))
 			cmd_check();
-		else if (!strcmp(a, "checkone") && n == 2)
-			say(atoi(b) >= 0 && atoi(b) < nbufs && !verify(&bufs[atoi(b)]) ? "ok" : "corrupt");
+		else if (!strcmp(a, "checkone") && n == 2) {
+			int i = atoi(b);
+
+			say(i >= 0 && i < nbufs && !verify(&bufs[i]) ? "ok" : "corrupt");
+		}
 		else if (!strcmp(a, "rewrite"))
 			cmd_rewrite();
 		else if (!strcmp(a, "touch")) {

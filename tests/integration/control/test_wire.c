@@ -67,8 +67,9 @@ Test(wire, refusals_say_why)
 		proto_request r;
 		char why[160] = "";
 
-		cr_expect_eq(proto_parse_request(bad[i][0], strlen(bad[i][0]), &r, why, sizeof(why)),
-			     -1, "accepted: %s", bad[i][0]);
+		int rc = proto_parse_request(bad[i][0], strlen(bad[i][0]), &r, why, sizeof(why));
+
+		cr_expect_eq(rc, -1, "accepted: %s", bad[i][0]);
 		cr_expect(why[0] && strstr(why, bad[i][1]), "'%s': reason '%s' lacks '%s'",
 			  bad[i][0], why, bad[i][1]);
 	}
@@ -123,9 +124,10 @@ Test(wire, the_writer_escapes_and_frames)
 	proto_writer_init(&w);
 	proto_error_response(&w, PROTO_ERR_OOM, "need 2 GiB, have 1 GiB");
 	cr_assert(!w.failed);
-	cr_expect_str_eq(w.buf, "vmmshim/1 error\n"
-				"error status=\"oom\" message=\"need%202%20GiB,%20have%201%20GiB\"\n"
-				"end\n");
+	cr_expect_str_eq(w.buf,
+			 "vmmshim/1 error\n"
+			 "error status=\"oom\" message=\"need%202%20GiB,%20have%201%20GiB\"\n"
+			 "end\n");
 	proto_writer_free(&w);
 	proto_writer_init(&w);
 	proto_header(&w, "ok");
