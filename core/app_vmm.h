@@ -26,7 +26,9 @@ vmm_status vmm_app_registry_create(vmm_backend *be, vmm_app_registry **out, vmm_
 void vmm_app_registry_destroy(vmm_app_registry *reg);
 
 /* Recording, called by the shim after the real call succeeded. `prop` is the program's
- * CUmemAllocationProp (or ACL equivalent) copied verbatim, so wake can create the same kind. */
+ * CUmemAllocationProp (or ACL equivalent) copied verbatim, so wake can create the same kind.
+ * Prefer vmm_app_created_value: after a wake the driver may hand out a value that the program
+ * still holds for a re-created handle, and only a value from the registry keeps them apart. */
 void vmm_app_created(vmm_app_registry *reg, vmm_phys handle, size_t size, int device,
 		     const void *prop, size_t prop_size);
 /* As vmm_app_created, and returns the value to give the program. That is the real handle itself

@@ -207,7 +207,15 @@ vmm_phys vmm_app_created_value(vmm_app_registry *reg, vmm_phys real, size_t size
 void vmm_app_created(vmm_app_registry *reg, vmm_phys handle, size_t size, int device,
 		     const void *prop, size_t prop_size)
 {
-	vmm_app_created_value(reg, handle, size, device, prop, prop_size);
+	vmm_phys v = vmm_app_created_value(reg, handle, size, device, prop, prop_size);
+
+	/* The program is about to hold the real value, which another of its handles already
+	 * stands for: only the caller can hand out v instead. */
+	if (v && v != handle)
+		vmm_log(VMM_LOG_ERROR,
+			"app handle value %#llx is taken by a handle re-created at a wake: give the "
+			"program %#llx (vmm_app_created_value), or its calls reach the wrong handle",
+			(unsigned long long)handle, (unsigned long long)v);
 }
 
 void vmm_app_exported(vmm_app_registry *reg, vmm_phys handle)
