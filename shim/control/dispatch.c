@@ -22,9 +22,6 @@ _Static_assert(PROTO_MAX_DEVICE == VMM_MAX_DEVICES - 1, "protocol and core agree
 
 #define MAX_TAGS 256
 
-/* See sleep_control.c: the app-mapping registry may not be linked in. */
-#pragma weak vmm_app_stats_get
-
 const char *control_error_word(vmm_status s)
 {
 	switch (s) {
@@ -70,8 +67,7 @@ static int sides_of(shim_runtime *rt, struct side *s)
 	int n = 0;
 
 	if (rt && rt->cuda_core)
-		s[n++] = (struct side){ "cuda", rt->cuda, rt->cuda_core,
-					vmm_app_stats_get ? rt->cuda_app : NULL };
+		s[n++] = (struct side){ "cuda", rt->cuda, rt->cuda_core, rt->cuda_app };
 	if (rt && rt->acl_core)
 		s[n++] = (struct side){ "acl", rt->acl, rt->acl_core, NULL };
 	return n;

@@ -18,12 +18,6 @@
 #include "control.h"
 #include "control_internal.h"
 
-/* The app-mapping registry may be absent from a build (its module lands separately): then only
- * the heaps sleep. */
-#pragma weak vmm_app_sleep
-#pragma weak vmm_app_wake
-#pragma weak vmm_app_is_asleep
-
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool held;             /* the gate is closed by a sleep until the matching wake */
 
@@ -98,7 +92,7 @@ static int collect_parts(shim_runtime *rt, bool with_app, struct part *p)
 	if (rt->acl_core)
 		p[n++] = (struct part){ "acl heap", core_sleep, core_wake, core_asleep,
 					rt->acl_core };
-	if (with_app && rt->cuda_app && vmm_app_sleep && vmm_app_wake && vmm_app_is_asleep)
+	if (with_app && rt->cuda_app)
 		p[n++] = (struct part){ "app mappings", app_sleep, app_wake, app_asleep,
 					rt->cuda_app };
 	return n;
