@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "helpers.h"
+#include "offload.h"
 
 #define OPS 6000
 #define MAXLIVE 600
@@ -109,7 +110,21 @@ Test(heap_model, random_operations_match_the_model, .timeout = 170)
 	for (int op = 0; op < OPS; op++) {
 		uint64_t r = rnd() % 100;
 
-		if (r < 1) {
+		if (r < 1 && rnd() % 16 == 0) {
+			/* One tag sleeps and wakes: its contents and everyone else's survive. */
+			int k = (int)(rnd() % NTAGS);
+			vmm_sleep_opts o = { .tag = tags[k] ? tags[k] : VMM_DEFAULT_TAG, .device = 0 };
+			vmm_status st = vmm_sleep(t.core, &o, NULL, &err);
+
+			cr_assert(st == VMM_OK || st == VMM_E_ALREADY, "seed %llu op %d: sleep: %s",
+				  (unsigned long long)seed, op, err.msg);
+			cr_assert_eq(t_stats(&t, 0, o.tag).mapped_bytes, 0);
+			if (st == VMM_OK)
+				cr_assert_eq(vmm_wake(t.core, &o, NULL, &err), VMM_OK,
+					     "seed %llu op %d: wake: %s", (unsigned long long)seed, op,
+					     err.msg);
+			check_model(&t, seed, op);
+		} else if (r < 1) {
 			cr_assert_eq(vmm_trim(t.core, 0, &err), VMM_OK, "%s", err.msg);
 		} else if (nlive && (r < 45 || nlive == MAXLIVE || live_bytes > LIVE_CAP)) {
 			int i = (int)(rnd() % (uint64_t)nlive);
