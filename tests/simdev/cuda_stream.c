@@ -219,8 +219,14 @@ static void *worker(void *arg)
 	worker_dev = s->ctx->dev;
 	pthread_mutex_lock(&sim_sched_lock);
 	for (;;) {
-		while (!s->head)
+		while (!s->head) {
+			if (!s->alive) { /* destroyed and drained: the thread goes */
+				s->started = false;
+				pthread_mutex_unlock(&sim_sched_lock);
+				return NULL;
+			}
 			pthread_cond_wait(&work, &sim_sched_lock);
+		}
 		struct sim_op *op = s->head;
 		pthread_mutex_unlock(&sim_sched_lock);
 		run_op(s, op); /* user code: no lock held */
@@ -420,6 +426,7 @@ SIM_API CUresult cuStreamDestroy_v2(CUstream h)
 	/* Like the driver, queued work still completes; the handle is dead at once. */
 	pthread_mutex_lock(&sim_sched_lock);
 	s->alive = false;
+	pthread_cond_broadcast(&work); /* an idle worker ends */
 	pthread_mutex_unlock(&sim_sched_lock);
 	return CUDA_SUCCESS;
 }

@@ -1,6 +1,7 @@
 /* Work in stream order on simdev: host functions, kernels, events, the legacy stream,
  * stream-ordered allocation and capture into graphs. */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
@@ -267,4 +268,37 @@ Test(stream, a_forked_child_gets_fresh_workers)
 	CU_OK(cuLaunchHostFunc(s, bump, &counter));
 	CU_OK(cuStreamSynchronize(s));
 	cr_expect_eq(counter, 2);
+}
+
+static int thread_count(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	int n = -1;
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "Threads: %d", &n) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+Test(stream, destroyed_streams_finish_their_work_and_release_their_thread)
+{
+	su_ctx(0);
+	int before = thread_count(), counter = 0;
+	for (int i = 0; i < 50; i++) {
+		CUstream s;
+		CU_OK(cuStreamCreate(&s, 0));
+		CU_OK(cuLaunchHostFunc(s, bump, &counter));
+		CU_OK(cuStreamDestroy(s));
+		cr_expect_eq(cuStreamQuery(s), CUDA_ERROR_INVALID_HANDLE);
+	}
+	CU_OK(cuCtxSynchronize());
+	cr_expect_eq(counter, 50, "queued work still runs");
+	for (int k = 0; k < 100 && thread_count() > before; k++) {
+		struct timespec ts = { 0, 10000000 };
+		nanosleep(&ts, NULL);
+	}
+	cr_expect_leq(thread_count(), before, "%d threads, %d before", thread_count(), before);
 }
