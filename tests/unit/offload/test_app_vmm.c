@@ -219,6 +219,52 @@ Test(app, handles_translate_after_wake, .init = setup, .fini = teardown)
 	expect_scene_intact();
 }
 
+Test(app, new_handles_after_wake_never_share_a_value, .init = setup, .fini = teardown)
+{
+	/* simdev's handle values are addresses, like the real driver's: after a wake released the
+	 * old ones, new handles often get their values back. */
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	vmm_phys v[16];
+	vmm_devptr va[16];
+	int collided = 0;
+
+	vmm_phys filler[3];
+
+	build_scene();
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	/* Someone else takes the values the sleep freed, so that wake gets new ones; then they
+	 * are free again for the program's next handles. */
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(td.be->create(td.be, 0, 2 * MiB, &filler[i], &err), VMM_OK);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(td.be->release(td.be, filler[i], &err), VMM_OK);
+	for (int i = 0; i < 16; i++) {
+		v[i] = prog_create(reg, 2 * MiB, 0, 0);
+		cr_assert(v[i] != sc.h1 && v[i] != sc.h2 && v[i] != sc.h3, "new handle %d", i);
+		for (int j = 0; j < i; j++)
+			cr_assert_neq(v[i], v[j]);
+		collided += vmm_app_real_handle(reg, v[i]) != v[i];
+		va[i] = prog_reserve(2 * MiB);
+		prog_map(reg, va[i], 2 * MiB, 0, v[i]);
+		prog_access(reg, va[i], 2 * MiB, 1u);
+		t_fill(&td, va[i], 0x30 + i, 2 * MiB);
+	}
+	cr_log_info("%d of 16 new handles got a registry value", collided);
+	expect_scene_intact();
+	for (int i = 0; i < 16; i++) {
+		unsigned char b[2];
+
+		t_read(&td, b, va[i] + 2 * MiB - 2, 2);
+		cr_expect(b[0] == 0x30 + i && b[1] == 0x30 + i, "handle %d", i);
+	}
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(res.bytes_released, 22 * MiB + 32 * MiB);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	expect_scene_intact();
+}
+
 Test(app, exported_handle_stays_and_is_reported, .init = setup, .fini = teardown)
 {
 	vmm_transfer_result res;
