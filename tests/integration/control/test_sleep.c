@@ -519,3 +519,30 @@ Test(sleep, an_ascend_program, .timeout = 60)
 	cmd_ok(t, "check", "ok 6");
 	finish(t);
 }
+
+Test(sleep, a_sleep_that_fails_half_way_rolls_back, .timeout = 60)
+{
+	/* The second device-to-host copy of the sleep fails (the program's own copies go through
+	 * the runtime, which simdev does not count). */
+	const char *env[] = { "SIMDEV_FAIL=cuMemcpyDtoHAsync:2", NULL };
+	struct target *t = start(env);
+	char cmd[64], s[32];
+
+	cmd_ok(t, "alloc 6 3000000", "ok");
+	vmmctl_run(&o, t->run_dir, -1, "--json sleep %d", (int)t->pid);
+	cr_expect_eq(o.code, 1, "%d %s", o.code, o.out);
+	cr_expect(json_str(o.out, "\"error\"", "status", s, sizeof(s)) && !strcmp(s, "driver"),
+		  "%s", o.out);
+	status(t);
+	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "awake"),
+		  "rolled back: %s", o.out);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "asleep"), 0);
+	cr_expect_geq(json_num(o.out, "\"devices\": [", "used"), 18000000);
+	cmd_ok(t, "check", "ok 6"); /* not held: the gate reopened */
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	cmd_ok(t, "check", "ok 6");
+	finish(t);
+}
