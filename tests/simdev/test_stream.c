@@ -302,3 +302,36 @@ Test(stream, destroyed_streams_finish_their_work_and_release_their_thread)
 	}
 	cr_expect_leq(thread_count(), before, "%d threads, %d before", thread_count(), before);
 }
+
+struct slow_write {
+	int *dst;
+	int value;
+};
+
+static void slow_write(void *arg)
+{
+	struct slow_write *w = arg;
+	struct timespec ts = { 0, 50000000 };
+	nanosleep(&ts, NULL);
+	*w->dst = w->value;
+}
+
+Test(stream, synchronous_copies_wait_for_queued_work)
+{
+	su_ctx(0);
+	CUstream s;
+	CU_OK(cuStreamCreate(&s, 0));
+	CUdeviceptr d;
+	CU_OK(cuMemAlloc(&d, sizeof(int)));
+	CU_OK(cuMemsetD32(d, 0, 1));
+	struct slow_write w = { (int *)d, 42 };
+	CU_OK(cuLaunchHostFunc(s, slow_write, &w)); /* a blocking stream: the copy waits for it */
+	int out = 0;
+	CU_OK(cuMemcpyDtoH(&out, d, sizeof(out)));
+	cr_expect_eq(out, 42);
+	struct slow_write w2 = { (int *)d, 7 };
+	CU_OK(cuLaunchHostFunc(NULL, slow_write, &w2));
+	CU_OK(cuMemcpyDtoH(&out, d, sizeof(out)));
+	cr_expect_eq(out, 7, "and for the legacy stream's work");
+	CU_OK(cuMemFree(d));
+}
