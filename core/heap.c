@@ -264,11 +264,14 @@ struct devheap *heap_for(struct vmm_core *core, int dev, bool create, vmm_error 
 		goto out;
 	}
 	dh->total_mem = total_b;
+	/* Settled by the first device (other threads read the configuration without a lock:
+	 * later devices find nothing to change). */
 	if (!core->cfg.reserve_bytes)
 		core->cfg.reserve_bytes = align_up(4 * total_b, dh->gran);
 	if (core->cfg.small_max > dh->gran / 8)
 		core->cfg.small_max = dh->gran / 8;
-	core->cfg.max_handle_bytes = align_up(core->cfg.max_handle_bytes, dh->gran);
+	if (core->cfg.max_handle_bytes != align_up(core->cfg.max_handle_bytes, dh->gran))
+		core->cfg.max_handle_bytes = align_up(core->cfg.max_handle_bytes, dh->gran);
 	pthread_mutex_init(&dh->lock, NULL);
 	atomic_store_explicit(&core->heaps[dev], dh, memory_order_release);
 out:
