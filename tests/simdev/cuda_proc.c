@@ -17,6 +17,10 @@ enum { SYM_SUCCESS = 0, SYM_NOT_FOUND = 1, SYM_VERSION_NOT_SUFFICIENT = 2 };
 #define PER_THREAD_FLAG 2u
 
 #define SIM_PROCS(E) \
+	E("cuStreamAddCallback", cuStreamAddCallback, 5000, cuStreamAddCallback_ptsz) \
+	E("cuStreamGetPriority", cuStreamGetPriority, 5050, cuStreamGetPriority) \
+	E("cuCtxGetStreamPriorityRange", cuCtxGetStreamPriorityRange, 5050, \
+	  cuCtxGetStreamPriorityRange) \
 	E("cuArrayCreate", cuArrayCreate_v2, 3020, cuArrayCreate_v2) \
 	E("cuArray3DCreate", cuArray3DCreate_v2, 3020, cuArray3DCreate_v2) \
 	E("cuArrayDestroy", cuArrayDestroy, 2000, cuArrayDestroy) \

@@ -527,6 +527,82 @@ SIM_API CUresult cuStreamGetFlags(CUstream h, unsigned int *flags)
 
 /* ---- host functions and kernels ---- */
 
+/* cuStreamAddCallback's callback also gets the stream and a status. */
+struct callback {
+	CUstreamCallback fn;
+	CUstream stream;
+	void *arg;
+};
+
+static void run_callback(void *arg)
+{
+	struct callback cb = *(struct callback *)arg;
+	free(arg);
+	cb.fn(cb.stream, CUDA_SUCCESS, cb.arg);
+}
+
+static CUresult add_callback(CUstream h, bool ptsz, CUstreamCallback fn, void *arg,
+			     unsigned flags)
+{
+	struct CUstream_st *s;
+	CUresult r = sim_stream_resolve(h, ptsz, &s);
+	if (r)
+		return r;
+	if (!fn || flags)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (s->capture)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* as on the driver */
+	struct callback *cb = malloc(sizeof(*cb));
+	if (!cb)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*cb = (struct callback){ fn, h, arg };
+	struct sim_op op = { .kind = OP_HOSTFN, .fn = run_callback, .arg = cb };
+	r = sim_enqueue(s, &op);
+	if (r)
+		free(cb);
+	return r;
+}
+
+SIM_API CUresult cuStreamAddCallback(CUstream h, CUstreamCallback fn, void *arg, unsigned flags)
+{
+	SIM_BEGIN("cuStreamAddCallback", CUDA_ERROR_UNKNOWN);
+	return add_callback(h, false, fn, arg, flags);
+}
+
+SIM_API CUresult cuStreamAddCallback_ptsz(CUstream h, CUstreamCallback fn, void *arg,
+					  unsigned flags)
+{
+	SIM_BEGIN("cuStreamAddCallback_ptsz", CUDA_ERROR_UNKNOWN);
+	return add_callback(h, true, fn, arg, flags);
+}
+
+SIM_API CUresult cuStreamGetPriority(CUstream h, int *priority)
+{
+	SIM_BEGIN("cuStreamGetPriority", CUDA_ERROR_UNKNOWN);
+	struct CUstream_st *s;
+	CUresult r = sim_stream_resolve(h, false, &s);
+	if (r)
+		return r;
+	if (!priority)
+		return CUDA_ERROR_INVALID_VALUE;
+	*priority = s->priority;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxGetStreamPriorityRange(int *least, int *greatest)
+{
+	SIM_BEGIN("cuCtxGetStreamPriorityRange", CUDA_ERROR_UNKNOWN);
+	struct CUctx_st *c;
+	CUresult r = sim_current(&c);
+	if (r)
+		return r;
+	if (least)
+		*least = 0;
+	if (greatest)
+		*greatest = -5;
+	return CUDA_SUCCESS;
+}
+
 static CUresult launch_host(CUstream h, bool ptsz, CUhostFn fn, void *arg)
 {
 	struct CUstream_st *s;

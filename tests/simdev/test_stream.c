@@ -335,3 +335,25 @@ Test(stream, synchronous_copies_wait_for_queued_work)
 	cr_expect_eq(out, 7, "and for the legacy stream's work");
 	CU_OK(cuMemFree(d));
 }
+
+static void callback(CUstream s, CUresult status, void *arg)
+{
+	(void)s;
+	if (status == CUDA_SUCCESS)
+		(*(int *)arg)++;
+}
+
+Test(stream, callbacks_and_priorities)
+{
+	su_ctx(0);
+	int least = 1, greatest = 1, prio = 1, counter = 0;
+	CU_OK(cuCtxGetStreamPriorityRange(&least, &greatest));
+	cr_expect_leq(greatest, least);
+	CUstream s;
+	CU_OK(cuStreamCreateWithPriority(&s, 0, greatest));
+	CU_OK(cuStreamGetPriority(s, &prio));
+	cr_expect_eq(prio, greatest);
+	CU_OK(cuStreamAddCallback(s, callback, &counter, 0));
+	CU_OK(cuStreamSynchronize(s));
+	cr_expect_eq(counter, 1);
+}
