@@ -39,6 +39,9 @@ void vmm_app_created(vmm_app_registry *reg, vmm_phys handle, size_t size, int de
 vmm_phys vmm_app_created_value(vmm_app_registry *reg, vmm_phys real, size_t size, int device,
 			       const void *prop, size_t prop_size);
 void vmm_app_exported(vmm_app_registry *reg, vmm_phys handle);   /* shareable handle handed out */
+/* A handle imported from another process (cuMemImportFromShareableHandle): never released by a
+ * sleep (the exporter owns the memory), reported as unreleasable with the bytes mapped from it. */
+void vmm_app_imported(vmm_app_registry *reg, vmm_phys handle, int device);
 void vmm_app_released(vmm_app_registry *reg, vmm_phys handle);   /* program dropped its reference */
 void vmm_app_mapped(vmm_app_registry *reg, vmm_devptr va, size_t size, size_t offset,
 		    vmm_phys handle);
@@ -66,7 +69,7 @@ typedef struct vmm_app_stats {
 	uint64_t handles, handle_bytes;      /* live handles created by the program */
 	uint64_t mapped_bytes;
 	uint64_t asleep_bytes, host_backup_bytes;
-	uint64_t unreleasable_bytes;         /* exported handles: stay resident while asleep */
+	uint64_t unreleasable_bytes;         /* exported and imported handles: stay while asleep */
 } vmm_app_stats;
 void vmm_app_stats_get(vmm_app_registry *reg, int dev, vmm_app_stats *out);
 

@@ -17,6 +17,7 @@ struct app_handle {
 	void *prop;              /* the program's allocation properties, verbatim */
 	size_t prop_size;
 	bool exported;           /* another process may map it: never released by us */
+	bool imported;           /* another process's memory; size grows with its mappings */
 	bool app_released;       /* the program dropped it; it lives while mapped */
 	bool asleep;
 	bool has_backup;         /* backup holds the contents (not a discard sleep) */

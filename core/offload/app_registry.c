@@ -231,6 +231,29 @@ void vmm_app_exported(vmm_app_registry *reg, vmm_phys handle)
 	pthread_mutex_unlock(&reg->lock);
 }
 
+void vmm_app_imported(vmm_app_registry *reg, vmm_phys handle, int device)
+{
+	vmm_phys v;
+
+	/* Recorded like a created handle of one granule, then marked: sizes come from mappings. */
+	v = vmm_app_created_value(reg, handle, 1, device, NULL, 0);
+	if (!v)
+		return;
+	pthread_mutex_lock(&reg->lock);
+	{
+		struct app_handle *h = app_find(reg, v);
+
+		if (h) {
+			h->exported = h->imported = true;
+			h->size = 0;
+		}
+	}
+	pthread_mutex_unlock(&reg->lock);
+	if (v != handle)
+		vmm_log(VMM_LOG_ERROR, "imported app handle %#llx collides with a re-created one",
+			(unsigned long long)handle);
+}
+
 void vmm_app_released(vmm_app_registry *reg, vmm_phys handle)
 {
 	struct app_handle *h;
@@ -282,6 +305,8 @@ void vmm_app_mapped(vmm_app_registry *reg, vmm_devptr va, size_t size, size_t of
 	reg->maps[i] = (struct app_map){ .va = va, .size = size, .offset = offset, .h = h };
 	reg->nm++;
 	h->nmaps++;
+	if (h->imported && offset + size > h->size)
+		h->size = offset + size;
 	pthread_mutex_unlock(&reg->lock);
 }
 
@@ -401,8 +426,10 @@ void vmm_app_stats_get(vmm_app_registry *reg, int dev, vmm_app_stats *out)
 
 		if (dev >= 0 && h->dev != dev)
 			continue;
-		out->handles++;
-		out->handle_bytes += h->size;
+		if (!h->imported) {
+			out->handles++;
+			out->handle_bytes += h->size;
+		}
 		if (h->asleep)
 			out->asleep_bytes += h->size;
 		if (h->backup.ptr)

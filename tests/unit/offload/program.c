@@ -60,6 +60,7 @@ void prog_open(struct tdev *t)
 	LOAD(reserve, "cuMemAddressReserve");
 	LOAD(retain, "cuMemRetainAllocationHandle");
 	LOAD(export_fd, "cuMemExportToShareableHandle");
+	LOAD(import_fd, "cuMemImportFromShareableHandle");
 	LOAD(check_access, "simdev_check_access");
 	cr_assert_eq(cu.ctx_retain(&ctx, 0), CUDA_SUCCESS);
 	cr_assert_eq(cu.ctx_set(ctx), CUDA_SUCCESS);

@@ -24,6 +24,7 @@ struct cu {
 	CUresult (*retain)(CUmemGenericAllocationHandle *, void *);
 	CUresult (*export_fd)(void *, CUmemGenericAllocationHandle, CUmemAllocationHandleType,
 			      unsigned long long);
+	CUresult (*import_fd)(CUmemGenericAllocationHandle *, void *, CUmemAllocationHandleType);
 	int (*check_access)(int dev, const void *p, size_t n);   /* simdev_check_access */
 };
 

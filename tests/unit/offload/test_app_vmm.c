@@ -285,6 +285,39 @@ Test(app, exported_handle_stays_and_is_reported, .init = setup, .fini = teardown
 	expect_scene_intact();
 }
 
+Test(app, imported_handle_stays_and_is_reported, .init = setup, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	CUmemGenericAllocationHandle imp;
+	vmm_app_stats s;
+	vmm_devptr va7;
+	int fd = -1;
+
+	build_scene();
+	/* The program imports H2's memory (as if from another process) and maps it once more. */
+	cr_assert_eq(cu.export_fd(&fd, vmm_app_real_handle(reg, sc.h2),
+				  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0), CUDA_SUCCESS);
+	vmm_app_exported(reg, sc.h2);
+	cr_assert_eq(cu.import_fd(&imp, (void *)(intptr_t)fd,
+				  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR), CUDA_SUCCESS);
+	vmm_app_imported(reg, imp, 0);
+	va7 = prog_reserve(8 * MiB);
+	prog_map(reg, va7, 8 * MiB, 0, imp);
+	prog_access(reg, va7, 8 * MiB, 1u);
+	vmm_app_stats_get(reg, 0, &s);
+	cr_expect_eq(s.handles, 3, "imported memory is not the program's own");
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(res.bytes_released, 14 * MiB, "H1 and H3; H2 exported, its import stays");
+	vmm_app_stats_get(reg, 0, &s);
+	cr_expect_eq(s.unreleasable_bytes, 16 * MiB);
+	expect_dev(va7, sc.p2, 8 * MiB, "the imported mapping stays readable");
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	expect_scene_intact();
+	prog_unmap(reg, va7, 8 * MiB);
+	prog_release(reg, imp);
+}
+
 Test(app, discard_skips_copies, .init = setup, .fini = teardown)
 {
 	vmm_transfer_result res;
