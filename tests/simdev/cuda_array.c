@@ -9,6 +9,18 @@ struct CUarray_st {
 	bool alive;
 };
 
+/* Arrays ever made (kept allocated, so stale handles are refused, not dereferenced). */
+static struct CUarray_st **arrays;
+static size_t narrays, caparrays;
+
+static bool array_known(struct CUarray_st *a)
+{
+	bool ok = false;
+	for (size_t i = 0; i < narrays && !ok; i++)
+		ok = arrays[i] == a && a->alive;
+	return ok;
+}
+
 static size_t element_size(CUarray_format f)
 {
 	switch (f) {
@@ -43,10 +55,20 @@ static CUresult array_create(CUarray *ph, size_t w, size_t h, size_t d, CUarray_
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	int oom;
 	pthread_mutex_lock(&sim_lock);
-	struct sim_native *n = sim_native_device_alloc(c->dev, row * h * d, SIM_NATIVE_DEVICE, &oom);
+	if (narrays == caparrays) {
+		size_t cap = caparrays ? caparrays * 2 : 16;
+		struct CUarray_st **v = realloc(arrays, cap * sizeof(*v));
+		if (v) {
+			arrays = v;
+			caparrays = cap;
+		}
+	}
+	struct sim_native *n = narrays < caparrays
+		? sim_native_device_alloc(c->dev, row * h * d, SIM_NATIVE_DEVICE, &oom) : NULL;
 	if (n) {
 		n->ctx = c;
 		a->va = n->va;
+		arrays[narrays++] = a;
 	}
 	pthread_mutex_unlock(&sim_lock);
 	if (!n) {
@@ -83,7 +105,7 @@ SIM_API CUresult cuArrayDestroy(CUarray a)
 	if (r)
 		return r;
 	pthread_mutex_lock(&sim_lock);
-	struct sim_native *n = a && a->alive ? sim_native_exact(a->va) : NULL;
+	struct sim_native *n = array_known(a) ? sim_native_exact(a->va) : NULL;
 	int dev = n ? n->dev : 0;
 	if (n)
 		a->alive = false;
@@ -96,6 +118,5 @@ SIM_API CUresult cuArrayDestroy(CUarray a)
 	if (n)
 		sim_native_device_free(n);
 	pthread_mutex_unlock(&sim_lock);
-	free(a);
 	return CUDA_SUCCESS;
 }

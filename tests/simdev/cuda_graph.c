@@ -10,6 +10,17 @@
 
 static struct CUgraph_st **graphs;
 static size_t ngraphs, capgraphs;
+/* Instantiations ever made (kept allocated, so stale handles are refused, not dereferenced). */
+static struct CUgraphExec_st **execs;
+static size_t nexecs, capexecs;
+
+static bool exec_known(struct CUgraphExec_st *x)
+{
+	bool ok = false;
+	for (size_t i = 0; i < nexecs && !ok; i++)
+		ok = execs[i] == x && x->alive;
+	return ok;
+}
 
 static bool graph_known(struct CUgraph_st *g)
 {
@@ -225,17 +236,28 @@ SIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *pexec, CUgraph g,
 	if (!x)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&sim_sched_lock);
-	if (!graph_known(g)) {
-		pthread_mutex_unlock(&sim_sched_lock);
-		free(x);
-		return CUDA_ERROR_INVALID_VALUE;
+	CUresult r = graph_known(g) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (!r && nexecs == capexecs) {
+		size_t cap = capexecs ? capexecs * 2 : 16;
+		struct CUgraphExec_st **v = realloc(execs, cap * sizeof(*v));
+		if (v) {
+			execs = v;
+			capexecs = cap;
+		} else {
+			r = CUDA_ERROR_OUT_OF_MEMORY;
+		}
 	}
-	g->refs++;
+	if (!r) {
+		g->refs++;
+		x->graph = g;
+		x->alive = true;
+		execs[nexecs++] = x;
+		*pexec = x;
+	}
 	pthread_mutex_unlock(&sim_sched_lock);
-	x->graph = g;
-	x->alive = true;
-	*pexec = x;
-	return CUDA_SUCCESS;
+	if (r)
+		free(x);
+	return r;
 }
 
 static CUresult graph_launch(CUgraphExec x, CUstream h, bool ptsz)
@@ -244,9 +266,12 @@ static CUresult graph_launch(CUgraphExec x, CUstream h, bool ptsz)
 	CUresult r = sim_stream_resolve(h, ptsz, &s);
 	if (r)
 		return r;
-	if (!x || !x->alive)
+	pthread_mutex_lock(&sim_sched_lock);
+	bool ok = exec_known(x);
+	pthread_mutex_unlock(&sim_sched_lock);
+	if (!ok)
 		return CUDA_ERROR_INVALID_VALUE;
-	/* The graph cannot change once instantiated here, so its ops are read without a copy. */
+	/* The graph's ops do not change once captured; each launch queues copies of them. */
 	for (size_t i = 0; i < x->graph->n && !r; i++)
 		r = sim_enqueue(s, &x->graph->ops[i]);
 	return r;
@@ -267,10 +292,14 @@ SIM_API CUresult cuGraphLaunch_ptsz(CUgraphExec x, CUstream h)
 SIM_API CUresult cuGraphExecDestroy(CUgraphExec x)
 {
 	SIM_BEGIN("cuGraphExecDestroy", CUDA_ERROR_UNKNOWN);
-	if (!x || !x->alive)
+	pthread_mutex_lock(&sim_sched_lock);
+	bool ok = exec_known(x);
+	if (ok)
+		x->alive = false; /* kept allocated: stale handles stay detectable */
+	pthread_mutex_unlock(&sim_sched_lock);
+	if (!ok)
 		return CUDA_ERROR_INVALID_VALUE;
-	x->alive = false;
-	/* Work already launched may still read the ops: wait for it. */
+	/* Launched work may still use the graph's memory, which may go with this reference. */
 	sim_device_sync(-1);
 	uintptr_t *owned;
 	size_t n;
@@ -278,7 +307,6 @@ SIM_API CUresult cuGraphExecDestroy(CUgraphExec x)
 	graph_put(x->graph, &owned, &n);
 	pthread_mutex_unlock(&sim_sched_lock);
 	graph_free_memory(x->graph, owned, n);
-	free(x);
 	return CUDA_SUCCESS;
 }
 

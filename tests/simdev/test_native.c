@@ -158,6 +158,7 @@ Test(native, arrays_are_device_memory)
 	cr_expect_eq(su_used(), base + 16 * MiB);
 	CU_OK(cuArrayDestroy(a));
 	cr_expect_eq(su_used(), base);
+	cr_expect_eq(cuArrayDestroy(a), CUDA_ERROR_INVALID_HANDLE, "destroyed twice");
 	d.NumChannels = 3;
 	cr_expect_eq(cuArrayCreate(&a, &d), CUDA_ERROR_INVALID_VALUE);
 }

@@ -219,6 +219,9 @@ Test(stream, capture_records_and_graph_replays)
 	CU_OK(cuGraphExecDestroy(x));
 	CU_OK(cuGraphDestroy(g));
 	cr_expect_eq(su_used(), before - GRAN, "the graph's memory goes with the graph");
+	cr_expect_eq(cuGraphExecDestroy(x), CUDA_ERROR_INVALID_VALUE, "destroyed twice");
+	cr_expect_eq(cuGraphLaunch(x, s), CUDA_ERROR_INVALID_VALUE);
+	cr_expect_eq(cuGraphDestroy(g), CUDA_ERROR_INVALID_VALUE);
 	cr_expect_eq(cuStreamBeginCapture(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_GLOBAL),
 		     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
 }
