@@ -385,7 +385,7 @@ SIM_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t size, CUmemor
 					 CUstream h)
 {
 	SIM_BEGIN("cuMemAllocFromPoolAsync", CUDA_ERROR_OUT_OF_MEMORY);
-	if (!pool)
+	if (!sim_pool_valid(pool))
 		return CUDA_ERROR_INVALID_VALUE;
 	return alloc_async(dptr, size, pool, h, false);
 }
@@ -394,7 +394,7 @@ SIM_API CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t size, CU
 					      CUstream h)
 {
 	SIM_BEGIN("cuMemAllocFromPoolAsync_ptsz", CUDA_ERROR_OUT_OF_MEMORY);
-	if (!pool)
+	if (!sim_pool_valid(pool))
 		return CUDA_ERROR_INVALID_VALUE;
 	return alloc_async(dptr, size, pool, h, true);
 }
@@ -471,5 +471,5 @@ SIM_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
 {
 	SIM_BEGIN("cuMemPoolTrimTo", CUDA_ERROR_UNKNOWN);
 	(void)keep;
-	return pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	return sim_pool_valid(pool) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }

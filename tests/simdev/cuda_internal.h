@@ -104,6 +104,7 @@ CUresult sim_device_sync(int dev);
 bool sim_ctx_capturing(struct CUctx_st *ctx);
 struct CUstream_st *sim_stream_new(struct CUctx_st *ctx, unsigned flags, int priority, bool legacy);
 struct CUmemPoolHandle_st *sim_default_pool(int dev);
+bool sim_pool_valid(const struct CUmemPoolHandle_st *pool); /* one of the default pools */
 int sim_worker_device(void);
 
 /* Check that the stream's device may touch [p, p+n); map to a CUresult. */

@@ -35,6 +35,14 @@ struct CUmemPoolHandle_st *sim_default_pool(int dev)
 	return &pools[dev];
 }
 
+bool sim_pool_valid(const struct CUmemPoolHandle_st *pool)
+{
+	for (int d = 0; d < sim_device_count(); d++)
+		if (pool == &pools[d])
+			return true;
+	return false;
+}
+
 /* fork: the child has no worker threads. Its streams start empty and get new workers on first
  * use (the parent's queued work stays the parent's), and no lock is left held by a thread that
  * does not exist there. */

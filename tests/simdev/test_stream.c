@@ -175,6 +175,8 @@ Test(stream, free_async_takes_effect_in_stream_order)
 	CU_OK(cuStreamSynchronize(s));
 	cr_expect_eq(su_used(), base);
 	CU_OK(cuMemPoolTrimTo(pool, 0));
+	int not_a_pool;
+	cr_expect_eq(cuMemPoolTrimTo((CUmemoryPool)(void *)&not_a_pool, 0), CUDA_ERROR_INVALID_VALUE);
 	CUdeviceptr e;
 	CU_OK(cuMemAllocFromPoolAsync_ptsz(&e, 100, pool, NULL));
 	CU_OK(cuMemFreeAsync_ptsz(e, NULL));
