@@ -96,6 +96,10 @@ API aclError aclrtSynchronizeStream(aclrtStream stream)
 	return ACL_SUCCESS;
 }
 
+/* Streams are tokens (work runs at once); the live ones are listed so bad handles are refused. */
+static void **streams;
+static size_t nstreams, capstreams;
+
 API aclError aclrtCreateStream(aclrtStream *stream)
 {
 	SIM_BEGIN("aclrtCreateStream", INTERNAL);
@@ -105,14 +109,40 @@ API aclError aclrtCreateStream(aclrtStream *stream)
 		return e;
 	if (!stream)
 		return ACL_ERROR_INVALID_PARAM;
-	*stream = malloc(1);
-	return *stream ? ACL_SUCCESS : OOM;
+	void *token = malloc(1);
+	pthread_mutex_lock(&sim_lock);
+	if (token && nstreams == capstreams) {
+		size_t cap = capstreams ? capstreams * 2 : 16;
+		void **v = realloc(streams, cap * sizeof(*v));
+		if (v) {
+			streams = v;
+			capstreams = cap;
+		}
+	}
+	bool ok = token && nstreams < capstreams;
+	if (ok)
+		streams[nstreams++] = token;
+	pthread_mutex_unlock(&sim_lock);
+	if (!ok) {
+		free(token);
+		return OOM;
+	}
+	*stream = token;
+	return ACL_SUCCESS;
 }
 
 API aclError aclrtDestroyStream(aclrtStream stream)
 {
 	SIM_BEGIN("aclrtDestroyStream", INTERNAL);
-	if (!stream)
+	bool found = false;
+	pthread_mutex_lock(&sim_lock);
+	for (size_t i = 0; i < nstreams && !found; i++)
+		if (streams[i] == stream) {
+			streams[i] = streams[--nstreams];
+			found = true;
+		}
+	pthread_mutex_unlock(&sim_lock);
+	if (!found)
 		return ACL_ERROR_INVALID_PARAM;
 	free(stream);
 	return ACL_SUCCESS;

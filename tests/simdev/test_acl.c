@@ -65,6 +65,12 @@ Test(acl, malloc_copy_free)
 	ACL_OK(aclrtFree(a));
 	ACL_OK(aclrtFree(b));
 	ACL_OK(aclrtSynchronizeDevice());
+	aclrtStream st;
+	ACL_OK(aclrtCreateStream(&st));
+	ACL_OK(aclrtMemcpyAsync(out, sizeof(out), in, sizeof(in), ACL_MEMCPY_HOST_TO_HOST, st));
+	ACL_OK(aclrtSynchronizeStream(st));
+	ACL_OK(aclrtDestroyStream(st));
+	cr_expect_eq(aclrtDestroyStream(st), ACL_ERROR_INVALID_PARAM, "destroyed twice");
 	ACL_OK(aclFinalize());
 }
 
