@@ -10,6 +10,7 @@
  *   rewrite            give every buffer new random contents (after a discard)
  *   touch              a cudaMemcpy of buffer 0 on another thread; answers "touched ok" when it
  *                      completes (which, while asleep, is after wake)
+ *   dtouch             the same with the driver API (cuMemcpyDtoH) -> "dtouched ok"
  *   kernel             a cuLaunchHostFunc "kernel" that reads buffer 0 on the device's stream
  *                      (simdev runs host functions on its stream worker), waited with
  *                      cuStreamSynchronize -> "kernel ok"
@@ -26,6 +27,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,6 +232,28 @@ static void *touch_main(void *arg)
 	return NULL;
 }
 
+static void *dtouch_main(void *arg)
+{
+	unsigned char *h = malloc(bufs[0].size);
+	CUcontext ctx = NULL;
+	CUresult rc;
+	bool ok;
+
+	(void)arg;
+	/* A new thread has no current context: the driver API needs the device's primary one. */
+	rc = cuDevicePrimaryCtxRetain(&ctx, 0);
+	if (!rc)
+		rc = cuCtxSetCurrent(ctx);
+	if (!rc && h)
+		rc = cuMemcpyDtoH(h, (CUdeviceptr)(uintptr_t)bufs[0].dev, bufs[0].size);
+	ok = h && !rc && fnv1a(h, bufs[0].size) == bufs[0].sum;
+	if (rc)
+		fprintf(stderr, "ctl_target: dtouch: CUresult %d\n", (int)rc);
+	free(h);
+	say(ok ? "dtouched ok" : "dtouched corrupt");
+	return NULL;
+}
+
 struct kernel_args {
 	const unsigned char *dev;
 	size_t size;
@@ -392,6 +416,11 @@ int main(void)
 			pthread_t t;
 
 			pthread_create(&t, NULL, touch_main, NULL);
+			pthread_detach(t);
+		} else if (!strcmp(a, "dtouch") && nbufs) {
+			pthread_t t;
+
+			pthread_create(&t, NULL, dtouch_main, NULL);
 			pthread_detach(t);
 		} else if (!strcmp(a, "kernel"))
 			cmd_kernel();

@@ -244,6 +244,11 @@ Test(sleep, a_copy_while_asleep_waits_for_wake, .timeout = 60)
 	touch_waits("touch", "touched ok");
 }
 
+Test(sleep, a_driver_copy_while_asleep_waits_for_wake, .timeout = 60)
+{
+	touch_waits("dtouch", "dtouched ok");
+}
+
 Test(sleep, a_kernel_while_asleep_waits_for_wake, .timeout = 60)
 {
 	touch_waits("kernel", "kernel ok");
