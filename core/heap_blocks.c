@@ -189,19 +189,20 @@ static struct blk *find_rounded(struct arena *a, size_t size)
 
 struct blk *free_index_find(struct arena *a, size_t size)
 {
-	struct blk *b = find_rounded(a, size);
+	struct blk *b, *best = NULL;
 	unsigned fl, sl;
 	int walked = 0;
 
-	if (b)
-		return b;
-	/* Good fit found nothing: the list that holds `size` itself may still have a block that
-	 * fits (best fit over a bounded walk) before the heap grows. */
+	/* Best fit within the list that holds `size` itself (a bounded walk): blocks there
+	 * differ by less than 1/16, and taking the tightest keeps larger blocks whole. */
 	mapping(size, &fl, &sl);
-	for (b = a->lists[fl][sl]; b && walked < 64; b = b->fnext, walked++)
-		if (b->size >= size)
-			return b;
-	return NULL;
+	for (b = a->lists[fl][sl]; b && walked < 16; b = b->fnext, walked++)
+		if (b->size >= size && (!best || b->size < best->size))
+			best = b;
+	if (best)
+		return best;
+	/* Good fit: the first block of the next non-empty list, O(1). */
+	return find_rounded(a, size);
 }
 
 struct blk *blk_split(struct devheap *dh, struct blk *b, size_t size)
