@@ -128,32 +128,71 @@ static vmm_status handle_ranges(vmm_app_registry *reg, struct app_handle *h, str
 	return st;
 }
 
-/* Copy the contents of hs (out: to their backups; in: back) one device at a time. */
+struct dev_copy {
+	vmm_copy_engine *ce;
+	struct range_buf b;
+	bool out;
+	vmm_status st;
+	vmm_error err;
+	uint64_t bytes;
+};
+
+static void *dev_copy_run(void *arg)
+{
+	struct dev_copy *dc = arg;
+	vmm_copy_stats cs;
+
+	dc->st = dc->out ? vmm_copy_out(dc->ce, dc->b.r, dc->b.n, &cs, &dc->err) :
+			   vmm_copy_in(dc->ce, dc->b.r, dc->b.n, &cs, &dc->err);
+	if (!dc->st)
+		dc->bytes = cs.bytes;
+	return NULL;
+}
+
+/* Copy the contents of hs (out: to their backups; in: back). Each device has its own engine and
+ * link: with more than one device the copies run side by side, one thread per device. */
 static vmm_status copy_handles(vmm_app_registry *reg, struct app_handle **hs, size_t n, bool out,
 			       uint64_t *copied, vmm_error *err)
 {
-	struct range_buf b = { 0 };
+	struct dev_copy *dc = calloc(VMM_MAX_DEVICES, sizeof(*dc));
+	pthread_t th[VMM_MAX_DEVICES];
+	bool started[VMM_MAX_DEVICES] = { false };
+	int ndev = 0;
 	vmm_status st = VMM_OK;
 
+	if (!dc)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a copy plan");
 	for (int d = 0; d < VMM_MAX_DEVICES && !st; d++) {
-		vmm_copy_engine *ce;
-		vmm_copy_stats cs;
-
-		b.n = 0;
+		dc[d].out = out;
 		for (size_t i = 0; i < n && !st; i++)
 			if (hs[i]->dev == d && hs[i]->backup.ptr)
-				st = handle_ranges(reg, hs[i], &b, err);
-		if (st || !b.n)
+				st = handle_ranges(reg, hs[i], &dc[d].b, err);
+		if (!st && dc[d].b.n) {
+			st = engine_of(reg, d, &dc[d].ce, err);
+			ndev++;
+		}
+	}
+	for (int d = 0; d < VMM_MAX_DEVICES && !st; d++) {
+		if (!dc[d].b.n)
 			continue;
-		st = engine_of(reg, d, &ce, err);
-		if (!st)
-			st = out ? vmm_copy_out(ce, b.r, b.n, &cs, err) :
-				   vmm_copy_in(ce, b.r, b.n, &cs, err);
-		if (!st)
-			*copied += cs.bytes;
+		if (ndev > 1 && hb_thread_create(&th[d], dev_copy_run, &dc[d]) == 0)
+			started[d] = true;
+		else
+			dev_copy_run(&dc[d]);
+	}
+	for (int d = 0; d < VMM_MAX_DEVICES; d++) {
+		if (started[d])
+			pthread_join(th[d], NULL);
+		if (!st && dc[d].b.n && dc[d].st) {
+			st = dc[d].st;
+			if (err)
+				*err = dc[d].err;
+		}
+		*copied += dc[d].bytes;
+		free(dc[d].b.r);
 	}
 	temp_unmap_all(reg, hs, n);
-	free(b.r);
+	free(dc);
 	return st;
 }
 

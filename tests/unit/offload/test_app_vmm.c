@@ -360,6 +360,35 @@ Test(app, peers_regain_access, .init = setup, .fini = teardown)
 	expect_scene_intact();
 }
 
+Test(app, two_devices_sleep_and_wake_together, .init = setup, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	char *p = malloc(6 * MiB);
+	vmm_phys h = prog_create(reg, 6 * MiB, 1, 0);
+	vmm_devptr va = prog_reserve(6 * MiB);
+	uint64_t used1;
+
+	build_scene();
+	t_pattern(p, 6 * MiB, 55);
+	prog_map(reg, va, 6 * MiB, 0, h);
+	prog_access(reg, va, 6 * MiB, 3u);
+	t_write(&td, va, p, 6 * MiB);
+	used1 = t_dev_used(&td, 1);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(res.bytes_released, 28 * MiB);
+	cr_expect_eq(res.bytes_copied, 28 * MiB);
+	cr_expect_eq(t_dev_used(&td, 1), used1 - 6 * MiB);
+	cr_expect(vmm_app_is_asleep(reg, 1));
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(res.bytes_copied, 28 * MiB);
+	expect_dev(va, p, 6 * MiB, "device 1's handle");
+	cr_expect_eq(cu.check_access(1, (void *)va, 6 * MiB), 0);
+	cr_expect_eq(cu.check_access(0, (void *)va, 6 * MiB), 0);
+	expect_scene_intact();
+	free(p);
+}
+
 Test(app, device_selection_tags_and_bad_input, .init = setup, .fini = teardown)
 {
 	vmm_transfer_result res;
