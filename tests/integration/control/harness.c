@@ -16,6 +16,29 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Targets not yet freed, for harness_cleanup. */
+#define MAX_LIVE 8
+static struct target *live[MAX_LIVE];
+
+static void track(struct target *t, bool on)
+{
+	for (int i = 0; i < MAX_LIVE; i++) {
+		if (on && !live[i]) {
+			live[i] = t;
+			return;
+		}
+		if (!on && live[i] == t)
+			live[i] = NULL;
+	}
+}
+
+void harness_cleanup(void)
+{
+	for (int i = 0; i < MAX_LIVE; i++)
+		if (live[i])
+			target_kill(live[i]); /* untracks it */
+}
+
 double now_s(void)
 {
 	struct timespec ts;
@@ -68,6 +91,7 @@ struct target *target_start(const char *const *env)
 	}
 	close(in[0]);
 	close(out[1]);
+	track(t, true);
 	t->in_fd = in[1];
 	t->out_fd = out[0];
 	if (t->pid < 0 || target_read(t, line, sizeof(line), 10000) || strncmp(line, "ready", 5)) {
@@ -143,6 +167,7 @@ void target_free(struct target *t)
 
 	if (!t)
 		return;
+	track(t, false);
 	close(t->in_fd);
 	close(t->out_fd);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->run_dir);

@@ -29,6 +29,9 @@ int target_stop(struct target *t, int timeout_ms);
 /* Kill without asking, then clean up. */
 void target_kill(struct target *t);
 void target_free(struct target *t);
+/* Kill every target still running and remove its folder: a test's fini, so that a failed
+ * assertion leaves nothing behind. */
+void harness_cleanup(void);
 /* The shim's log (the target's stderr). */
 void target_log(const struct target *t, char *buf, size_t cap);
 /* The target's socket path. */

@@ -14,6 +14,11 @@
 
 #include "harness.h"
 
+TestSuite(protocol, .fini = harness_cleanup);
+TestSuite(vmmctl, .fini = harness_cleanup);
+TestSuite(socket, .fini = harness_cleanup);
+TestSuite(api, .fini = harness_cleanup);
+
 static struct ctl_out o;
 static char reply[1 << 16];
 

@@ -12,6 +12,8 @@
 
 #include "harness.h"
 
+TestSuite(sleep, .fini = harness_cleanup);
+
 #define MIB (1024 * 1024)
 
 static struct ctl_out o; /* large: static, one test per process */
