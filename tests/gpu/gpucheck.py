@@ -396,7 +396,7 @@ class Matrix:
         return r
 
     def compare_row(self, name, argv, extra=None, timeout=90, need_managed=True,
-                    recheck_native=False):
+                    recheck_native=False, min_share=0.9):
         if not self.want(name):
             return None
         if self.left() < 30:
@@ -445,7 +445,7 @@ class Matrix:
                                f"{shm.get('ctl_text', '')})")
             if managed is None:
                 reasons.append("managed bytes unknown (no vmmctl status, no exit summary)")
-            elif hold and managed < 0.9 * hold:
+            elif hold and managed < min_share * hold:
                 reasons.append(f"shim manages {managed / MIB:.0f} MiB of the "
                                f"{hold / MIB:.0f} MiB the program holds")
         detail = ""
@@ -501,7 +501,10 @@ class Matrix:
         self.compare_row("--default-stream per-thread", [f"{b}/alloc_ptds"])
         self.compare_row("-lcuda driver API", [f"{b}/driver_api", f"{b}/driver_kernels.fatbin"])
         self.compare_row("cuBLAS GEMM", [f"{b}/cublas_gemm"])
-        self.compare_row("CUDA graph capture+replay", [f"{b}/graph"])
+        # Allocations made while a stream is captured stay graph memory nodes of the driver (by
+        # design: their lifetime follows the graph), so only the buffer allocated before capture
+        # (half of what the program holds) is the shim's.
+        self.compare_row("CUDA graph capture+replay", [f"{b}/graph"], min_share=0.45)
 
     def torch_rows(self):
         train = [sys.executable, os.path.join(self.a.root, "tests/gpu/train.py"), "--mode",
