@@ -535,6 +535,7 @@ static vmm_status free_common(vmm_core *core, vmm_devptr ptr, vmm_stream stream,
 	/* Quarantine: reused only after a device sync that began after this free, or at once on
 	 * the same stream for stream-ordered frees. */
 	r->quarantined = true;
+	r->stream_ordered = on_stream;
 	r->stream = on_stream ? stream : NULL;
 	if (!r->slab)
 		r->blk->state = BLK_QUAR;
@@ -568,7 +569,7 @@ static struct alloc *stream_reuse(struct arena *a, size_t size, vmm_stream strea
 	int scanned = 0;
 
 	for (struct alloc *r = a->quar_head; r && scanned < 64; r = r->qnext, scanned++) {
-		if (r->stream != stream)
+		if (!r->stream_ordered || r->stream != stream)
 			continue;
 		if (cls >= 0 ? (r->slab && r->slab->cls == cls) :
 			       (!r->slab && r->usable >= usable && r->usable / 2 <= usable))
@@ -592,7 +593,7 @@ vmm_status vmm_malloc_on_stream(vmm_core *core, int dev, size_t size, const char
 		return err ? err->status : VMM_E_INVALID;
 	pthread_mutex_lock(&dh->lock);
 	a = arena_find(dh, tag, true, err);
-	r = a && !a->asleep && stream ? stream_reuse(a, size, stream) : NULL;
+	r = a && !a->asleep ? stream_reuse(a, size, stream) : NULL;
 	if (r) {
 		if (r->qprev)
 			r->qprev->qnext = r->qnext;
@@ -603,6 +604,7 @@ vmm_status vmm_malloc_on_stream(vmm_core *core, int dev, size_t size, const char
 		a->quar_bytes -= r->usable;
 		dh->quar_total -= r->usable;
 		r->quarantined = false;
+		r->stream_ordered = false;
 		r->stream = NULL;
 		r->size = size;
 		if (!r->slab)

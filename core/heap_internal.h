@@ -56,7 +56,8 @@ struct alloc {
 	struct slab *slab;      /* NULL for large allocations */
 	uint32_t slot;
 	bool quarantined;
-	vmm_stream stream;      /* freed on this stream (stream-ordered reuse) */
+	bool stream_ordered;    /* freed on `stream` (which may be the NULL default stream) */
+	vmm_stream stream;
 	struct alloc *hnext;    /* hash chain */
 	struct alloc *qprev, *qnext;
 };

@@ -246,6 +246,14 @@ Test(heap_basic, stream_ordered_reuse_is_immediate)
 	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 500, NULL, s1, &q, NULL), VMM_OK);
 	cr_assert_eq(q, p);
 	cr_assert_eq(t_stats(&t, 0, NULL).live_count, 2);
+	/* The legacy default stream (NULL) is a stream too; a plain free is not stream-ordered. */
+	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 5 * MiB, NULL, NULL, &p, NULL), VMM_OK);
+	cr_assert_eq(vmm_free_on_stream(t.core, p, NULL, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 5 * MiB, NULL, NULL, &q, NULL), VMM_OK);
+	cr_assert_eq(q, p, "reused on the default stream");
+	cr_assert_eq(vmm_free(t.core, q, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 5 * MiB, NULL, NULL, &r, NULL), VMM_OK);
+	cr_assert(r != q || t_stats(&t, 0, NULL).syncs > 0, "a plain free waits for a sync");
 	t_close(&t);
 }
 
