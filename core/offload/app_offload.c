@@ -150,14 +150,15 @@ static void *dev_copy_run(void *arg)
 }
 
 /* Copy the contents of hs (out: to their backups; in: back). Each device has its own engine and
- * link: with more than one device the copies run side by side, one thread per device. */
+ * link: the copies run side by side, one thread per device. A fresh thread also has no current
+ * context: the driver checks an async copy against the current context, not the stream's, and
+ * fails it when they differ (NVIDIA/cccl#9615); the caller may have another device's current. */
 static vmm_status copy_handles(vmm_app_registry *reg, struct app_handle **hs, size_t n, bool out,
 			       uint64_t *copied, vmm_error *err)
 {
 	struct dev_copy *dc = calloc(VMM_MAX_DEVICES, sizeof(*dc));
 	pthread_t th[VMM_MAX_DEVICES];
 	bool started[VMM_MAX_DEVICES] = { false };
-	int ndev = 0;
 	vmm_status st = VMM_OK;
 
 	if (!dc)
@@ -167,15 +168,13 @@ static vmm_status copy_handles(vmm_app_registry *reg, struct app_handle **hs, si
 		for (size_t i = 0; i < n && !st; i++)
 			if (hs[i]->dev == d && hs[i]->backup.ptr)
 				st = handle_ranges(reg, hs[i], &dc[d].b, err);
-		if (!st && dc[d].b.n) {
+		if (!st && dc[d].b.n)
 			st = engine_of(reg, d, &dc[d].ce, err);
-			ndev++;
-		}
 	}
 	for (int d = 0; d < VMM_MAX_DEVICES && !st; d++) {
 		if (!dc[d].b.n)
 			continue;
-		if (ndev > 1 && hb_thread_create(&th[d], dev_copy_run, &dc[d]) == 0)
+		if (hb_thread_create(&th[d], dev_copy_run, &dc[d]) == 0)
 			started[d] = true;
 		else
 			dev_copy_run(&dc[d]);
