@@ -98,6 +98,29 @@ static int collect_parts(shim_runtime *rt, bool with_app, struct part *p)
 	return n;
 }
 
+/* Keep the parts that have memory on dev (-1: all): a process using CUDA and Ascend has device
+ * numbers on each side, and one side lacking dev is not an error of the other. */
+static int parts_with_device(struct part *p, int n, int dev)
+{
+	int k = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (dev >= 0 && p[i].asleep == core_asleep &&
+		    !(vmm_devices_used(p[i].obj) & (1u << dev)))
+			continue;
+		p[k++] = p[i];
+	}
+	/* Only the app registry left: it has memory there only if it says so. */
+	if (k == 1 && dev >= 0 && p[0].asleep == app_asleep) {
+		vmm_app_stats as;
+
+		vmm_app_stats_get(p[0].obj, dev, &as);
+		if (!as.handles)
+			k = 0;
+	}
+	return k;
+}
+
 static double now_seconds(void)
 {
 	struct timespec ts;
@@ -242,6 +265,14 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, i
 		}
 	}
 	n = collect_parts(rt, opts->tag == NULL, parts);
+	n = parts_with_device(parts, n, opts->device);
+	if (!n) {
+		if (!was_held)
+			gate_open();
+		pthread_mutex_unlock(&ctl_lock);
+		return vmm_fail(err, VMM_E_INVALID, 0,
+				"device %d has no memory managed by vmmshim", opts->device);
+	}
 	for (int i = 0; i < n; i++) {
 		memset(&part_res, 0, sizeof(part_res));
 		s = parts[i].sleep(parts[i].obj, opts, &part_res, err);
@@ -310,6 +341,12 @@ vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer
 	if ((s = lock_control(err, &rt)))
 		return s;
 	n = collect_parts(rt, opts->tag == NULL, parts);
+	n = parts_with_device(parts, n, opts->device);
+	if (!n) {
+		pthread_mutex_unlock(&ctl_lock);
+		return vmm_fail(err, VMM_E_INVALID, 0,
+				"device %d has no memory managed by vmmshim", opts->device);
+	}
 	for (int i = n - 1; i >= 0; i--) {
 		memset(&part_res, 0, sizeof(part_res));
 		s = parts[i].wake(parts[i].obj, opts, &part_res, err);

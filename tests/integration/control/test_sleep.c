@@ -553,3 +553,21 @@ Test(sleep, a_sleep_that_fails_half_way_rolls_back, .timeout = 60)
 	cmd_ok(t, "check", "ok 6");
 	finish(t);
 }
+
+Test(sleep, a_device_without_memory_is_an_error_that_changes_nothing, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	char s[32];
+
+	cmd_ok(t, "alloc 2 1000000", "ok");
+	vmmctl_run(&o, t->run_dir, -1, "--json sleep %d --device 3", (int)t->pid);
+	cr_expect_eq(o.code, 1, "%d %s", o.code, o.out);
+	cr_expect(strstr(o.out, "device 3"), "%s", o.out);
+	vmmctl_run(&o, t->run_dir, -1, "wake %d --device 3", (int)t->pid);
+	cr_expect_eq(o.code, 1, "%d %s", o.code, o.err);
+	status(t);
+	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "awake"));
+	cr_expect(strstr(o.out, "\"held\": false"), "%s", o.out);
+	cmd_ok(t, "check", "ok 2");
+	finish(t);
+}
