@@ -45,6 +45,9 @@ struct vmm_app_registry {
 };
 
 struct app_handle *app_find(vmm_app_registry *reg, vmm_phys app);
+/* Sleep must leave h resident: exported or imported, or mapped in part where the backend cannot
+ * map part of a handle again (no map_at). */
+bool app_unreleasable(vmm_app_registry *reg, struct app_handle *h);
 /* The mappings of h, in offset order (caller frees); NULL with *n = 0 when it has none. */
 struct app_map **app_maps_of(vmm_app_registry *reg, struct app_handle *h, size_t *n);
 

@@ -1,6 +1,6 @@
 /* Sleep and wake of the program's own VMM handles (app_vmm.h). Sleep: synchronize, copy each
  * handle's contents to its host backup (once per handle even when it is mapped several times),
- * unmap every mapping, release the handle; exported handles stay. Wake: check device memory,
+ * unmap every mapping, release the handle; unreleasable ones stay. Wake: check device memory,
  * re-create each handle as the same kind, map every mapping at its address and offset, re-grant
  * the same access, copy back. A handle whose contents are not all reachable through mappings the
  * owner can read is copied through a temporary whole-handle mapping. Failures roll back. */
@@ -342,7 +342,7 @@ undo:
 	return st;
 }
 
-/* The handles an operation covers: selected, not exported, and asleep or not as asked. */
+/* The handles an operation covers: selected, releasable, and asleep or not as asked. */
 static struct app_handle **pick(vmm_app_registry *reg, const vmm_sleep_opts *o, bool asleep,
 				size_t *n, uint64_t *bytes, uint64_t *exported_bytes)
 {
@@ -357,7 +357,7 @@ static struct app_handle **pick(vmm_app_registry *reg, const vmm_sleep_opts *o, 
 
 		if (!selected(h, o))
 			continue;
-		if (h->exported) {
+		if (!asleep && app_unreleasable(reg, h)) {
 			*exported_bytes += h->size;
 			continue;
 		}
@@ -390,22 +390,6 @@ static vmm_status sleep_handles(vmm_app_registry *reg, struct app_handle **hs, s
 	size_t done = 0;
 	vmm_status st;
 
-	/* Refuse what wake could not rebuild, before anything changes. */
-	for (size_t i = 0; i < n && !be->map_at; i++) {
-		size_t nm = 0;
-		struct app_map **ms = app_maps_of(reg, hs[i], &nm);
-
-		for (size_t j = 0; j < nm; j++)
-			if (ms[j]->offset || ms[j]->size != hs[i]->size) {
-				unsigned long long va = ms[j]->va;
-
-				free(ms);
-				return vmm_fail(err, VMM_E_UNSUPPORTED, 0,
-						"the %s backend cannot re-map part of a handle: the "
-						"program's mapping at %#llx stays awake", be->name, va);
-			}
-		free(ms);
-	}
 	for (int d = 0; d < VMM_MAX_DEVICES; d++) {
 		bool used = false;
 
@@ -496,7 +480,7 @@ vmm_status vmm_app_sleep(vmm_app_registry *reg, const vmm_sleep_opts *opts,
 	}
 	if (!n) {
 		st = vmm_fail(err, VMM_E_ALREADY, 0, "no app VMM handle to sleep%s",
-			      exported ? " (exported handles stay resident)" : "");
+			      exported ? " (exported, imported or partly mapped handles stay)" : "");
 		res->already = true;
 	} else {
 		st = sleep_handles(reg, hs, n, opts && opts->discard, &res->bytes_copied, err);
@@ -508,7 +492,8 @@ vmm_status vmm_app_sleep(vmm_app_registry *reg, const vmm_sleep_opts *opts,
 	pthread_mutex_unlock(&reg->lock);
 	free(hs);
 	if (exported)
-		vmm_log(VMM_LOG_INFO, "%llu bytes of exported app handles stay resident",
+		vmm_log(VMM_LOG_INFO, "%llu bytes of app handles stay resident (exported, imported, "
+			"or mapped in part where the backend cannot re-map part of a handle)",
 			(unsigned long long)exported);
 	res->seconds = vmm_now_s() - t0;
 	return st;

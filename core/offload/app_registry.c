@@ -138,6 +138,18 @@ struct app_map **app_maps_of(vmm_app_registry *reg, struct app_handle *h, size_t
 	return v;
 }
 
+bool app_unreleasable(vmm_app_registry *reg, struct app_handle *h)
+{
+	if (h->exported)
+		return true;
+	if (reg->be->map_at || !h->nmaps)
+		return false;
+	for (size_t i = 0; i < reg->nm; i++)
+		if (reg->maps[i].h == h && (reg->maps[i].offset || reg->maps[i].size != h->size))
+			return true;
+	return false;
+}
+
 static bool value_taken(vmm_app_registry *reg, vmm_phys v)
 {
 	return app_find(reg, v) != NULL;
@@ -434,7 +446,7 @@ void vmm_app_stats_get(vmm_app_registry *reg, int dev, vmm_app_stats *out)
 			out->asleep_bytes += h->size;
 		if (h->backup.ptr)
 			out->host_backup_bytes += h->backup.size;
-		if (h->exported)
+		if (app_unreleasable(reg, h))
 			out->unreleasable_bytes += h->size;
 	}
 	for (size_t i = 0; i < reg->nm; i++)

@@ -318,6 +318,24 @@ Test(app, imported_handle_stays_and_is_reported, .init = setup, .fini = teardown
 	prog_release(reg, imp);
 }
 
+Test(app, partial_mappings_stay_when_the_backend_cannot_remap_them, .init = setup,
+     .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	vmm_app_stats s;
+
+	build_scene();
+	td.be->map_at = NULL;   /* like Ascend: whole handles at offset 0 only */
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(res.bytes_released, 8 * MiB, "only H1 is mapped whole");
+	vmm_app_stats_get(reg, 0, &s);
+	cr_expect_eq(s.unreleasable_bytes, 14 * MiB, "H2 and H3 are reported");
+	expect_dev(sc.va3, sc.p2, 4 * MiB, "H2 stays mapped");
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	expect_scene_intact();
+}
+
 Test(app, discard_skips_copies, .init = setup, .fini = teardown)
 {
 	vmm_transfer_result res;
