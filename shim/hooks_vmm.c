@@ -42,10 +42,16 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	/* Only device memory is ours to sleep; host-NUMA handles (NCCL) stay the program's. */
 	if (r == CUDA_SUCCESS && reg && handle && prop &&
 	    prop->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-		vmm_app_created(reg, (vmm_phys)*handle, size, prop->location.id, prop,
-				sizeof(*prop));
-		vmm_log(VMM_LOG_DEBUG, "app VMM: recorded handle 0x%llx (%zu bytes, device %d)",
-			(unsigned long long)*handle, size, prop->location.id);
+		/* The program gets the registry's value: after a wake the driver may hand out a
+		 * value the program still holds for a re-created handle. */
+		vmm_phys value = vmm_app_created_value(reg, (vmm_phys)*handle, size,
+						       prop->location.id, prop, sizeof(*prop));
+
+		vmm_log(VMM_LOG_DEBUG, "app VMM: recorded handle 0x%llx as 0x%llx (%zu bytes, device %d)",
+			(unsigned long long)*handle, (unsigned long long)value, size,
+			prop->location.id);
+		if (value)
+			*handle = (CUmemGenericAllocationHandle)value;
 	}
 	gate_leave();
 	return r;
@@ -162,8 +168,13 @@ CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
 {
 	CUresult r;
 
+	vmm_app_registry *reg;
+
 	gate_enter();
+	reg = registry_peek();
 	r = CALL_REAL(cuMemRetainAllocationHandle, (handle, addr));
+	if (r == CUDA_SUCCESS && reg && handle)
+		*handle = (CUmemGenericAllocationHandle)vmm_app_program_handle(reg, (vmm_phys)*handle);
 	gate_leave();
 	return r;
 }

@@ -106,7 +106,7 @@ static void side_ready_locked(void)
 				"the driver at exit instead");
 		pthread_atfork(NULL, NULL, in_child);
 	}
-	if (!control_started && rt.cfg.control && shim_control_start) {
+	if (!control_started && rt.cfg.control) {
 		control_started = true;
 		vmm_error_clear(&err);
 		if (shim_control_start(&rt, &err))
@@ -149,9 +149,7 @@ static int create_cuda_locked(void)
 		rt.cuda = NULL;
 		return SIDE_UNAVAILABLE;
 	}
-	if (!vmm_app_registry_create) {
-		rt.cuda_app = NULL;
-	} else if (vmm_app_registry_create(rt.cuda, &rt.cuda_app, &err)) {
+	if (vmm_app_registry_create(rt.cuda, &rt.cuda_app, &err)) {
 		vmm_log(VMM_LOG_WARN, "the program's own VMM mappings will not be tracked: %s",
 			err.msg);
 		rt.cuda_app = NULL;

@@ -18,19 +18,6 @@ enum shim_pass_kind {
 	PASS_ACL_FREE,
 };
 
-/* Weak, so that the shim links and runs (as an allocator only) in a tree where the registry of the
- * program's own VMM calls (core/offload) or the control server (shim/control) is not built yet. */
-#pragma weak vmm_app_registry_create
-#pragma weak vmm_app_registry_destroy
-#pragma weak vmm_app_created
-#pragma weak vmm_app_exported
-#pragma weak vmm_app_released
-#pragma weak vmm_app_mapped
-#pragma weak vmm_app_unmapped
-#pragma weak vmm_app_access_set
-#pragma weak vmm_app_real_handle
-#pragma weak shim_control_start
-
 /* Count an allocation (or free) the shim left to the driver. */
 void shim_count_passthrough(enum shim_pass_kind kind, size_t bytes);
 
