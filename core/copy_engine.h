@@ -52,6 +52,9 @@ vmm_status vmm_host_buf_alloc(vmm_backend *be, size_t size, int provision_now, v
 void vmm_host_buf_free(vmm_backend *be, vmm_host_buf *buf);
 /* Bytes of buf that are registered with the backend now. */
 size_t vmm_host_buf_pinned_bytes(const vmm_host_buf *buf);
+/* Host backups are pinned in segments of this many bytes (default 1 GiB: the driver's cost is per
+ * registration call). Affects buffers allocated afterwards. VMM_E_INVALID unless a multiple of 2 MiB. */
+vmm_status vmm_host_buf_set_segment_bytes(size_t bytes, vmm_error *err);
 /* Host bytes that could be had now: MemAvailable, or less where this process's cgroup limits
  * memory. */
 uint64_t vmm_host_available_bytes(void);

@@ -3,6 +3,7 @@
  * either at once or segment by segment by the copy engine on first use. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,23 @@
 #include "offload_internal.h"
 
 /* Left to the rest of the system when a backup is sized against MemAvailable. */
+static _Atomic size_t seg_bytes = HB_SEG_DEFAULT;
+
+size_t hb_seg_bytes(void)
+{
+	return atomic_load_explicit(&seg_bytes, memory_order_relaxed);
+}
+
+vmm_status vmm_host_buf_set_segment_bytes(size_t bytes, vmm_error *err)
+{
+	if (bytes < HB_ALIGN || bytes % HB_ALIGN)
+		return vmm_fail(err, VMM_E_INVALID, 0,
+				"backup segment of %zu bytes: must be a non-zero multiple of %zu",
+				bytes, HB_ALIGN);
+	atomic_store(&seg_bytes, bytes);
+	return VMM_OK;
+}
+
 #define HOST_HEADROOM ((uint64_t)64 << 20)
 
 static pthread_mutex_t tab_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -210,15 +228,15 @@ static void tab_remove(struct hb_rec *r)
 
 size_t hb_seg_index(const struct hb_rec *r, const void *p)
 {
-	return (size_t)((const char *)p - r->base) / HB_SEG_BYTES;
+	return (size_t)((const char *)p - r->base) / hb_seg_bytes();
 }
 
 void hb_seg_bounds(const struct hb_rec *r, size_t seg, char **start, size_t *len)
 {
-	size_t off = seg * HB_SEG_BYTES;
+	size_t off = seg * hb_seg_bytes();
 
 	*start = r->base + off;
-	*len = r->size - off < HB_SEG_BYTES ? r->size - off : HB_SEG_BYTES;
+	*len = r->size - off < hb_seg_bytes() ? r->size - off : hb_seg_bytes();
 }
 
 bool hb_claim(struct hb_rec *r, size_t seg)
@@ -376,7 +394,7 @@ vmm_status vmm_host_buf_alloc(vmm_backend *be, size_t size, int provision_now, v
 	r = calloc(1, sizeof(*r));
 	if (!r)
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a buffer record");
-	r->nseg = (len + HB_SEG_BYTES - 1) / HB_SEG_BYTES;
+	r->nseg = (len + hb_seg_bytes() - 1) / hb_seg_bytes();
 	r->seg = calloc(r->nseg, 1);
 	raw = mmap(NULL, map_len + HB_ALIGN, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);

@@ -184,6 +184,7 @@ Test(copy, unpinnable_host_memory_is_staged, .fini = teardown)
 
 	t_simdev_env("2G", "1", "cuMemHostRegister:1");
 	t_dev_open(&td);
+	cr_assert_eq(vmm_host_buf_set_segment_bytes(128 * MiB, &err), VMM_OK, "%s", err.msg);
 	m = t_mem_alloc(&td, 0, size);
 	ce = engine(8 * MiB, 3);
 	t_pattern(orig, size, 4);
