@@ -68,6 +68,7 @@ declare -A jobs=(
 	[alloc_ptds]="$nv --default-stream per-thread $src/alloc_basic.cu -o $bin/alloc_ptds"
 	[driver_kernels]="$nv -fatbin $src/driver_kernels.cu -o $bin/driver_kernels.fatbin"
 	[driver_api]="$cc_cuda $src/driver_api.c -o $bin/driver_api -lcuda"
+	[app_vmm_sleep]="$cc_cuda $src/app_vmm_sleep.c -o $bin/app_vmm_sleep -lcuda -ldl"
 	[cublas_gemm]="$nv $src/cublas_gemm.cu -o $bin/cublas_gemm -lcublas"
 	[graph]="$nv $src/graph.cu -o $bin/graph"
 	[sleep_kernels]="$nv $src/sleep_kernels.cu -o $bin/sleep_kernels"

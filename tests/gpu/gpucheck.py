@@ -532,6 +532,23 @@ class Matrix:
                         "--format=csv"])
         self.inert_row("python3 -c pass preloaded", [sys.executable, "-c", "pass"])
 
+    def app_vmm_row(self):
+        """The program's own VMM mappings (expandable-segments style) across an in-process
+        sleep/wake of the shim: grow after wake, export, retain/release, unmap, release."""
+        name = "own VMM mappings across sleep/wake"
+        if not self.want(name):
+            return
+        if not self.shim_ok:
+            self.add(name, False, "libvmmshim.so was not built")
+            return
+        p = Proc(name, [f"{self.a.bin}/app_vmm_sleep"], self.env(True, {"VMMSHIM_LOG": "info"}),
+                 self.log, self.timeout(60))
+        rc = p.finish()
+        ok = rc == 0 and any(l.strip() == "ok" for _, l in p.lines)
+        self.add(name, ok, "grew, exported, released after wake: data intact" if ok else
+                 f"rc {rc}: {p.stderr_tail()} {' | '.join(l for _, l in p.lines[-2:])}"[:300],
+                 native="-", shim=str(rc), share="-")
+
     def sleep_train_row(self, label, extra):
         name = f"sleep/wake PyTorch train ({label})"
         if not self.want(name):
@@ -940,6 +957,7 @@ def main():
         m.sleep_train_row("default", {})
         m.sleep_train_row("expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
         m.sleep_kernels_row()
+        m.app_vmm_row()
         if not a.skip_bench:
             m.bench_alloc()
             m.bench_sleep()
