@@ -45,6 +45,7 @@ struct cuda_api {
 	DRV(cuStreamSynchronize);
 	DRV(cuMemcpyDtoHAsync_v2);
 	DRV(cuMemcpyHtoDAsync_v2);
+	DRV(cuStreamGetCtx);
 };
 #undef DRV
 
@@ -151,6 +152,30 @@ static void ctx_leave(struct cuda_impl *ci, struct ctx_scope *s)
 	if (s->pushed)
 		ci->api.cuCtxPopCurrent_v2(&popped);
 	s->pushed = 0;
+}
+
+/* Async copies: the driver checks them against the calling thread's current context, not the
+ * stream's, and refuses a mismatch (CUDA_ERROR_NOT_SUPPORTED on the H200 when another device's
+ * context, or none, is current). The stream's own context is made current for the call. */
+static vmm_status stream_ctx_enter(struct cuda_impl *ci, CUstream stream, struct ctx_scope *s,
+				   vmm_error *err)
+{
+	CUcontext want = NULL, cur = NULL;
+	CUresult rc;
+
+	s->pushed = 0;
+	if (!stream || !ci->api.cuStreamGetCtx)
+		return ctx_enter_any(ci, s, err);
+	rc = ci->api.cuStreamGetCtx(stream, &want);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuStreamGetCtx");
+	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == want)
+		return VMM_OK;
+	rc = ci->api.cuCtxPushCurrent_v2(want);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuCtxPushCurrent");
+	s->pushed = 1;
+	return VMM_OK;
 }
 
 static vmm_status cu_device_count(vmm_backend *be, int *count, vmm_error *err)
@@ -306,6 +331,55 @@ static vmm_status cu_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys h
 	if (st)
 		return st;
 	rc = ci->api.cuMemMap((CUdeviceptr)va, size, 0, (CUmemGenericAllocationHandle)handle, 0);
+	ctx_leave(ci, &s);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemMap");
+}
+
+/* A handle of the program's own kind, from its CUmemAllocationProp verbatim (handle types for
+ * export, GPUDirect RDMA, compression, ...): wake must give back what the program created. */
+static vmm_status cu_create_with_prop(vmm_backend *be, int dev, size_t size, const void *prop,
+				      size_t prop_size, vmm_phys *handle, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUmemGenericAllocationHandle h;
+	CUmemAllocationProp p;
+	struct ctx_scope s;
+	vmm_status st;
+	CUresult rc;
+
+	if (!prop || prop_size != sizeof(p))
+		return vmm_fail(err, VMM_E_INVALID, 0,
+				"allocation properties of %zu bytes (CUmemAllocationProp has %zu)",
+				prop_size, sizeof(p));
+	memcpy(&p, prop, sizeof(p));
+	if (p.location.type != CU_MEM_LOCATION_TYPE_DEVICE || p.location.id != dev)
+		return vmm_fail(err, VMM_E_INVALID, 0,
+				"allocation properties name location %d/%d, not device %d",
+				(int)p.location.type, p.location.id, dev);
+	st = ctx_enter(ci, dev, &s, err);
+	if (st)
+		return st;
+	rc = ci->api.cuMemCreate(&h, size, &p, 0);
+	ctx_leave(ci, &s);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuMemCreate");
+	*handle = (vmm_phys)h;
+	return VMM_OK;
+}
+
+/* Part of a handle ([offset, offset + size)) at va, as the program had mapped it. */
+static vmm_status cu_map_at(vmm_backend *be, vmm_devptr va, size_t size, size_t offset,
+			    vmm_phys handle, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	vmm_status st = ctx_enter_any(ci, &s, err);
+	CUresult rc;
+
+	if (st)
+		return st;
+	rc = ci->api.cuMemMap((CUdeviceptr)va, size, offset, (CUmemGenericAllocationHandle)handle,
+			      0);
 	ctx_leave(ci, &s);
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemMap");
 }
@@ -497,10 +571,16 @@ static vmm_status cu_copy_d2h_async(vmm_backend *be, void *dst, vmm_devptr src, 
 				    vmm_stream stream, vmm_error *err)
 {
 	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	vmm_status st;
 	CUresult rc;
 
 	NEED_OPTIONAL(ci, cuMemcpyDtoHAsync_v2, err);
+	st = stream_ctx_enter(ci, (CUstream)stream, &s, err);
+	if (st)
+		return st;
 	rc = ci->api.cuMemcpyDtoHAsync_v2(dst, (CUdeviceptr)src, n, (CUstream)stream);
+	ctx_leave(ci, &s);
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemcpyDtoHAsync");
 }
 
@@ -508,10 +588,16 @@ static vmm_status cu_copy_h2d_async(vmm_backend *be, vmm_devptr dst, const void 
 				    vmm_stream stream, vmm_error *err)
 {
 	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	vmm_status st;
 	CUresult rc;
 
 	NEED_OPTIONAL(ci, cuMemcpyHtoDAsync_v2, err);
+	st = stream_ctx_enter(ci, (CUstream)stream, &s, err);
+	if (st)
+		return st;
 	rc = ci->api.cuMemcpyHtoDAsync_v2((CUdeviceptr)dst, src, n, (CUstream)stream);
+	ctx_leave(ci, &s);
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemcpyHtoDAsync");
 }
 
@@ -552,6 +638,7 @@ static const struct sym cuda_syms[] = {
 	SYM(cuMemAllocHost_v2, 1), SYM(cuMemFreeHost, 1), SYM(cuMemHostRegister_v2, 1),
 	SYM(cuMemHostUnregister, 1), SYM(cuStreamCreate, 1), SYM(cuStreamDestroy_v2, 1),
 	SYM(cuStreamSynchronize, 1), SYM(cuMemcpyDtoHAsync_v2, 1), SYM(cuMemcpyHtoDAsync_v2, 1),
+	SYM(cuStreamGetCtx, 1),
 };
 #undef SYM
 
@@ -634,6 +721,8 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 	be->copy_d2h_async = cu_copy_d2h_async;
 	be->copy_h2d_async = cu_copy_h2d_async;
 	be->close = cu_close;
+	be->create_with_prop = cu_create_with_prop;
+	be->map_at = cu_map_at;
 	*out = be;
 	return VMM_OK;
 fail:
