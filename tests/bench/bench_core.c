@@ -4,7 +4,8 @@
  *   2. growth cost per GiB (cold: physical memory created, mapped, access granted), beside a
  *      native cuMemAlloc of the same size;
  *   3. peak mapped and peak live bytes on a fragmenting trace (growing, varying batch shapes).
- * Usage: bench_core [--quick] */
+ *   4. the same on a replay of NO_CACHING training (train_trace.h), with syncs per step.
+ * Usage: bench_core [--quick] | --train [STEPS] */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 
 #include "heap.h"
+#include "train_trace.h"
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
@@ -199,10 +201,39 @@ static void fragmenting_trace(vmm_backend *be, size_t budget, bool quick)
 	vmm_core_destroy(core);
 }
 
+/* The NO_CACHING training replay (train_trace.h): how close peak mapped stays to peak live, and
+ * what that costs in device synchronizations. */
+static void training_trace(vmm_backend *be, size_t budget, int steps)
+{
+	vmm_core *core = open_core(be);
+	struct train_result r;
+	char a[32], b[32], c[32];
+
+	train_trace(core, budget, steps, &r);
+	printf("\nNO_CACHING training replay (%d steps; hidden %zu, %zu layers, batch %zu, sequence "
+	       "%zu..%zu; %llu mallocs per step):\n",
+	       r.steps, r.hidden, r.layers, r.batch, r.max_seq / 8, r.max_seq,
+	       (unsigned long long)r.allocs_per_step);
+	printf("  peak live   %10s   (cudaMalloc would hold %s)\n",
+	       fmt_size(r.peak_live, a, sizeof(a)), fmt_size(r.peak_native, c, sizeof(c)));
+	printf("  peak mapped %10s   mapped/live %.3f, mapped/cudaMalloc %.3f; at the end %s\n",
+	       fmt_size(r.peak_mapped, b, sizeof(b)),
+	       r.peak_live ? (double)r.peak_mapped / (double)r.peak_live : 0.0,
+	       r.peak_native ? (double)r.peak_mapped / (double)r.peak_native : 0.0,
+	       fmt_size(r.end_mapped, c, sizeof(c)));
+	printf("  syncs       %10.2f per step (second half %.2f); handles created %llu, released "
+	       "%llu; %.0f ns per call%s\n",
+	       (double)r.syncs / r.steps, (double)r.syncs_steady / (r.steps - r.steps / 2),
+	       (unsigned long long)r.handles_created, (unsigned long long)r.handles_released,
+	       r.ns_per_call, r.failed ? "; SOME ALLOCATIONS FAILED" : "");
+	vmm_core_destroy(core);
+}
+
 int main(int argc, char **argv)
 {
 	static const size_t sizes[] = { 256, 4 * KiB, 64 * KiB, MiB, 2 * MiB, 64 * MiB, GiB };
 	bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+	bool train_only = argc > 1 && !strcmp(argv[1], "--train");
 	size_t free_b = 0, total_b = 0;
 	vmm_backend *be;
 	vmm_core *core;
@@ -214,6 +245,11 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	be->mem_info(be, 0, &free_b, &total_b, NULL);
+	if (train_only) {
+		training_trace(be, free_b / 2, argc > 2 ? atoi(argv[2]) : 200);
+		be->close(be);
+		return 0;
+	}
 	native_open();
 	printf("vmmshim core benchmark: device 0, %s of memory (%s)\n",
 	       fmt_size(total_b, c1, sizeof(c1)),
@@ -287,6 +323,7 @@ int main(int argc, char **argv)
 	printf("  %-12s %12s %14s\n", "per GiB", c2, c3);
 
 	fragmenting_trace(be, free_b < 8 * GiB ? free_b / 4 : 2 * GiB, quick);
+	training_trace(be, free_b / 2, quick ? 50 : 200);
 	be->close(be);
 	return 0;
 }

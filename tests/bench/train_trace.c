@@ -1,0 +1,307 @@
+/* The NO_CACHING training replay (train_trace.h). The model: a GPT-like stack of `layers` blocks
+ * (attention without fused kernels, so the score matrices are real tensors; a 4x MLP), fp32
+ * parameters, Adam states created at the first optimizer step, bf16 activations. Each step draws
+ * a sequence length between 1/8 and all of the longest, as a variable-length data loader does. */
+#include "train_trace.h"
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define MiB (1ull << 20)
+#define MAX_T 4096              /* tensors alive at once, at most */
+
+struct model {
+	size_t hidden, vocab, heads, batch, max_seq;
+	int layers;
+};
+
+struct run {
+	vmm_core *core;
+	uint64_t native, peak_native;
+	uint64_t calls;
+	double ns;
+	int failed;
+	size_t sizes[MAX_T];
+	vmm_devptr ptrs[MAX_T];
+	int nfree_slots, free_slots[MAX_T];
+};
+
+static double now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+/* cudaMalloc's own rounding: 2 MiB pages for large tensors, 512-byte slots for small ones. */
+static uint64_t native_size(size_t n)
+{
+	return n > MiB ? (n + 2 * MiB - 1) & ~(2 * MiB - 1) : (n + 511) & ~511ull;
+}
+
+/* A tensor is an index into the run's table (-1: the allocation failed). */
+static int t_alloc(struct run *r, size_t n)
+{
+	vmm_devptr p;
+	double a = now_ns();
+	int id;
+
+	if (!r->nfree_slots || vmm_malloc(r->core, 0, n, 0, NULL, &p, NULL)) {
+		r->failed++;
+		return -1;
+	}
+	r->ns += now_ns() - a;
+	r->calls++;
+	id = r->free_slots[--r->nfree_slots];
+	r->ptrs[id] = p;
+	r->sizes[id] = n;
+	r->native += native_size(n);
+	if (r->native > r->peak_native)
+		r->peak_native = r->native;
+	return id;
+}
+
+static void t_free(struct run *r, int id)
+{
+	double a = now_ns();
+
+	if (id < 0)
+		return;
+	vmm_free(r->core, r->ptrs[id], NULL);
+	r->ns += now_ns() - a;
+	r->calls++;
+	r->native -= native_size(r->sizes[id]);
+	r->free_slots[r->nfree_slots++] = id;
+}
+
+/* Parameters of one block, in PyTorch's creation order. */
+enum { P_LN1_W, P_LN1_B, P_QKV_W, P_QKV_B, P_O_W, P_O_B, P_LN2_W, P_LN2_B, P_FC1_W, P_FC1_B,
+       P_FC2_W, P_FC2_B, NPARAM };
+
+static size_t param_bytes(const struct model *m, int k)
+{
+	size_t h = m->hidden;
+	static const int rows[NPARAM] = { 0, 0, 3, 3, 1, 0, 0, 0, 4, 4, 4, 0 };
+
+	switch (k) {
+	case P_QKV_W: case P_O_W: case P_FC1_W: case P_FC2_W:
+		return (size_t)rows[k] * h * h * 4;
+	case P_QKV_B: case P_FC1_B:
+		return (size_t)rows[k] * h * 4;
+	default:
+		return h * 4;
+	}
+}
+
+static uint64_t model_peak_estimate(const struct model *m)
+{
+	size_t t = m->batch * m->max_seq, h = m->hidden, per_layer = 0;
+	uint64_t params = 0;
+
+	for (int k = 0; k < NPARAM; k++)
+		per_layer += param_bytes(m, k);
+	params = (uint64_t)per_layer * (size_t)m->layers + m->vocab * h * 4;
+	/* params, grads and two Adam states; 16 saved activations of t x h per layer plus the
+	 * softmax; the logits and their fp32 softmax. */
+	return 4 * params + (uint64_t)m->layers * (16 * t * h * 2 +
+		m->batch * m->heads * m->max_seq * m->max_seq * 2) + t * m->vocab * 6;
+}
+
+static void model_for(size_t budget, struct model *m)
+{
+	*m = (struct model){ .hidden = 256, .vocab = 32000, .batch = 8, .max_seq = 1024,
+			     .layers = 12 };
+	for (;;) {
+		struct model n = *m;
+
+		n.hidden += 128;
+		n.heads = n.hidden / 128;
+		if (model_peak_estimate(&n) > budget)
+			break;
+		*m = n;
+	}
+	m->heads = m->hidden / 128;
+}
+
+struct saved {
+	int ln1, qkv, probs, attn, res1, ln2, fc1, gelu, res2;
+};
+
+static void one_step(struct run *r, const struct model *m, size_t seq, int *params, int *grads,
+		     int *adam, int nparams)
+{
+	static struct saved sv[256];
+	size_t t = m->batch * seq, h = m->hidden, ss = m->batch * m->heads * seq * seq * 2;
+	int x, y, g, tmp, logits, probs_f32, dlogits;
+
+	/* Forward: each block keeps what its backward needs. */
+	x = t_alloc(r, t * h * 2); /* embedding output */
+	for (int l = 0; l < m->layers; l++) {
+		struct saved *s = &sv[l];
+		int scores, proj, fc2;
+
+		s->ln1 = t_alloc(r, t * h * 2);
+		s->qkv = t_alloc(r, 3 * t * h * 2);
+		scores = t_alloc(r, ss);
+		s->probs = t_alloc(r, ss);
+		t_free(r, scores);
+		s->attn = t_alloc(r, t * h * 2);
+		proj = t_alloc(r, t * h * 2);
+		s->res1 = t_alloc(r, t * h * 2);
+		t_free(r, proj);
+		s->ln2 = t_alloc(r, t * h * 2);
+		s->fc1 = t_alloc(r, 4 * t * h * 2);
+		s->gelu = t_alloc(r, 4 * t * h * 2);
+		fc2 = t_alloc(r, t * h * 2);
+		s->res2 = t_alloc(r, t * h * 2);
+		t_free(r, fc2);
+		if (l == 0)
+			t_free(r, x); /* the embedding output is only saved as ln1's input */
+		x = s->res2;
+	}
+	logits = t_alloc(r, t * m->vocab * 2);
+	probs_f32 = t_alloc(r, t * m->vocab * 4);
+	tmp = t_alloc(r, 256); /* the loss */
+	/* Backward. */
+	dlogits = t_alloc(r, t * m->vocab * 2);
+	t_free(r, probs_f32);
+	t_free(r, logits);
+	g = t_alloc(r, t * h * 2);
+	t_free(r, dlogits);
+	t_free(r, tmp);
+	for (int l = m->layers - 1; l >= 0; l--) {
+		struct saved *s = &sv[l];
+		int *pg = &grads[l * NPARAM], d;
+
+		d = t_alloc(r, 4 * t * h * 2);          /* d gelu out */
+		pg[P_FC2_W] = t_alloc(r, param_bytes(m, P_FC2_W));
+		pg[P_FC2_B] = t_alloc(r, param_bytes(m, P_FC2_B));
+		t_free(r, s->gelu);
+		y = t_alloc(r, 4 * t * h * 2);          /* d fc1 out */
+		t_free(r, d);
+		t_free(r, s->fc1);
+		pg[P_FC1_W] = t_alloc(r, param_bytes(m, P_FC1_W));
+		pg[P_FC1_B] = t_alloc(r, param_bytes(m, P_FC1_B));
+		d = t_alloc(r, t * h * 2);              /* d ln2 out */
+		t_free(r, y);
+		pg[P_LN2_W] = t_alloc(r, param_bytes(m, P_LN2_W));
+		pg[P_LN2_B] = t_alloc(r, param_bytes(m, P_LN2_B));
+		t_free(r, s->ln2);
+		t_free(r, s->res2);
+		y = t_alloc(r, t * h * 2);              /* d res1 */
+		t_free(r, d);
+		pg[P_O_W] = t_alloc(r, param_bytes(m, P_O_W));
+		pg[P_O_B] = t_alloc(r, param_bytes(m, P_O_B));
+		d = t_alloc(r, ss);                     /* d probs */
+		tmp = t_alloc(r, ss);                   /* d scores */
+		t_free(r, d);
+		t_free(r, s->probs);
+		d = t_alloc(r, 3 * t * h * 2);          /* d qkv */
+		t_free(r, tmp);
+		t_free(r, s->attn);
+		t_free(r, s->qkv);
+		pg[P_QKV_W] = t_alloc(r, param_bytes(m, P_QKV_W));
+		pg[P_QKV_B] = t_alloc(r, param_bytes(m, P_QKV_B));
+		tmp = t_alloc(r, t * h * 2);            /* d ln1 out */
+		t_free(r, d);
+		pg[P_LN1_W] = t_alloc(r, param_bytes(m, P_LN1_W));
+		pg[P_LN1_B] = t_alloc(r, param_bytes(m, P_LN1_B));
+		t_free(r, s->ln1);
+		t_free(r, s->res1);
+		t_free(r, y);
+		t_free(r, g);
+		g = tmp;
+	}
+	grads[nparams - 1] = t_alloc(r, m->vocab * h * 4); /* embedding grad */
+	t_free(r, g);
+	/* Adam: states at the first step; two temporaries per parameter. */
+	for (int k = 0; k < nparams; k++) {
+		size_t bytes = params[k] >= 0 ? r->sizes[params[k]] : 256;
+
+		if (adam[2 * k] < 0) {
+			adam[2 * k] = t_alloc(r, bytes);
+			adam[2 * k + 1] = t_alloc(r, bytes);
+		}
+		x = t_alloc(r, bytes);
+		y = t_alloc(r, bytes);
+		t_free(r, x);
+		t_free(r, y);
+	}
+	/* zero_grad(set_to_none=True). */
+	for (int k = 0; k < nparams; k++) {
+		t_free(r, grads[k]);
+		grads[k] = -1;
+	}
+}
+
+void train_trace(vmm_core *core, size_t budget, int steps, struct train_result *out)
+{
+	static struct run r;
+	static int params[256 * NPARAM + 1], grads[256 * NPARAM + 1], adam[2 * (256 * NPARAM + 1)];
+	struct model m;
+	uint64_t rng = 0x9E3779B97F4A7C15ull, syncs_half = 0;
+	int nparams;
+	vmm_stats s;
+
+	memset(&r, 0, sizeof(r));
+	memset(out, 0, sizeof(*out));
+	r.core = core;
+	for (int i = 0; i < MAX_T; i++)
+		r.free_slots[r.nfree_slots++] = MAX_T - 1 - i;
+	model_for(budget, &m);
+	if (m.layers > 256)
+		m.layers = 256;
+	nparams = m.layers * NPARAM + 1;
+	params[nparams - 1] = t_alloc(&r, m.vocab * m.hidden * 4);
+	for (int l = 0; l < m.layers; l++)
+		for (int k = 0; k < NPARAM; k++)
+			params[l * NPARAM + k] = t_alloc(&r, param_bytes(&m, k));
+	for (int k = 0; k < nparams; k++) {
+		grads[k] = -1;
+		adam[2 * k] = adam[2 * k + 1] = -1;
+	}
+	for (int step = 0; step < steps; step++) {
+		uint64_t calls0 = r.calls;
+		size_t seq;
+
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		seq = m.max_seq / 8 + (size_t)(rng >> 33) % (m.max_seq - m.max_seq / 8 + 1);
+		seq &= ~(size_t)63;
+		if (seq < 64)
+			seq = 64;
+		if (step == steps / 2) {
+			vmm_stats_get(core, 0, NULL, &s, NULL);
+			syncs_half = s.syncs;
+		}
+		one_step(&r, &m, seq, params, grads, adam, nparams);
+		if (step == 0)
+			out->allocs_per_step = (r.calls - calls0) / 2;
+	}
+	vmm_stats_get(core, 0, NULL, &s, NULL);
+	out->steps = steps;
+	out->hidden = m.hidden;
+	out->layers = (size_t)m.layers;
+	out->max_seq = m.max_seq;
+	out->batch = m.batch;
+	out->peak_live = s.peak_live_bytes;
+	out->peak_native = r.peak_native;
+	out->peak_mapped = s.peak_mapped_bytes;
+	out->end_mapped = s.mapped_bytes;
+	out->syncs = s.syncs;
+	out->syncs_steady = s.syncs - syncs_half;
+	out->handles_created = s.handles_created;
+	out->handles_released = s.handles_released;
+	out->ns_per_call = r.calls ? r.ns / (double)r.calls : 0;
+	out->failed = r.failed;
+	for (int i = 0; i < MAX_T; i++) {
+		bool is_free = false;
+
+		for (int k = 0; k < r.nfree_slots && !is_free; k++)
+			is_free = r.free_slots[k] == i;
+		if (!is_free)
+			vmm_free(core, r.ptrs[i], NULL);
+	}
+}

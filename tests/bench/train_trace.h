@@ -1,0 +1,30 @@
+/* A replay of what PyTorch asks of cudaMalloc/cudaFree when it trains a transformer on
+ * variable-length batches with PYTORCH_NO_CUDA_MEMORY_CACHING=1: every tensor is one malloc and
+ * one free, in the order of forward, loss, backward, optimizer step and zero_grad. */
+#ifndef VMM_BENCH_TRAIN_TRACE_H
+#define VMM_BENCH_TRAIN_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "heap.h"
+
+struct train_result {
+	int steps;
+	size_t hidden, layers, max_seq, batch;
+	uint64_t peak_live;        /* bytes asked for, as the core counts them */
+	uint64_t peak_native;      /* what cudaMalloc would hold at peak (2 MiB pages, 512 B below) */
+	uint64_t peak_mapped;
+	uint64_t end_mapped;
+	uint64_t syncs, syncs_steady;  /* all steps; the second half only */
+	uint64_t handles_created, handles_released;
+	uint64_t allocs_per_step;
+	double ns_per_call;        /* mean ns of one malloc or free (host side) */
+	int failed;                /* allocations that failed (0 expected) */
+};
+
+/* Run `steps` training steps on device 0 of core, the model sized so that its peak live memory
+ * is about `budget` bytes. Frees everything at the end. */
+void train_trace(vmm_core *core, size_t budget, int steps, struct train_result *out);
+
+#endif
