@@ -42,7 +42,33 @@ void vmm_app_exported(vmm_app_registry *reg, vmm_phys handle);   /* shareable ha
 /* A handle imported from another process (cuMemImportFromShareableHandle): never released by a
  * sleep (the exporter owns the memory), reported as unreleasable with the bytes mapped from it. */
 void vmm_app_imported(vmm_app_registry *reg, vmm_phys handle, int device);
-void vmm_app_released(vmm_app_registry *reg, vmm_phys handle);   /* program dropped its reference */
+void vmm_app_released(vmm_app_registry *reg, vmm_phys handle);   /* program dropped a reference */
+/* References. The program holds one per cuMemCreate (or import) and one per
+ * cuMemRetainAllocationHandle, and drops one per cuMemRelease; only when the last goes has it
+ * released the handle. The driver keeps a single reference for all of them while the program
+ * holds any (a wake re-creates a handle with one reference, whatever the program held before),
+ * so only the last cuMemRelease may reach the driver.
+ *
+ * vmm_app_retained: the program retains the handle mapped at va. Counts the reference and
+ * returns the program's value for it; 0 when va is in no tracked mapping (the call is then the
+ * driver's alone). *driver_ref is set when the driver must take a reference too (the program had
+ * released them all and the handle is awake): the caller retains from the driver and, should
+ * that fail, takes the count back with vmm_app_released. */
+vmm_phys vmm_app_retained(vmm_app_registry *reg, vmm_devptr va, bool *driver_ref);
+
+enum vmm_app_release_action {
+	VMM_APP_RELEASE_DRIVER,   /* call the driver with *real, then vmm_app_released on success */
+	VMM_APP_RELEASE_COUNTED,  /* done: a reference other than the driver's, or an asleep handle */
+	VMM_APP_RELEASE_INVALID,  /* the program holds no reference to this handle any more */
+};
+/* What the program's cuMemRelease of handle must do. Handles the registry does not know go to
+ * the driver unchanged (*real = handle). COUNTED has already been recorded. */
+enum vmm_app_release_action vmm_app_release_ref(vmm_app_registry *reg, vmm_phys handle,
+						vmm_phys *real);
+/* The program's allocation properties for a handle value, as recorded (answers
+ * cuMemGetAllocationPropertiesFromHandle while the handle is asleep). false when unknown or
+ * recorded with another size. */
+bool vmm_app_prop_of(vmm_app_registry *reg, vmm_phys handle, void *prop, size_t prop_size);
 void vmm_app_mapped(vmm_app_registry *reg, vmm_devptr va, size_t size, size_t offset,
 		    vmm_phys handle);
 void vmm_app_unmapped(vmm_app_registry *reg, vmm_devptr va, size_t size);
