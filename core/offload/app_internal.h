@@ -18,7 +18,8 @@ struct app_handle {
 	size_t prop_size;
 	bool exported;           /* another process may map it: never released by us */
 	bool imported;           /* another process's memory; size grows with its mappings */
-	bool app_released;       /* the program dropped it; it lives while mapped */
+	unsigned refs;           /* the program's references: created or imported 1, +1 per retain */
+	bool app_released;       /* refs reached 0; it lives while mapped */
 	bool asleep;
 	bool has_backup;         /* backup holds the contents (not a discard sleep) */
 	vmm_host_buf backup;     /* kept across cycles: pinned once, reused */

@@ -179,6 +179,7 @@ vmm_phys vmm_app_created_value(vmm_app_registry *reg, vmm_phys real, size_t size
 	h->real = real;
 	h->size = size;
 	h->dev = device;
+	h->refs = 1;
 	pthread_mutex_lock(&reg->lock);
 	old = app_find(reg, real);
 	if (old && old->real == real && !old->nmaps) {
@@ -266,6 +267,16 @@ void vmm_app_imported(vmm_app_registry *reg, vmm_phys handle, int device)
 			(unsigned long long)handle);
 }
 
+/* One reference fewer; the last one makes the handle the mappings' alone, and gone without them. */
+static void drop_ref(vmm_app_registry *reg, struct app_handle *h)
+{
+	if (--h->refs)
+		return;
+	h->app_released = true;
+	if (!h->nmaps)
+		h_remove(reg, h);
+}
+
 void vmm_app_released(vmm_app_registry *reg, vmm_phys handle)
 {
 	struct app_handle *h;
@@ -274,12 +285,74 @@ void vmm_app_released(vmm_app_registry *reg, vmm_phys handle)
 		return;
 	pthread_mutex_lock(&reg->lock);
 	h = app_find(reg, handle);
-	if (h) {
-		h->app_released = true;
-		if (!h->nmaps)
-			h_remove(reg, h);
+	if (h && h->refs)
+		drop_ref(reg, h);
+	pthread_mutex_unlock(&reg->lock);
+}
+
+vmm_phys vmm_app_retained(vmm_app_registry *reg, vmm_devptr va, bool *driver_ref)
+{
+	struct app_map *m;
+	vmm_phys v = 0;
+
+	*driver_ref = false;
+	if (!reg)
+		return 0;
+	pthread_mutex_lock(&reg->lock);
+	m = m_at(reg, va);
+	if (m) {
+		struct app_handle *h = m->h;
+
+		*driver_ref = h->refs == 0 && h->real != 0;
+		h->refs++;
+		h->app_released = false;
+		v = h->app;
 	}
 	pthread_mutex_unlock(&reg->lock);
+	return v;
+}
+
+enum vmm_app_release_action vmm_app_release_ref(vmm_app_registry *reg, vmm_phys handle,
+						vmm_phys *real)
+{
+	enum vmm_app_release_action a = VMM_APP_RELEASE_DRIVER;
+	struct app_handle *h;
+
+	*real = handle;
+	if (!reg)
+		return a;
+	pthread_mutex_lock(&reg->lock);
+	h = app_find(reg, handle);
+	if (h) {
+		*real = h->real;
+		if (!h->refs) {
+			a = VMM_APP_RELEASE_INVALID;
+		} else if (h->refs > 1 || !h->real) {
+			/* Asleep: the driver holds nothing; the last reference of a mapped
+			 * handle makes wake release it again once mapped. */
+			drop_ref(reg, h);
+			a = VMM_APP_RELEASE_COUNTED;
+		}
+	}
+	pthread_mutex_unlock(&reg->lock);
+	return a;
+}
+
+bool vmm_app_prop_of(vmm_app_registry *reg, vmm_phys handle, void *prop, size_t prop_size)
+{
+	struct app_handle *h;
+	bool ok = false;
+
+	if (!reg || !prop)
+		return false;
+	pthread_mutex_lock(&reg->lock);
+	h = app_find(reg, handle);
+	if (h && h->prop && h->prop_size == prop_size) {
+		memcpy(prop, h->prop, prop_size);
+		ok = true;
+	}
+	pthread_mutex_unlock(&reg->lock);
+	return ok;
 }
 
 void vmm_app_mapped(vmm_app_registry *reg, vmm_devptr va, size_t size, size_t offset,
