@@ -65,6 +65,10 @@ DRIVER_HOOK(cuMemExportToShareableHandle,
 DRIVER_HOOK(cuMemRetainAllocationHandle,
 	(CUmemGenericAllocationHandle *handle, void *addr),
 	(handle, addr))
+DRIVER_HOOK(cuMemImportFromShareableHandle,
+	(CUmemGenericAllocationHandle *handle, void *osHandle, CUmemAllocationHandleType
+	shHandleType),
+	(handle, osHandle, shHandleType))
 DRIVER_HOOK(cuMemGetAllocationPropertiesFromHandle,
 	(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle),
 	(prop, handle))

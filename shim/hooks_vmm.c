@@ -57,29 +57,60 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	return r;
 }
 
+/* Only the program's last reference reaches the driver: the driver holds one for all of them
+ * (app_vmm.h), and while the handle is asleep it holds none. */
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 {
 	vmm_app_registry *reg;
-	CUresult r;
+	vmm_phys real = handle;
+	CUresult r = CUDA_SUCCESS;
 
 	gate_enter();
 	reg = registry_peek();
-	r = CALL_REAL(cuMemRelease, (real_handle(reg, handle)));
-	if (r == CUDA_SUCCESS && reg)
-		vmm_app_released(reg, (vmm_phys)handle);
+	switch (reg ? vmm_app_release_ref(reg, (vmm_phys)handle, &real) : VMM_APP_RELEASE_DRIVER) {
+	case VMM_APP_RELEASE_COUNTED:
+		break;
+	case VMM_APP_RELEASE_INVALID:
+		r = CUDA_ERROR_INVALID_VALUE;
+		break;
+	case VMM_APP_RELEASE_DRIVER:
+		r = CALL_REAL(cuMemRelease, ((CUmemGenericAllocationHandle)real));
+		if (r == CUDA_SUCCESS && reg)
+			vmm_app_released(reg, (vmm_phys)handle);
+		break;
+	}
 	gate_leave();
 	return r;
+}
+
+/* A handle value the program holds whose memory is asleep has no real handle: such a call must
+ * not reach the driver (with the gate closed while asleep it does not get here; this is for a
+ * sleep that left the gate open). */
+static bool asleep_handle(CUmemGenericAllocationHandle h, CUmemGenericAllocationHandle real,
+			  const char *call)
+{
+	if (!h || real)
+		return false;
+	vmm_log(VMM_LOG_WARN, "%s of app handle 0x%llx while its memory is asleep: refused", call,
+		(unsigned long long)h);
+	return true;
 }
 
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 			  CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
+	CUmemGenericAllocationHandle real;
 	vmm_app_registry *reg;
 	CUresult r;
 
 	gate_enter();
 	reg = registry_peek();
-	r = CALL_REAL(cuMemMap, (ptr, size, offset, real_handle(reg, handle), flags));
+	real = real_handle(reg, handle);
+	if (asleep_handle(handle, real, "cuMemMap")) {
+		gate_leave();
+		return CUDA_ERROR_ILLEGAL_STATE;
+	}
+	r = CALL_REAL(cuMemMap, (ptr, size, offset, real, flags));
 	if (r == CUDA_SUCCESS && reg) {
 		vmm_app_mapped(reg, (vmm_devptr)ptr, size, offset, (vmm_phys)handle);
 		vmm_log(VMM_LOG_DEBUG, "app VMM: recorded mapping 0x%llx +%zu of handle 0x%llx",
@@ -151,39 +182,91 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
 					      CUmemAllocationHandleType handleType,
 					      unsigned long long flags)
 {
+	CUmemGenericAllocationHandle real;
 	vmm_app_registry *reg;
 	CUresult r;
 
 	gate_enter();
 	reg = registry_peek();
-	r = CALL_REAL(cuMemExportToShareableHandle,
-		      (shareableHandle, real_handle(reg, handle), handleType, flags));
+	real = real_handle(reg, handle);
+	if (asleep_handle(handle, real, "cuMemExportToShareableHandle")) {
+		gate_leave();
+		return CUDA_ERROR_ILLEGAL_STATE;
+	}
+	r = CALL_REAL(cuMemExportToShareableHandle, (shareableHandle, real, handleType, flags));
 	if (r == CUDA_SUCCESS && reg)
 		vmm_app_exported(reg, (vmm_phys)handle);
 	gate_leave();
 	return r;
 }
 
+/* A retain of a tracked mapping is the registry's reference: the driver is asked only when the
+ * program had released every reference (app_vmm.h), so that one cuMemRelease of the program's
+ * matches one reference, before and after a wake. */
 CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
-	CUresult r;
-
 	vmm_app_registry *reg;
+	bool driver_ref = false;
+	vmm_phys app = 0;
+	CUresult r = CUDA_SUCCESS;
 
 	gate_enter();
 	reg = registry_peek();
-	r = CALL_REAL(cuMemRetainAllocationHandle, (handle, addr));
-	if (r == CUDA_SUCCESS && reg && handle)
-		*handle = (CUmemGenericAllocationHandle)vmm_app_program_handle(reg, (vmm_phys)*handle);
+	if (reg && handle)
+		app = vmm_app_retained(reg, (vmm_devptr)(uintptr_t)addr, &driver_ref);
+	if (!app || driver_ref)
+		r = CALL_REAL(cuMemRetainAllocationHandle, (handle, addr));
+	if (app) {
+		if (r == CUDA_SUCCESS)
+			*handle = (CUmemGenericAllocationHandle)app;
+		else
+			vmm_app_released(reg, app);
+	} else if (r == CUDA_SUCCESS && reg && handle) {
+		*handle = (CUmemGenericAllocationHandle)vmm_app_program_handle(reg,
+									      (vmm_phys)*handle);
+	}
 	gate_leave();
 	return r;
 }
 
+/* Answered from the recorded properties when the registry has them (the same ones wake created
+ * with), so that an asleep handle never reaches the driver. */
 CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop,
 							CUmemGenericAllocationHandle handle)
 {
-	return CALL_REAL(cuMemGetAllocationPropertiesFromHandle,
-			 (prop, real_handle(registry_peek(), handle)));
+	vmm_app_registry *reg = registry_peek();
+	CUmemGenericAllocationHandle real = real_handle(reg, handle);
+
+	if (reg && prop && !real && handle &&
+	    vmm_app_prop_of(reg, (vmm_phys)handle, prop, sizeof(*prop)))
+		return CUDA_SUCCESS;
+	if (asleep_handle(handle, real, "cuMemGetAllocationPropertiesFromHandle"))
+		return CUDA_ERROR_ILLEGAL_STATE;
+	return CALL_REAL(cuMemGetAllocationPropertiesFromHandle, (prop, real));
+}
+
+/* An imported handle maps another process's memory: recorded so that sleep leaves it (and the
+ * bytes mapped from it) resident. Only device memory is ours to track. */
+CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+						void *osHandle,
+						CUmemAllocationHandleType shHandleType)
+{
+	CUmemAllocationProp prop;
+	vmm_app_registry *reg;
+	CUresult r;
+
+	gate_enter();
+	reg = registry();
+	r = CALL_REAL(cuMemImportFromShareableHandle, (handle, osHandle, shHandleType));
+	if (r == CUDA_SUCCESS && reg && handle &&
+	    CALL_REAL(cuMemGetAllocationPropertiesFromHandle, (&prop, *handle)) == CUDA_SUCCESS &&
+	    prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+		vmm_app_imported(reg, (vmm_phys)*handle, prop.location.id);
+		*handle = (CUmemGenericAllocationHandle)vmm_app_program_handle(reg,
+									      (vmm_phys)*handle);
+	}
+	gate_leave();
+	return r;
 }
 
 CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
