@@ -13,36 +13,6 @@ struct cu cu;
 		cr_assert_not_null(cu.field, "simdev's libcuda lacks %s", name);       \
 	} while (0)
 
-static vmm_status be_create_with_prop(vmm_backend *be, int dev, size_t size, const void *prop,
-				      size_t prop_size, vmm_phys *handle, vmm_error *err)
-{
-	CUmemGenericAllocationHandle h;
-	CUmemAllocationProp p;
-	CUresult rc;
-
-	(void)be;
-	if (prop_size != sizeof(p))
-		return vmm_fail(err, VMM_E_INVALID, 0, "prop of %zu bytes", prop_size);
-	memcpy(&p, prop, sizeof(p));
-	p.location.id = dev;
-	rc = cu.create(&h, size, &p, 0);
-	if (rc == CUDA_ERROR_OUT_OF_MEMORY)
-		return vmm_fail(err, VMM_E_OOM, rc, "cuMemCreate: out of memory");
-	if (rc)
-		return vmm_fail(err, VMM_E_DRIVER, rc, "cuMemCreate: %d", rc);
-	*handle = h;
-	return VMM_OK;
-}
-
-static vmm_status be_map_at(vmm_backend *be, vmm_devptr va, size_t size, size_t offset,
-			    vmm_phys handle, vmm_error *err)
-{
-	CUresult rc = cu.map(va, size, offset, handle, 0);
-
-	(void)be;
-	return rc ? vmm_fail(err, VMM_E_DRIVER, rc, "cuMemMap at offset: %d", rc) : VMM_OK;
-}
-
 void prog_open(struct tdev *t)
 {
 	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
@@ -64,8 +34,9 @@ void prog_open(struct tdev *t)
 	LOAD(check_access, "simdev_check_access");
 	cr_assert_eq(cu.ctx_retain(&ctx, 0), CUDA_SUCCESS);
 	cr_assert_eq(cu.ctx_set(ctx), CUDA_SUCCESS);
-	t->be->create_with_prop = be_create_with_prop;
-	t->be->map_at = be_map_at;
+	/* The CUDA backend's own: wake must re-create the program's kind and map parts. */
+	cr_assert_not_null(t->be->create_with_prop, "the CUDA backend has create_with_prop");
+	cr_assert_not_null(t->be->map_at, "the CUDA backend has map_at");
 }
 
 vmm_phys prog_create(vmm_app_registry *reg, size_t size, int dev, int exportable)
@@ -149,8 +120,34 @@ void prog_unmap(vmm_app_registry *reg, vmm_devptr va, size_t size)
 	vmm_app_unmapped(reg, va, size);
 }
 
+/* As the shim's cuMemRelease: only the program's last reference reaches the driver. */
 void prog_release(vmm_app_registry *reg, vmm_phys app)
 {
-	cr_assert_eq(cu.release(vmm_app_real_handle(reg, app)), CUDA_SUCCESS, "cuMemRelease");
-	vmm_app_released(reg, app);
+	vmm_phys real = 0;
+
+	switch (vmm_app_release_ref(reg, app, &real)) {
+	case VMM_APP_RELEASE_DRIVER:
+		cr_assert_eq(cu.release(real), CUDA_SUCCESS, "cuMemRelease");
+		vmm_app_released(reg, app);
+		break;
+	case VMM_APP_RELEASE_COUNTED:
+		break;
+	case VMM_APP_RELEASE_INVALID:
+		cr_assert_fail("release of handle %#llx, which holds no reference",
+			       (unsigned long long)app);
+	}
+}
+
+/* As the shim's cuMemRetainAllocationHandle. */
+vmm_phys prog_retain(vmm_app_registry *reg, vmm_devptr va)
+{
+	CUmemGenericAllocationHandle r = 0;
+	bool driver_ref = false;
+	vmm_phys app = vmm_app_retained(reg, va, &driver_ref);
+
+	if (app && !driver_ref)
+		return app;
+	cr_assert_eq(cu.retain(&r, (void *)(uintptr_t)va), CUDA_SUCCESS,
+		     "cuMemRetainAllocationHandle");
+	return app ? app : vmm_app_program_handle(reg, r);
 }

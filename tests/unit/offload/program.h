@@ -30,8 +30,8 @@ struct cu {
 
 extern struct cu cu;
 
-/* Loads the functions, makes device 0's primary context current and gives the backend the
- * optional create_with_prop / map_at calls (over the same driver). */
+/* Loads the functions and makes device 0's primary context current; checks that the backend has
+ * the optional create_with_prop / map_at calls. */
 void prog_open(struct tdev *t);
 /* cuMemCreate on dev; `exportable` asks for a POSIX fd handle type. Returns the program's value. */
 vmm_phys prog_create(vmm_app_registry *reg, size_t size, int dev, int exportable);
@@ -43,6 +43,8 @@ void prog_access(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_m
 /* Revokes (PROT_NONE) the devices in mask and reports the access after the call. */
 void prog_revoke(vmm_app_registry *reg, vmm_devptr va, size_t size, vmm_access_mask mask);
 void prog_unmap(vmm_app_registry *reg, vmm_devptr va, size_t size);
+/* cuMemRelease and cuMemRetainAllocationHandle as the shim does them (reference counted). */
 void prog_release(vmm_app_registry *reg, vmm_phys app);
+vmm_phys prog_retain(vmm_app_registry *reg, vmm_devptr va);
 
 #endif

@@ -461,6 +461,123 @@ Test(app, released_handle_lives_while_mapped, .init = setup, .fini = teardown)
 	free(p);
 }
 
+/* One handle of 4 MiB, mapped whole at *va with the pattern `seed`. */
+static vmm_phys one_handle(vmm_devptr *va, char *p, int seed)
+{
+	vmm_phys h = prog_create(reg, 4 * MiB, 0, 0);
+
+	*va = prog_reserve(4 * MiB);
+	t_pattern(p, 4 * MiB, seed);
+	prog_map(reg, *va, 4 * MiB, 0, h);
+	prog_access(reg, *va, 4 * MiB, 1u);
+	t_write(&td, *va, p, 4 * MiB);
+	return h;
+}
+
+Test(app, a_retained_reference_is_not_the_program_dropping_the_handle, .init = setup,
+     .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	vmm_app_stats s;
+	char *p = malloc(4 * MiB);
+	vmm_devptr va;
+	vmm_phys h, r, real;
+	uint64_t used0;
+
+	cr_assert(p);
+	h = one_handle(&va, p, 21);
+	used0 = t_dev_used(&td, 0);
+	/* cuMemRetainAllocationHandle + cuMemRelease, as PyTorch does to find a segment's handle. */
+	r = prog_retain(reg, va + MiB);
+	cr_expect_eq(r, h, "the retain answers the program's value");
+	prog_release(reg, r);
+	vmm_app_stats_get(reg, 0, &s);
+	cr_expect_eq(s.handles, 1, "the program still holds its own reference");
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(res.bytes_released, 4 * MiB, "the handle slept like any other");
+	cr_expect_eq(t_dev_used(&td, 0), used0 - 4 * MiB);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	expect_dev(va, p, 4 * MiB, "after wake");
+	/* Twice more after the wake: the re-created handle keeps one driver reference. */
+	cr_expect_eq(prog_retain(reg, va), h);
+	cr_expect_eq(prog_retain(reg, va + 2 * MiB), h);
+	prog_release(reg, h);
+	prog_release(reg, h);
+	real = vmm_app_real_handle(reg, h);
+	cr_assert_neq(real, 0);
+	prog_unmap(reg, va, 4 * MiB);
+	cr_expect_eq(t_dev_used(&td, 0), used0, "the program's reference keeps the memory");
+	prog_release(reg, h);   /* the last one reaches the driver with the new real handle */
+	cr_expect_eq(t_dev_used(&td, 0), used0 - 4 * MiB);
+	vmm_app_stats_get(reg, -1, &s);
+	cr_expect_eq(s.handles, 0);
+	cr_expect_eq(vmm_app_release_ref(reg, h, &real), VMM_APP_RELEASE_DRIVER,
+		     "a forgotten value goes to the driver unchanged");
+	cr_expect_eq(real, h);
+	free(p);
+}
+
+Test(app, references_taken_and_dropped_while_asleep, .init = setup, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	char *p1 = malloc(4 * MiB), *p2 = malloc(4 * MiB);
+	vmm_devptr va1, va2;
+	vmm_phys h1, h2, real = 1;
+	bool driver_ref = true;
+	uint64_t used0;
+
+	cr_assert(p1 && p2);
+	h1 = one_handle(&va1, p1, 31);
+	h2 = one_handle(&va2, p2, 32);
+	prog_release(reg, h1);   /* dropped right after mapping, as PyTorch and NCCL do */
+	cr_expect_eq(vmm_app_release_ref(reg, h1, &real), VMM_APP_RELEASE_INVALID,
+		     "a second release of the same reference is refused");
+	used0 = t_dev_used(&td, 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	/* Asleep: neither call may reach the driver (there is no real handle). */
+	cr_expect_eq(vmm_app_retained(reg, va1, &driver_ref), h1);
+	cr_expect_not(driver_ref, "an asleep handle takes no driver reference");
+	cr_expect_eq(vmm_app_release_ref(reg, h2, &real), VMM_APP_RELEASE_COUNTED);
+	cr_expect_eq(real, 0);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	expect_dev(va1, p1, 4 * MiB, "h1 after wake");
+	expect_dev(va2, p2, 4 * MiB, "h2 after wake");
+	cr_expect_eq(t_dev_used(&td, 0), used0);
+	/* h2 lives by its mapping alone now, h1 by the reference retained while asleep. */
+	prog_unmap(reg, va2, 4 * MiB);
+	cr_expect_eq(t_dev_used(&td, 0), used0 - 4 * MiB, "h2 went with its mapping");
+	prog_unmap(reg, va1, 4 * MiB);
+	cr_expect_eq(t_dev_used(&td, 0), used0 - 4 * MiB, "h1 is still held");
+	prog_release(reg, h1);
+	cr_expect_eq(t_dev_used(&td, 0), used0 - 8 * MiB);
+	free(p1);
+	free(p2);
+}
+
+Test(app, properties_are_answered_from_the_record, .init = setup, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	CUmemAllocationProp prop;
+	char small[4];
+	vmm_phys h = prog_create(reg, 2 * MiB, 1, 1);
+	vmm_devptr va = prog_reserve(2 * MiB);
+
+	prog_map(reg, va, 2 * MiB, 0, h);
+	prog_access(reg, va, 2 * MiB, 3u);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(vmm_app_real_handle(reg, h), 0, "asleep");
+	memset(&prop, 0, sizeof(prop));
+	cr_assert(vmm_app_prop_of(reg, h, &prop, sizeof(prop)));
+	cr_expect_eq(prop.location.id, 1);
+	cr_expect_eq(prop.requestedHandleTypes, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	cr_expect_not(vmm_app_prop_of(reg, h, small, sizeof(small)), "another size is refused");
+	cr_expect_not(vmm_app_prop_of(reg, 0x1234, &prop, sizeof(prop)), "unknown value");
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+}
+
 Test(app, wake_without_device_memory_stays_asleep, .fini = teardown)
 {
 	vmm_transfer_result res;
