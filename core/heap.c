@@ -332,14 +332,16 @@ static vmm_status reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 	return st;
 }
 
-/* Bytes that may wait in quarantine before a miss synchronizes the device: 1/8 of what is
- * mapped, at least QUARANTINE_MIN. */
+/* Does a miss synchronize (and so reclaim the whole quarantine) rather than grow? Growth is for
+ * good (the heap keeps what it maps), a sync costs once: so a miss syncs as soon as
+ * QUARANTINE_MIN waits in quarantine, even when that is less than the request (reclaimed blocks
+ * coalesce with free neighbours, and the arena's free tail is extended by the rest only). Below
+ * it the heap grows, so that a malloc/free cycle of one tensor does not wait on the device each
+ * time. The older threshold, max(64 MiB, mapped/8), let the peak grow by up to 1/8 of it. */
 #define QUARANTINE_MIN (64ull << 20)
-static uint64_t quarantine_budget(struct devheap *dh)
+static bool miss_syncs(struct devheap *dh)
 {
-	uint64_t b = dh->mapped_total / 8;
-
-	return b > QUARANTINE_MIN ? b : QUARANTINE_MIN;
+	return dh->quar_total >= QUARANTINE_MIN;
 }
 
 struct blk *large_alloc_block(struct arena *a, size_t size, size_t align, vmm_error *err)
@@ -351,10 +353,9 @@ struct blk *large_alloc_block(struct arena *a, size_t size, size_t align, vmm_er
 	struct blk *b, *t;
 
 	b = free_index_find(a, need);
-	if (!b && dh->quar_total >= quarantine_budget(dh)) {
-		/* Enough waits in quarantine: one sync makes all of it reusable. Below the budget
-		 * the heap grows instead, so that a malloc/free cycle does not wait on the device
-		 * each time. A failed sync (stream capture) also means growth. */
+	if (!b && miss_syncs(dh)) {
+		/* One sync makes all of the quarantine reusable. A failed sync (stream capture)
+		 * means growth. */
 		if (reclaim(dh, a, NULL) == VMM_OK)
 			b = free_index_find(a, need);
 	}

@@ -10,8 +10,9 @@
  * vmm_free_on_stream() makes the block reusable at once by vmm_malloc_on_stream() on the same
  * stream (stream order protects it) and by everyone else after the next synchronization.
  * When a request finds no free block, the heap synchronizes (and so reclaims every quarantined
- * block) if the quarantine holds at least max(64 MiB, mapped/8), or if growing failed; otherwise
- * it grows, so that a malloc/free cycle does not wait on the device each time. */
+ * block) if the quarantine holds at least 64 MiB, or if growing failed;
+ * otherwise it grows, so that a malloc/free cycle does not wait on the device each time. Growth
+ * maps wholly free handles from anywhere on the device before it creates new memory. */
 #ifndef VMM_HEAP_H
 #define VMM_HEAP_H
 

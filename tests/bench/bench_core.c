@@ -216,11 +216,12 @@ static void training_trace(vmm_backend *be, size_t budget, int steps)
 	       (unsigned long long)r.allocs_per_step);
 	printf("  peak live   %10s   (cudaMalloc would hold %s)\n",
 	       fmt_size(r.peak_live, a, sizeof(a)), fmt_size(r.peak_native, c, sizeof(c)));
-	printf("  peak mapped %10s   mapped/live %.3f, mapped/cudaMalloc %.3f; at the end %s\n",
+	printf("  peak mapped %10s   mapped/live %.3f, mapped/cudaMalloc %.3f\n",
 	       fmt_size(r.peak_mapped, b, sizeof(b)),
 	       r.peak_live ? (double)r.peak_mapped / (double)r.peak_live : 0.0,
-	       r.peak_native ? (double)r.peak_mapped / (double)r.peak_native : 0.0,
-	       fmt_size(r.end_mapped, c, sizeof(c)));
+	       r.peak_native ? (double)r.peak_mapped / (double)r.peak_native : 0.0);
+	printf("  at the end  %10s   mapped (the driver counts %s in use)\n",
+	       fmt_size(r.end_mapped, a, sizeof(a)), fmt_size(r.end_driver_used, c, sizeof(c)));
 	printf("  syncs       %10.2f per step (second half %.2f); handles created %llu, released "
 	       "%llu; %.0f ns per call%s\n",
 	       (double)r.syncs / r.steps, (double)r.syncs_steady / (r.steps - r.steps / 2),

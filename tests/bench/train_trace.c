@@ -290,6 +290,13 @@ void train_trace(vmm_core *core, size_t budget, int steps, struct train_result *
 	out->peak_native = r.peak_native;
 	out->peak_mapped = s.peak_mapped_bytes;
 	out->end_mapped = s.mapped_bytes;
+	{
+		vmm_backend *be = vmm_core_backend(core);
+		size_t f = 0, t = 0;
+
+		if (be->mem_info(be, 0, &f, &t, NULL) == VMM_OK)
+			out->end_driver_used = t - f;
+	}
 	out->syncs = s.syncs;
 	out->syncs_steady = s.syncs - syncs_half;
 	out->handles_created = s.handles_created;

@@ -16,6 +16,7 @@ struct train_result {
 	uint64_t peak_native;      /* what cudaMalloc would hold at peak (2 MiB pages, 512 B below) */
 	uint64_t peak_mapped;
 	uint64_t end_mapped;
+	uint64_t end_driver_used;  /* total - free as the driver reports it, at the end */
 	uint64_t syncs, syncs_steady;  /* all steps; the second half only */
 	uint64_t handles_created, handles_released;
 	uint64_t allocs_per_step;

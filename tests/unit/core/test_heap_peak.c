@@ -1,0 +1,176 @@
+/* How close the heap's mapped memory stays to its live memory: a miss reclaims the quarantine once
+ * 64 MiB wait there, wholly free handles move to where a request needs them (before any new
+ * memory is created, a larger one rather than new memory), and memory created for mid-size
+ * requests comes in pieces that can move one by one. And, under all of it, the reuse rule: no
+ * freed byte is handed out again before a synchronization that began after its free. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "helpers.h"
+
+Test(heap_peak, a_miss_reclaims_the_quarantine_once_64_mib_wait)
+{
+	struct tctx t;
+	vmm_devptr p[8], q;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, NULL);
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(vmm_malloc(t.core, 0, 8 * MiB, 0, NULL, &p[i], NULL), VMM_OK);
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(vmm_free(t.core, p[i], NULL), VMM_OK);
+	/* 64 MiB wait, 70 are asked for: one sync, and only the missing 6 MiB are new. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 70 * MiB, 0, NULL, &q, NULL), VMM_OK);
+	cr_assert_eq(t_stats(&t, 0, NULL).syncs, 1);
+	cr_assert_leq(t_dev_used(&t, 0), 72 * MiB, "used %llu",
+		      (unsigned long long)t_dev_used(&t, 0));
+	t_fill(q, 70 * MiB, 7);
+	cr_assert(t_check(q, 70 * MiB, 7));
+	t_close(&t);
+}
+
+Test(heap_peak, less_than_64_mib_in_quarantine_grows_without_a_sync)
+{
+	struct tctx t;
+	vmm_devptr p, q;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 40 * MiB, 0, NULL, &p, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, p, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 40 * MiB, 0, NULL, &q, NULL), VMM_OK);
+	cr_assert_eq(t_stats(&t, 0, NULL).syncs, 0);
+	cr_assert(q >= p + 40 * MiB || q + 40 * MiB <= p, "the quarantined block stays out");
+	t_close(&t);
+}
+
+Test(heap_peak, a_larger_wholly_free_handle_is_mapped_instead_of_new_memory)
+{
+	struct tctx t;
+	vmm_devptr big, small, q;
+	vmm_stats before;
+
+	t_simdev_env("4G", NULL, NULL);
+	t_open(&t, NULL);
+	/* 1 GiB in one handle on tag "x", freed and reclaimed (the next miss syncs). */
+	cr_assert_eq(vmm_malloc(t.core, 0, GiB, 0, "x", &big, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
+	before = t_stats(&t, 0, NULL);
+	cr_assert_eq(before.handles_created, 1);
+	/* Tag "y" has nothing: its 100 MiB move the idle 1 GiB handle rather than create. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 100 * MiB, 0, "y", &q, NULL), VMM_OK);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_created, 1, "no new handle");
+	cr_assert_eq(t_dev_used(&t, 0), GiB);
+	t_fill(q, 100 * MiB, 3);
+	/* The rest of the moved handle serves "y" without growth. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 500 * MiB, 0, "y", &small, NULL), VMM_OK);
+	cr_assert_eq(t_dev_used(&t, 0), GiB);
+	cr_assert(t_check(q, 100 * MiB, 3));
+	t_close(&t);
+}
+
+Test(heap_peak, pieces_of_a_freed_request_move_past_a_small_allocation)
+{
+	struct tctx t;
+	vmm_devptr a, s, c;
+	vmm_stats st;
+
+	t_simdev_env("4G", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 512 * MiB, 0, "x", &a, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, a, NULL), VMM_OK);
+	/* A small allocation lands in the freed range (after the sync its miss makes) and pins
+	 * the piece under it; the other pieces stay wholly free. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 8 * MiB, 0, "x", &s, NULL), VMM_OK);
+	cr_assert(s >= a && s < a + 512 * MiB, "reused the freed range");
+	/* Another tag needs 448 MiB: the seven free pieces move there; nothing new is created. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 448 * MiB, 0, "y", &c, NULL), VMM_OK);
+	st = t_stats(&t, 0, NULL);
+	cr_assert_eq(t_dev_used(&t, 0), 512 * MiB, "used %llu MiB",
+		     (unsigned long long)(t_dev_used(&t, 0) / MiB));
+	cr_assert_eq(st.peak_mapped_bytes, 512 * MiB);
+	t_fill(s, 8 * MiB, 1);
+	t_fill(c, 448 * MiB, 2);
+	cr_assert(t_check(s, 8 * MiB, 1));
+	cr_assert(t_check(c, 448 * MiB, 2));
+	t_close(&t);
+}
+
+/* Random churn: every allocation is checked against every range freed since the last sync. */
+struct freed {
+	vmm_devptr p;
+	size_t n;
+	uint64_t syncs;
+};
+
+static uint64_t next(uint64_t *r)
+{
+	*r = *r * 6364136223846793005ull + 1442695040888963407ull;
+	return *r >> 33;
+}
+
+static size_t random_size(uint64_t *r)
+{
+	uint64_t k = next(r) % 100;
+
+	if (k < 50)
+		return 1 + next(r) % (64 * KiB);
+	if (k < 90)
+		return 64 * KiB + next(r) % (8 * MiB);
+	return 8 * MiB + next(r) % (120 * MiB);
+}
+
+Test(heap_peak, nothing_freed_is_reused_before_a_sync_that_follows_the_free, .timeout = 120)
+{
+	static struct { vmm_devptr p; size_t n; } live[256];
+	static struct freed fr[20000];
+	uint64_t rng = 0x5EED, syncs = 0, reused_after_sync = 0;
+	size_t nlive = 0, nfr = 0, live_bytes = 0;
+	struct tctx t;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	for (int op = 0; op < 12000; op++) {
+		bool do_free = nlive && (nlive == 256 || live_bytes > GiB || next(&rng) % 2);
+
+		if (do_free) {
+			size_t i = next(&rng) % nlive;
+
+			cr_assert_eq(vmm_free(t.core, live[i].p, NULL), VMM_OK);
+			cr_assert_lt(nfr, 20000);
+			fr[nfr++] = (struct freed){ live[i].p, live[i].n, syncs };
+			live_bytes -= live[i].n;
+			live[i] = live[--nlive];
+			continue;
+		}
+		size_t n = random_size(&rng);
+		vmm_devptr p;
+
+		cr_assert_eq(vmm_malloc(t.core, 0, n, 0, NULL, &p, NULL), VMM_OK, "op %d", op);
+		syncs = t_stats(&t, 0, NULL).syncs;
+		for (size_t k = 0; k < nfr; k++) {
+			bool overlap = p < fr[k].p + fr[k].n && fr[k].p < p + n;
+
+			if (!overlap)
+				continue;
+			cr_assert_gt(syncs, fr[k].syncs,
+				     "op %d: [%#llx, +%zu) handed out again without a sync since "
+				     "its free", op, (unsigned long long)fr[k].p, fr[k].n);
+			reused_after_sync++;
+		}
+		/* Ranges freed before the latest sync are reusable: stop tracking them. */
+		size_t kept = 0;
+
+		for (size_t k = 0; k < nfr; k++)
+			if (fr[k].syncs == syncs)
+				fr[kept++] = fr[k];
+		nfr = kept;
+		live[nlive].p = p;
+		live[nlive++].n = n;
+		live_bytes += n;
+	}
+	cr_assert_gt(syncs, 0, "the churn made the heap sync");
+	cr_assert_gt(reused_after_sync, 0, "and reuse memory after it");
+	t_close(&t);
+}
