@@ -1,7 +1,7 @@
 /* A program that grows one reservation with its own VMM handles, as PyTorch's expandable segments
  * do (20 MiB pieces mapped one after another, cuMemSetAccess per new piece), and goes through an
- * in-process sleep/wake of the shim twice: it grows after the wake, exports a re-created handle,
- * retains and releases handles (also while asleep), shrinks (unmap + release of the last pieces)
+ * in-process sleep/wake of the shim twice: it grows after the wake, exports a re-created handle
+ * and imports it again (mapped twice, it stays resident), retains and releases handles (also while asleep), shrinks (unmap + release of the last pieces)
  * and checks every byte after each step. At the end every byte must be back on the device, which
  * only happens when each final cuMemRelease reached the driver with the right handle.
  * NOSLEEP=1 runs the same steps without the sleeps, NORETAIN=1 without the retains (simdev's
@@ -18,7 +18,7 @@
 static CUmemGenericAllocationHandle h[MAX_PIECES];
 static int dropped[MAX_PIECES];  /* released right after mapping (NCCL style): the mapping holds it */
 static int npieces;
-static CUdeviceptr va;
+static CUdeviceptr va, va_imp;
 static unsigned char *buf;
 
 static const CUmemAllocationProp prop = {
@@ -73,6 +73,14 @@ static void check_all(const char *when)
 	}
 }
 
+/* Piece 1, exported and imported again, seen through the imported mapping. */
+static void check_imported(const char *when)
+{
+	CHECK_CU(cuMemcpyDtoH(buf, va_imp, PIECE));
+	if (pattern_check(buf, PIECE, 101))
+		FAIL("%s: piece 1 through the imported mapping differs", when);
+}
+
 /* cuMemRetainAllocationHandle + cuMemRelease: the program's value comes back, and the release
  * only drops the reference the retain took. */
 static void retain_release(int i)
@@ -121,6 +129,9 @@ int main(void)
 	int (*ww)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "vmmshim_wake");
 	const char *(*why)(void) = (const char *(*)(void))dlsym(RTLD_DEFAULT, "vmmshim_last_error");
 	int sleeping = !getenv("NOSLEEP");
+	CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+				.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUmemGenericAllocationHandle imp;
 	CUmemAllocationProp back;
 	size_t free0;
 	CUdeviceptr small;
@@ -151,7 +162,14 @@ int main(void)
 	/* A re-created handle is of the program's kind: it can be exported. */
 	CHECK_CU(cuMemExportToShareableHandle(&fd, h[1], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
 					      0));
+	/* ... and imported again (as a peer process would), mapped a second time. */
+	CHECK_CU(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd,
+						CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
 	close(fd);
+	CHECK_CU(cuMemAddressReserve(&va_imp, PIECE, 0, 0, 0));
+	CHECK_CU(cuMemMap(va_imp, PIECE, 0, imp, 0));
+	CHECK_CU(cuMemSetAccess(va_imp, PIECE, &acc, 1));
+	check_imported("imported");
 	CHECK_CU(cuMemGetAllocationPropertiesFromHandle(&back, h[4]));
 	if (back.requestedHandleTypes != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
 		FAIL("a handle made after the wake lost its handle type");
@@ -164,9 +182,13 @@ int main(void)
 	if (sleeping)
 		sleep_wake(zz, ww, why, 4 * PIECE);
 	check_all("after the second wake");
+	check_imported("imported, after the second wake");
 	grow(7);
 	check_all("grown to 7 again");
 
+	CHECK_CU(cuMemUnmap(va_imp, PIECE));
+	CHECK_CU(cuMemRelease(imp));
+	CHECK_CU(cuMemAddressFree(va_imp, PIECE));
 	shrink(0);
 	CHECK_CU(cuMemAddressFree(va, MAX_PIECES * PIECE));
 	if (dev_free() != free0)

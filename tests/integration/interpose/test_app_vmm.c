@@ -20,9 +20,13 @@ static void expect_ok(const struct run *r)
 
 Test(app_vmm, expandable_segments_through_sleep_and_wake)
 {
-	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_app_vmm")), NULL);
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_app_vmm")),
+				    ENV("VMMSHIM_LOG=info"));
 
 	expect_ok(r);
+	/* The second sleep leaves the exported piece and the imported mapping of it (20 MiB
+	 * each): the import was recorded. */
+	cr_expect(strstr(r->err, "41943040 bytes of app handles stay resident"), "%s", r->err);
 	/* The shim released and re-created the program's handles: 6 + 4 of them (the exported
 	 * one stays), on top of the program's own 9 + 2 cuMemCreate calls. */
 	cr_expect_geq(run_stat(r, "cuMemCreate"), 11 + 10, "%s", r->stats);
