@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "copy_engine.h"
 #include "program.h"
@@ -576,6 +577,32 @@ Test(app, properties_are_answered_from_the_record, .init = setup, .fini = teardo
 	cr_expect_not(vmm_app_prop_of(reg, h, small, sizeof(small)), "another size is refused");
 	cr_expect_not(vmm_app_prop_of(reg, 0x1234, &prop, sizeof(prop)), "unknown value");
 	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+}
+
+Test(app, backend_creates_only_from_properties_it_can_read, .init = setup, .fini = teardown)
+{
+	CUmemAllocationProp p = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				  .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1 },
+				  .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+	vmm_error err = { 0 };
+	vmm_phys ph = 0;
+	uint64_t used0 = t_dev_used(&td, 1);
+	int fd = -1;
+
+	cr_expect_eq(td.be->create_with_prop(td.be, 1, 2 * MiB, &p, sizeof(p) - 1, &ph, &err),
+		     VMM_E_INVALID, "a truncated CUmemAllocationProp");
+	cr_expect_eq(td.be->create_with_prop(td.be, 0, 2 * MiB, &p, sizeof(p), &ph, &err),
+		     VMM_E_INVALID, "properties of another device");
+	cr_expect_neq(strstr(err.msg, "device 0"), NULL, "%s", err.msg);
+	cr_expect_eq(t_dev_used(&td, 1), used0, "nothing was created");
+	cr_assert_eq(td.be->create_with_prop(td.be, 1, 2 * MiB, &p, sizeof(p), &ph, &err), VMM_OK,
+		     "%s", err.msg);
+	cr_expect_eq(t_dev_used(&td, 1), used0 + 2 * MiB);
+	cr_expect_eq(cu.export_fd(&fd, ph, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+		     CUDA_SUCCESS, "created as the exportable kind asked for");
+	if (fd >= 0)
+		close(fd);
+	cr_assert_eq(td.be->release(td.be, ph, &err), VMM_OK, "%s", err.msg);
 }
 
 Test(app, wake_without_device_memory_stays_asleep, .fini = teardown)
