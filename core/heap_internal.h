@@ -198,9 +198,16 @@ bool handle_wholly_free(struct devheap *dh, struct phandle *h);
 vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err);
 vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err);
 void heap_release_free_handles(struct devheap *dh, size_t keep_bytes);
+/* Unmap and release the wholly free handles hs[0..n) (the releases side by side); returns the
+ * bytes given back. hs is reordered. */
+uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n);
 /* Teardown calls, retried once: a transient failure must not leak device memory. */
 void phys_release(vmm_backend *be, vmm_phys h);
 void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size);
+/* Release hs[0..n) (spread over a few threads where the backend allows): ok[i] says which went;
+ * returns the first failure's status (err: its message), VMM_OK when all went. */
+vmm_status phys_release_many(vmm_backend *be, const vmm_phys *hs, size_t n, bool *ok,
+			     vmm_error *err);
 vmm_status heap_grant_access(struct devheap *dh, vmm_devptr va, size_t size, vmm_error *err);
 void stats_mapped(struct arena *a, int64_t delta);
 

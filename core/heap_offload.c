@@ -189,6 +189,89 @@ undo:
 	return st;
 }
 
+/* Map hs[0..n) back at their addresses after a failed unmap (a handle still mapped refuses,
+ * which is what it should) and grant access again. */
+static void remap_handles(struct devheap *dh, struct phandle **hs, size_t n)
+{
+	vmm_backend *be = dh->core->be;
+
+	for (size_t i = 0; i < n; i++)
+		be->map(be, hs[i]->va, hs[i]->size, hs[i]->h, NULL);
+	if (grant_runs(dh, hs, n, NULL))
+		vmm_log(VMM_LOG_ERROR, "device %d: access could not be granted again after a failed "
+			"sleep", dh->dev);
+}
+
+/* Unmap the live handles: one call per run of address-adjacent handles (the backend's unmap
+ * covers several whole mappings). On failure everything is mapped again. */
+static vmm_status unmap_live(struct devheap *dh, struct phandle **hs, size_t n, vmm_error *err)
+{
+	vmm_backend *be = dh->core->be;
+
+	qsort(hs, n, sizeof(*hs), by_va);
+	for (size_t i = 0; i < n;) {
+		size_t j = i + 1, len = hs[i]->size;
+		vmm_status st;
+
+		while (j < n && hs[j]->va == hs[i]->va + len)
+			len += hs[j++]->size;
+		st = be->unmap(be, hs[i]->va, len, err);
+		if (st) {
+			remap_handles(dh, hs, j);
+			return st;
+		}
+		i = j;
+	}
+	return VMM_OK;
+}
+
+/* Release the unmapped live handles side by side. On failure the released ones come first in hs
+ * (*released of them) and the others are mapped again, contents intact. */
+static vmm_status release_live(struct devheap *dh, struct phandle **hs, size_t n, size_t *released,
+			       vmm_error *err)
+{
+	vmm_backend *be = dh->core->be;
+	vmm_phys *ph = calloc(n ? n : 1, sizeof(*ph));
+	bool *ok = calloc(n ? n : 1, sizeof(*ok));
+	vmm_status st;
+	size_t k = 0;
+
+	*released = 0;
+	if (!ph || !ok) {
+		free(ph);
+		free(ok);
+		remap_handles(dh, hs, n);
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to release handles");
+	}
+	for (size_t i = 0; i < n; i++)
+		ph[i] = hs[i]->h;
+	st = phys_release_many(be, ph, n, ok, err);
+	if (st) {
+		/* Released ones first; the others are still created: map them back. A handle that
+		 * cannot be mapped back is released too, and comes back with the rollback. */
+		for (size_t i = 0; i < n; i++) {
+			struct phandle *h = hs[i];
+
+			if (!ok[i] && (be->map(be, h->va, h->size, h->h, NULL) ||
+				       heap_grant_access(dh, h->va, h->size, NULL))) {
+				phys_unmap(be, h->va, h->size);
+				phys_release(be, h->h);
+				ok[i] = true;
+			}
+			if (ok[i]) {
+				hs[i] = hs[k];
+				hs[k++] = h;
+			}
+		}
+	} else {
+		k = n;
+	}
+	free(ph);
+	free(ok);
+	*released = k;
+	return st;
+}
+
 /* Sleep the selected arenas of one device (its lock held). */
 static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 			       vmm_transfer_result *res, vmm_error *err)
@@ -197,7 +280,7 @@ static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 	bool discard = o && o->discard;
 	struct phandle **live = NULL;
 	vmm_copy_range *r = NULL;
-	size_t nlive = 0, nr = 0, cap = 0, done = 0;
+	size_t nlive = 0, nfree, nr = 0, cap = 0, done = 0;
 	uint64_t host_need = 0;
 	vmm_copy_stats cs;
 	vmm_status st;
@@ -214,6 +297,7 @@ static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 	for (struct phandle *h = dh->handles; h; h = h->next)
 		if (selected(h->arena, o) && !h->arena->asleep && h->va && !h->asleep)
 			nlive++;
+	nfree = nlive;
 	live = calloc(nlive ? nlive : 1, sizeof(*live));
 	if (!live)
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the sleep plan");
@@ -235,14 +319,26 @@ static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 				(unsigned long long)vmm_host_available_bytes());
 	}
 	/* Wholly free handles go back at once: nothing to copy. */
-	for (struct phandle *h = dh->handles, *n; h; h = n) {
-		n = h->next;
-		if (selected(h->arena, o) && !h->arena->asleep && handle_wholly_free(dh, h)) {
-			size_t sz = h->size;
+	{
+		struct phandle **wf = calloc(nfree ? nfree : 1, sizeof(*wf));
+		size_t k = 0;
 
-			if (handle_drop(dh, h, NULL) == VMM_OK)
-				res->bytes_released += sz;
+		for (struct phandle *h = dh->handles, *n; h; h = n) {
+			n = h->next;
+			if (!selected(h->arena, o) || h->arena->asleep || !handle_wholly_free(dh, h))
+				continue;
+			if (wf && k < nfree) {
+				wf[k++] = h;
+			} else {
+				size_t sz = h->size;
+
+				if (handle_drop(dh, h, NULL) == VMM_OK)
+					res->bytes_released += sz;
+			}
 		}
+		if (k)
+			res->bytes_released += heap_drop_handles(dh, wf, k);
+		free(wf);
 	}
 	if (!discard) {
 		for (size_t i = 0; i < nlive; i++) {
@@ -273,23 +369,12 @@ static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 		for (size_t i = 0; i < nlive; i++)
 			live[i]->has_backup = true;
 	}
-	for (done = 0; done < nlive; done++) {
-		struct phandle *h = live[done];
-
-		st = be->unmap(be, h->va, h->size, err);
-		if (st)
-			goto fail;
-		st = be->release(be, h->h, err);
-		if (st) {
-			/* Still created: map it back, contents intact. */
-			if (be->map(be, h->va, h->size, h->h, NULL) == VMM_OK &&
-			    heap_grant_access(dh, h->va, h->size, NULL) == VMM_OK)
-				goto fail;
-			phys_release(be, h->h);
-			done++;
-			goto fail;
-		}
-	}
+	st = unmap_live(dh, live, nlive, err);
+	if (st)
+		goto fail;
+	st = release_live(dh, live, nlive, &done, err);
+	if (st)
+		goto fail;
 	for (size_t i = 0; i < nlive; i++) {
 		struct phandle *h = live[i];
 		struct arena *a = h->arena;

@@ -5,7 +5,8 @@
  *      native cuMemAlloc of the same size;
  *   3. peak mapped and peak live bytes on a fragmenting trace (growing, varying batch shapes).
  *   4. the same on a replay of NO_CACHING training (train_trace.h), with syncs per step.
- * Usage: bench_core [--quick] | --train [STEPS] */
+ *   5. a discard sleep and wake of 1 GiB allocations, with the driver calls it makes.
+ * Usage: bench_core [--quick] | --train [STEPS] | --sleep GIB [--model-h200] | --demo */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -14,6 +15,7 @@
 #include <time.h>
 
 #include "heap.h"
+#include "offload.h"
 #include "train_trace.h"
 
 #define KiB (1ull << 10)
@@ -201,6 +203,82 @@ static void fragmenting_trace(vmm_backend *be, size_t budget, bool quick)
 	vmm_core_destroy(core);
 }
 
+/* Counting wrappers around the backend's teardown primitives, for the sleep benchmark. */
+static struct {
+	vmm_status (*unmap)(vmm_backend *, vmm_devptr, size_t, vmm_error *);
+	vmm_status (*release)(vmm_backend *, vmm_phys, vmm_error *);
+	vmm_status (*sync)(vmm_backend *, int, vmm_error *);
+	_Atomic unsigned long unmaps, releases, syncs;
+	bool model;     /* add the H200's measured cost of each call (h200-baseline.md) */
+} counted;
+
+static void pause_us(long us)
+{
+	struct timespec ts = { 0, us * 1000 };
+
+	if (counted.model)
+		nanosleep(&ts, NULL);
+}
+
+static vmm_status count_unmap(vmm_backend *be, vmm_devptr va, size_t size, vmm_error *err)
+{
+	counted.unmaps++;
+	pause_us(30); /* cuMemUnmap of a 1 GiB mapping */
+	return counted.unmap(be, va, size, err);
+}
+
+static vmm_status count_release(vmm_backend *be, vmm_phys h, vmm_error *err)
+{
+	counted.releases++;
+	pause_us(307); /* cuMemRelease of a 1 GiB handle */
+	return counted.release(be, h, err);
+}
+
+static vmm_status count_sync(vmm_backend *be, int dev, vmm_error *err)
+{
+	counted.syncs++;
+	return counted.sync(be, dev, err);
+}
+
+/* Discard sleep and wake of n allocations of 1 GiB (one handle each), as gpucheck's 64 GiB row
+ * does it through vmmctl: the driver calls it makes and the time it takes. */
+static void discard_sleep(vmm_backend *be, int n, bool model)
+{
+	vmm_core *core = open_core(be);
+	vmm_sleep_opts o = { .tag = NULL, .device = -1, .discard = true };
+	vmm_transfer_result rs, rw;
+	vmm_devptr p;
+	vmm_error err;
+	int k;
+
+	for (k = 0; k < n; k++)
+		if (vmm_malloc(core, 0, GiB, 0, NULL, &p, NULL))
+			break;
+	counted.unmap = be->unmap;
+	counted.release = be->release;
+	counted.sync = be->synchronize;
+	counted.unmaps = counted.releases = counted.syncs = 0;
+	counted.model = model;
+	be->unmap = count_unmap;
+	be->release = count_release;
+	be->synchronize = count_sync;
+	if (vmm_sleep(core, &o, &rs, &err) || vmm_wake(core, &o, &rw, &err)) {
+		fprintf(stderr, "bench_core: discard sleep: %s\n", err.msg);
+	} else {
+		printf("\nDiscard sleep / wake of %d x 1 GiB (one handle each)%s:\n", k,
+		       model ? ", with the H200's cost per unmap (30 us) and release (307 us) added "
+			       "(a model: it assumes the driver releases side by side)" : "");
+		printf("  sleep %8.2f ms   (%lu unmap calls, %lu releases, %lu syncs)\n",
+		       rs.seconds * 1e3, (unsigned long)counted.unmaps,
+		       (unsigned long)counted.releases, (unsigned long)counted.syncs);
+		printf("  wake  %8.2f ms\n", rw.seconds * 1e3);
+	}
+	be->unmap = counted.unmap;
+	be->release = counted.release;
+	be->synchronize = counted.sync;
+	vmm_core_destroy(core);
+}
+
 /* The NO_CACHING training replay (train_trace.h): how close peak mapped stays to peak live, and
  * what that costs in device synchronizations. */
 static void training_trace(vmm_backend *be, size_t budget, int steps)
@@ -235,6 +313,7 @@ int main(int argc, char **argv)
 	static const size_t sizes[] = { 256, 4 * KiB, 64 * KiB, MiB, 2 * MiB, 64 * MiB, GiB };
 	bool quick = argc > 1 && !strcmp(argv[1], "--quick");
 	bool train_only = argc > 1 && !strcmp(argv[1], "--train");
+	bool sleep_only = argc > 1 && !strcmp(argv[1], "--sleep");
 	size_t free_b = 0, total_b = 0;
 	vmm_backend *be;
 	vmm_core *core;
@@ -246,6 +325,12 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	be->mem_info(be, 0, &free_b, &total_b, NULL);
+	if (sleep_only) {
+		discard_sleep(be, argc > 2 ? atoi(argv[2]) : (int)(free_b / GiB / 2),
+			      argc > 3 && !strcmp(argv[3], "--model-h200"));
+		be->close(be);
+		return 0;
+	}
 	if (train_only) {
 		training_trace(be, free_b / 2, argc > 2 ? atoi(argv[2]) : 200);
 		be->close(be);
@@ -325,6 +410,7 @@ int main(int argc, char **argv)
 
 	fragmenting_trace(be, free_b < 8 * GiB ? free_b / 4 : 2 * GiB, quick);
 	training_trace(be, free_b / 2, quick ? 50 : 200);
+	discard_sleep(be, (int)(free_b / GiB / 2), false);
 	be->close(be);
 	return 0;
 }
