@@ -58,7 +58,7 @@ vmm_phys vmm_app_retained(vmm_app_registry *reg, vmm_devptr va, bool *driver_ref
 
 enum vmm_app_release_action {
 	VMM_APP_RELEASE_DRIVER,   /* call the driver with *real, then vmm_app_released on success */
-	VMM_APP_RELEASE_COUNTED,  /* done: a reference other than the driver's, or an asleep handle */
+	VMM_APP_RELEASE_COUNTED,  /* done: not the driver's reference, or an asleep handle */
 	VMM_APP_RELEASE_INVALID,  /* the program holds no reference to this handle any more */
 };
 /* What the program's cuMemRelease of handle must do. Handles the registry does not know go to

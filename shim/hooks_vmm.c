@@ -1,9 +1,10 @@
 /* The program's own virtual-memory calls (PyTorch expandable segments, NCCL). They pass through
  * to the driver and, once it succeeded, are recorded in the runtime's registry, so that sleep can
  * release and wake re-create them. Handles are translated: the program keeps the value it was
- * given, the registry knows the real handle behind it after a wake. The core's own VMM calls go through
- * its backend, never through these hooks. Peer access enabled between contexts is extended to the
- * core's heaps, as it would cover cuMemAlloc memory. */
+ * given, the registry knows the real handle behind it after a wake. The program's references
+ * (create, import, retain) are counted by the registry; the driver sees only the last release.
+ * The core's own VMM calls go through its backend, never through these hooks. Peer access
+ * enabled between contexts is extended to the core's heaps, as it would cover cuMemAlloc memory. */
 #include "../core/log.h"
 #include "hooks_common.h"
 
@@ -47,7 +48,8 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 		vmm_phys value = vmm_app_created_value(reg, (vmm_phys)*handle, size,
 						       prop->location.id, prop, sizeof(*prop));
 
-		vmm_log(VMM_LOG_DEBUG, "app VMM: recorded handle 0x%llx as 0x%llx (%zu bytes, device %d)",
+		vmm_log(VMM_LOG_DEBUG,
+			"app VMM: recorded handle 0x%llx as 0x%llx (%zu bytes, device %d)",
 			(unsigned long long)*handle, (unsigned long long)value, size,
 			prop->location.id);
 		if (value)

@@ -18,7 +18,7 @@ struct app_handle {
 	size_t prop_size;
 	bool exported;           /* another process may map it: never released by us */
 	bool imported;           /* another process's memory; size grows with its mappings */
-	unsigned refs;           /* the program's references: created or imported 1, +1 per retain */
+	unsigned refs;           /* the program's references: 1 at create/import, +1 per retain */
 	bool app_released;       /* refs reached 0; it lives while mapped */
 	bool asleep;
 	bool has_backup;         /* backup holds the contents (not a discard sleep) */

@@ -1,11 +1,13 @@
 /* A program that grows one reservation with its own VMM handles, as PyTorch's expandable segments
  * do (20 MiB pieces mapped one after another, cuMemSetAccess per new piece), and goes through an
  * in-process sleep/wake of the shim twice: it grows after the wake, exports a re-created handle
- * and imports it again (mapped twice, it stays resident), retains and releases handles (also while asleep), shrinks (unmap + release of the last pieces)
- * and checks every byte after each step. At the end every byte must be back on the device, which
- * only happens when each final cuMemRelease reached the driver with the right handle.
+ * and imports it again (mapped twice, it stays resident), retains and releases handles (also
+ * while asleep), shrinks (unmap + release of the last pieces) and checks every byte after each
+ * step. At the end every byte must be back on the device, which only happens when each final
+ * cuMemRelease reached the driver with the right handle.
  * NOSLEEP=1 runs the same steps without the sleeps, NORETAIN=1 without the retains (simdev's
- * driver keeps no reference count: natively a retain's release drops the handle). Prints "prog_app_vmm: ok". */
+ * driver keeps no reference count: natively a retain's release drops the handle).
+ * Prints "prog_app_vmm: ok". */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <unistd.h>
@@ -16,7 +18,7 @@
 #define MAX_PIECES 12
 
 static CUmemGenericAllocationHandle h[MAX_PIECES];
-static int dropped[MAX_PIECES];  /* released right after mapping (NCCL style): the mapping holds it */
+static int dropped[MAX_PIECES];  /* released right after mapping (NCCL style): mapped only */
 static int npieces;
 static CUdeviceptr va, va_imp;
 static unsigned char *buf;

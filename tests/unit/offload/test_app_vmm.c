@@ -489,7 +489,7 @@ Test(app, a_retained_reference_is_not_the_program_dropping_the_handle, .init = s
 	cr_assert(p);
 	h = one_handle(&va, p, 21);
 	used0 = t_dev_used(&td, 0);
-	/* cuMemRetainAllocationHandle + cuMemRelease, as PyTorch does to find a segment's handle. */
+	/* cuMemRetainAllocationHandle + cuMemRelease, as a program finding a segment's handle. */
 	r = prog_retain(reg, va + MiB);
 	cr_expect_eq(r, h, "the retain answers the program's value");
 	prog_release(reg, r);
