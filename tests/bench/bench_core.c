@@ -308,12 +308,120 @@ static void training_trace(vmm_backend *be, size_t budget, int steps)
 	vmm_core_destroy(core);
 }
 
+/* --demo: the core at work in a few seconds, for scripts/demo.sh. Sizes fit a 4 GiB device. */
+static size_t handles_now(vmm_core *core)
+{
+	vmm_stats s;
+
+	vmm_stats_get(core, 0, NULL, &s, NULL);
+	return (size_t)(s.handles_created - s.handles_released);
+}
+
+static void demo_row(vmm_core *core, const char *what)
+{
+	vmm_stats s;
+	char a[32], b[32];
+
+	vmm_stats_get(core, 0, NULL, &s, NULL);
+	printf("  %-26s %10s %10s %8zu\n", what, fmt_size(s.live_bytes, a, sizeof(a)),
+	       fmt_size(s.mapped_bytes, b, sizeof(b)), handles_now(core));
+}
+
+static int demo(vmm_backend *be)
+{
+	static vmm_devptr p[512];
+	vmm_core *core = open_core(be);
+	double t0, grow_ns, native_ns = -1;
+	vmm_devptr big;
+	vmm_error err;
+	vmm_stats s0;
+	char c1[32], c2[32], c3[32];
+
+	/* 1. Growth: physical memory created, mapped and made accessible on demand. */
+	t0 = now_ns();
+	for (int i = 0; i < 8; i++) {
+		if (vmm_malloc(core, 0, 256 * MiB, 0, NULL, &p[i], &err)) {
+			fprintf(stderr, "bench_core --demo: growth: %s\n", err.msg);
+			return 1;
+		}
+	}
+	grow_ns = now_ns() - t0;
+	if (native.alloc) {
+		CUdeviceptr np[8];
+		int ok = 0;
+
+		t0 = now_ns();
+		for (; ok < 8 && native.alloc(&np[ok], 256 * MiB) == CUDA_SUCCESS; ok++)
+			;
+		native_ns = ok == 8 ? now_ns() - t0 : -1;
+		while (ok-- > 0)
+			native.free_(np[ok]);
+	}
+	fmt_ns(c1, sizeof(c1), grow_ns / 2);
+	fmt_ns(c2, sizeof(c2), native_ns < 0 ? -1 : native_ns / 2);
+	printf("\n1. Growth: 8 x 256 MiB on an empty heap, physical memory created and mapped on demand\n");
+	printf("  %-26s %12s %16s\n", "", "vmmshim", "native cuMemAlloc");
+	printf("  %-26s %12s %16s\n", "cost per GiB", c1, c2);
+	{
+		vmm_stats st;
+
+		vmm_stats_get(core, 0, NULL, &st, NULL);
+		printf("  (the heap now maps %s in %zu handles, for %s asked)\n",
+		       fmt_size(st.mapped_bytes, c1, sizeof(c1)), handles_now(core),
+		       fmt_size(st.live_bytes, c2, sizeof(c2)));
+	}
+	for (int i = 0; i < 8; i++)
+		vmm_free(core, p[i], NULL);
+
+	/* 2. Reuse: freed memory comes back from the heap, not from the driver. */
+	printf("\n2. Reuse from cache: one malloc + free pair, warm (median)\n");
+	printf("  %-26s %12s %16s\n", "size", "vmmshim", "native cuMem");
+	for (size_t sz = MiB; sz <= 256 * MiB; sz *= 256) {
+		fmt_ns(c2, sizeof(c2), pair_ns(core, sz, sz > MiB ? 200 : 5000));
+		fmt_ns(c3, sizeof(c3), native_pair_ns(sz, 100));
+		printf("  %-26s %12s %16s\n", fmt_size(sz, c1, sizeof(c1)), c2, c3);
+	}
+	vmm_trim(core, 0, NULL);
+
+	/* 3. Fragmentation: the holes' physical memory is remapped side by side. */
+	vmm_stats_get(core, 0, NULL, &s0, NULL);
+	printf("\n3. Fragmentation: 512 x 2 MiB, every other one freed, then one 512 MiB request\n");
+	printf("  %-26s %10s %10s %8s\n", "", "live", "mapped", "handles");
+	for (int i = 0; i < 512; i++) {
+		if (vmm_malloc(core, 0, 2 * MiB, 0, NULL, &p[i], &err)) {
+			fprintf(stderr, "bench_core --demo: %s\n", err.msg);
+			return 1;
+		}
+	}
+	demo_row(core, "512 x 2 MiB");
+	for (int i = 0; i < 512; i += 2)
+		vmm_free(core, p[i], NULL);
+	demo_row(core, "every other one freed");
+	if (vmm_malloc(core, 0, 512 * MiB, 0, NULL, &big, &err)) {
+		printf("  512 MiB FAILED: %s\n", err.msg);
+		return 1;
+	}
+	demo_row(core, "+ 512 MiB in one piece");
+	{
+		vmm_stats st;
+
+		vmm_stats_get(core, 0, NULL, &st, NULL);
+		printf("  (no 2 MiB hole could hold it: after %llu device sync(s) the holes' handles "
+		       "were mapped again side by side at a new address; %llu new handle(s))\n",
+		       (unsigned long long)(st.syncs - s0.syncs),
+		       (unsigned long long)(handles_now(core) > 512 ? handles_now(core) - 512 : 0));
+	}
+	vmm_core_destroy(core);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const size_t sizes[] = { 256, 4 * KiB, 64 * KiB, MiB, 2 * MiB, 64 * MiB, GiB };
 	bool quick = argc > 1 && !strcmp(argv[1], "--quick");
 	bool train_only = argc > 1 && !strcmp(argv[1], "--train");
 	bool sleep_only = argc > 1 && !strcmp(argv[1], "--sleep");
+	bool demo_only = argc > 1 && !strcmp(argv[1], "--demo");
 	size_t free_b = 0, total_b = 0;
 	vmm_backend *be;
 	vmm_core *core;
@@ -325,6 +433,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	be->mem_info(be, 0, &free_b, &total_b, NULL);
+	if (demo_only) {
+		int rc;
+
+		native_open();
+		printf("vmmshim core at work: device 0, %s (%s)\n", fmt_size(total_b, c1, sizeof(c1)),
+		       getenv("SIMDEV_MEMORY") ? "simulated device" : "libcuda.so.1");
+		rc = demo(be);
+		be->close(be);
+		return rc;
+	}
 	if (sleep_only) {
 		discard_sleep(be, argc > 2 ? atoi(argv[2]) : (int)(free_b / GiB / 2),
 			      argc > 3 && !strcmp(argv[3], "--model-h200"));
