@@ -16,6 +16,9 @@
 
 #define PIECE ((size_t)20 << 20)
 #define MAX_PIECES 12
+/* Device memory the driver may take for itself meanwhile (the shim's copy streams) on a real
+ * GPU; simdev takes none. A lost or leaked piece (20 MiB) is well beyond it. */
+#define SLACK ((size_t)8 << 20)
 
 static CUmemGenericAllocationHandle h[MAX_PIECES];
 static int dropped[MAX_PIECES];  /* released right after mapping (NCCL style): mapped only */
@@ -107,7 +110,7 @@ static void sleep_wake(int (*zz)(const char *, int), int (*ww)(const char *),
 	if (zz(NULL, 0))
 		FAIL("sleep: %s", why());
 	asleep = dev_free();
-	if (asleep < before + releasable)
+	if (asleep + SLACK < before + releasable)
 		FAIL("sleep gave back %zu bytes, the program's handles alone are %zu",
 		     asleep - before, releasable);
 	/* While asleep the handles have no driver handle behind them: these are answered by the
@@ -120,7 +123,7 @@ static void sleep_wake(int (*zz)(const char *, int), int (*ww)(const char *),
 	retain_release(0);
 	if (ww(NULL))
 		FAIL("wake: %s", why());
-	if (dev_free() != before)
+	if (dev_free() + SLACK < before || dev_free() > before + SLACK)
 		FAIL("after wake %zu bytes free, %zu before the sleep", dev_free(), before);
 }
 
@@ -193,7 +196,7 @@ int main(void)
 	CHECK_CU(cuMemAddressFree(va_imp, PIECE));
 	shrink(0);
 	CHECK_CU(cuMemAddressFree(va, MAX_PIECES * PIECE));
-	if (dev_free() != free0)
+	if (dev_free() + SLACK < free0 || dev_free() > free0 + SLACK)
 		FAIL("%zu bytes free at the end, %zu at the start: handles leaked", dev_free(),
 		     free0);
 	CHECK_CU(cuMemFree(small));
