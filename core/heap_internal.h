@@ -197,6 +197,9 @@ vmm_status arena_grow(struct arena *a, size_t need, vmm_error *err);
 bool handle_wholly_free(struct devheap *dh, struct phandle *h);
 vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err);
 vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err);
+/* The quarantine becomes free memory. Only right after a successful device sync made with the
+ * heap's lock held since before (so that it began after every free in the quarantine). */
+void heap_reclaim_synced(struct devheap *dh);
 void heap_release_free_handles(struct devheap *dh, size_t keep_bytes);
 /* Unmap and release the wholly free handles hs[0..n) (the releases side by side); returns the
  * bytes given back. hs is reordered. */

@@ -264,6 +264,12 @@ vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 		return st;
 	if (who)
 		who->st.syncs++;
+	heap_reclaim_synced(dh);
+	return VMM_OK;
+}
+
+void heap_reclaim_synced(struct devheap *dh)
+{
 	for (int i = 0; i < dh->narenas; i++) {
 		struct arena *a = dh->arenas[i];
 
@@ -278,7 +284,6 @@ vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 		a->quar_bytes = 0;
 	}
 	dh->quar_total = 0;
-	return VMM_OK;
 }
 
 /* The plan of one growth: the handles that will back [va, va+total), in order. */
