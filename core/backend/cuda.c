@@ -133,25 +133,8 @@ static vmm_status ctx_enter(struct cuda_impl *ci, int dev, struct ctx_scope *s, 
 	return VMM_OK;
 }
 
-/* A device whose primary context the backend already holds (device 0 when none): a thread
- * without a context (the offload engine's own) borrows it rather than starting a context on a
- * device the program may not use. */
-static int held_device(struct cuda_impl *ci)
-{
-	int dev = 0;
-
-	pthread_mutex_lock(&ci->lock);
-	for (int d = 0; d < ci->ndev && d < VMM_MAX_DEVICES; d++)
-		if (ci->primary[d]) {
-			dev = d;
-			break;
-		}
-	pthread_mutex_unlock(&ci->lock);
-	return dev;
-}
-
-/* For calls that name no device (map, unmap, release): any context will do; a held primary
- * context is made current only when the thread has none. */
+/* For calls that name no device (map, unmap, release): any context will do; the primary context
+ * of device 0 is made current only when the thread has none. */
 static vmm_status ctx_enter_any(struct cuda_impl *ci, struct ctx_scope *s, vmm_error *err)
 {
 	CUcontext cur = NULL;
@@ -159,7 +142,7 @@ static vmm_status ctx_enter_any(struct cuda_impl *ci, struct ctx_scope *s, vmm_e
 	s->pushed = 0;
 	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur)
 		return VMM_OK;
-	return ctx_enter(ci, held_device(ci), s, err);
+	return ctx_enter(ci, 0, s, err);
 }
 
 static void ctx_leave(struct cuda_impl *ci, struct ctx_scope *s)
@@ -489,9 +472,11 @@ static vmm_status cu_host_alloc_pinned(vmm_backend *be, size_t size, void **ptr,
 	struct ctx_scope s;
 	vmm_status st;
 	CUresult rc;
+	int dev = 0;
 
 	NEED_OPTIONAL(ci, cuMemAllocHost_v2, err);
-	st = ctx_enter_any(ci, &s, err);   /* the thread's context, or one the backend holds */
+	cu_current_device(be, &dev, err);
+	st = ctx_enter(ci, dev, &s, err);
 	if (st)
 		return st;
 	rc = ci->api.cuMemAllocHost_v2(ptr, size);
@@ -517,9 +502,11 @@ static vmm_status cu_host_register(vmm_backend *be, void *ptr, size_t size, vmm_
 	struct ctx_scope s;
 	vmm_status st;
 	CUresult rc;
+	int dev = 0;
 
 	NEED_OPTIONAL(ci, cuMemHostRegister_v2, err);
-	st = ctx_enter_any(ci, &s, err);   /* registered PORTABLE: any context will do */
+	cu_current_device(be, &dev, err);
+	st = ctx_enter(ci, dev, &s, err);
 	if (st)
 		return st;
 	rc = ci->api.cuMemHostRegister_v2(ptr, size, CU_MEMHOSTREGISTER_PORTABLE);
