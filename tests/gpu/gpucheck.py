@@ -92,8 +92,9 @@ class Proc:
         self.name, self.argv, self.timeout = name, argv, timeout
         self.start = time.time()
         self.lines, self.q = [], queue.Queue()
-        self.out = open(os.path.join(logdir, name + ".out"), "w")
-        self.err_path = os.path.join(logdir, name + ".err")
+        fname = name.replace("/", "-")  # row names may say "sleep/wake"
+        self.out = open(os.path.join(logdir, fname + ".out"), "w")
+        self.err_path = os.path.join(logdir, fname + ".err")
         self.out.write("$ " + " ".join(argv) + "\n")
         self.out.flush()
         try:
