@@ -423,6 +423,35 @@ static bool any_selected(struct sel *s, const vmm_sleep_opts *o, bool want_aslee
 	return false;
 }
 
+typedef vmm_status (*device_transfer)(struct devheap *dh, const vmm_sleep_opts *o,
+				      vmm_transfer_result *res, vmm_error *err);
+
+/* Run one transfer (sleep or wake) device by device. If one device fails half-way, the devices
+ * done so far are undone with the opposite transfer, acting only on the arenas this call changed
+ * (marked); a failed undo is logged, the first error is what the caller gets. */
+static vmm_status transfer_devices(struct sel *s, const vmm_sleep_opts *o,
+				   vmm_transfer_result *res, device_transfer run,
+				   device_transfer undo, const char *undo_name, vmm_error *err)
+{
+	vmm_status st = VMM_OK;
+
+	clear_marks(s);
+	for (int d = 0; d < s->n && !st; d++) {
+		st = run(s->dh[d], o, res, err);
+		if (st) {
+			vmm_transfer_result ignored = { 0 };
+
+			only_marked = true;
+			for (int k = 0; k < d; k++)
+				if (undo(s->dh[k], NULL, &ignored, NULL))
+					vmm_log(VMM_LOG_ERROR, "device %d: rollback %s failed",
+						s->dh[k]->dev, undo_name);
+			only_marked = false;
+		}
+	}
+	return st;
+}
+
 vmm_status vmm_sleep(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_result *res,
 		     vmm_error *err)
 {
@@ -446,21 +475,7 @@ vmm_status vmm_sleep(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_re
 		res->already = true;
 		return vmm_fail(err, VMM_E_ALREADY, 0, "already asleep");
 	}
-	clear_marks(&s);
-	for (int d = 0; d < s.n && !st; d++) {
-		st = sleep_device(s.dh[d], opts, res, err);
-		if (st) {
-			/* Half-way: wake the devices this call put to sleep. */
-			vmm_transfer_result ignored = { 0 };
-
-			only_marked = true;
-			for (int k = 0; k < d; k++)
-				if (wake_device(s.dh[k], NULL, &ignored, NULL))
-					vmm_log(VMM_LOG_ERROR, "device %d: rollback wake failed",
-						s.dh[k]->dev);
-			only_marked = false;
-		}
-	}
+	st = transfer_devices(&s, opts, res, sleep_device, wake_device, "wake", err);
 	unlock_all(&s);
 	res->seconds = now_s() - t0;
 	return st;
@@ -563,21 +578,8 @@ vmm_status vmm_wake(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_res
 	/* Every device's memory is checked before any is woken. */
 	for (int d = 0; d < s.n && !st; d++)
 		st = wake_fits(s.dh[d], opts, err);
-	clear_marks(&s);
-	for (int d = 0; d < s.n && !st; d++) {
-		st = wake_device(s.dh[d], opts, res, err);
-		if (st) {
-			/* Half-way: put back to sleep the devices this call woke. */
-			vmm_transfer_result ignored = { 0 };
-
-			only_marked = true;
-			for (int k = 0; k < d; k++)
-				if (sleep_device(s.dh[k], NULL, &ignored, NULL))
-					vmm_log(VMM_LOG_ERROR, "device %d: rollback sleep failed",
-						s.dh[k]->dev);
-			only_marked = false;
-		}
-	}
+	if (!st)
+		st = transfer_devices(&s, opts, res, wake_device, sleep_device, "sleep", err);
 	unlock_all(&s);
 	res->seconds = now_s() - t0;
 	return st;
