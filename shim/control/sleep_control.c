@@ -240,6 +240,24 @@ static void autowake_fn(void)
 			(unsigned long long)res.bytes_copied, res.seconds);
 }
 
+/* The end of a sleep or a wake, the control lock released: time the summed result, hand it
+ * back, and log it; a call that changed nothing is VMM_E_ALREADY (with the `already` text). */
+static vmm_status report_result(vmm_transfer_result *sum, double t0, bool changed,
+				const char *already, const char *done, vmm_transfer_result *res,
+				vmm_error *err)
+{
+	sum->seconds = now_seconds() - t0;
+	sum->already = !changed;
+	if (res)
+		*res = *sum;
+	if (!changed)
+		return vmm_fail(err, VMM_E_ALREADY, 0, "%s: nothing changed", already);
+	vmm_log(VMM_LOG_INFO, "%s %llu bytes, copied %llu in %.3f s", done,
+		(unsigned long long)sum->bytes_released, (unsigned long long)sum->bytes_copied,
+		sum->seconds);
+	return VMM_OK;
+}
+
 vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, int timeout_ms,
 			 vmm_transfer_result *res, vmm_error *err)
 {
@@ -311,16 +329,7 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, i
 		gate_open();
 	}
 	pthread_mutex_unlock(&ctl_lock);
-	sum.seconds = now_seconds() - t0;
-	sum.already = !changed;
-	if (res)
-		*res = sum;
-	if (!changed)
-		return vmm_fail(err, VMM_E_ALREADY, 0, "already asleep: nothing changed");
-	vmm_log(VMM_LOG_INFO, "sleep: released %llu bytes, copied %llu in %.3f s",
-		(unsigned long long)sum.bytes_released, (unsigned long long)sum.bytes_copied,
-		sum.seconds);
-	return VMM_OK;
+	return report_result(&sum, t0, changed, "already asleep", "sleep: released", res, err);
 }
 
 vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer_result *res,
@@ -377,16 +386,7 @@ vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer
 	}
 	release_held(rt, opts);
 	pthread_mutex_unlock(&ctl_lock);
-	sum.seconds = now_seconds() - t0;
-	sum.already = !changed;
-	if (res)
-		*res = sum;
-	if (!changed)
-		return vmm_fail(err, VMM_E_ALREADY, 0, "already awake: nothing changed");
-	vmm_log(VMM_LOG_INFO, "wake: re-created %llu bytes, copied %llu in %.3f s",
-		(unsigned long long)sum.bytes_released, (unsigned long long)sum.bytes_copied,
-		sum.seconds);
-	return VMM_OK;
+	return report_result(&sum, t0, changed, "already awake", "wake: re-created", res, err);
 }
 
 vmm_status shim_sleep(const vmm_sleep_opts *opts, bool hold, vmm_transfer_result *res,
