@@ -466,17 +466,25 @@ static vmm_status cu_synchronize(vmm_backend *be, int dev, vmm_error *err)
 					"the CUDA driver does not export " #fn);          \
 	} while (0)
 
+/* Pinned host memory belongs to a context: the thread's device's, or device 0's when the thread
+ * has none. */
+static vmm_status host_ctx_enter(vmm_backend *be, struct ctx_scope *s, vmm_error *err)
+{
+	int dev = 0;
+
+	cu_current_device(be, &dev, err);
+	return ctx_enter(impl_of(be), dev, s, err);
+}
+
 static vmm_status cu_host_alloc_pinned(vmm_backend *be, size_t size, void **ptr, vmm_error *err)
 {
 	struct cuda_impl *ci = impl_of(be);
 	struct ctx_scope s;
 	vmm_status st;
 	CUresult rc;
-	int dev = 0;
 
 	NEED_OPTIONAL(ci, cuMemAllocHost_v2, err);
-	cu_current_device(be, &dev, err);
-	st = ctx_enter(ci, dev, &s, err);
+	st = host_ctx_enter(be, &s, err);
 	if (st)
 		return st;
 	rc = ci->api.cuMemAllocHost_v2(ptr, size);
@@ -502,11 +510,9 @@ static vmm_status cu_host_register(vmm_backend *be, void *ptr, size_t size, vmm_
 	struct ctx_scope s;
 	vmm_status st;
 	CUresult rc;
-	int dev = 0;
 
 	NEED_OPTIONAL(ci, cuMemHostRegister_v2, err);
-	cu_current_device(be, &dev, err);
-	st = ctx_enter(ci, dev, &s, err);
+	st = host_ctx_enter(be, &s, err);
 	if (st)
 		return st;
 	rc = ci->api.cuMemHostRegister_v2(ptr, size, CU_MEMHOSTREGISTER_PORTABLE);
