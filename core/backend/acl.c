@@ -52,9 +52,9 @@ struct acl_impl {
 	int ndev;
 	pthread_mutex_t lock;  /* guards the two tables */
 	struct mapping *maps;  /* sorted by va */
-	size_t nmaps, cap_maps;
+	size_t nmaps, cap_maps, maps_pending; /* pending: slots promised to calls in flight */
 	struct reservation *res;
-	size_t nres, cap_res;
+	size_t nres, cap_res, res_pending;
 };
 
 static struct acl_impl *impl_of(vmm_backend *be)
@@ -190,26 +190,33 @@ static vmm_status acl_reserve(vmm_backend *be, int dev, size_t size, size_t alig
 	aclError rc;
 	bool ok;
 
+	/* Room for the record is made (and promised) before the driver call, so that the append
+	 * after it cannot fail, also when other threads reserve meanwhile. */
 	pthread_mutex_lock(&ai->lock);
-	ok = grow_array((void **)&ai->res, &ai->cap_res, ai->nres, sizeof(*ai->res));
+	ok = grow_array((void **)&ai->res, &ai->cap_res, ai->nres + ai->res_pending,
+			sizeof(*ai->res));
+	ai->res_pending += ok;
 	pthread_mutex_unlock(&ai->lock);
 	if (!ok)
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a reservation record");
 	st = dev_enter(ai, dev, &s, err);
-	if (st)
-		return st;
-	/* The alignment argument must be 0: ask for room to align ourselves. */
-	rc = ai->api.aclrtReserveMemAddress(&p, size + (align > 1 ? align : 0), 0, NULL, 0);
-	dev_leave(ai, &s);
-	if (rc != ACL_SUCCESS)
-		return acl_failed(err, rc, "aclrtReserveMemAddress");
-	*va = align > 1 ? ((vmm_devptr)(uintptr_t)p + align - 1) & ~(vmm_devptr)(align - 1) :
-			  (vmm_devptr)(uintptr_t)p;
+	if (!st) {
+		/* The alignment argument must be 0: ask for room to align ourselves. */
+		rc = ai->api.aclrtReserveMemAddress(&p, size + (align > 1 ? align : 0), 0, NULL, 0);
+		dev_leave(ai, &s);
+		if (rc != ACL_SUCCESS)
+			st = acl_failed(err, rc, "aclrtReserveMemAddress");
+	}
 	pthread_mutex_lock(&ai->lock);
-	ai->res[ai->nres].va = *va;
-	ai->res[ai->nres++].base = p;
+	ai->res_pending--;
+	if (!st) {
+		*va = align > 1 ? ((vmm_devptr)(uintptr_t)p + align - 1) & ~(vmm_devptr)(align - 1) :
+				  (vmm_devptr)(uintptr_t)p;
+		ai->res[ai->nres].va = *va;
+		ai->res[ai->nres++].base = p;
+	}
 	pthread_mutex_unlock(&ai->lock);
-	return VMM_OK;
+	return st;
 }
 
 static vmm_status acl_unreserve(vmm_backend *be, int dev, vmm_devptr va, size_t size,
@@ -289,16 +296,22 @@ static vmm_status acl_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys 
 	size_t i;
 	bool ok;
 
+	/* As in acl_reserve: the record's room is promised before the driver call. */
 	pthread_mutex_lock(&ai->lock);
-	ok = grow_array((void **)&ai->maps, &ai->cap_maps, ai->nmaps, sizeof(*ai->maps));
+	ok = grow_array((void **)&ai->maps, &ai->cap_maps, ai->nmaps + ai->maps_pending,
+			sizeof(*ai->maps));
+	ai->maps_pending += ok;
 	pthread_mutex_unlock(&ai->lock);
 	if (!ok)
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a mapping record");
 	rc = ai->api.aclrtMapMem((void *)(uintptr_t)va, size, 0,
 				 (aclrtDrvMemHandle)(uintptr_t)handle, 0);
-	if (rc != ACL_SUCCESS)
-		return acl_failed(err, rc, "aclrtMapMem");
 	pthread_mutex_lock(&ai->lock);
+	ai->maps_pending--;
+	if (rc != ACL_SUCCESS) {
+		pthread_mutex_unlock(&ai->lock);
+		return acl_failed(err, rc, "aclrtMapMem");
+	}
 	i = map_search(ai, va);
 	memmove(&ai->maps[i + 1], &ai->maps[i], (ai->nmaps - i) * sizeof(*ai->maps));
 	ai->maps[i].va = va;
