@@ -5,6 +5,7 @@
  * and lose nothing. */
 #include <criterion/criterion.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -744,9 +745,15 @@ Test(app, fail_copy_in_wake, .fini = teardown)
 	faulty_cycle("cuMemcpyHtoDAsync:6", false, VMM_E_DRIVER);
 }
 
+/* Each recorder owns its own stretch of one address range reserved for the test, so that no two
+ * threads (nor simdev's own mappings) ever record the same address. */
+#define REC_ITERS 400
+#define REC_STRIDE ((uint64_t)REC_ITERS * 2 * MiB)
+
 struct rec_arg {
 	int id;
 	int ok;
+	vmm_devptr base;
 };
 
 /* The program keeps creating, mapping, unmapping and releasing handles on several threads while
@@ -757,11 +764,10 @@ static void *recorder(void *a)
 {
 	struct rec_arg *ra = a;
 
-	for (int i = 0; i < 400; i++) {
+	for (int i = 0; i < REC_ITERS; i++) {
 		vmm_phys h = vmm_app_created_value(reg, 0x100000 * (uint64_t)(ra->id + 1) + (uint64_t)i,
 						   2 * MiB, 1, NULL, 0);
-		vmm_devptr va = 0x7f0000000000ull + (uint64_t)ra->id * 0x10000000ull +
-				(uint64_t)i * 2 * MiB;
+		vmm_devptr va = ra->base + (uint64_t)ra->id * REC_STRIDE + (uint64_t)i * 2 * MiB;
 
 		vmm_app_mapped(reg, va, 2 * MiB, 0, h);
 		if (!vmm_app_contains(reg, va + 1))
@@ -781,9 +787,13 @@ Test(app, recording_from_threads_during_sleep_and_wake, .init = setup, .fini = t
 	vmm_app_stats s;
 	vmm_error err = { 0 };
 
+	void *range = mmap(NULL, 4 * REC_STRIDE, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			   -1, 0);
+
+	cr_assert_neq(range, MAP_FAILED);
 	build_scene();
 	for (int i = 0; i < 4; i++) {
-		ra[i] = (struct rec_arg){ .id = i };
+		ra[i] = (struct rec_arg){ .id = i, .base = (vmm_devptr)(uintptr_t)range };
 		pthread_create(&th[i], NULL, recorder, &ra[i]);
 	}
 	for (int c = 0; c < 5; c++) {
@@ -800,4 +810,5 @@ Test(app, recording_from_threads_during_sleep_and_wake, .init = setup, .fini = t
 	vmm_app_stats_get(reg, -1, &s);
 	cr_expect_eq(s.handles, 3, "only the scene's handles are left");
 	expect_scene_intact();
+	munmap(range, 4 * REC_STRIDE);
 }
