@@ -84,10 +84,27 @@ static void register_atfork(void)
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
+/* Append item to a growable list of pointers (caller holds sim_sched_lock); false: no memory. */
+static bool list_push(void ***list, size_t *n, size_t *cap, void *item)
+{
+	if (*n == *cap) {
+		size_t c = *cap ? *cap * 2 : 32;
+		void **v = realloc(*list, c * sizeof(*v));
+
+		if (!v)
+			return false;
+		*list = v;
+		*cap = c;
+	}
+	(*list)[(*n)++] = item;
+	return true;
+}
+
 struct CUstream_st *sim_stream_new(struct CUctx_st *ctx, unsigned flags, int priority, bool legacy)
 {
 	pthread_once(&atfork_once, register_atfork);
 	struct CUstream_st *s = calloc(1, sizeof(*s));
+	bool ok;
 	if (!s)
 		return NULL;
 	s->ctx = ctx;
@@ -97,19 +114,12 @@ struct CUstream_st *sim_stream_new(struct CUctx_st *ctx, unsigned flags, int pri
 	s->alive = true;
 	s->id = atomic_fetch_add(&stream_ids, 1) + 1;
 	pthread_mutex_lock(&sim_sched_lock);
-	if (nstreams == capstreams) {
-		size_t cap = capstreams ? capstreams * 2 : 32;
-		struct CUstream_st **v = realloc(streams, cap * sizeof(*v));
-		if (!v) {
-			pthread_mutex_unlock(&sim_sched_lock);
-			free(s);
-			return NULL;
-		}
-		streams = v;
-		capstreams = cap;
-	}
-	streams[nstreams++] = s;
+	ok = list_push((void ***)&streams, &nstreams, &capstreams, s);
 	pthread_mutex_unlock(&sim_sched_lock);
+	if (!ok) {
+		free(s);
+		return NULL;
+	}
 	return s;
 }
 
@@ -689,24 +699,18 @@ SIM_API CUresult cuEventCreate(CUevent *ph, unsigned int flags)
 	if (!ph)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct CUevent_st *e = calloc(1, sizeof(*e));
+	bool ok;
 	if (!e)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	e->flags = flags;
 	e->alive = true;
 	pthread_mutex_lock(&sim_sched_lock);
-	if (nevents == capevents) {
-		size_t cap = capevents ? capevents * 2 : 32;
-		struct CUevent_st **v = realloc(events, cap * sizeof(*v));
-		if (!v) {
-			pthread_mutex_unlock(&sim_sched_lock);
-			free(e);
-			return CUDA_ERROR_OUT_OF_MEMORY;
-		}
-		events = v;
-		capevents = cap;
-	}
-	events[nevents++] = e;
+	ok = list_push((void ***)&events, &nevents, &capevents, e);
 	pthread_mutex_unlock(&sim_sched_lock);
+	if (!ok) {
+		free(e);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
 	*ph = e;
 	return CUDA_SUCCESS;
 }
