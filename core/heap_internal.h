@@ -1,4 +1,4 @@
-/* The heap's internal structures, shared by the files that implement heap.h and offload.h.
+/* The heap's internal structures, shared by the files that implement heap.h and heap_offload.h.
  * Nothing outside core/ includes this.
  *
  * Per device (struct devheap, one mutex): VA reservations with a page table each, the physical
@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "copy_engine.h"
+#include "offload/copy_engine.h"
 #include "heap.h"
 
 #define HEAP_ALIGN 256u            /* every block size and address is a multiple */

@@ -1,9 +1,9 @@
-/* Sleep and wake of the core's own heaps (offload.h). Sleep: synchronize, reclaim the quarantine,
+/* Sleep and wake of the core's own heaps (heap_offload.h). Sleep: synchronize, reclaim the quarantine,
  * give wholly free handles back without copying, copy the live ranges of the other handles into
  * host buffers (kept per handle and reused across cycles), unmap and release them; the addresses
  * stay reserved. Wake: check the driver's free memory, re-create every handle, map it at its old
  * address, grant access to the owner and peers, copy back. Any failure rolls back. */
-#include "offload.h"
+#include "heap_offload.h"
 
 #include <stdlib.h>
 #include <string.h>

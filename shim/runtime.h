@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../core/app_vmm.h"
+#include "../core/offload/app_vmm.h"
 #include "../core/backend/backend.h"
 #include "../core/heap.h"
 #include "config.h"

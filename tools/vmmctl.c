@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "client.h"
 #include "output.h"
+#include "vmmshim_version.h"
 
 #define DEFAULT_QUERY_TIMEOUT 10.0
 #define DEFAULT_LIST_TIMEOUT 3.0   /* per process: one that hangs must not stall the list */

@@ -6,8 +6,8 @@
 #include <pthread.h>
 #include <stdbool.h>
 
-#include "../app_vmm.h"
-#include "../copy_engine.h"
+#include "app_vmm.h"
+#include "copy_engine.h"
 
 struct app_handle {
 	vmm_phys app;            /* the value the program holds */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../copy_engine.h"
+#include "copy_engine.h"
 #include "../log.h"
 #include "offload_internal.h"
 

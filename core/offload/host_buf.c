@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../copy_engine.h"
+#include "copy_engine.h"
 #include "../log.h"
 #include "offload_internal.h"
 

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../copy_engine.h"
+#include "copy_engine.h"
 
 /* Host backups are pinned segment by segment. On the H200 cudaHostRegister ran at 6.8 GB/s in
  * 128 MiB pieces, 28 GB/s in 1 GiB pieces and 40 GB/s in 4 GiB pieces (tests/gpu/probe_register.cu):

@@ -5,7 +5,7 @@
 
 #include <stdbool.h>
 
-#include "../../core/offload.h"
+#include "../../core/heap_offload.h"
 #include "../runtime.h"
 
 /* Start the control server for this process (called once by the runtime, on the first device

@@ -4,8 +4,8 @@
 
 #include <stdbool.h>
 
-#include "../../core/offload.h"
-#include "protocol.h"
+#include "../../core/heap_offload.h"
+#include "../protocol/protocol.h"
 
 /* Default bound on the wait for in-flight device calls when closing the gate. */
 #define CONTROL_GATE_TIMEOUT_MS 10000

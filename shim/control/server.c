@@ -24,7 +24,7 @@
 #include "../../core/log.h"
 #include "control.h"
 #include "control_internal.h"
-#include "run_dir.h"
+#include "../protocol/run_dir.h"
 
 static pthread_mutex_t server_lock = PTHREAD_MUTEX_INITIALIZER;
 static int listen_fd = -1;

@@ -15,7 +15,7 @@
 #include <time.h>
 
 #include "heap.h"
-#include "offload.h"
+#include "heap_offload.h"
 #include "train_trace.h"
 
 #define KiB (1ull << 10)

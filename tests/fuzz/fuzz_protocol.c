@@ -1,4 +1,4 @@
-/* A fuzz target for the control protocol's parsers (shim/control/protocol.c): the request parser
+/* A fuzz target for the control protocol's parsers (shim/protocol/protocol.c): the request parser
  * the server runs on every connection, and the record parser vmmctl runs on every reply line.
  * Besides "never crash, never read out of bounds", it checks two properties, aborting on failure:
  *   - a request that parses, formatted again and re-parsed, is the same request;

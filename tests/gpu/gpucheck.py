@@ -260,7 +260,7 @@ def in_app(p):
 
 def status_figures(js):
     """Managed, app-tracked, unmanaged and asleep bytes out of `vmmctl status --json`, whatever
-    its exact layout: the field names follow core/heap.h's vmm_stats and core/app_vmm.h's
+    its exact layout: the field names follow core/heap.h's vmm_stats and core/offload/app_vmm.h's
     vmm_app_stats (mapped_bytes, asleep_bytes, ...)."""
     f = {}
     # vmmctl's info record: "resident" = managed bytes on the device now, "managed" = resident +

@@ -7,7 +7,7 @@
 #include <sys/mman.h>
 #include <time.h>
 
-#include "copy_engine.h"
+#include "offload/copy_engine.h"
 
 struct vmm_copy_engine {
 	vmm_backend *be;

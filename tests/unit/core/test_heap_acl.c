@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "helpers.h"
-#include "offload.h"
+#include "heap_offload.h"
 
 static void acl_env(const char *memory)
 {

@@ -9,7 +9,7 @@
 #include <time.h>
 
 #include "helpers.h"
-#include "offload.h"
+#include "heap_offload.h"
 
 #define OPS 6000
 #define MAXLIVE 600

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "helpers.h"
-#include "offload.h"
+#include "heap_offload.h"
 
 #define N 40
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "helpers.h"
-#include "offload.h"
+#include "heap_offload.h"
 
 #define N 8
 

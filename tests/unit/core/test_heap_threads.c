@@ -5,7 +5,7 @@
 #include <stdatomic.h>
 
 #include "helpers.h"
-#include "offload.h"
+#include "heap_offload.h"
 
 #define THREADS 8
 #define OPS 3000

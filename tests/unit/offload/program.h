@@ -6,7 +6,7 @@
 
 #include <cuda.h>
 
-#include "app_vmm.h"
+#include "offload/app_vmm.h"
 #include "helpers.h"
 
 struct cu {

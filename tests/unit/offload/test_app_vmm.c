@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "copy_engine.h"
+#include "offload/copy_engine.h"
 #include "program.h"
 
 #define MiB ((size_t)1 << 20)

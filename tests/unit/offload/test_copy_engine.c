@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "copy_engine.h"
+#include "offload/copy_engine.h"
 #include "helpers.h"
 
 #define MiB ((size_t)1 << 20)

@@ -1,14 +1,14 @@
 /* Moves device ranges to host backup memory and back at link speed: chunked, on several streams,
  * with host memory that is pinned once and reused across sleep/wake cycles. Used by the heap's
- * offload (offload.c) and by the app-VMM registry (app_vmm.c). */
+ * sleep/wake (core/heap_offload.c) and by the program's own VMM handles (app_offload.c). */
 #ifndef VMM_COPY_ENGINE_H
 #define VMM_COPY_ENGINE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend/backend.h"
-#include "vmm_error.h"
+#include "../backend/backend.h"
+#include "../vmm_error.h"
 
 /* A host backup: page-aligned host memory, registered (pinned) with the backend where possible.
  * Allocated once per sleeping range and kept for the next cycle unless freed. A buffer that is not

@@ -13,9 +13,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "backend/backend.h"
-#include "offload.h"
-#include "vmm_error.h"
+#include "../backend/backend.h"
+#include "../heap_offload.h"
+#include "../vmm_error.h"
 
 typedef struct vmm_app_registry vmm_app_registry;
 
@@ -99,7 +99,7 @@ typedef struct vmm_app_stats {
 } vmm_app_stats;
 void vmm_app_stats_get(vmm_app_registry *reg, int dev, vmm_app_stats *out);
 
-/* Same contract as vmm_sleep / vmm_wake (offload.h), for the program's own mappings. `opts->tag`
+/* Same contract as vmm_sleep / vmm_wake (heap_offload.h), for the program's own mappings. `opts->tag`
  * is ignored: app mappings belong to no tag: only
  * sleeps of every tag (opts->tag == NULL) include them. */
 vmm_status vmm_app_sleep(vmm_app_registry *reg, const vmm_sleep_opts *opts,
