@@ -83,6 +83,7 @@ def run_mode(a, shim, log):
     tag = "shim" if shim else "native"
     rundir = os.path.join(log, f"run-{tag}")
     os.makedirs(rundir, exist_ok=True)
+    os.chmod(rundir, 0o700)  # the shim refuses a run folder others can enter
     if shim:
         env.update(LD_PRELOAD=a.shim, VMMSHIM_LOG="info", VMMSHIM_RUN_DIR=rundir)
     with socket.socket() as s:
