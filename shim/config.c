@@ -1,4 +1,5 @@
-/* Every setting and its environment variable, in one table. */
+/* Every setting and its environment variable, in one table: the code reads it, and the README's
+ * and vmmshim(7)'s settings tables are made from it (shim/settings_doc.c). */
 #include "config.h"
 
 #include <errno.h>
@@ -16,8 +17,10 @@ struct setting {
 	const char *env;
 	enum setting_kind kind;
 	size_t offset;            /* into shim_config */
-	const char *def;          /* default, in the variable's own syntax ("" = computed) */
-	const char *help;
+	/* The default: a value in the variable's own syntax, applied at start, or "(text)" for
+	 * one computed at run time, text saying how. The docs show it as written (README, man). */
+	const char *def;
+	const char *help;         /* what it does; also named in the warning for a bad value */
 };
 
 #define AT(field) offsetof(shim_config, field)
@@ -26,21 +29,24 @@ static const struct setting settings[] = {
 	{ "VMMSHIM_DISABLE", SET_BOOL, AT(disable), "0",
 	  "1: pass every call through to the driver untouched" },
 	{ "VMMSHIM_LOG", SET_LOG, AT(log_level), "warn",
-	  "error|warn|info|debug|off: one 'vmmshim[pid] level:' line per event on stderr" },
-	{ "VMMSHIM_CACHE_LIMIT", SET_SIZE, AT(core.cache_limit), "",
-	  "free physical memory kept per device for reuse (K/M/G/T, or 'unlimited')" },
-	{ "VMMSHIM_RESERVE", SET_SIZE, AT(core.reserve_bytes), "",
-	  "virtual address space reserved per device (default: 4 x device memory)" },
-	{ "VMMSHIM_MAX_HANDLE", SET_SIZE, AT(core.max_handle_bytes), "",
-	  "largest physical handle created (default 1G)" },
-	{ "VMMSHIM_SMALL_MAX", SET_SIZE, AT(core.small_max), "",
-	  "allocations up to this size are packed into shared pages" },
-	{ "VMMSHIM_RUN_DIR", SET_STRING, AT(run_dir), "",
-	  "folder of the control sockets (default $XDG_RUNTIME_DIR/vmmshim or /tmp/vmmshim-UID)" },
+	  "error, warn, info, debug or off: one 'vmmshim[pid] level:' line per event on stderr; "
+	  "info also prints what was served at exit" },
+	{ "VMMSHIM_CACHE_LIMIT", SET_SIZE, AT(core.cache_limit), "unlimited",
+	  "free physical memory kept per device for reuse (K/M/G/T suffixes, or 'unlimited')" },
+	{ "VMMSHIM_RESERVE", SET_SIZE, AT(core.reserve_bytes), "(4 x device memory)",
+	  "virtual address space reserved per device" },
+	{ "VMMSHIM_MAX_HANDLE", SET_SIZE, AT(core.max_handle_bytes), "1G",
+	  "largest physical handle created" },
+	{ "VMMSHIM_SMALL_MAX", SET_SIZE, AT(core.small_max), "64K",
+	  "allocations up to this size are packed into shared 2 MiB pages" },
+	{ "VMMSHIM_RUN_DIR", SET_STRING, AT(run_dir),
+	  "($XDG_RUNTIME_DIR/vmmshim, else /tmp/vmmshim-UID)",
+	  "folder of the control sockets, an absolute path (created with mode 0700)" },
 	{ "VMMSHIM_AUTOWAKE", SET_BOOL, AT(autowake), "0",
 	  "1: device work submitted while asleep wakes the process instead of waiting" },
 	{ "VMMSHIM_PROVISION_BACKUP", SET_BOOL, AT(provision_backup), "0",
-	  "1: allocate the host backup ahead of the first sleep" },
+	  "1: allocate and pin the host backup ahead of the first sleep, so that it runs at "
+	  "link speed" },
 	{ "VMMSHIM_CONTROL", SET_BOOL, AT(control), "1",
 	  "0: no control socket (vmmctl cannot reach this process)" },
 };
@@ -154,7 +160,7 @@ static void set_defaults(shim_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	vmm_config_defaults(&cfg->core);
 	for (size_t i = 0; i < NSETTINGS; i++) {
-		if (settings[i].def[0])
+		if (settings[i].def[0] && settings[i].def[0] != '(')
 			apply(cfg, &settings[i], settings[i].def);
 	}
 	default_run_dir(cfg->run_dir, sizeof(cfg->run_dir));
@@ -232,4 +238,10 @@ void shim_config_describe(const shim_config *cfg, shim_config_line_fn fn, void *
 		snprintf(line, sizeof(line), "%s=%s  (%s)", s->env, val, s->help);
 		fn(line, arg);
 	}
+}
+
+void shim_config_each(shim_setting_fn fn, void *arg)
+{
+	for (size_t i = 0; i < NSETTINGS; i++)
+		fn(settings[i].env, settings[i].def, settings[i].help, arg);
 }

@@ -38,4 +38,9 @@ bool shim_parse_size(const char *s, size_t *out);
 typedef void (*shim_config_line_fn)(const char *line, void *arg);
 void shim_config_describe(const shim_config *cfg, shim_config_line_fn fn, void *arg);
 
+/* Every setting as documented: its variable, its default (a value, or "(how it is computed)")
+ * and its meaning, in table order. For the generated docs (shim/settings_doc.c). */
+typedef void (*shim_setting_fn)(const char *env, const char *def, const char *help, void *arg);
+void shim_config_each(shim_setting_fn fn, void *arg);
+
 #endif

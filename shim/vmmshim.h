@@ -1,9 +1,15 @@
 /* vmmshim's in-process API, for programs that want to cooperate with the shim: name the memory
  * their threads allocate (tags), put a tag to sleep and wake it, read statistics.
  *
- * The functions live in libvmmshim.so. A program run under LD_PRELOAD finds them with
- * dlsym(RTLD_DEFAULT, "vmmshim_sleep") (Python: ctypes.CDLL(None).vmmshim_sleep), so it keeps
- * working without the shim; a program may also link libvmmshim.so directly.
+ * The functions live in libvmmshim.so (installed with this header; pkg-config module vmmshim).
+ * Two ways to reach them:
+ *  - preloaded (LD_PRELOAD=libvmmshim.so, or `vmmctl run -- program`): find them with
+ *    dlsym(RTLD_DEFAULT, "vmmshim_sleep"), so that the program also runs without the shim; only
+ *    this header is needed (`pkg-config --cflags vmmshim`). Python: the vmmshim package.
+ *  - linked (`pkg-config --cflags --libs vmmshim`): libvmmshim.so becomes a dependency that the
+ *    dynamic loader loads with the program, so the program always runs under the shim, without
+ *    LD_PRELOAD. List it before any CUDA library on the link line: symbols are looked up in
+ *    link order, and a -lcuda listed first would be called directly, past the shim.
  *
  * Every function returns VMMSHIM_OK (0) or an error number; vmmshim_last_error() gives the calling
  * thread's message for the last failure. Nothing here aborts or exits.
