@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "client.h"
 #include "output.h"
+#include "run.h"
 #include "vmmshim_version.h"
 
 #define DEFAULT_QUERY_TIMEOUT 10.0
@@ -126,6 +127,9 @@ int main(int argc, char **argv)
 	vmmctl_args a;
 	char why[256];
 
+	/* `vmmctl run` takes a program's command line: its own parser (run.c). */
+	if (argc > 1 && !strcmp(argv[1], "run"))
+		return run_main(argc - 1, argv + 1);
 	if (cli_parse(argc, argv, &a, why, sizeof(why))) {
 		fprintf(stderr, "vmmctl: %s\n", why);
 		fprintf(stderr, "usage: vmmctl [--json] [--timeout S] list | status PID | "
