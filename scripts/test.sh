@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The tests: builds into build/ and runs every suite on the simulated device (no GPU needed), then
+# The tests: builds into build/ and runs every suite on the simulated device (no GPU needed:
+# simdev, unit, integration, install (meson install, pkg-config, man pages), python), then
 # the unit suites again in build-sanitize/ with AddressSanitizer and UndefinedBehaviorSanitizer,
 # then the bounded fuzz run. Exits non-zero if anything fails.
 set -euo pipefail
@@ -36,7 +37,7 @@ PY
 echo "== build (gcc, -Werror) into build/"
 configure build -Dtests=enabled
 ninja -C build -j "$jobs"
-run_suites build plain simdev unit integration
+run_suites build plain simdev unit integration install python
 
 echo "== build with ASan+UBSan into build-sanitize/"
 configure build-sanitize -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false
