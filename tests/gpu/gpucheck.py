@@ -651,6 +651,94 @@ class Matrix:
         self.add(name, not reasons, ("; ".join(reasons) or "waited, then computed correctly") +
                  detail, native="-", shim=str(rc), share=share)
 
+    def tms_facade_row(self):
+        """The Python facade with torch_memory_saver's shape (python/vmmshim): a program written
+        for torch_memory_saver, one import changed. Natively and under the shim: same RESULT
+        lines; under the shim every CHECK (own pool per region, pause releases and keeps or
+        drops as asked, memory outside regions usable, weights identical after resume)."""
+        name = "Python facade: torch_memory_saver-style example"
+        if not self.want(name):
+            return
+        if not self.shim_ok:
+            self.add(name, False, "libvmmshim.so was not built")
+            return
+        argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/tms_example.py")]
+        runs = {}
+        for shim in (False, True):
+            p = Proc(name + (".shim" if shim else ".native"), argv, self.env(shim), self.log,
+                     self.timeout(120))
+            runs[shim] = (p, p.finish())
+        (nat, nrc), (shm, src) = runs[False], runs[True]
+        reasons = []
+        if nrc != 0:
+            reasons.append(f"native run failed (rc {nrc}: {nat.stderr_tail()})")
+        bad = [l for _, l in shm.lines if l.startswith("CHECK FAIL")]
+        if bad:
+            reasons.append("; ".join(l[len("CHECK FAIL "):] for l in bad[:2])[:250])
+        if src != 0 and not bad:
+            reasons.append(f"shim run failed (rc {src}: {shm.stderr_tail()})")
+        if not any(l.startswith("CHECK ok") for _, l in shm.lines):
+            reasons.append("no CHECK lines under the shim (the facade did not see the shim)")
+        if nat.results() != shm.results():
+            diff = [f"{a} != {b}" for a, b in zip(nat.results(), shm.results()) if a != b]
+            reasons.append("results differ: " + "; ".join(diff[:1])[:200] if diff else
+                           f"{len(nat.results())} vs {len(shm.results())} RESULT lines")
+        nchecks = sum(1 for _, l in shm.lines if l.startswith("CHECK ok"))
+        self.add(name, not reasons, "; ".join(reasons) or
+                 f"{nchecks} checks passed; weights, KV refill and outputs identical to native",
+                 native=str(nrc), shim=str(src), share="-")
+
+    def run_cycle_row(self):
+        """`vmmctl run --cycle 2 -- python3 train.py`: the launcher finds the built library
+        itself, sleeps and wakes the training at random moments; the losses must equal a plain
+        native run's, with at least 2 cycles done."""
+        name = "vmmctl run --cycle 2: PyTorch train"
+        if not self.want(name):
+            return
+        if not (self.shim_ok and self.ctl_ok):
+            self.add(name, False, "libvmmshim.so or vmmctl was not built")
+            return
+        argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/train.py"), "--mode",
+                "fixed", "--steps", str(self.a.run_cycle_steps)]
+        nat = Proc(name + ".native", argv, self.env(False), self.log, self.timeout(120))
+        nrc = nat.finish()
+        report = os.path.join(self.log, "run-cycle-report.json")
+        run = [self.a.vmmctl, "run", "--cycle", "2", "--seed", "1", "--min-cycles", "2",
+               "--report", report, "--"] + argv
+        env = self.env(False, {"VMMSHIM_RUN_DIR": self.rundir, "VMMSHIM_LOG": "info"})
+        p = Proc(name + ".vmmctl-run", run, env, self.log, self.timeout(180))
+        rc = p.finish()
+        try:
+            with open(report) as f:
+                rep = json.load(f)
+        except (OSError, ValueError):
+            rep = {}
+        reasons = []
+        if nrc != 0:
+            reasons.append(f"native run failed (rc {nrc}: {nat.stderr_tail()})")
+        if rc != 0:
+            reasons.append(f"vmmctl run exited {rc}: {p.stderr_tail(3)}")
+        if not rep:
+            reasons.append("no report from vmmctl run --report")
+        ref, got = nat.results(), p.results()
+        if not ref:
+            reasons.append("no RESULT lines natively")
+        elif got != ref:
+            diff = [f"{a.split()[2]}: {a.split()[-1]} vs {b.split()[-1]}"
+                    for a, b in zip(ref, got) if a != b]
+            reasons.append("losses differ from the plain run at step(s) " + ", ".join(diff[:2])
+                           if diff else f"{len(got)} vs {len(ref)} results")
+        cycles = rep.get("cycles", 0)
+        detail = ""
+        if rep:
+            sl, wk = rep.get("sleep", {}), rep.get("wake", {})
+            n = max(1, sl.get("count", 0))
+            detail = (f"; {cycles} cycles (seed 1), {sl.get('copied', 0) / n / GIB:.2f} GiB "
+                      f"copied per sleep, sleep median {sl.get('seconds_median', 0) * 1e3:.0f} "
+                      f"ms, wake median {wk.get('seconds_median', 0) * 1e3:.0f} ms")
+        self.add(name, not reasons, ("; ".join(reasons) or "losses identical to the plain run")
+                 + detail, native=str(nrc), shim=str(rc), share="-")
+
     # -- benchmarks --
 
     def badd(self, metric, shim, anchor, ratio, goal, note=""):
@@ -945,6 +1033,8 @@ def main():
     ap.add_argument("--train-steps", type=int, default=12)
     ap.add_argument("--sleep-sizes", default="1,16,64")
     ap.add_argument("--ckpt-gib", type=int, default=16)
+    ap.add_argument("--run-cycle-steps", type=int, default=300,
+                    help="training steps of the vmmctl run --cycle row (long enough for cycles)")
     ap.add_argument("--timeout-scale", type=float, default=1.0,
                     help="multiplies every per-process timeout (the self-test uses 0.1)")
     a = ap.parse_args()
@@ -959,6 +1049,8 @@ def main():
         m.sleep_train_row("expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
         m.sleep_kernels_row()
         m.app_vmm_row()
+        m.tms_facade_row()
+        m.run_cycle_row()
         if not a.skip_bench:
             m.bench_alloc()
             m.bench_sleep()

@@ -36,6 +36,16 @@ if name == "train.py":
         if i == 5:
             handshake(4 << 30)
         time.sleep(0.03)
+elif name == "app_vmm_sleep":
+    print("ok")
+elif name == "tms_example.py":
+    print(f"INFO under the shim: {shim}")
+    print("RESULT weights 0x1.0p+0/0x1.0p+1")
+    for c in range(3):
+        if shim:
+            print(f"CHECK ok cycle {c}: paused weights released with a host copy")
+        print(f"RESULT cycle {c} weights 0x1.0p+0 kv 0x1.0p+{c} y 0x1.8p+0")
+    print("RESULT outside_end 0x1.0p+2")
 elif name == "nccl_allreduce.py":
     print("RESULT allreduce sum_ok=1")
     handshake(4 << 30)

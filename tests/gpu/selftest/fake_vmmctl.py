@@ -1,13 +1,28 @@
 #!/usr/bin/env python3
 """Stands in for vmmctl: status answers in vmmctl's JSON layout; sleep stops the process
-(SIGSTOP) and drops the stand-in device memory to the unmanaged 500 MiB; wake undoes both."""
+(SIGSTOP) and drops the stand-in device memory to the unmanaged 500 MiB; wake undoes both;
+run starts the program "preloaded" (LD_PRELOAD set), writes --report with 3 cycles and exits
+with the program's status."""
 import json
 import os
 import signal
+import subprocess
 import sys
 
 state = os.environ["FAKE_STATE"]
-cmd, pid = sys.argv[1], int(sys.argv[2])
+cmd = sys.argv[1]
+if cmd == "run":
+    args = sys.argv[2:]
+    prog = args[args.index("--") + 1:]
+    report = args[args.index("--report") + 1] if "--report" in args else None
+    rc = subprocess.call(prog, env=dict(os.environ, LD_PRELOAD="fake-libvmmshim.so"))
+    if report:
+        with open(report, "w") as f:
+            json.dump({"exit_status": rc, "cycles": 3,
+                       "sleep": {"count": 3, "copied": 3 << 30, "seconds_median": 0.1},
+                       "wake": {"count": 3, "copied": 3 << 30, "seconds_median": 0.08}}, f)
+    sys.exit(rc)
+pid = int(sys.argv[2])
 if cmd == "status":
     print(json.dumps({"status": "ok", "info": {"pid": pid, "managed": 4 << 30, "resident": 4 << 30},
                       "devices": [{"dev": 0, "mapped": 4 << 30, "unmanaged": 500 << 20}],
