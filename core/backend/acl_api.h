@@ -1,5 +1,5 @@
 /* The part of the Ascend ACL runtime API that vmmshim uses, declared by us from the documented
- * signatures (CANN acl_base.h / acl_rt.h, see ../shared/research/vmm-anchors.md section 3). The
+ * signatures (CANN acl_base.h / acl_rt.h; docs/research.md, section 4, lists them). The
  * core's acl backend resolves these names with dlsym; simdev's libascendcl.so implements them.
  * Enumerator values follow the documented order; only the ones marked "= n" were given explicitly. */
 #ifndef VMM_ACL_API_H

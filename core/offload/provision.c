@@ -1,6 +1,6 @@
 /* The provisioning pool: worker threads that fault in and pin host backup segments ahead of the
  * copies that need them (a first sleep is bounded by host provisioning, not by the link: see
- * research/h200-baseline.md). Segments are split into pieces touched in parallel; the worker that
+ * docs/research.md, section 3). Segments are split into pieces touched in parallel; the worker that
  * finishes a segment's last piece registers it while the others already touch the next one. */
 #include <pthread.h>
 #include <stdlib.h>
