@@ -36,8 +36,11 @@ CUresult sim_current(struct CUctx_st **ctx)
 	if (r)
 		return r;
 	*ctx = sim_current_ctx();
-	if (!*ctx || !(*ctx)->alive)
+	if (!*ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
+	/* Destroyed while current here (cuCtxDestroy on another thread). */
+	if (!atomic_load(&(*ctx)->alive))
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	return CUDA_SUCCESS;
 }
 
@@ -65,27 +68,61 @@ static int ctx_register(struct CUctx_st *ctx)
 	return 0;
 }
 
-/* Make the primary context of dev usable (its legacy stream exists); caller holds sim_lock. */
+/* Give ctx an id and its default stream and list it (caller holds sim_lock). */
+static CUresult ctx_init_locked(struct CUctx_st *c)
+{
+	c->id = atomic_fetch_add(&ctx_ids, 1) + 1;
+	if (!c->legacy)
+		c->legacy = sim_stream_new(c, 0, 0, true);
+	if (!c->legacy || ctx_register(c))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	atomic_store(&c->alive, true);
+	return CUDA_SUCCESS;
+}
+
+CUresult sim_ctx_init(struct CUctx_st *c)
+{
+	pthread_mutex_lock(&sim_lock);
+	CUresult r = ctx_init_locked(c);
+	pthread_mutex_unlock(&sim_lock);
+	return r;
+}
+
+/* Make the primary context of dev usable (its legacy stream exists); caller holds sim_lock.
+ * Once made it stays alive (simdev never tears a primary context down). */
 static CUresult primary_ready(int dev)
 {
 	struct CUctx_st *c = &primaries[dev];
-	if (c->legacy) {
-		c->alive = true;
+	if (atomic_load(&c->alive))
 		return CUDA_SUCCESS;
-	}
 	c->dev = dev;
 	c->primary = true;
-	c->id = atomic_fetch_add(&ctx_ids, 1) + 1;
-	c->legacy = sim_stream_new(c, 0, 0, true);
-	if (!c->legacy || ctx_register(c))
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	c->alive = true;
-	return CUDA_SUCCESS;
+	return ctx_init_locked(c);
 }
 
 struct CUctx_st *sim_primary_ctx(int dev)
 {
 	return &primaries[dev];
+}
+
+CUresult sim_primary_retain(int dev, struct CUctx_st **out)
+{
+	pthread_mutex_lock(&sim_lock);
+	CUresult r = primary_ready(dev);
+	if (!r) {
+		primaries[dev].retains++;
+		*out = &primaries[dev];
+	}
+	pthread_mutex_unlock(&sim_lock);
+	return r;
+}
+
+void sim_primary_release(int dev)
+{
+	pthread_mutex_lock(&sim_lock);
+	if (primaries[dev].retains > 0)
+		primaries[dev].retains--;
+	pthread_mutex_unlock(&sim_lock);
 }
 
 static CUresult check_dev(CUdevice dev)
@@ -255,13 +292,10 @@ SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 		return r;
 	if (!pctx)
 		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&sim_lock);
-	r = primary_ready(dev);
-	if (!r) {
-		primaries[dev].retains++;
-		*pctx = &primaries[dev];
-	}
-	pthread_mutex_unlock(&sim_lock);
+	struct CUctx_st *c;
+	r = sim_primary_retain(dev, &c);
+	if (!r)
+		*pctx = c;
 	return r;
 }
 
@@ -313,7 +347,8 @@ SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	CUresult r = check_dev(dev);
 	if (r)
 		return r;
-	sim_device_sync(dev);
+	if (atomic_load(&primaries[dev].alive))
+		sim_ctx_sync(&primaries[dev]);
 	pthread_mutex_lock(&sim_lock);
 	primaries[dev].retains = 0;
 	pthread_mutex_unlock(&sim_lock);
@@ -332,16 +367,8 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	c->dev = dev;
 	c->flags = flags;
-	c->id = atomic_fetch_add(&ctx_ids, 1) + 1;
-	pthread_mutex_lock(&sim_lock);
-	c->legacy = sim_stream_new(c, 0, 0, true);
-	if (!c->legacy || ctx_register(c)) {
-		pthread_mutex_unlock(&sim_lock);
-		free(c);
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	}
-	c->alive = true;
-	pthread_mutex_unlock(&sim_lock);
+	if (sim_ctx_init(c))
+		return CUDA_ERROR_OUT_OF_MEMORY; /* c is not freed: its default stream may name it */
 	if (ctx_depth == CTX_STACK)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	ctx_stack[ctx_depth++] = c;
@@ -369,11 +396,11 @@ SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
 	CUresult r = sim_require_init();
 	if (r)
 		return r;
-	if (!ctx || ctx->primary || !sim_ctx_valid(ctx))
+	if (!ctx || !sim_ctx_valid(ctx) || ctx->primary || ctx->green)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	sim_device_sync(ctx->dev);
+	sim_ctx_sync(ctx); /* its own work only: other contexts keep running */
 	pthread_mutex_lock(&sim_lock);
-	ctx->alive = false; /* kept allocated: stale handles stay detectable */
+	atomic_store(&ctx->alive, false); /* kept allocated: stale handles stay detectable */
 	pthread_mutex_unlock(&sim_lock);
 	for (int i = 0; i < ctx_depth; i++)
 		if (ctx_stack[i] == ctx) {
@@ -497,16 +524,34 @@ SIM_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 	return CUDA_SUCCESS;
 }
 
+/* cuCtxSynchronize: the context's own work (its streams; for a primary context also the green
+ * contexts made on its device, as cuda.h documents), not the rest of the device. */
+static CUresult ctx_synchronize(struct CUctx_st *c)
+{
+	if (sim_ctx_capturing(c))
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	return sim_ctx_sync(c);
+}
+
 SIM_API CUresult cuCtxSynchronize(void)
 {
 	SIM_BEGIN("cuCtxSynchronize", CUDA_ERROR_UNKNOWN);
 	struct CUctx_st *c;
 	CUresult r = sim_current(&c);
+	return r ? r : ctx_synchronize(c);
+}
+
+/* CUDA 13.0: the same for a named context (NULL: the current one), current to this thread or
+ * not. */
+SIM_API CUresult cuCtxSynchronize_v2(CUcontext ctx)
+{
+	SIM_BEGIN("cuCtxSynchronize_v2", CUDA_ERROR_UNKNOWN);
+	CUresult r = ctx ? sim_require_init() : sim_current(&ctx);
 	if (r)
 		return r;
-	if (sim_ctx_capturing(c))
-		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-	return sim_device_sync(c->dev);
+	if (!sim_ctx_valid(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return ctx_synchronize(ctx);
 }
 
 /* Peer access: the current context's device may then touch the peer context's native memory. */

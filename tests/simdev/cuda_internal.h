@@ -15,7 +15,8 @@
 struct CUctx_st {
 	int dev;
 	bool primary;
-	bool alive;
+	bool green;          /* a green context's CUcontext (cuCtxFromGreenCtx) */
+	atomic_bool alive;   /* checked without sim_lock by every call that needs a context */
 	int retains;         /* primary contexts: cuDevicePrimaryCtxRetain count */
 	unsigned flags;
 	unsigned long long id;
@@ -89,6 +90,11 @@ struct CUctx_st *sim_current_ctx(void);
 CUresult sim_current(struct CUctx_st **ctx); /* INVALID_CONTEXT when none */
 bool sim_ctx_valid(struct CUctx_st *ctx);
 struct CUctx_st *sim_primary_ctx(int dev);
+/* Retain / release the primary context of dev (green contexts hold one reference each). */
+CUresult sim_primary_retain(int dev, struct CUctx_st **out);
+void sim_primary_release(int dev);
+/* Make ctx (zeroed but for dev and flags) a live context with its own default stream. */
+CUresult sim_ctx_init(struct CUctx_st *ctx);
 
 /* streams (cuda_stream.c) */
 extern pthread_mutex_t sim_sched_lock;
@@ -101,6 +107,9 @@ CUresult sim_enqueue_sync(struct CUstream_st *s, const struct sim_op *op);
 CUresult sim_stream_sync(struct CUstream_st *s);
 /* Wait for every stream of every context on dev (dev < 0: all devices). */
 CUresult sim_device_sync(int dev);
+/* Wait for the work of one context, as cuCtxSynchronize does: its own streams, and for a primary
+ * context also those of the green contexts on its device. */
+CUresult sim_ctx_sync(struct CUctx_st *ctx);
 bool sim_ctx_capturing(struct CUctx_st *ctx);
 struct CUstream_st *sim_stream_new(struct CUctx_st *ctx, unsigned flags, int priority, bool legacy);
 struct CUmemPoolHandle_st *sim_default_pool(int dev);

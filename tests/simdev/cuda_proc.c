@@ -38,6 +38,14 @@ enum { SYM_SUCCESS = 0, SYM_NOT_FOUND = 1, SYM_VERSION_NOT_SUFFICIENT = 2 };
 	E("cuCtxPushCurrent", cuCtxPushCurrent_v2, 4000, cuCtxPushCurrent_v2) \
 	E("cuCtxSetCurrent", cuCtxSetCurrent, 4000, cuCtxSetCurrent) \
 	E("cuCtxSynchronize", cuCtxSynchronize, 2000, cuCtxSynchronize) \
+	E("cuCtxSynchronize", cuCtxSynchronize_v2, 13000, cuCtxSynchronize_v2) \
+	E("cuCtxFromGreenCtx", cuCtxFromGreenCtx, 12040, cuCtxFromGreenCtx) \
+	E("cuDeviceGetDevResource", cuDeviceGetDevResource, 12040, cuDeviceGetDevResource) \
+	E("cuDevResourceGenerateDesc", cuDevResourceGenerateDesc, 12040, \
+	  cuDevResourceGenerateDesc) \
+	E("cuGreenCtxCreate", cuGreenCtxCreate, 12040, cuGreenCtxCreate) \
+	E("cuGreenCtxDestroy", cuGreenCtxDestroy, 12040, cuGreenCtxDestroy) \
+	E("cuGreenCtxStreamCreate", cuGreenCtxStreamCreate, 12050, cuGreenCtxStreamCreate) \
 	E("cuDeviceCanAccessPeer", cuDeviceCanAccessPeer, 4000, cuDeviceCanAccessPeer) \
 	E("cuDeviceGet", cuDeviceGet, 2000, cuDeviceGet) \
 	E("cuDeviceGetAttribute", cuDeviceGetAttribute, 2000, cuDeviceGetAttribute) \

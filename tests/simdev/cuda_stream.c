@@ -385,6 +385,18 @@ CUresult sim_device_sync(int dev)
 	return CUDA_SUCCESS;
 }
 
+CUresult sim_ctx_sync(struct CUctx_st *c)
+{
+	pthread_mutex_lock(&sim_sched_lock);
+	for (size_t i = 0; i < nstreams; i++) {
+		struct CUctx_st *o = streams[i]->ctx;
+		if (o == c || (c->primary && o->green && o->dev == c->dev))
+			wait_seq(streams[i], streams[i]->submitted);
+	}
+	pthread_mutex_unlock(&sim_sched_lock);
+	return CUDA_SUCCESS;
+}
+
 bool sim_ctx_capturing(struct CUctx_st *ctx)
 {
 	bool any = false;

@@ -22,7 +22,7 @@ typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
 #define DRIVER(X)                                                                        \
 	X(cuInit, 0) X(cuDriverGetVersion, 0) X(cuDeviceGetCount, 0) X(cuDeviceGet, 0)    \
 	X(cuDeviceGetAttribute, 0) X(cuDevicePrimaryCtxRetain, 0) X(cuCtxSetCurrent, 0)   \
-	X(cuCtxGetCurrent, 0) X(cuCtxGetDevice, 0) X(cuCtxSynchronize, 0)                  \
+	X(cuCtxGetCurrent, 0) X(cuCtxGetDevice, 0)                                         \
 	X(cuCtxEnablePeerAccess, 0) X(cuCtxDisablePeerAccess, 0)                           \
 	X(cuDeviceCanAccessPeer, 0) X(cuMemAlloc, 0) X(cuMemFree, 0) X(cuMemAllocPitch, 0) \
 	X(cuMemAllocManaged, 0) X(cuMemGetInfo, 0) X(cuMemAllocHost, 0)                    \
@@ -40,6 +40,10 @@ typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
 /* Pointer types come from the cuda.h prototypes (whose macros give the versioned names). */
 #define SLOT(name, pt) static __typeof__(&name) d_##name, pt_##name;
 DRIVER(SLOT)
+
+/* "cuCtxSynchronize" asked for at 13.0 is the driver's cuCtxSynchronize_v2, which names the
+ * context (NULL: the current one). */
+static __typeof__(&cuCtxSynchronize_v2) d_cuCtxSynchronize_v2;
 
 static gpa_fn gpa;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -66,6 +70,9 @@ static void load(void)
 		gpa(#name, (void **)&pt_##name, RT_VERSION,                                     \
 		    CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &st);
 	DRIVER(RESOLVE)
+	if (gpa("cuCtxSynchronize", (void **)&d_cuCtxSynchronize_v2, RT_VERSION,
+		CU_GET_PROC_ADDRESS_DEFAULT, &st) || !d_cuCtxSynchronize_v2)
+		load_error = cudaErrorSymbolNotFound;
 	if (!load_error && d_cuInit(0))
 		load_error = cudaErrorNoDevice;
 }
@@ -165,7 +172,7 @@ API cudaError_t cudaGetDevice(int *device)
 API cudaError_t cudaDeviceSynchronize(void)
 {
 	CTX();
-	return rt(d_cuCtxSynchronize());
+	return rt(d_cuCtxSynchronize_v2(NULL));
 }
 
 API cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)

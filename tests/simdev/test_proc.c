@@ -35,6 +35,11 @@ Test(proc, newest_variant_at_or_before_the_version)
 		     exported("cuCtxCreate_v2"));
 	cr_expect_eq(resolve("cuCtxCreate", 13000, 0, 0, CU_GET_PROC_ADDRESS_SUCCESS),
 		     exported("cuCtxCreate_v4"));
+	/* 13.0 changed cuCtxSynchronize's ABI: it names the context (cudaTypedefs.h). */
+	cr_expect_eq(resolve("cuCtxSynchronize", 12090, 0, 0, CU_GET_PROC_ADDRESS_SUCCESS),
+		     exported("cuCtxSynchronize"));
+	cr_expect_eq(resolve("cuCtxSynchronize", 13000, 0, 0, CU_GET_PROC_ADDRESS_SUCCESS),
+		     exported("cuCtxSynchronize_v2"));
 	cr_expect_eq(resolve("cuStreamGetCaptureInfo", 12000, 0, 0, CU_GET_PROC_ADDRESS_SUCCESS),
 		     exported("cuStreamGetCaptureInfo_v2"));
 	cr_expect_eq(resolve("cuStreamGetCaptureInfo", 12030, 0, 0, CU_GET_PROC_ADDRESS_SUCCESS),
