@@ -77,6 +77,15 @@ DRIVER_HOOK(cuMemAddressReserve,
 	flags),
 	(ptr, size, alignment, addr, flags))
 DRIVER_HOOK(cuMemAddressFree, (CUdeviceptr ptr, size_t size), (ptr, size))
+DRIVER_HOOK(cuCtxCreate_v2, (CUcontext *pctx, unsigned int flags, CUdevice dev), (pctx, flags, dev))
+DRIVER_HOOK(cuCtxCreate_v3,
+	(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+	CUdevice dev),
+	(pctx, paramsArray, numParams, flags, dev))
+DRIVER_HOOK(cuCtxCreate_v4,
+	(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev),
+	(pctx, ctxCreateParams, flags, dev))
+DRIVER_HOOK(cuCtxDestroy_v2, (CUcontext ctx), (ctx))
 DRIVER_HOOK(cuCtxEnablePeerAccess,
 	(CUcontext peerContext, unsigned int Flags),
 	(peerContext, Flags))

@@ -56,7 +56,9 @@ struct vmm_backend {
 	vmm_status (*set_access)(vmm_backend *be, int dev, vmm_devptr va, size_t size,
 				 const int *peers, int npeers, vmm_error *err);
 
-	/* Wait for all work on dev (every context the backend knows on that device). */
+	/* Wait for all work on dev: the primary (default) context, the green contexts (which the
+	 * primary context's synchronization covers), every context the program made itself
+	 * (reported with vmm_*_context_created below) and the calling thread's own context. */
 	vmm_status (*synchronize)(vmm_backend *be, int dev, vmm_error *err);
 
 	/* Host memory and copies, for the offload engine. */
@@ -92,5 +94,18 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err);
 
 /* Open the Ascend backend over libascendcl.so. */
 vmm_status vmm_backend_acl_open(vmm_backend **out, vmm_error *err);
+
+/* The contexts the program makes itself, which no driver call lists: the shim reports each one
+ * the driver made (cuCtxCreate_v2/_v3/_v4, aclrtCreateContext) with its device, and brackets each
+ * destroy (begin before the driver's call, end after it with whether it succeeded). Every backend
+ * of that kind drains them in synchronize; a context being destroyed is never touched (see
+ * contexts.h). Process-wide, usable before any backend is open. created returns -1 when host
+ * memory is out (the context would not be drained: the caller should refuse it). */
+int vmm_cuda_context_created(void *ctx, int dev);
+void vmm_cuda_context_destroy_begin(void *ctx);
+void vmm_cuda_context_destroy_end(void *ctx, bool destroyed);
+int vmm_acl_context_created(void *ctx, int dev);
+void vmm_acl_context_destroy_begin(void *ctx);
+void vmm_acl_context_destroy_end(void *ctx, bool destroyed);
 
 #endif

@@ -1,7 +1,9 @@
 /* The CUDA backend: backend.h over the real libcuda.so.1. Every driver function is resolved by its
  * exported (versioned) name with vmm_real_dlsym, so the shim's own hooks are never called back.
  * Calls that need a context run in the device's primary context (retained once per device), and
- * the thread's context is pushed/popped only when it is absent or on another device. */
+ * the thread's context is pushed/popped only when it is absent or on another device.
+ * synchronize drains the primary context (which covers green contexts), every context the program
+ * created (listed by the shim, contexts.h) and the calling thread's own. */
 #include "backend.h"
 
 #include <cuda.h>
@@ -11,6 +13,7 @@
 #include <string.h>
 
 #include "../real_dlsym.h"
+#include "contexts.h"
 
 #define DRV(name) __typeof__(&name) name
 struct cuda_api {
@@ -26,6 +29,7 @@ struct cuda_api {
 	DRV(cuCtxPushCurrent_v2);
 	DRV(cuCtxPopCurrent_v2);
 	DRV(cuCtxSynchronize);
+	DRV(cuCtxSynchronize_v2); /* optional: CUDA 13.0 drivers */
 	DRV(cuMemGetInfo_v2);
 	DRV(cuMemGetAllocationGranularity);
 	DRV(cuMemAddressReserve);
@@ -428,10 +432,60 @@ static vmm_status cu_set_access(vmm_backend *be, int dev, vmm_devptr va, size_t 
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemSetAccess");
 }
 
+/* The program's own contexts, reported by the shim (backend.h). */
+static ctx_list program_contexts = CTX_LIST_INIT;
+
+int vmm_cuda_context_created(void *ctx, int dev)
+{
+	return ctx_list_add(&program_contexts, ctx, dev);
+}
+
+void vmm_cuda_context_destroy_begin(void *ctx)
+{
+	int dev;
+
+	ctx_list_close_begin(&program_contexts, ctx, &dev);
+}
+
+void vmm_cuda_context_destroy_end(void *ctx, bool destroyed)
+{
+	ctx_list_close_end(&program_contexts, ctx, destroyed);
+}
+
+/* Wait for one context's work, current to this thread or not: cuCtxSynchronize_v2 names it
+ * (CUDA 13.0); older drivers get it pushed for a plain cuCtxSynchronize. */
+static CUresult ctx_sync(struct cuda_impl *ci, CUcontext ctx)
+{
+	CUcontext cur = NULL, popped;
+	CUresult rc;
+
+	if (ci->api.cuCtxSynchronize_v2)
+		return ci->api.cuCtxSynchronize_v2(ctx);
+	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur == ctx)
+		return ci->api.cuCtxSynchronize();
+	rc = ci->api.cuCtxPushCurrent_v2(ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = ci->api.cuCtxSynchronize();
+	ci->api.cuCtxPopCurrent_v2(&popped);
+	return rc;
+}
+
+static vmm_status sync_program_context(void *ctx, void *arg, vmm_error *err)
+{
+	struct cuda_impl *ci = arg;
+	CUresult rc = ctx_sync(ci, (CUcontext)ctx);
+
+	/* Destroyed through a path the shim did not see: a destroyed context has no work left. */
+	if (rc == CUDA_ERROR_CONTEXT_IS_DESTROYED || rc == CUDA_ERROR_INVALID_CONTEXT)
+		return VMM_OK;
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuCtxSynchronize");
+}
+
 static vmm_status cu_synchronize(vmm_backend *be, int dev, vmm_error *err)
 {
 	struct cuda_impl *ci = impl_of(be);
-	CUcontext cur = NULL, prim, popped;
+	CUcontext cur = NULL, prim;
 	CUdevice cur_dev;
 	vmm_status st;
 	CUresult rc;
@@ -441,22 +495,24 @@ static vmm_status cu_synchronize(vmm_backend *be, int dev, vmm_error *err)
 	st = primary_ctx(ci, dev, &prim, err);
 	if (st)
 		return st;
-	/* The thread's own context, when it is another one on this device, has work of its own. */
+	/* The primary context; its synchronization also waits for the device's green contexts. */
+	rc = ctx_sync(ci, prim);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuCtxSynchronize");
+	/* Every context the program created on dev: synchronizing one leaves the others running. */
+	st = ctx_list_each(&program_contexts, dev, sync_program_context, ci, err);
+	if (st)
+		return st;
+	/* The thread's own context, when it is another one on this device that nobody listed (made
+	 * before the shim could see it, or a green context's). */
 	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur && cur != prim &&
-	    ci->api.cuCtxGetDevice(&cur_dev) == CUDA_SUCCESS && (int)cur_dev == dev) {
+	    ci->api.cuCtxGetDevice(&cur_dev) == CUDA_SUCCESS && (int)cur_dev == dev &&
+	    !ctx_list_has(&program_contexts, cur)) {
 		rc = ci->api.cuCtxSynchronize();
 		if (rc != CUDA_SUCCESS)
 			return drv_fail(ci, err, rc, "cuCtxSynchronize");
 	}
-	if (cur == prim)
-		return (rc = ci->api.cuCtxSynchronize()) == CUDA_SUCCESS ?
-			       VMM_OK : drv_fail(ci, err, rc, "cuCtxSynchronize");
-	rc = ci->api.cuCtxPushCurrent_v2(prim);
-	if (rc != CUDA_SUCCESS)
-		return drv_fail(ci, err, rc, "cuCtxPushCurrent");
-	rc = ci->api.cuCtxSynchronize();
-	ci->api.cuCtxPopCurrent_v2(&popped);
-	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuCtxSynchronize");
+	return VMM_OK;
 }
 
 #define NEED_OPTIONAL(ci, fn, err)                                                        \
@@ -638,6 +694,7 @@ static const struct sym cuda_syms[] = {
 	SYM(cuDeviceGetAttribute, 0), SYM(cuDevicePrimaryCtxRetain, 0),
 	SYM(cuDevicePrimaryCtxRelease_v2, 0), SYM(cuCtxGetCurrent, 0), SYM(cuCtxGetDevice, 0),
 	SYM(cuCtxPushCurrent_v2, 0), SYM(cuCtxPopCurrent_v2, 0), SYM(cuCtxSynchronize, 0),
+	SYM(cuCtxSynchronize_v2, 1),
 	SYM(cuMemGetInfo_v2, 0), SYM(cuMemGetAllocationGranularity, 0),
 	SYM(cuMemAddressReserve, 0), SYM(cuMemAddressFree, 0), SYM(cuMemCreate, 0),
 	SYM(cuMemRelease, 0), SYM(cuMemMap, 0), SYM(cuMemUnmap, 0), SYM(cuMemSetAccess, 0),

@@ -1,0 +1,53 @@
+/* The contexts the program creates and destroys (cuCtxCreate_v2/_v3/_v4, cuCtxDestroy_v2), told
+ * to the backend's context list (backend.h) so that a sleep, and the reuse of freed memory, wait
+ * for their work too: no driver call lists a process's contexts, and synchronizing one context
+ * leaves the others running. Recorded even before the runtime exists (a program usually creates
+ * its context before its first allocation). Primary and green contexts need nothing here: the
+ * backend synchronizes the primary context, and that covers the device's green contexts. */
+#include "../core/backend/backend.h"
+#include "../core/log.h"
+#include "hooks_common.h"
+
+/* List a context the driver just made; a context that cannot be listed (no host memory) would
+ * not be drained by a sleep, so it is destroyed again and the creation fails. */
+static CUresult created(CUresult r, CUcontext *pctx, CUdevice dev)
+{
+	if (r != CUDA_SUCCESS || !pctx || !*pctx)
+		return r;
+	if (vmm_cuda_context_created(*pctx, (int)dev) == 0)
+		return r;
+	vmm_log(VMM_LOG_ERROR, "no host memory to record a new context: its creation is refused");
+	CALL_REAL(cuCtxDestroy_v2, (*pctx));
+	*pctx = NULL;
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	return created(CALL_REAL(cuCtxCreate_v2, (pctx, flags, dev)), pctx, dev);
+}
+
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+				unsigned int flags, CUdevice dev)
+{
+	return created(CALL_REAL(cuCtxCreate_v3, (pctx, paramsArray, numParams, flags, dev)), pctx,
+		       dev);
+}
+
+CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+				unsigned int flags, CUdevice dev)
+{
+	return created(CALL_REAL(cuCtxCreate_v4, (pctx, ctxCreateParams, flags, dev)), pctx, dev);
+}
+
+/* A synchronization in progress on ctx finishes first; one that starts meanwhile waits for the
+ * destroy instead of naming a context that is going away. */
+CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
+{
+	CUresult r;
+
+	vmm_cuda_context_destroy_begin(ctx);
+	r = CALL_REAL(cuCtxDestroy_v2, (ctx));
+	vmm_cuda_context_destroy_end(ctx, r == CUDA_SUCCESS);
+	return r;
+}

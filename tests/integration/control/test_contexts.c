@@ -1,0 +1,91 @@
+/* A sleep waits for work on every context of the program, not only the primary one: ctx_target
+ * (a driver-API program on contexts it creates itself) runs a "kernel" that writes device memory
+ * for a while, vmmctl sleeps it from outside meanwhile, and after wake the kernel's output is all
+ * there. Also with a second context destroyed by the program while the sleep runs. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+TestSuite(contexts, .fini = harness_cleanup);
+
+static struct ctl_out o, o_bg; /* large: static */
+
+static struct target *start(void)
+{
+	struct target *t = target_start(NULL);
+
+	cr_assert(t, "ctx_target did not start under the shim");
+	return t;
+}
+
+static void cmd_ok(struct target *t, const char *cmd, const char *want, int timeout_ms)
+{
+	char reply[256];
+
+	cr_assert_eq(target_cmd(t, cmd, reply, sizeof(reply), timeout_ms), 0, "no reply to '%s'",
+		     cmd);
+	cr_assert(!strncmp(reply, want, strlen(want)), "'%s' answered '%s', expected '%s'", cmd,
+		  reply, want);
+}
+
+static void ctl_ok(struct ctl_out *out, struct target *t, const char *verb)
+{
+	vmmctl_run(out, t->run_dir, -1, "%s %d", verb, (int)t->pid);
+	cr_assert_eq(out->code, 0, "vmmctl %s: exit %d\n%s%s", verb, out->code, out->out,
+		     out->err);
+}
+
+Test(contexts, a_sleep_waits_for_a_kernel_on_a_created_context, .timeout = 60)
+{
+	struct target *t = start();
+	double t0;
+
+	cmd_ok(t, "kernel 1500", "launched", 5000);
+	t0 = now_s();
+	ctl_ok(&o, t, "sleep");
+	cr_expect_geq(now_s() - t0, 1.0, "the sleep returned before the kernel could have ended");
+	ctl_ok(&o, t, "wake");
+	cmd_ok(t, "wait", "done faults 0", 10000);
+	cmd_ok(t, "check", "intact", 10000);
+	cr_expect_eq(target_stop(t, 10000), 0);
+	target_free(t);
+}
+
+struct bg_sleep {
+	struct target *t;
+	int code;
+};
+
+static void *sleep_in_background(void *arg)
+{
+	struct bg_sleep *b = arg;
+
+	b->code = vmmctl_run(&o_bg, b->t->run_dir, -1, "sleep %d", (int)b->t->pid);
+	return NULL;
+}
+
+Test(contexts, a_context_destroyed_during_a_sleep, .timeout = 60)
+{
+	struct target *t = start();
+	struct bg_sleep b = { .t = t, .code = -1 };
+	pthread_t th;
+
+	cmd_ok(t, "kernel 1000", "launched", 5000);
+	cmd_ok(t, "kernel2 1500", "launched", 5000);
+	cr_assert_eq(pthread_create(&th, NULL, sleep_in_background, &b), 0);
+	usleep(300 * 1000); /* the sleep is synchronizing the contexts now */
+	/* The program destroys B while the sleep runs: the driver's destroy waits for B's kernel,
+	 * and the sleep neither crashes nor fails on it. */
+	cmd_ok(t, "destroy", "destroyed 0", 20000);
+	pthread_join(th, NULL);
+	cr_assert_eq(b.code, 0, "vmmctl sleep: exit %d\n%s%s", b.code, o_bg.out, o_bg.err);
+	ctl_ok(&o, t, "wake");
+	cmd_ok(t, "wait", "done faults 0", 10000);
+	cmd_ok(t, "check", "intact", 10000);
+	cr_expect_eq(target_stop(t, 10000), 0);
+	target_free(t);
+}
