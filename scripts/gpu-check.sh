@@ -72,6 +72,7 @@ declare -A jobs=(
 	[cublas_gemm]="$nv $src/cublas_gemm.cu -o $bin/cublas_gemm -lcublas"
 	[graph]="$nv $src/graph.cu -o $bin/graph"
 	[sleep_kernels]="$nv $src/sleep_kernels.cu -o $bin/sleep_kernels"
+	[ctx_sleep]="$nv $src/ctx_sleep.cu -o $bin/ctx_sleep -lcuda"
 	[hold]="$nv $src/hold.cu -o $bin/hold"
 	[bench_alloc]="$nv $src/bench_alloc.cu -o $bin/bench_alloc"
 	[ckpt]="$cc_cuda $src/ckpt.c -o $bin/ckpt -lcuda"

@@ -739,6 +739,54 @@ class Matrix:
         self.add(name, not reasons, ("; ".join(reasons) or "losses identical to the plain run")
                  + detail, native=str(nrc), shim=str(rc), share="-")
 
+    def ctx_sleep_row(self, mode):
+        """A kernel writing 256 MiB with 0xAB for 2 s on a context the program made itself
+        (cuCtxCreate, or a green context), slept from outside with vmmctl while it runs, then
+        woken: the sleep must wait for the kernel (the backend drains every context, not only the
+        primary one) and the buffer must be intact, as in the native run (the anchor)."""
+        name = f"kernel on a {'cuCtxCreate' if mode == 'created' else 'green'} context across sleep"
+        if not self.want(name):
+            return
+        if not (self.shim_ok and self.ctl_ok):
+            self.add(name, False, "libvmmshim.so or vmmctl was not built")
+            return
+        argv = [f"{self.a.bin}/ctx_sleep", mode, "2000"]
+        nat = Proc(name + ".native", argv, self.env(False), self.log, self.timeout(60))
+        nrc = nat.finish()
+        ref = nat.results()
+        p = Proc(name + ".shim", argv, self.env(True, handshake=True), self.log,
+                 self.timeout(90))
+        reasons, detail, began = [], "", None
+        if not p.wait_for(r"^READY", timeout=60):
+            reasons.append(f"never ready: {p.stderr_tail()}")
+        else:
+            p.send("go")
+            if not p.wait_for(r"^LAUNCHED", timeout=30):
+                reasons.append(f"never launched: {p.stderr_tail()}")
+            else:
+                began = time.time()
+                rc, sj, wall, text = self.ctl("sleep", p.pid, timeout=60)
+                if rc != 0:
+                    reasons.append(f"vmmctl sleep failed (rc {rc}: "
+                                   f"{pick_str(sj, 'message') or text})")
+                rc2, _, _, text2 = self.ctl("wake", p.pid, timeout=60)
+                if rc2 != 0 and rc == 0:
+                    reasons.append(f"vmmctl wake failed (rc {rc2}: {text2})")
+                    p.kill()  # it would wait for a wake that does not come
+                detail = f"; sleep returned after {wall:.2f} s"
+        rc = p.finish()
+        done = [t for t, l in p.lines if l.startswith("KERNEL DONE")]
+        if began is not None and done:
+            detail += f", the kernel ended {done[0] - began:.2f} s after the sleep began"
+        if nrc != 0 or not ref:
+            reasons.append(f"native run failed (rc {nrc}: {nat.stderr_tail()})")
+        if rc != 0:
+            reasons.append(f"exit {rc}: {p.stderr_tail()}")
+        if p.results() != ref:
+            reasons.append(f"results differ from the native run: {p.results()[:1]} vs {ref[:1]}")
+        self.add(name, not reasons, ("; ".join(reasons) or "the sleep waited, output intact") +
+                 detail, native=str(nrc), shim=str(rc), share="-")
+
     # -- benchmarks --
 
     def badd(self, metric, shim, anchor, ratio, goal, note=""):
@@ -1048,6 +1096,8 @@ def main():
         m.sleep_train_row("default", {})
         m.sleep_train_row("expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
         m.sleep_kernels_row()
+        m.ctx_sleep_row("created")
+        m.ctx_sleep_row("green")
         m.app_vmm_row()
         m.tms_facade_row()
         m.run_cycle_row()

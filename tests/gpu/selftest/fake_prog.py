@@ -68,6 +68,12 @@ elif name == "bench_alloc":
     print(f"BENCH grow_64x1g {6.0 if shim else 5.0} ms")
     for s in ("256B", "1MiB", "64MiB"):
         print(f"BENCH pair_{s} {0.5 if shim else 60} us\nBENCH async_pair_{s} 0.8 us")
+elif name == "ctx_sleep":
+    handshake(256 << 20)
+    print("LAUNCHED", flush=True)
+    time.sleep(0.3)
+    print(f"KERNEL DONE 0.3 s\nRESULT ctx_sleep {sys.argv[1]} bad_bytes=0\n"
+          "RESULT ctx_sleep failures=0", flush=True)
 elif name == "ckpt":
     print("CKPT 1.0 500.0 250.0 1.0")
 else:
