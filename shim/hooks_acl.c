@@ -1,7 +1,10 @@
 /* Ascend: aclrtMalloc, aclrtMallocAlign32, aclrtMallocCached and aclrtFree served by the core's
  * ACL heap, whether the program links them or finds them with dlopen + dlsym (torch_npu does).
  * No device set on the calling thread, a disabled shim or a failure of the core: the runtime's own
- * function answers. Frees of pointers the core does not know go to the runtime. */
+ * function answers. Frees of pointers the core does not know go to the runtime.
+ * aclrtCreateContext and aclrtDestroyContext are told to the backend's context list, so that a
+ * sleep and the reuse of freed memory wait for those contexts too (aclrtSynchronizeDevice
+ * waits for the current context only). */
 #include <dlfcn.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -12,17 +15,18 @@
 #include "gate.h"
 #include "shim_internal.h"
 
-enum acl_fn { ACL_MALLOC, ACL_MALLOC_ALIGN32, ACL_MALLOC_CACHED, ACL_FREE, ACL_GET_DEVICE,
-	      ACL_COUNT };
+enum acl_fn { ACL_MALLOC, ACL_MALLOC_ALIGN32, ACL_MALLOC_CACHED, ACL_FREE, ACL_CREATE_CONTEXT,
+	      ACL_DESTROY_CONTEXT, ACL_GET_DEVICE, ACL_COUNT };
+#define ACL_WRAPPED ACL_GET_DEVICE /* those before it are wrapped; aclrtGetDevice is only used */
 
 static const char *const acl_names[ACL_COUNT] = {
-	"aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtFree", "aclrtGetDevice",
+	"aclrtMalloc", "aclrtMallocAlign32", "aclrtMallocCached", "aclrtFree",
+	"aclrtCreateContext", "aclrtDestroyContext", "aclrtGetDevice",
 };
 
-/* Ours for the first four (aclrtGetDevice is only used, not wrapped). */
-static void *const acl_wrappers[ACL_FREE + 1] = {
+static void *const acl_wrappers[ACL_WRAPPED] = {
 	(void *)aclrtMalloc, (void *)aclrtMallocAlign32, (void *)aclrtMallocCached,
-	(void *)aclrtFree,
+	(void *)aclrtFree, (void *)aclrtCreateContext, (void *)aclrtDestroyContext,
 };
 
 static _Atomic(void *) acl_reals[ACL_COUNT];
@@ -45,7 +49,7 @@ static void *acl_real(enum acl_fn f)
 
 bool shim_acl_wraps_name(const char *name)
 {
-	for (int i = 0; i <= ACL_FREE; i++) {
+	for (int i = 0; i < ACL_WRAPPED; i++) {
 		if (!strcmp(name, acl_names[i]))
 			return true;
 	}
@@ -54,7 +58,7 @@ bool shim_acl_wraps_name(const char *name)
 
 void *shim_acl_wrapper_for(const char *name, void *real_fn)
 {
-	for (int i = 0; i <= ACL_FREE; i++) {
+	for (int i = 0; i < ACL_WRAPPED; i++) {
 		if (strcmp(name, acl_names[i]))
 			continue;
 		if (real_fn == acl_wrappers[i])
@@ -140,5 +144,37 @@ aclError aclrtFree(void *devPtr)
 	if (r == ACL_SUCCESS && devPtr)
 		shim_count_passthrough(PASS_ACL_FREE, 0);
 	gate_leave();
+	return r;
+}
+
+aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId)
+{
+	aclError (*real)(aclrtContext *, int32_t) =
+		(aclError (*)(aclrtContext *, int32_t))acl_real(ACL_CREATE_CONTEXT);
+	aclError r = real ? real(context, deviceId) : ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+
+	if (r != ACL_SUCCESS || !context || !*context)
+		return r;
+	if (vmm_acl_context_created(*context, deviceId) == 0)
+		return r;
+	/* Unlisted, a sleep would not wait for it: refuse it rather than lose its work. */
+	vmm_log(VMM_LOG_ERROR, "no host memory to record a new context: its creation is refused");
+	aclError (*destroy)(aclrtContext) = (aclError (*)(aclrtContext))acl_real(ACL_DESTROY_CONTEXT);
+	if (destroy)
+		destroy(*context);
+	*context = NULL;
+	return ACL_ERROR_RT_MEMORY_ALLOCATION;
+}
+
+/* A synchronization in progress on the context finishes first; one that starts meanwhile waits
+ * for the destroy instead of naming a context that is going away (contexts.h). */
+aclError aclrtDestroyContext(aclrtContext context)
+{
+	aclError (*real)(aclrtContext) = (aclError (*)(aclrtContext))acl_real(ACL_DESTROY_CONTEXT);
+	aclError r;
+
+	vmm_acl_context_destroy_begin(context);
+	r = real ? real(context) : ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
+	vmm_acl_context_destroy_end(context, r == ACL_SUCCESS);
 	return r;
 }

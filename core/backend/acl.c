@@ -1,7 +1,9 @@
 /* The Ascend backend: backend.h over libascendcl.so. Differences from CUDA that it hides:
  * aclrtUnmapMem takes an address only and undoes exactly one aclrtMapMem, so the backend keeps a
  * table of its mappings and walks it to unmap a run; the owner gets access without a set-access
- * call; calls run with the thread's device set to the one they concern. */
+ * call; calls run with the thread's device set to the one they concern. aclrtSynchronizeDevice
+ * waits for the current context only, so synchronize also visits each context the program created
+ * (aclrtCreateContext, listed by the shim: contexts.h). */
 #include "backend.h"
 
 #include <dlfcn.h>
@@ -11,6 +13,7 @@
 
 #include "../real_dlsym.h"
 #include "acl_api.h"
+#include "contexts.h"
 
 #define ACL(name) __typeof__(&name) name
 struct acl_api {
@@ -33,6 +36,9 @@ struct acl_api {
 	ACL(aclrtMapMem);
 	ACL(aclrtUnmapMem);
 	ACL(aclrtMemGetAllocationGranularity);
+	/* Optional: runtimes without them have no contexts of the program's to visit. */
+	ACL(aclrtGetCurrentContext);
+	ACL(aclrtSetCurrentContext);
 };
 #undef ACL
 
@@ -373,18 +379,67 @@ static vmm_status acl_set_access(vmm_backend *be, int dev, vmm_devptr va, size_t
 	return VMM_OK;
 }
 
+/* The program's own contexts, reported by the shim (backend.h). */
+static ctx_list program_contexts = CTX_LIST_INIT;
+
+int vmm_acl_context_created(void *ctx, int dev)
+{
+	return ctx_list_add(&program_contexts, ctx, dev);
+}
+
+void vmm_acl_context_destroy_begin(void *ctx)
+{
+	int dev;
+
+	ctx_list_close_begin(&program_contexts, ctx, &dev);
+}
+
+void vmm_acl_context_destroy_end(void *ctx, bool destroyed)
+{
+	ctx_list_close_end(&program_contexts, ctx, destroyed);
+}
+
+static vmm_status sync_program_context(void *ctx, void *arg, vmm_error *err)
+{
+	struct acl_impl *ai = arg;
+	aclError rc = ai->api.aclrtSetCurrentContext(ctx);
+
+	/* Refused: destroyed through a path the shim did not see, so no work is left on it. */
+	if (rc != ACL_SUCCESS)
+		return VMM_OK;
+	rc = ai->api.aclrtSynchronizeDevice();
+	return rc == ACL_SUCCESS ? VMM_OK : acl_failed(err, rc, "aclrtSynchronizeDevice");
+}
+
 static vmm_status acl_synchronize(vmm_backend *be, int dev, vmm_error *err)
 {
 	struct acl_impl *ai = impl_of(be);
+	aclrtContext saved = NULL;
+	bool visit, have_saved;
 	struct dev_scope s;
-	vmm_status st = dev_enter(ai, dev, &s, err);
+	vmm_status st;
 	aclError rc;
 
+	visit = ai->api.aclrtSetCurrentContext && ai->api.aclrtGetCurrentContext &&
+		ctx_list_count(&program_contexts, dev) > 0;
+	have_saved = visit && ai->api.aclrtGetCurrentContext(&saved) == ACL_SUCCESS && saved;
+	st = dev_enter(ai, dev, &s, err);
 	if (st)
 		return st;
 	rc = ai->api.aclrtSynchronizeDevice();
+	st = rc == ACL_SUCCESS ? VMM_OK : acl_failed(err, rc, "aclrtSynchronizeDevice");
+	if (!st && visit) {
+		st = ctx_list_each(&program_contexts, dev, sync_program_context, ai, err);
+		/* Back to the thread's own context (and its device); a thread that had none gets
+		 * dev's default one, never a program's context, which may be destroyed later. */
+		if (have_saved) {
+			ai->api.aclrtSetCurrentContext(saved);
+			return st;
+		}
+		ai->api.aclrtSetDevice(dev);
+	}
 	dev_leave(ai, &s);
-	return rc == ACL_SUCCESS ? VMM_OK : acl_failed(err, rc, "aclrtSynchronizeDevice");
+	return st;
 }
 
 static vmm_status acl_host_alloc_pinned(vmm_backend *be, size_t size, void **ptr, vmm_error *err)
@@ -500,6 +555,12 @@ static const struct {
 	SYM(aclrtMallocPhysical), SYM(aclrtFreePhysical), SYM(aclrtMapMem), SYM(aclrtUnmapMem),
 	SYM(aclrtMemGetAllocationGranularity),
 };
+static const struct {
+	const char *name;
+	size_t offset;
+} acl_optional_syms[] = {
+	SYM(aclrtGetCurrentContext), SYM(aclrtSetCurrentContext),
+};
 #undef SYM
 
 vmm_status vmm_backend_acl_open(vmm_backend **out, vmm_error *err)
@@ -537,6 +598,11 @@ vmm_status vmm_backend_acl_open(vmm_backend **out, vmm_error *err)
 			goto fail;
 		}
 		memcpy((char *)&ai->api + acl_syms[i].offset, &p, sizeof(p));
+	}
+	for (size_t i = 0; i < sizeof(acl_optional_syms) / sizeof(acl_optional_syms[0]); i++) {
+		void *p = real_dlsym(ai->lib, acl_optional_syms[i].name);
+
+		memcpy((char *)&ai->api + acl_optional_syms[i].offset, &p, sizeof(p));
 	}
 	rc = ai->api.aclInit(NULL);
 	if (rc != ACL_SUCCESS && rc != ACL_ERROR_REPEAT_INITIALIZE) {

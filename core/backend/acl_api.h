@@ -110,10 +110,17 @@ aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtGetDevice(int32_t *deviceId);
 aclError aclrtResetDevice(int32_t deviceId);
 aclError aclrtGetDeviceCount(uint32_t *count);
-aclError aclrtSynchronizeDevice(void);
+aclError aclrtSynchronizeDevice(void); /* the current context's streams only */
 aclError aclrtSynchronizeStream(aclrtStream stream);
 aclError aclrtCreateStream(aclrtStream *stream);
 aclError aclrtDestroyStream(aclrtStream stream);
+
+/* Contexts: aclrtSetDevice makes the device's default context current; aclrtCreateContext makes a
+ * new one and makes it current; aclrtSetCurrentContext switches (and switches device with it). */
+aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId);
+aclError aclrtDestroyContext(aclrtContext context);
+aclError aclrtSetCurrentContext(aclrtContext context);
+aclError aclrtGetCurrentContext(aclrtContext *context);
 
 /* Plain allocation (no implicit synchronization, unlike cudaFree). */
 aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy);

@@ -1,6 +1,10 @@
 /* simdev's libascendcl.so: the ACL runtime subset vmmshim needs, over the same memfd device
  * memory as libcuda.so.1 (its own copy: own devices, counters and stats). All work is done at
  * once on the calling thread, so streams are tokens and synchronization has nothing to wait for.
+ * Contexts as documented: aclrtSetDevice makes the device's default context current,
+ * aclrtCreateContext a new one (current at once), aclrtSetCurrentContext switches context and
+ * device; aclrtSynchronizeDevice concerns the current context (each counts its synchronizations,
+ * which tests read with simdev_acl_context_syncs).
  * VMM constraints follow the CANN docs: a physical handle is mapped whole, at offset 0, once;
  * aclrtUnmapMem takes the address only; the owner device has access as soon as it is mapped. */
 #include <stdlib.h>
@@ -17,6 +21,19 @@ const char sim_lib_name[] = "acl";
 
 static atomic_int initialized;
 static __thread int cur_device = -1;
+
+struct sim_acl_ctx {
+	int dev;      /* created contexts (a default one is known by its place in default_ctx) */
+	bool alive;
+	atomic_ulong syncs;
+};
+
+/* The default context of each device, and every context ever created (kept: stale handles are
+ * refused, not dereferenced blindly). */
+static struct sim_acl_ctx default_ctx[SIM_MAX_DEVICES];
+static struct sim_acl_ctx **contexts;
+static size_t ncontexts, capcontexts;
+static __thread struct sim_acl_ctx *cur_ctx;
 
 #define OOM ACL_ERROR_RT_MEMORY_ALLOCATION
 #define INTERNAL ACL_ERROR_RT_INTERNAL_ERROR
@@ -57,6 +74,7 @@ API aclError aclrtSetDevice(int32_t id)
 	if (id < 0 || id >= sim_device_count())
 		return ACL_ERROR_RT_INVALID_DEVICEID;
 	cur_device = id;
+	cur_ctx = &default_ctx[id];
 	return ACL_SUCCESS;
 }
 
@@ -77,16 +95,122 @@ API aclError aclrtResetDevice(int32_t id)
 	SIM_BEGIN("aclrtResetDevice", INTERNAL);
 	if (id < 0 || id >= sim_device_count())
 		return ACL_ERROR_RT_INVALID_DEVICEID;
-	if (cur_device == id)
+	if (cur_device == id) {
 		cur_device = -1;
+		cur_ctx = NULL;
+	}
 	return ACL_SUCCESS;
+}
+
+/* A live context made by aclrtCreateContext (caller holds sim_lock). */
+static bool ctx_known(const struct sim_acl_ctx *c)
+{
+	for (size_t i = 0; i < ncontexts; i++)
+		if (contexts[i] == c)
+			return c->alive;
+	return false;
+}
+
+API aclError aclrtCreateContext(aclrtContext *context, int32_t id)
+{
+	SIM_BEGIN("aclrtCreateContext", OOM);
+	if (!context)
+		return ACL_ERROR_INVALID_PARAM;
+	if (id < 0 || id >= sim_device_count())
+		return ACL_ERROR_RT_INVALID_DEVICEID;
+	struct sim_acl_ctx *c = calloc(1, sizeof(*c));
+	if (!c)
+		return OOM;
+	c->dev = id;
+	c->alive = true;
+	pthread_mutex_lock(&sim_lock);
+	if (ncontexts == capcontexts) {
+		size_t cap = capcontexts ? capcontexts * 2 : 16;
+		struct sim_acl_ctx **v = realloc(contexts, cap * sizeof(*v));
+		if (v) {
+			contexts = v;
+			capcontexts = cap;
+		}
+	}
+	bool ok = ncontexts < capcontexts;
+	if (ok)
+		contexts[ncontexts++] = c;
+	pthread_mutex_unlock(&sim_lock);
+	if (!ok) {
+		free(c);
+		return OOM;
+	}
+	cur_ctx = c;
+	cur_device = id;
+	*context = c;
+	return ACL_SUCCESS;
+}
+
+API aclError aclrtDestroyContext(aclrtContext context)
+{
+	SIM_BEGIN("aclrtDestroyContext", INTERNAL);
+	struct sim_acl_ctx *c = context;
+	pthread_mutex_lock(&sim_lock);
+	bool ok = ctx_known(c); /* a default context is not one: it cannot be destroyed */
+	if (ok)
+		c->alive = false;
+	pthread_mutex_unlock(&sim_lock);
+	if (!ok)
+		return ACL_ERROR_INVALID_PARAM;
+	if (cur_ctx == c) {
+		cur_ctx = NULL;
+		cur_device = -1;
+	}
+	return ACL_SUCCESS;
+}
+
+API aclError aclrtSetCurrentContext(aclrtContext context)
+{
+	SIM_BEGIN("aclrtSetCurrentContext", INTERNAL);
+	struct sim_acl_ctx *c = context;
+	int dev = -1;
+	for (int d = 0; d < sim_device_count(); d++)
+		if (c == &default_ctx[d])
+			dev = d;
+	if (dev < 0) {
+		pthread_mutex_lock(&sim_lock);
+		if (ctx_known(c))
+			dev = c->dev;
+		pthread_mutex_unlock(&sim_lock);
+	}
+	if (dev < 0)
+		return ACL_ERROR_INVALID_PARAM;
+	cur_ctx = c;
+	cur_device = dev; /* the context's device becomes the thread's */
+	return ACL_SUCCESS;
+}
+
+API aclError aclrtGetCurrentContext(aclrtContext *context)
+{
+	SIM_BEGIN("aclrtGetCurrentContext", INTERNAL);
+	if (!context)
+		return ACL_ERROR_INVALID_PARAM;
+	if (!cur_ctx)
+		return ACL_ERROR_RT_CONTEXT_NULL;
+	*context = cur_ctx;
+	return ACL_SUCCESS;
+}
+
+/* Tests: how often a context (NULL: device dev's default one) was synchronized. */
+API unsigned long simdev_acl_context_syncs(void *context, int dev)
+{
+	struct sim_acl_ctx *c = context ? context : &default_ctx[dev];
+	return atomic_load(&c->syncs);
 }
 
 API aclError aclrtSynchronizeDevice(void)
 {
 	SIM_BEGIN("aclrtSynchronizeDevice", INTERNAL);
 	int dev;
-	return need_device(&dev);
+	aclError e = need_device(&dev);
+	if (!e && cur_ctx)
+		atomic_fetch_add(&cur_ctx->syncs, 1);
+	return e;
 }
 
 API aclError aclrtSynchronizeStream(aclrtStream stream)

@@ -179,3 +179,40 @@ Test(acl, stats_go_to_simdev_acl_stats)
 	cr_expect(strstr(text, "aclrtSetDevice 1\n"), "%s", text);
 	cr_expect(strstr(text, "live_bytes 2097152\n"), "%s", text);
 }
+
+unsigned long simdev_acl_context_syncs(void *context, int dev);
+
+/* Contexts as CANN documents them: aclrtSetDevice binds the device's default context, a created
+ * context is current at once, aclrtSetCurrentContext switches context and device, the default
+ * context cannot be destroyed, and aclrtSynchronizeDevice concerns the current context. */
+Test(acl, contexts)
+{
+	aclrtContext def, a, b, cur;
+	int32_t dev;
+
+	setenv("SIMDEV_DEVICES", "2", 1); /* read at the first call */
+	cr_expect_eq(aclrtGetCurrentContext(&cur), ACL_ERROR_RT_CONTEXT_NULL, "none yet");
+	ACL_OK(aclrtSetDevice(0));
+	ACL_OK(aclrtGetCurrentContext(&def));
+	ACL_OK(aclrtCreateContext(&a, 0));
+	ACL_OK(aclrtGetCurrentContext(&cur));
+	cr_expect_eq(cur, a, "a created context is current");
+	ACL_OK(aclrtSynchronizeDevice());
+	cr_expect_eq(simdev_acl_context_syncs(a, 0), 1);
+	cr_expect_eq(simdev_acl_context_syncs(NULL, 0), 0, "the default context was not synchronized");
+	ACL_OK(aclrtSetCurrentContext(def));
+	ACL_OK(aclrtSynchronizeDevice());
+	cr_expect_eq(simdev_acl_context_syncs(NULL, 0), 1);
+	cr_expect_eq(aclrtDestroyContext(def), ACL_ERROR_INVALID_PARAM, "the default context stays");
+	ACL_OK(aclrtCreateContext(&b, 1));
+	ACL_OK(aclrtGetDevice(&dev));
+	cr_expect_eq(dev, 1, "creating a context on device 1 moves the thread there");
+	ACL_OK(aclrtSetCurrentContext(a));
+	ACL_OK(aclrtGetDevice(&dev));
+	cr_expect_eq(dev, 0, "and switching back moves it back");
+	ACL_OK(aclrtDestroyContext(a));
+	cr_expect_eq(aclrtSetCurrentContext(a), ACL_ERROR_INVALID_PARAM, "destroyed");
+	cr_expect_eq(aclrtGetCurrentContext(&cur), ACL_ERROR_RT_CONTEXT_NULL,
+		     "the destroyed context was current here");
+	ACL_OK(aclrtDestroyContext(b));
+}

@@ -1,5 +1,6 @@
-/* (d) An Ascend program linked to libascendcl.so: aclrtMalloc, aclrtMallocCached, copies both
- * ways, aclrtFree. With the argument "dlsym" it instead finds aclrtMallocAlign32 and aclrtFree with
+/* (d) An Ascend program linked to libascendcl.so: in a context of its own (aclrtCreateContext),
+ * aclrtMalloc, aclrtMallocCached, copies both ways, aclrtFree, aclrtDestroyContext. With the
+ * argument "dlsym" it instead finds aclrtMallocAlign32, aclrtFree and the context calls with
  * dlopen + dlsym, as torch_npu does. */
 #include <dlfcn.h>
 #include <stdbool.h>
@@ -10,6 +11,8 @@
 
 typedef aclError (*malloc_fn)(void **, size_t, aclrtMemMallocPolicy);
 typedef aclError (*free_fn)(void *);
+typedef aclError (*ctx_create_fn)(aclrtContext *, int32_t);
+typedef aclError (*ctx_destroy_fn)(aclrtContext);
 
 static void roundtrip(void *dev, size_t n, uint32_t seed)
 {
@@ -29,6 +32,9 @@ int main(int argc, char **argv)
 	bool by_dlsym = argc > 1 && !strcmp(argv[1], "dlsym");
 	malloc_fn m = aclrtMalloc, m2 = aclrtMallocCached;
 	free_fn f = aclrtFree;
+	ctx_create_fn cc = aclrtCreateContext;
+	ctx_destroy_fn cd = aclrtDestroyContext;
+	aclrtContext ctx;
 	void *a, *b;
 
 	CHECK_CU(aclInit(NULL));
@@ -40,9 +46,12 @@ int main(int argc, char **argv)
 			FAIL("dlopen: %s", dlerror());
 		m = m2 = (malloc_fn)dlsym(lib, "aclrtMallocAlign32");
 		f = (free_fn)dlsym(lib, "aclrtFree");
-		if (!m || !f)
+		cc = (ctx_create_fn)dlsym(lib, "aclrtCreateContext");
+		cd = (ctx_destroy_fn)dlsym(lib, "aclrtDestroyContext");
+		if (!m || !f || !cc || !cd)
 			FAIL("dlsym: %s", dlerror());
 	}
+	CHECK_CU(cc(&ctx, 0));
 	CHECK_CU(m(&a, 3 << 20, ACL_MEM_MALLOC_HUGE_FIRST));
 	CHECK_CU(m2(&b, 1000, ACL_MEM_MALLOC_NORMAL_ONLY));
 	if (((uintptr_t)a & 31) || ((uintptr_t)b & 31))
@@ -51,6 +60,7 @@ int main(int argc, char **argv)
 	roundtrip(b, 1000, 2);
 	CHECK_CU(f(a));
 	CHECK_CU(f(b));
+	CHECK_CU(cd(ctx));
 	CHECK_CU(aclrtResetDevice(0));
 	CHECK_CU(aclFinalize());
 	printf("prog_acl%s: ok\n", by_dlsym ? " (dlsym)" : "");

@@ -95,6 +95,8 @@ Test(interpose, acl_program_is_served_by_the_core)
 	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_acl")), NULL);
 
 	expect_ok(r, "prog_acl: ok");
+	cr_expect_eq(run_stat(r, "aclrtCreateContext"), 1, "the context calls reach the runtime");
+	cr_expect_eq(run_stat(r, "aclrtDestroyContext"), 1);
 	cr_expect_eq(run_stat(r, "aclrtMalloc") + run_stat(r, "aclrtMallocCached"), 0,
 		     "aclrtMalloc reached the runtime\n%s", r->stats);
 	cr_expect_gt(run_stat(r, "aclrtMallocPhysical"), 0, "%s", r->stats);
@@ -109,6 +111,8 @@ Test(interpose, acl_found_with_dlsym_is_served_by_the_core)
 	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_acl"), "dlsym"), NULL);
 
 	expect_ok(r, "prog_acl (dlsym): ok");
+	cr_expect_eq(run_stat(r, "aclrtCreateContext"), 1, "the context calls reach the runtime");
+	cr_expect_eq(run_stat(r, "aclrtDestroyContext"), 1);
 	cr_expect_eq(run_stat(r, "aclrtMallocAlign32"), 0, "%s", r->stats);
 	cr_expect_eq(run_stat(r, "aclrtFree"), 0);
 	cr_expect_gt(run_stat(r, "aclrtMallocPhysical"), 0);

@@ -1,0 +1,72 @@
+/* The Ascend backend's synchronize visits every context the program created (aclrtCreateContext,
+ * reported as the shim does), since aclrtSynchronizeDevice waits for the current context only,
+ * and leaves the calling thread in the context it had. simdev's ACL work runs at once, so what
+ * is checked is which contexts were synchronized (simdev counts them per context). */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "backend/acl_api.h"
+#include "backend/backend.h"
+#include "helpers.h"
+
+unsigned long simdev_acl_context_syncs(void *context, int dev);
+
+#define ACL_OK(call) cr_assert_eq((call), ACL_SUCCESS, "%s failed", #call)
+
+struct run {
+	vmm_backend *be;
+	vmm_status st;
+	aclError after;      /* aclrtGetCurrentContext afterwards */
+	aclrtContext current;
+};
+
+/* A thread with no context of its own, as the control thread that sleeps a program. */
+static void *sync_from_fresh_thread(void *arg)
+{
+	struct run *r = arg;
+
+	r->st = r->be->synchronize(r->be, 0, NULL);
+	r->after = aclrtGetCurrentContext(&r->current);
+	return NULL;
+}
+
+Test(backend_acl_contexts, synchronize_visits_every_created_context)
+{
+	aclrtContext a, b, c1, cur;
+	struct run r = { .be = NULL };
+	struct tctx t;
+	pthread_t th;
+
+	setenv("VMM_TEST_BACKEND", "acl", 1);
+	t_simdev_env(NULL, "2", NULL);
+	t_open(&t, NULL);
+	ACL_OK(aclrtCreateContext(&a, 0));
+	ACL_OK(aclrtCreateContext(&c1, 1));
+	ACL_OK(aclrtCreateContext(&b, 0)); /* current here */
+	cr_assert_eq(vmm_acl_context_created(a, 0), 0);
+	cr_assert_eq(vmm_acl_context_created(c1, 1), 0);
+	cr_assert_eq(vmm_acl_context_created(b, 0), 0);
+	r.be = t.be;
+	cr_assert_eq(pthread_create(&th, NULL, sync_from_fresh_thread, &r), 0);
+	pthread_join(th, NULL);
+	cr_expect_eq(r.st, VMM_OK);
+	cr_expect_geq(simdev_acl_context_syncs(a, 0), 1, "context a was not synchronized");
+	cr_expect_geq(simdev_acl_context_syncs(b, 0), 1, "context b was not synchronized");
+	cr_expect_eq(simdev_acl_context_syncs(c1, 1), 0, "device 1's context is not device 0's");
+	cr_expect_geq(simdev_acl_context_syncs(NULL, 0), 1, "the default context");
+	cr_expect(r.after != ACL_SUCCESS || (r.current != a && r.current != b),
+		  "the control thread was left in a program's context");
+	/* From a thread in a context of its own: it keeps it. */
+	cr_assert_eq(t.be->synchronize(t.be, 0, NULL), VMM_OK);
+	ACL_OK(aclrtGetCurrentContext(&cur));
+	cr_expect_eq(cur, b);
+	cr_expect_geq(simdev_acl_context_syncs(a, 0), 2);
+	/* A context destroyed as the shim brackets it is no longer visited. */
+	vmm_acl_context_destroy_begin(a);
+	ACL_OK(aclrtDestroyContext(a));
+	vmm_acl_context_destroy_end(a, true);
+	cr_assert_eq(t.be->synchronize(t.be, 0, NULL), VMM_OK);
+	cr_expect_eq(simdev_acl_context_syncs(a, 0), 2);
+	t_close(&t);
+}
