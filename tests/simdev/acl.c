@@ -430,8 +430,11 @@ API aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free_bytes, size_t *tota
 		return e;
 	if (!free_bytes || !total || attr > ACL_HBM_MEM_P2P_HUGE1G)
 		return ACL_ERROR_INVALID_PARAM;
+	size_t used;
+	if (!sim_used(dev, &used))
+		return INTERNAL; /* a SIMDEV_SHARED group that did not answer in time */
 	*total = sim_config()->memory;
-	*free_bytes = *total - sim_used(dev);
+	*free_bytes = used < *total ? *total - used : 0;
 	return ACL_SUCCESS;
 }
 
@@ -515,10 +518,8 @@ API aclError aclrtFreePhysical(aclrtDrvMemHandle handle)
 	struct sim_phys *p = sim_phys_lookup((uint64_t)(uintptr_t)handle);
 	if (!p || p->maps) /* unmap first, as documented */
 		e = ACL_ERROR_INVALID_PARAM;
-	else {
-		p->released = true;
-		sim_phys_put(p);
-	}
+	else
+		sim_phys_release(p);
 	pthread_mutex_unlock(&sim_lock);
 	return e;
 }

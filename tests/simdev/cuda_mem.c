@@ -98,8 +98,11 @@ SIM_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 		return r;
 	if (!free_bytes || !total)
 		return CUDA_ERROR_INVALID_VALUE;
+	size_t used;
+	if (!sim_used(c->dev, &used))
+		return CUDA_ERROR_UNKNOWN; /* a SIMDEV_SHARED group that did not answer in time */
 	*total = sim_config()->memory;
-	*free_bytes = *total - sim_used(c->dev);
+	*free_bytes = used < *total ? *total - used : 0;
 	return CUDA_SUCCESS;
 }
 
@@ -503,7 +506,7 @@ static CUresult attribute(void *data, CUpointer_attribute a, uintptr_t ptr, bool
 		*(int *)data = reg.dev;
 		break;
 	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-		*(int *)data = n && n->kind == SIM_NATIVE_DEVICE && !n->pool;
+		*(int *)data = n && n->kind == SIM_NATIVE_DEVICE && !n->pool && !n->ipc;
 		break;
 	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
 		*(CUdeviceptr *)data = reg.base;
@@ -591,16 +594,12 @@ SIM_API CUresult cuPointerGetAttributes(unsigned int num, CUpointer_attribute *a
 	return CUDA_SUCCESS;
 }
 
-/* ---- legacy IPC: native memory only, as on the driver ---- */
+/* ---- legacy IPC: cuMemAlloc memory only, as on the driver ---- */
 
-struct sim_ipc {
-	char magic[8];
-	int pid;
-	int fd;
-	size_t size, span;
-	int dev;
-};
+_Static_assert(sizeof(struct sim_ipc) <= sizeof(((CUipcMemHandle *)0)->reserved),
+	       "a legacy IPC handle has 64 bytes");
 
+/* The base of a cuMemAlloc allocation (not VMM, stream-ordered, managed or opened memory). */
 SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 {
 	SIM_BEGIN("cuIpcGetMemHandle", CUDA_ERROR_UNKNOWN);
@@ -611,17 +610,33 @@ SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim_lock);
 	struct sim_native *n = sim_native_exact(U(dptr));
-	bool ok = n && n->kind == SIM_NATIVE_DEVICE && !n->ipc;
-	if (ok) {
-		struct sim_ipc h = { .magic = "simdev", .pid = getpid(), .fd = n->phys->fd,
-				     .size = n->size, .span = n->span, .dev = n->dev };
+	struct sim_ipc h;
+	if (!n || n->kind != SIM_NATIVE_DEVICE || n->ipc || n->pool || n->freeing)
+		r = CUDA_ERROR_INVALID_VALUE;
+	else if (sim_mem_ipc_handle(n->mem, n->size, &h))
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+	if (!r) {
 		memset(handle, 0, sizeof(*handle));
 		memcpy(handle->reserved, &h, sizeof(h));
 	}
 	pthread_mutex_unlock(&sim_lock);
-	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	return r;
 }
 
+/* The opened allocation of mem on dev in this process, if any (caller holds sim_lock). */
+static struct sim_native *opened(const struct sim_mem *mem, int dev)
+{
+	for (size_t i = 0; i < sim_native_count(); i++) {
+		struct sim_native *n = sim_native_get(i);
+		if (n->ipc && n->mem == mem && ((struct CUctx_st *)n->ctx)->dev == dev)
+			return n;
+	}
+	return NULL;
+}
+
+/* Maps another process's allocation. Opening it again in the same context returns the same
+ * pointer and counts one more open; another context of the same device may not (the driver
+ * allows one context per device and exporting process). */
 SIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
 				       unsigned int flags)
 {
@@ -630,45 +645,59 @@ SIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
 	CUresult r = sim_current(&c);
 	if (r)
 		return r;
-	(void)flags;
 	struct sim_ipc h;
 	memcpy(&h, handle.reserved, sizeof(h));
-	if (!pdptr || memcmp(h.magic, "simdev", 7))
+	if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS) ||
+	    memcmp(h.magic, "simdevI", 8))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (h.pid == getpid())
 		return CUDA_ERROR_INVALID_CONTEXT; /* the driver refuses to open its own handles */
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/fd/%d", h.pid, h.fd);
-	int fd = open(path, O_RDWR | O_CLOEXEC);
-	if (fd < 0)
-		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim_lock);
-	struct sim_phys *ph = sim_phys_import(fd, h.dev);
-	void *va = ph ? sim_va_reserve(h.span, SIM_GRANULARITY, 0) : NULL;
-	struct sim_native *n = NULL;
-	if (va && mmap(va, h.span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ph->fd, 0) !=
-			  MAP_FAILED) {
-		struct sim_native tmpl = { .va = U(va), .size = h.size, .span = h.span,
-					   .kind = SIM_NATIVE_DEVICE, .dev = h.dev, .ctx = c,
-					   .phys = ph, .ipc = true };
+	enum sim_err e;
+	struct sim_mem *mem = sim_mem_open_ipc(&h, &e);
+	struct sim_native *n = mem ? opened(mem, c->dev) : NULL;
+	r = !mem ? (e == SIM_E_OOM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_HANDLE)
+	      : n && n->ctx != c ? CUDA_ERROR_ALREADY_MAPPED : CUDA_SUCCESS;
+	if (n || r) {
+		if (!r)
+			n->ipc_opens++;
+		if (mem)
+			sim_mem_put(mem); /* the mapping that exists holds it already */
+		goto out;
+	}
+	size_t span = mem->size;
+	void *va = sim_va_reserve(span, SIM_GRANULARITY, 0);
+	if (va && !sim_mem_map(mem, U(va), span, 0, PROT_READ | PROT_WRITE)) {
+		struct sim_native tmpl = { .va = U(va), .size = (size_t)h.size, .span = span,
+					   .kind = SIM_NATIVE_DEVICE, .dev = mem->dev, .ctx = c,
+					   .mem = mem, .ipc = true, .ipc_opens = 1 };
 		n = sim_native_add(&tmpl);
 	}
-	if (n) {
-		ph->maps = 1;
-		*pdptr = n->va;
-	} else {
+	if (!n) {
 		if (va)
-			munmap(va, h.span);
-		if (ph) {
-			ph->released = true;
-			sim_phys_put(ph);
-		}
+			munmap(va, span);
+		sim_mem_put(mem);
+		r = CUDA_ERROR_OUT_OF_MEMORY;
+		goto out;
 	}
+	if (mem->dev != c->dev && (flags & CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+		sim_peer_enabled[c->dev][mem->dev] = true; /* as cuCtxEnablePeerAccess would */
+out:
+	if (!r)
+		*pdptr = n->va;
 	pthread_mutex_unlock(&sim_lock);
-	close(fd);
-	return n ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+	return r;
 }
 
+/* The same function under its pre-11.0 name, which the library also exports. */
+#undef cuIpcOpenMemHandle
+SIM_API CUresult cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int flags)
+{
+	SIM_BEGIN("cuIpcOpenMemHandle", CUDA_ERROR_UNKNOWN);
+	return cuIpcOpenMemHandle_v2(pdptr, handle, flags);
+}
+
+/* One open fewer; the last unmaps. The exporter's allocation is not affected. */
 SIM_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
 	SIM_BEGIN("cuIpcCloseMemHandle", CUDA_ERROR_UNKNOWN);
@@ -678,7 +707,7 @@ SIM_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
 	pthread_mutex_lock(&sim_lock);
 	struct sim_native *n = sim_native_exact(U(dptr));
 	bool ok = n && n->ipc;
-	if (ok)
+	if (ok && --n->ipc_opens == 0)
 		sim_native_device_free(n);
 	pthread_mutex_unlock(&sim_lock);
 	return ok ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;

@@ -83,6 +83,7 @@ enum { SYM_SUCCESS = 0, SYM_NOT_FOUND = 1, SYM_VERSION_NOT_SUFFICIENT = 2 };
 	E("cuInit", cuInit, 2000, cuInit) \
 	E("cuIpcCloseMemHandle", cuIpcCloseMemHandle, 4010, cuIpcCloseMemHandle) \
 	E("cuIpcGetMemHandle", cuIpcGetMemHandle, 4010, cuIpcGetMemHandle) \
+	E("cuIpcOpenMemHandle", cuIpcOpenMemHandle, 4010, cuIpcOpenMemHandle) \
 	E("cuIpcOpenMemHandle", cuIpcOpenMemHandle_v2, 11000, cuIpcOpenMemHandle_v2) \
 	E("cuLaunchHostFunc", cuLaunchHostFunc, 10000, cuLaunchHostFunc_ptsz) \
 	E("cuLaunchKernel", cuLaunchKernel, 4000, cuLaunchKernel_ptsz) \

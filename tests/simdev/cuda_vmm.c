@@ -113,10 +113,8 @@ SIM_API CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 		return r;
 	pthread_mutex_lock(&sim_lock);
 	struct sim_phys *p = sim_phys_lookup(handle);
-	if (p) {
-		p->released = true; /* the memory goes once no mapping uses it */
-		sim_phys_put(p);
-	}
+	if (p)
+		sim_phys_release(p); /* the memory goes once no mapping or other holder uses it */
 	pthread_mutex_unlock(&sim_lock);
 	return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
@@ -265,9 +263,8 @@ SIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pro
 	return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-/* Returns the handle mapped at addr. Like the driver it counts as a new reference: simdev
- * reports the same handle value, so the caller's extra cuMemRelease is accepted and ignored
- * while mappings hold the memory. */
+/* Returns the handle mapped at addr ("the same handle value used to map the memory", any address
+ * of the mapping) and counts a reference that a cuMemRelease must pair. */
 SIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
 	SIM_BEGIN("cuMemRetainAllocationHandle", CUDA_ERROR_UNKNOWN);
@@ -279,13 +276,23 @@ SIM_API CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
 	pthread_mutex_lock(&sim_lock);
 	struct sim_mapping *m = sim_mapping_at((uintptr_t)addr);
 	if (m) {
-		m->phys->released = false;
+		sim_phys_retain(m->phys);
 		*handle = sim_phys_handle(m->phys);
 	}
 	pthread_mutex_unlock(&sim_lock);
 	return m ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
+static CUresult from_err(enum sim_err e)
+{
+	return e == SIM_OK ? CUDA_SUCCESS
+	       : e == SIM_E_OOM ? CUDA_ERROR_OUT_OF_MEMORY
+	       : e == SIM_E_UNSUPPORTED ? CUDA_ERROR_NOT_SUPPORTED
+	       : e == SIM_E_HANDLE ? CUDA_ERROR_INVALID_HANDLE
+			: CUDA_ERROR_INVALID_VALUE;
+}
+
+/* A new file descriptor each call, owned by the caller; the memory lives while it is open. */
 SIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAllocationHandle handle,
 					      CUmemAllocationHandleType type,
 					      unsigned long long flags)
@@ -298,17 +305,23 @@ SIM_API CUresult cuMemExportToShareableHandle(void *shareable, CUmemGenericAlloc
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim_lock);
 	struct sim_phys *p = sim_phys_lookup(handle);
-	if (!p)
+	if (!p) {
 		r = CUDA_ERROR_INVALID_VALUE;
-	else if (!(p->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+	} else if (!(p->handle_types & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)) {
 		r = CUDA_ERROR_INVALID_VALUE; /* not requested at cuMemCreate */
-	else if ((*(int *)shareable = dup(p->fd)) < 0)
-		r = CUDA_ERROR_OUT_OF_MEMORY;
+	} else {
+		enum sim_err e;
+		int fd = sim_mem_export(p->mem, &e);
+		if (fd >= 0)
+			*(int *)shareable = fd;
+		r = from_err(e);
+	}
 	pthread_mutex_unlock(&sim_lock);
 	return r;
 }
 
-/* The imported memory is charged to the exporter only. */
+/* A new handle each call (even in the exporting process, as on the driver), to the same memory:
+ * counted once, on its creator's device. */
 SIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle, void *os,
 						CUmemAllocationHandleType type)
 {
@@ -319,12 +332,16 @@ SIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
 	if (!handle || type != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
 		return CUDA_ERROR_INVALID_VALUE;
 	int fd = (int)(intptr_t)os;
+	enum sim_err e;
 	pthread_mutex_lock(&sim_lock);
-	struct sim_phys *p = sim_phys_import(fd, 0);
+	struct sim_mem *m = sim_mem_import_fd(fd, &e);
+	struct sim_phys *p = m ? sim_phys_of(m, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) : NULL;
 	if (p) {
-		p->handle_types = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 		*handle = sim_phys_handle(p);
+	} else if (m) {
+		sim_mem_put(m);
+		e = SIM_E_OOM;
 	}
 	pthread_mutex_unlock(&sim_lock);
-	return p ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	return from_err(e);
 }

@@ -1,10 +1,10 @@
-/* simdev's environment (read at first use), call counters, fault injection and the stats file. */
+/* simdev's environment (read at first use), call counters, fault injection and the stats file.
+ * Device capacity is counted by sim_group.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include "sim_internal.h"
@@ -24,9 +24,6 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static _Atomic(struct sim_counter *) counters;
 static atomic_int used;
 
-static pthread_mutex_t charge_lock = PTHREAD_MUTEX_INITIALIZER;
-static size_t dev_used[SIM_MAX_DEVICES];
-static size_t live_bytes, peak_bytes;
 static atomic_ullong ids;
 
 /* "16G", "512M", "4096": bytes with an optional K/M/G/T suffix (binary). */
@@ -119,13 +116,19 @@ static void init_once(void)
 	if (!s)
 		s = getenv("SIMDEV_STATS");
 	config.stats_path = (s && *s) ? strdup(s) : NULL;
-
-	/* Every physical handle is a memfd: allow as many as the hard limit permits. */
-	struct rlimit rl;
-	if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
-		rl.rlim_cur = rl.rlim_max;
-		setrlimit(RLIMIT_NOFILE, &rl);
+	s = getenv("SIMDEV_SHARED");
+	config.shared = (s && *s) ? strdup(s) : NULL;
+	s = getenv("SIMDEV_LOCK_STALL");
+	if (s && *s) {
+		char *end;
+		unsigned long ms = strtoul(s, &end, 10);
+		if (*end || ms > 60000)
+			fprintf(stderr, "simdev: SIMDEV_LOCK_STALL='%s' is not 0..60000 ms; ignored\n", s);
+		else
+			config.lock_stall_ms = (unsigned)ms;
 	}
+
+	sim_group_init(&config);
 }
 
 const struct sim_config *sim_config(void)
@@ -162,38 +165,6 @@ int sim_device_count(void)
 	return sim_config()->devices;
 }
 
-bool sim_charge(int dev, size_t bytes)
-{
-	const struct sim_config *cfg = sim_config();
-	bool ok = false;
-	pthread_mutex_lock(&charge_lock);
-	if (dev >= 0 && dev < cfg->devices && bytes <= cfg->memory - dev_used[dev]) {
-		dev_used[dev] += bytes;
-		live_bytes += bytes;
-		if (live_bytes > peak_bytes)
-			peak_bytes = live_bytes;
-		ok = true;
-	}
-	pthread_mutex_unlock(&charge_lock);
-	return ok;
-}
-
-void sim_uncharge(int dev, size_t bytes)
-{
-	pthread_mutex_lock(&charge_lock);
-	dev_used[dev] -= bytes;
-	live_bytes -= bytes;
-	pthread_mutex_unlock(&charge_lock);
-}
-
-size_t sim_used(int dev)
-{
-	pthread_mutex_lock(&charge_lock);
-	size_t n = dev >= 0 && dev < SIM_MAX_DEVICES ? dev_used[dev] : 0;
-	pthread_mutex_unlock(&charge_lock);
-	return n;
-}
-
 uint64_t sim_next_id(void)
 {
 	return atomic_fetch_add(&ids, 1) + 1;
@@ -218,8 +189,8 @@ __attribute__((destructor)) static void write_stats(void)
 	}
 	for (struct sim_counter *c = atomic_load(&counters); c; c = c->next)
 		fprintf(f, "%s %lu\n", c->name, atomic_load(&c->calls));
-	pthread_mutex_lock(&charge_lock);
-	fprintf(f, "peak_bytes %zu\nlive_bytes %zu\n", peak_bytes, live_bytes);
-	pthread_mutex_unlock(&charge_lock);
+	size_t live, peak;
+	sim_group_bytes(&live, &peak);
+	fprintf(f, "peak_bytes %zu\nlive_bytes %zu\n", peak, live);
 	fclose(f);
 }

@@ -1,6 +1,7 @@
-/* Device memory as host memory: physical handles are memfds, reserved address space is PROT_NONE
- * anonymous memory, a mapping puts a memfd over part of a reservation. Touching reserved but
- * unmapped memory, or a mapping without access, faults like a GPU would. */
+/* Device memory as host memory: physical handles and native allocations hold memory of the store
+ * (sim_store.c), reserved address space is PROT_NONE anonymous memory, a mapping puts the memory
+ * over part of a reservation. Touching reserved but unmapped memory, or a mapping without access,
+ * faults like a GPU would. */
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
@@ -43,50 +44,28 @@ static void vec_remove(struct ptrvec *pv, void *p)
 		}
 }
 
-/* ---- physical memory ---- */
+/* ---- physical handles ---- */
 
-struct sim_phys *sim_phys_create(int dev, size_t size, int *err_oom)
+struct sim_phys *sim_phys_of(struct sim_mem *m, unsigned long long handle_types)
 {
-	*err_oom = 0;
-	if (!sim_charge(dev, size)) {
-		*err_oom = 1;
-		return NULL;
-	}
 	struct sim_phys *p = calloc(1, sizeof(*p));
-	int fd = memfd_create("simdev", MFD_CLOEXEC);
-	if (!p || fd < 0 || ftruncate(fd, (off_t)size) || vec_push(&phys, p)) {
-		if (fd >= 0)
-			close(fd);
+	if (!p || vec_push(&phys, p)) {
 		free(p);
-		sim_uncharge(dev, size);
-		*err_oom = 1;
 		return NULL;
 	}
-	p->fd = fd;
-	p->size = size;
-	p->dev = dev;
-	p->id = sim_next_id();
+	*p = (struct sim_phys){ .mem = m, .size = m->size, .dev = m->dev, .refs = 1,
+				.handle_types = handle_types, .id = m->id };
 	return p;
 }
 
-struct sim_phys *sim_phys_import(int fd, int dev)
+struct sim_phys *sim_phys_create(int dev, size_t size, int *err_oom)
 {
-	off_t size = lseek(fd, 0, SEEK_END);
-	if (size <= 0)
-		return NULL;
-	struct sim_phys *p = calloc(1, sizeof(*p));
-	int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
-	if (!p || own < 0 || vec_push(&phys, p)) {
-		if (own >= 0)
-			close(own);
-		free(p);
-		return NULL;
-	}
-	p->fd = own;
-	p->size = (size_t)size;
-	p->dev = dev;
-	p->imported = true;
-	p->id = sim_next_id();
+	enum sim_err e;
+	struct sim_mem *m = sim_mem_create(dev, size, &e);
+	struct sim_phys *p = m ? sim_phys_of(m, 0) : NULL;
+	if (m && !p)
+		sim_mem_put(m);
+	*err_oom = !p;
 	return p;
 }
 
@@ -94,7 +73,7 @@ struct sim_phys *sim_phys_lookup(uint64_t handle)
 {
 	for (size_t i = 0; i < phys.n; i++)
 		if ((uint64_t)(uintptr_t)phys.v[i] == handle &&
-		    !((struct sim_phys *)phys.v[i])->released)
+		    ((struct sim_phys *)phys.v[i])->refs)
 			return phys.v[i];
 	return NULL;
 }
@@ -104,15 +83,25 @@ uint64_t sim_phys_handle(struct sim_phys *p)
 	return (uint64_t)(uintptr_t)p;
 }
 
-void sim_phys_put(struct sim_phys *p)
+static void phys_maybe_free(struct sim_phys *p)
 {
-	if (!p->released || p->maps)
+	if (p->refs || p->maps)
 		return;
 	vec_remove(&phys, p);
-	close(p->fd);
-	if (!p->imported)
-		sim_uncharge(p->dev, p->size);
+	sim_mem_put(p->mem);
 	free(p);
+}
+
+void sim_phys_retain(struct sim_phys *p)
+{
+	p->refs++;
+}
+
+void sim_phys_release(struct sim_phys *p)
+{
+	if (p->refs)
+		p->refs--;
+	phys_maybe_free(p);
 }
 
 /* ---- address space ---- */
@@ -226,8 +215,7 @@ struct sim_mapping *sim_mapping_add(uintptr_t va, size_t size, size_t offset, st
 		free(m);
 		return NULL;
 	}
-	void *p = mmap((void *)va, size, PROT_NONE, MAP_SHARED | MAP_FIXED, ph->fd, (off_t)offset);
-	if (p == MAP_FAILED) {
+	if (sim_mem_map(ph->mem, va, size, offset, PROT_NONE)) {
 		vec_remove(&mappings, m);
 		free(m);
 		return NULL;
@@ -244,7 +232,7 @@ void sim_mapping_remove(struct sim_mapping *m)
 {
 	vec_remove(&mappings, m);
 	m->phys->maps--;
-	sim_phys_put(m->phys);
+	phys_maybe_free(m->phys);
 	free(m);
 }
 
@@ -327,39 +315,36 @@ struct sim_native *sim_native_device_alloc(int dev, size_t size, enum sim_native
 					   int *err_oom)
 {
 	size_t span = sim_round_up(size ? size : 1, SIM_GRANULARITY);
-	struct sim_phys *ph = sim_phys_create(dev, span, err_oom);
-	if (!ph)
-		return NULL;
+	enum sim_err e;
+	struct sim_mem *mem = sim_mem_create(dev, span, &e);
 	*err_oom = 1;
+	if (!mem)
+		return NULL;
 	void *va = sim_va_reserve(span, SIM_GRANULARITY, 0);
 	if (!va)
-		goto fail_phys;
-	if (mmap(va, span, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, ph->fd, 0) == MAP_FAILED)
+		goto fail_mem;
+	if (sim_mem_map(mem, (uintptr_t)va, span, 0, PROT_READ | PROT_WRITE))
 		goto fail_va;
 	struct sim_native tmpl = { .va = (uintptr_t)va, .size = size, .span = span, .kind = kind,
-				   .dev = dev, .phys = ph };
+				   .dev = dev, .mem = mem };
 	struct sim_native *n = sim_native_add(&tmpl);
 	if (!n)
 		goto fail_va;
-	ph->maps = 1;
 	*err_oom = 0;
 	return n;
 fail_va:
 	munmap(va, span);
-fail_phys:
-	ph->released = true;
-	sim_phys_put(ph);
+fail_mem:
+	sim_mem_put(mem);
 	return NULL;
 }
 
 void sim_native_device_free(struct sim_native *n)
 {
-	struct sim_phys *ph = n->phys;
+	struct sim_mem *mem = n->mem;
 	munmap((void *)n->va, n->span);
 	sim_native_remove(n);
-	ph->maps = 0;
-	ph->released = true;
-	sim_phys_put(ph);
+	sim_mem_put(mem);
 }
 
 /* ---- lookups ---- */
