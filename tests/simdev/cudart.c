@@ -35,7 +35,8 @@ typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t,
 	X(cuEventElapsedTime, 0) X(cuEventDestroy, 0) X(cuLaunchHostFunc, 1)               \
 	X(cuStreamBeginCapture, 1) X(cuStreamEndCapture, 1) X(cuStreamIsCapturing, 1)     \
 	X(cuGraphInstantiate, 0) X(cuGraphLaunch, 1) X(cuGraphDestroy, 0)                  \
-	X(cuGraphExecDestroy, 0) X(cuPointerGetAttributes, 0)
+	X(cuGraphExecDestroy, 0) X(cuPointerGetAttributes, 0) X(cuIpcGetMemHandle, 0)          \
+	X(cuIpcOpenMemHandle, 0) X(cuIpcCloseMemHandle, 0)
 
 /* Pointer types come from the cuda.h prototypes (whose macros give the versioned names). */
 #define SLOT(name, pt) static __typeof__(&name) d_##name, pt_##name;
@@ -298,6 +299,40 @@ API cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total)
 {
 	CTX();
 	return rt(d_cuMemGetInfo(free_bytes, total));
+}
+
+/* Legacy IPC: the runtime's handle has the driver's 64 bytes. */
+_Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle), "same IPC handle size");
+
+API cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *p)
+{
+	if (!handle)
+		return fail(cudaErrorInvalidValue);
+	CTX();
+	CUipcMemHandle h;
+	CUresult r = d_cuIpcGetMemHandle(&h, (CUdeviceptr)(uintptr_t)p);
+	if (!r)
+		memcpy(handle, &h, sizeof(h));
+	return rt(r);
+}
+
+API cudaError_t cudaIpcOpenMemHandle(void **p, cudaIpcMemHandle_t handle, unsigned int flags)
+{
+	if (!p)
+		return fail(cudaErrorInvalidValue);
+	CTX();
+	CUipcMemHandle h;
+	memcpy(&h, &handle, sizeof(h));
+	CUdeviceptr d = 0;
+	CUresult r = d_cuIpcOpenMemHandle(&d, h, flags);
+	*p = r ? NULL : (void *)(uintptr_t)d;
+	return rt(r);
+}
+
+API cudaError_t cudaIpcCloseMemHandle(void *p)
+{
+	CTX();
+	return rt(d_cuIpcCloseMemHandle((CUdeviceptr)(uintptr_t)p));
 }
 
 API cudaError_t cudaMallocHost(void **p, size_t size)
@@ -573,6 +608,7 @@ static const struct rt_err rt_errs[] = {
 	RTE(cudaErrorNoDevice, "no CUDA-capable device is detected"),
 	RTE(cudaErrorInvalidDevice, "invalid device ordinal"),
 	RTE(cudaErrorDeviceUninitialized, "invalid device context"),
+	RTE(cudaErrorAlreadyMapped, "resource already mapped"),
 	RTE(cudaErrorInvalidResourceHandle, "invalid resource handle"),
 	RTE(cudaErrorIllegalState, "the operation cannot be performed in the present state"),
 	RTE(cudaErrorSymbolNotFound, "named symbol not found"),

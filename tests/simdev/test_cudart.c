@@ -135,3 +135,40 @@ Test(cudart, a_new_thread_gets_the_primary_context_lazily)
 	RT_OK(cudaGetDeviceCount(&n));
 	cr_expect_eq(n, 1);
 }
+
+/* cudaIpc* are the driver's cuIpc* with the runtime's error codes. */
+Test(cudart, ipc_handles_through_the_runtime)
+{
+	void *d;
+	RT_OK(cudaMalloc(&d, 4096));
+	RT_OK(cudaMemcpy(d, "from the parent", 16, cudaMemcpyHostToDevice));
+	cudaIpcMemHandle_t h;
+	RT_OK(cudaIpcGetMemHandle(&h, d));
+	void *same = NULL;
+	cr_expect_eq(cudaIpcOpenMemHandle(&same, h, cudaIpcMemLazyEnablePeerAccess),
+		     cudaErrorDeviceUninitialized, "not in the exporting process");
+	cr_expect_str_eq(cudaGetErrorString(cudaGetLastError()), "invalid device context");
+	void *host = malloc(64);
+	cr_expect_eq(cudaIpcGetMemHandle(&h, host), cudaErrorInvalidValue, "not device memory");
+	free(host);
+	pid_t pid = fork();
+	if (pid == 0) {
+		void *o;
+		char buf[16] = "";
+		if (cudaIpcOpenMemHandle(&o, h, cudaIpcMemLazyEnablePeerAccess))
+			_exit(2);
+		if (cudaMemcpy(buf, o, 16, cudaMemcpyDeviceToHost) || strcmp(buf, "from the parent"))
+			_exit(3);
+		if (cudaMemcpy(o, "from the child", 15, cudaMemcpyHostToDevice))
+			_exit(4);
+		_exit(cudaIpcCloseMemHandle(o) == cudaSuccess &&
+		      cudaIpcCloseMemHandle(o) == cudaErrorInvalidValue ? 0 : 5);
+	}
+	int status;
+	waitpid(pid, &status, 0);
+	cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+	char buf[16] = "";
+	RT_OK(cudaMemcpy(buf, d, 15, cudaMemcpyDeviceToHost));
+	cr_expect_str_eq(buf, "from the child");
+	RT_OK(cudaFree(d));
+}
