@@ -216,3 +216,41 @@ Test(acl, contexts)
 		     "the destroyed context was current here");
 	ACL_OK(aclrtDestroyContext(b));
 }
+
+/* SIMDEV_SHARED works for the ACL library too (its own group): a forked child joins as a new
+ * member, its memory counts for both and comes back when it exits. */
+Test(acl, a_shared_group_counts_a_forked_child)
+{
+	char name[64];
+	snprintf(name, sizeof(name), "acl%d", (int)getpid());
+	setenv("SIMDEV_SHARED", name, 1);
+	setenv("SIMDEV_MEMORY", "64M", 1);
+	ACL_OK(aclrtSetDevice(0));
+	void *d;
+	ACL_OK(aclrtMalloc(&d, 16 << 20, ACL_MEM_MALLOC_HUGE_FIRST));
+	size_t parent = used(); /* 16 MiB + 32 bytes of padding: 18 MiB */
+	int sv[2];
+	cr_assert_eq(pipe(sv), 0);
+	pid_t pid = fork();
+	if (pid == 0) {
+		void *c;
+		size_t f, t;
+		char ok = 0;
+		if (!aclrtMalloc(&c, 8 << 20, ACL_MEM_MALLOC_HUGE_FIRST) &&
+		    !aclrtGetMemInfo(ACL_HBM_MEM, &f, &t) && t - f == parent + (10 << 20))
+			ok = 1;
+		if (write(sv[1], &ok, 1) != 1)
+			_exit(2);
+		pause(); /* killed with its memory */
+		_exit(3);
+	}
+	char ok = 0;
+	cr_assert_eq(read(sv[0], &ok, 1), 1);
+	cr_expect_eq(ok, 1, "the child sees both");
+	cr_expect_eq(used(), parent + (10 << 20), "the parent sees the child's");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	cr_expect_eq(used(), parent, "a killed child's memory comes back");
+	ACL_OK(aclrtFree(d));
+	cr_expect_eq(used(), 0);
+}

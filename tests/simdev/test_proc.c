@@ -44,6 +44,10 @@ Test(proc, newest_variant_at_or_before_the_version)
 		     exported("cuStreamGetCaptureInfo_v2"));
 	cr_expect_eq(resolve("cuStreamGetCaptureInfo", 12030, 0, 0, CU_GET_PROC_ADDRESS_SUCCESS),
 		     exported("cuStreamGetCaptureInfo_v3"));
+	cr_expect_eq(resolve("cuIpcOpenMemHandle", 10000, 0, 0, CU_GET_PROC_ADDRESS_SUCCESS),
+		     exported("cuIpcOpenMemHandle"));
+	cr_expect_eq(resolve("cuIpcOpenMemHandle", 11000, 0, 0, CU_GET_PROC_ADDRESS_SUCCESS),
+		     exported("cuIpcOpenMemHandle_v2"));
 	cr_expect_eq(resolve("cuMemAllocAsync", 11000, 0, CUDA_ERROR_NOT_FOUND,
 			     CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT), NULL);
 }
