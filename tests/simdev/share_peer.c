@@ -14,6 +14,7 @@
  *   write P TEXT | read P      copy TEXT (with its NUL) to P | read a string back -> ok TEXT
  *   info                       cuMemGetInfo -> ok FREE TOTAL
  *   churn N SEED               N random cuMemAlloc/cuMemCreate+map and frees (OOM allowed)
+ *   exec                       answers, then executes itself again (same pid, same socket)
  *   exit                       answers, then exit(0) (destructors run) */
 #include <cuda.h>
 #include <stdarg.h>
@@ -279,6 +280,12 @@ static void run(char *cmd, int fd)
 	} else if (!strcmp(word, "exit")) {
 		reply(-1, "ok");
 		exit(0);
+	} else if (!strcmp(word, "exec")) {
+		char arg[16];
+		snprintf(arg, sizeof(arg), "%d", sock);
+		reply(-1, "ok");
+		execl("/proc/self/exe", "share_peer", arg, (char *)NULL);
+		_exit(4);
 	}
 	if (fd >= 0)
 		close(fd);

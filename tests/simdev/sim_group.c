@@ -124,6 +124,14 @@ static uint64_t start_of(pid_t pid)
 	return strtoull(p, NULL, 10);
 }
 
+/* Bytes of the table's file: 0 a read lock per member's description (membership), 1 held while
+ * joining or leaving, 2 + slot a read lock while that slot's member lives. */
+#define MEMBERSHIP_BYTE 0
+#define JOIN_BYTE 1
+#define SLOT_BYTE(slot) (2 + (slot))
+
+/* A member lives while its process does (pid and start time; a zombie has released everything)
+ * and holds its slot's lock, which the kernel drops when it exits, is killed or execs. */
 static bool member_alive(int slot)
 {
 	const struct gmember *m = &G->members[slot];
@@ -135,7 +143,7 @@ static bool member_alive(int slot)
 		return false;
 	if (kill(m->pid, 0) && errno == ESRCH)
 		return false;
-	return start_of(m->pid) == m->start;
+	return start_of(m->pid) == m->start && ofd(shm_fd, F_OFD_GETLK, F_WRLCK, SLOT_BYTE(slot)) == 1;
 }
 
 static uint64_t bit(int slot)
@@ -307,24 +315,14 @@ static void repair(void)
 /* Take a member slot (a process new to the group, or a forked child). */
 static bool claim_slot(void)
 {
-	if (shm_pid != getpid()) {
-		/* A forked child shares its parent's description: it takes its own membership. */
-		char path[64];
-		snprintf(path, sizeof(path), "/proc/self/fd/%d", shm_fd);
-		int fd = open(path, O_RDWR | O_CLOEXEC);
-		if (fd < 0 || ofd(fd, F_OFD_SETLK, F_RDLCK, 0)) {
-			if (fd >= 0)
-				close(fd);
-			return false;
-		}
-		close(shm_fd);
-		shm_fd = fd;
-		shm_pid = getpid();
-	}
+	if (shm_pid != getpid())
+		return false; /* a forked child that could not open the table for itself */
 	drop_dead_members();
 	for (int i = 0; i < GROUP_MEMBERS; i++)
 		if (!G->members[i].pid) {
 			struct gmember *m = &G->members[i];
+			if (ofd(shm_fd, F_OFD_SETLK, F_RDLCK, SLOT_BYTE(i)))
+				return false;
 			memset(m, 0, sizeof(*m));
 			m->pid = getpid();
 			m->start = start_of(m->pid);
@@ -571,10 +569,10 @@ static void remove_files(void)
 	closedir(d);
 }
 
-/* The join/leave lock (byte 1 of the file), waited for until the deadline. */
+/* The join/leave lock, waited for until the deadline. */
 static bool join_lock(int fd)
 {
-	for (unsigned waited = 0; ofd(fd, F_OFD_SETLK, F_WRLCK, 1); waited++) {
+	for (unsigned waited = 0; ofd(fd, F_OFD_SETLK, F_WRLCK, JOIN_BYTE); waited++) {
 		if ((errno != EAGAIN && errno != EACCES) || waited >= WAIT_MS)
 			return false;
 		sleep_ms(1);
@@ -594,9 +592,8 @@ static bool valid_name(const char *s)
 	return true;
 }
 
-/* Open (or make) the group's file and take membership. Byte 0 of the file carries one read lock
- * per member (the kernel drops it when a member dies); byte 1 is held while joining or leaving, so
- * that the first member initializes the table and the last one removes the file, each alone. */
+/* Open (or make) the group's file and take membership (its lock dies with the process); the join
+ * lock makes the first member initialize the table and the last one remove the files, alone. */
 static const char *join(struct sim_config *cfg)
 {
 	size_t size = sim_round_up(sizeof(struct gstate), 4096);
@@ -622,7 +619,7 @@ static const char *join(struct sim_config *cfg)
 			close(fd); /* the last member removed it meanwhile: make a new one */
 			continue;
 		}
-		bool fresh = ofd(fd, F_OFD_GETLK, F_WRLCK, 0) == 0; /* no live member */
+		bool fresh = ofd(fd, F_OFD_GETLK, F_WRLCK, MEMBERSHIP_BYTE) == 0; /* no live member */
 		if (fresh ? ftruncate(fd, 0) || ftruncate(fd, (off_t)size) : (size_t)st.st_size != size) {
 			close(fd);
 			return fresh ? "cannot size the file" : "the file was made by another simdev";
@@ -648,8 +645,8 @@ static const char *join(struct sim_config *cfg)
 			close(fd);
 			return "the file was made by another simdev";
 		}
-		ofd(fd, F_OFD_SETLK, F_RDLCK, 0);
-		ofd(fd, F_OFD_SETLK, F_UNLCK, 1);
+		ofd(fd, F_OFD_SETLK, F_RDLCK, MEMBERSHIP_BYTE);
+		ofd(fd, F_OFD_SETLK, F_UNLCK, JOIN_BYTE);
 		G = g;
 		shared = true;
 		shm_fd = fd;
@@ -673,16 +670,17 @@ __attribute__((destructor(101))) static void leave(void)
 		return;
 	if (me >= 0 && me_pid == getpid() && glock()) {
 		free_member(me);
+		ofd(shm_fd, F_OFD_SETLK, F_UNLCK, SLOT_BYTE(me));
 		me = -1;
 		gunlock();
 	}
 	if (join_lock(shm_fd)) {
-		ofd(shm_fd, F_OFD_SETLK, F_UNLCK, 0);
-		if (ofd(shm_fd, F_OFD_GETLK, F_WRLCK, 0) == 0) {
+		ofd(shm_fd, F_OFD_SETLK, F_UNLCK, MEMBERSHIP_BYTE);
+		if (ofd(shm_fd, F_OFD_GETLK, F_WRLCK, MEMBERSHIP_BYTE) == 0) {
 			unlink(shm_path);
 			remove_files();
 		}
-		ofd(shm_fd, F_OFD_SETLK, F_UNLCK, 1);
+		ofd(shm_fd, F_OFD_SETLK, F_UNLCK, JOIN_BYTE);
 	}
 }
 
@@ -707,7 +705,17 @@ static void fork_child(void)
 		pthread_mutex_init(&G->lock, NULL);
 		me_pid = getpid();
 		G->members[me].pid = me_pid;
+		return;
 	}
+	/* The table's description (and its locks) is the parent's: take one of the child's own, so
+	 * that the parent's slot dies with the parent; the child takes a slot at its next call. */
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", shm_fd);
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd >= 0 && !ofd(fd, F_OFD_SETLK, F_RDLCK, MEMBERSHIP_BYTE) && dup3(fd, shm_fd, O_CLOEXEC) >= 0)
+		shm_pid = getpid();
+	if (fd >= 0)
+		close(fd);
 }
 
 static void private_table(const struct sim_config *cfg)

@@ -497,6 +497,26 @@ Test(share, a_killed_member_gives_its_memory_back)
 	peer_exit(&b);
 }
 
+/* exec ends a process's use of the device (its memory with it) though its pid lives on. */
+Test(share, a_member_that_execs_gives_its_memory_back)
+{
+	const char *const *env = join_group("64M");
+	su_ctx(0);
+	struct peer a;
+	start(&a, env);
+	peer_ok(&a, "alloc %zu", 16 * MiB);
+	long h = peer_ok(&a, "create %zu none", 8 * MiB);
+	peer_ok(&a, "map %ld %zu", h, 8 * MiB);
+	cr_expect_eq(used(), 24 * MiB);
+	peer_ok(&a, "exec");
+	peer_ok(&a, "init");
+	cr_expect_eq(used(), 0);
+	peer_ok(&a, "alloc %zu", 8 * MiB);
+	cr_expect_eq(used(), 8 * MiB, "the new program is a member again");
+	peer_exit(&a);
+	cr_expect_eq(used(), 0);
+}
+
 Test(share, a_member_killed_holding_the_lock_does_not_block_the_group)
 {
 	const char *const *env = join_group("64M");
