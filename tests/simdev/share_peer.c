@@ -4,7 +4,8 @@
  * Tables: h<i> physical handles, p<i> pointers (mappings, cuMemAlloc memory, opened IPC memory).
  *   init [DEV]                 cuInit and the device's primary context
  *   create SIZE posix|none     cuMemCreate                          -> ok H
- *   export H                   cuMemExportToShareableHandle, the fd sent and closed here
+ *   export H [keep]            cuMemExportToShareableHandle, the fd sent and closed here
+ *                              (keep: kept open here instead -> ok FD)
  *   import                     (fd attached) cuMemImportFromShareableHandle, the fd closed -> ok H
  *   release H | props H        cuMemRelease | cuMemGetAllocationPropertiesFromHandle -> ok DEV TYPES
  *   map H SIZE | unmap P       reserve, map and grant read/write | unmap and free the range -> ok P
@@ -203,6 +204,10 @@ static void run(char *cmd, int fd)
 		int out = -1;
 		r = cuMemExportToShareableHandle(&out, handles[a],
 						 CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		if (!r && strstr(cmd, "keep")) {
+			reply(-1, "ok %d", out);
+			return;
+		}
 		if (!r) {
 			reply(out, "ok");
 			close(out);

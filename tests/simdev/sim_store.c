@@ -377,6 +377,36 @@ out:
 	return m;
 }
 
+/* Whether the open file description fd holds the export lock of the allocation at off. Only an
+ * exported descriptor (or the same description passed on: SCM_RIGHTS, pidfd_getfd, dup) carries
+ * an allocation; a new open of it (/proc/PID/fd/N) carries none, as a new open of the driver's
+ * /dev/nvidiactl would not. The kernel lists a description's own locks in its fdinfo. */
+static bool carries_export(int fd, uint64_t off)
+{
+	char path[64], buf[4096];
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	int f = open(path, O_RDONLY | O_CLOEXEC);
+	if (f < 0)
+		return false;
+	ssize_t n = read(f, buf, sizeof(buf) - 1);
+	close(f);
+	if (n <= 0)
+		return false;
+	buf[n] = 0;
+	for (char *l = strstr(buf, "lock:"); l; l = strstr(l + 1, "lock:")) {
+		char kind[16], mode[16], type[16], id[64];
+		unsigned long long start, end;
+		long pid;
+		int num;
+		/* "lock:\t1: OFDLCK ADVISORY  READ -1 00:01:360859 2 2" */
+		if (sscanf(l, "lock: %d: %15s %15s %15s %ld %63s %llu %llu", &num, kind, mode, type,
+			   &pid, id, &start, &end) == 8 &&
+		    !strcmp(kind, "OFDLCK") && start == off + LOCK_EXPORT && end == start)
+			return true;
+	}
+	return false;
+}
+
 struct sim_mem *sim_mem_import_fd(int fd, enum sim_err *err)
 {
 	struct stat st;
@@ -386,7 +416,8 @@ struct sim_mem *sim_mem_import_fd(int fd, enum sim_err *err)
 		return NULL;
 	off_t off = lseek(fd, 0, SEEK_CUR);
 	if (off < 0 || pread(fd, &h, sizeof(h), off) != (ssize_t)sizeof(h) ||
-	    memcmp(h.magic, header_magic, sizeof(h.magic)) || !h.size)
+	    memcmp(h.magic, header_magic, sizeof(h.magic)) || !h.size ||
+	    !carries_export(fd, (uint64_t)off))
 		return NULL;
 	if (h.dev < 0 || h.dev >= sim_device_count()) {
 		*err = SIM_E_UNSUPPORTED; /* a device this process does not have */

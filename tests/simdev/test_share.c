@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <stdint.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 
 #include "share_util.h"
@@ -92,6 +93,49 @@ Test(share, an_exported_descriptor_maps_the_same_memory_elsewhere)
 	close(fd2);
 	close(fd3);
 	cr_expect_str_eq((char *)va, "from the importer", "the importer's exit changes nothing here");
+}
+
+/* The allocation travels with the open file description: a copy of it (pidfd_getfd, as PyTorch
+ * takes it) imports, a new open of the same file through /proc/PID/fd does not. */
+Test(share, the_descriptor_itself_carries_the_allocation)
+{
+	su_ctx(0);
+	struct peer a;
+	start(&a, NULL);
+	long ah = peer_ok(&a, "create %zu posix", SZ);
+	long ap = peer_ok(&a, "map %ld %zu", ah, SZ);
+	peer_ok(&a, "write %ld taken with pidfd_getfd", ap);
+	peer_ok(&a, "create %zu posix", SZ); /* a second allocation at another offset */
+	long a2 = peer_ok(&a, "create %zu posix", SZ);
+	long fdnum = peer_ok(&a, "export %ld keep", ah);
+	peer_ok(&a, "export %ld keep", a2);
+
+	int pidfd = (int)syscall(SYS_pidfd_open, a.pid, 0);
+	cr_assert_geq(pidfd, 0);
+	int fd = (int)syscall(SYS_pidfd_getfd, pidfd, (int)fdnum, 0);
+	cr_assert_geq(fd, 0);
+	CUmemGenericAllocationHandle h;
+	CU_OK(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+					     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	CUdeviceptr va;
+	CU_OK(cuMemAddressReserve(&va, SZ, 0, 0, 0));
+	CU_OK(cuMemMap(va, SZ, 0, h, 0));
+	su_set_access(va, SZ, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	cr_expect_str_eq((char *)va, "taken with pidfd_getfd");
+
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/fd/%ld", (int)a.pid, fdnum);
+	int reopened = open(path, O_RDWR);
+	cr_assert_geq(reopened, 0);
+	CUmemGenericAllocationHandle bad;
+	cr_expect_eq(cuMemImportFromShareableHandle(&bad, (void *)(intptr_t)reopened,
+						    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		     CUDA_ERROR_INVALID_VALUE, "a new open carries no allocation");
+	close(reopened);
+	close(fd);
+	close(pidfd);
+	peer_exit(&a);
+	cr_expect_str_eq((char *)va, "taken with pidfd_getfd", "held here after the exporter left");
 }
 
 Test(share, an_import_keeps_the_device_the_memory_was_made_on)
