@@ -5,7 +5,8 @@
  * - An exported file descriptor is a new open of that file, positioned at the allocation's
  *   header. Like the driver's (each a new open of /dev/nvidiactl) every export of a process has
  *   the same st_dev/st_ino, so only simdev can tell which allocation one carries; sending it with
- *   SCM_RIGHTS passes that open file description.
+ *   SCM_RIGHTS (or pidfd_getfd) passes that open file description, which alone imports: a new
+ *   open of the file (/proc/PID/fd/N) carries no allocation, as on the driver.
  * - A legacy IPC handle names the process, its descriptor of the memfd and the allocation;
  *   another process of the same user opens /proc/PID/fd/FD.
  * Open-file-description (OFD) locks on the first bytes of an allocation's header say who holds
