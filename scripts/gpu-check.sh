@@ -76,6 +76,7 @@ declare -A jobs=(
 	[hold]="$nv $src/hold.cu -o $bin/hold"
 	[bench_alloc]="$nv $src/bench_alloc.cu -o $bin/bench_alloc"
 	[ckpt]="$cc_cuda $src/ckpt.c -o $bin/ckpt -lcuda"
+	[share_facts]="$cc_cuda $src/share_facts.c -o $bin/share_facts -lcuda"
 )
 max_jobs=${GPUCHECK_JOBS:-$(nproc)}
 for j in "${!jobs[@]}"; do

@@ -550,6 +550,23 @@ class Matrix:
                  f"rc {rc}: {p.stderr_tail()} {' | '.join(l for _, l in p.lines[-2:])}"[:300],
                  native="-", shim=str(rc), share="-")
 
+    def share_facts_row(self):
+        """The driver's answers that simdev's cross-process sharing copies (export/import,
+        retain, an open descriptor keeping memory, legacy IPC): natively only, no shim."""
+        name = "simdev sharing facts (driver)"
+        if not self.want(name):
+            return
+        p = Proc(name, [f"{self.a.bin}/share_facts"], self.env(False), self.log,
+                 self.timeout(60))
+        rc = p.finish()
+        lines = [l for _, l in p.lines]
+        diff = [l[5:] for l in lines if l.startswith("FACT ") and " DIFF " in l]
+        ok = rc == 0 and not diff and any(l == "FACTS all as simdev" for l in lines)
+        self.add(name, ok, "every answer is simdev's" if ok else
+                 (("; ".join(diff) or f"rc {rc}: {p.stderr_tail()} "
+                   f"{' | '.join(lines[-2:])}")[:300]),
+                 native=str(rc), shim="-", share="-")
+
     def sleep_train_row(self, label, extra):
         name = f"sleep/wake PyTorch train ({label})"
         if not self.want(name):
@@ -1101,6 +1118,7 @@ def main():
         m.app_vmm_row()
         m.tms_facade_row()
         m.run_cycle_row()
+        m.share_facts_row()
         if not a.skip_bench:
             m.bench_alloc()
             m.bench_sleep()

@@ -76,6 +76,8 @@ elif name == "ctx_sleep":
           "RESULT ctx_sleep failures=0", flush=True)
 elif name == "ckpt":
     print("CKPT 1.0 500.0 250.0 1.0")
+elif name == "share_facts":
+    print("FACT stand_in ok\nFACTS all as simdev")
 else:
     if shim and os.environ.get("FAKE_HANG") == name:
         time.sleep(1000)
