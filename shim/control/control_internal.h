@@ -10,12 +10,21 @@
 /* Default bound on the wait for in-flight device calls when closing the gate. */
 #define CONTROL_GATE_TIMEOUT_MS 10000
 
+/* How long a sleep or wake may take and how it learns that nobody waits for it any more. */
+typedef struct control_limits {
+	int timeout_ms;              /* the whole operation, gate and drain included; <= 0: defaults */
+	bool (*gone)(void *arg);     /* polled between steps and while waiting; true: roll back */
+	void *gone_arg;
+} control_limits;
+
 /* shim_sleep / shim_wake with every knob: autowake (a submission while held wakes the process)
- * and the gate wait bound (<= 0: the default). */
-vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, int timeout_ms,
-			 vmm_transfer_result *res, vmm_error *err);
-vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer_result *res,
-			vmm_error *err);
+ * and the limits (NULL: defaults, nobody to lose). */
+vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake,
+			 const control_limits *lim, vmm_transfer_result *res, vmm_error *err);
+vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,
+			vmm_transfer_result *res, vmm_error *err);
+/* Cancel the sleep or wake in progress (it rolls back); VMM_E_INVALID when none runs. */
+vmm_status control_cancel(vmm_error *err);
 
 /* The process's sleep state, for info and status. */
 typedef struct control_state {
@@ -36,8 +45,18 @@ void control_sleep_shutdown(void);
 /* In a forked child: the parent's memory is not the child's to sleep; refuse from now on. */
 void control_sleep_after_fork(void);
 
-/* Answer one parsed request into w (header, records, end). */
-void control_dispatch(const proto_request *req, proto_writer *w);
+/* The client a request came from, as the server sees it. */
+typedef struct control_client {
+	bool (*gone)(void *arg);     /* it hung up: nobody will read the reply */
+	void *gone_arg;
+	long pid;                    /* for the log (as SO_PEERCRED says) */
+} control_client;
+
+/* Answer one parsed request into w (header, records, end). w stays empty when there is nobody to
+ * answer (a sleep or wake whose client had gone: it was not run). May run on several threads. */
+void control_dispatch(const proto_request *req, const control_client *client, proto_writer *w);
+/* In a forked child: the parent's threads are gone; forget their state. */
+void control_dispatch_after_fork(void);
 
 /* The protocol's error word for a status. */
 const char *control_error_word(vmm_status s);

@@ -1,8 +1,16 @@
 /* Answers to the control requests: hello (who is this process), status (memory per device and
- * tag), sleep and wake. Everything vmmctl shows is computed here; vmmctl only formats it. */
+ * tag), sleep, wake and cancel. Everything vmmctl shows is computed here; vmmctl only formats it.
+ *
+ * Requests are answered on several threads at once (server.c). Sleeps and wakes from clients run
+ * one at a time (the tracker below, `op`); a wake that covers the sleep in progress cancels it.
+ * hello and status never wait for one: while a sleep or wake runs, the core's figures are being
+ * changed under its locks, so they answer with what can be said without them (state changing,
+ * which operation, for how long). */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../../core/log.h"
@@ -16,6 +24,48 @@ _Static_assert(PROTO_TAG_MAX == VMM_TAG_MAX, "protocol and core agree on the tag
 _Static_assert(PROTO_MAX_DEVICE == VMM_MAX_DEVICES - 1, "protocol and core agree on devices");
 
 #define MAX_TAGS 256
+#define CANCEL_WAIT_MS 10000   /* how long cancel waits for the operation to end, by default */
+
+/* The sleep or wake from a client that runs now (at most one), and how the last one ended. */
+static pthread_mutex_t op_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t op_cond = PTHREAD_COND_INITIALIZER;
+static struct {
+	bool running;
+	proto_verb verb;
+	char tag[PROTO_TAG_MAX];
+	int device;
+	long long started_ms;
+	unsigned long gen;          /* operations started so far; the running one's number */
+	unsigned long done_gen;     /* the last one that ended */
+	vmm_status done_status;
+} op;
+/* The operation number asked to stop (read by its gone() without op_lock). */
+static unsigned long cancel_gen;
+/* A full status reads the core's figures under this lock (shared); an operation takes it
+ * (exclusive) once before it starts, so that no full status is still reading when it begins. */
+static pthread_rwlock_t figures_lock = PTHREAD_RWLOCK_INITIALIZER;
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait on op_cond for at most 50 ms (op_lock held). */
+static void op_wait_a_little(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += 50 * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&op_cond, &op_lock, &ts);
+}
 
 const char *control_error_word(vmm_status s)
 {
@@ -26,6 +76,7 @@ const char *control_error_word(vmm_status s)
 	case VMM_E_DRIVER: return PROTO_ERR_DRIVER;
 	case VMM_E_BUSY: return PROTO_ERR_BUSY;
 	case VMM_E_UNSUPPORTED: return PROTO_ERR_UNSUPPORTED;
+	case VMM_E_CANCELLED: return PROTO_ERR_CANCELLED;
 	default: return PROTO_ERR_INTERNAL;
 	}
 }
@@ -86,14 +137,13 @@ static uint32_t side_devices(const struct side *s)
 	return mask;
 }
 
-static void put_info(proto_writer *w, shim_runtime *rt)
+static void put_info(proto_writer *w, shim_runtime *rt, const control_state *cs)
 {
 	struct side sides[2];
 	int n = sides_of(rt, sides);
 	char command[PROTO_VALUE_MAX], devices[128] = "";
 	uint64_t managed = 0, mapped = 0, asleep = 0;
 	size_t dl = 0;
-	control_state cs;
 	shim_passthrough_stats ps;
 
 	read_command(command, sizeof(command));
@@ -122,7 +172,6 @@ static void put_info(proto_writer *w, shim_runtime *rt)
 		}
 	}
 	managed = mapped + asleep;
-	control_state_get(&cs);
 	shim_passthrough_stats_get(&ps);
 	proto_record_begin(w, "info");
 	proto_put_int(w, "pid", getpid());
@@ -133,11 +182,36 @@ static void put_info(proto_writer *w, shim_runtime *rt)
 	proto_put_u64(w, "managed", managed);
 	proto_put_u64(w, "resident", mapped);
 	proto_put_u64(w, "asleep", asleep);
-	proto_put_str(w, "state", cs.changing ? "changing" :
-				   cs.held || (asleep && !mapped) ? "asleep" :
+	proto_put_str(w, "state", cs->changing ? "changing" :
+				   cs->held || (asleep && !mapped) ? "asleep" :
 				   asleep ? "partial" : "awake");
+	proto_put_bool(w, "held", cs->held);
+	proto_put_bool(w, "autowake", cs->autowake);
+	proto_put_u64(w, "passthrough_allocs", ps.device_allocs + ps.acl_allocs);
+	proto_put_u64(w, "passthrough_bytes", ps.device_bytes + ps.acl_bytes);
+	proto_record_end(w);
+}
+
+/* The info record while a sleep or wake runs: no memory figures (see the file's comment). */
+static void put_info_changing(proto_writer *w, const char *operation, long long ms)
+{
+	char command[PROTO_VALUE_MAX];
+	control_state cs;
+	shim_passthrough_stats ps;
+
+	read_command(command, sizeof(command));
+	control_state_get(&cs);
+	shim_passthrough_stats_get(&ps);
+	proto_record_begin(w, "info");
+	proto_put_int(w, "pid", getpid());
+	proto_put_str(w, "command", command);
+	proto_put_str(w, "version", VMMSHIM_VERSION);
+	proto_put_int(w, "protocol", PROTO_VERSION);
+	proto_put_str(w, "state", "changing");
 	proto_put_bool(w, "held", cs.held);
 	proto_put_bool(w, "autowake", cs.autowake);
+	proto_put_str(w, "operation", operation);
+	proto_put_int(w, "operation_ms", ms);
 	proto_put_u64(w, "passthrough_allocs", ps.device_allocs + ps.acl_allocs);
 	proto_put_u64(w, "passthrough_bytes", ps.device_bytes + ps.acl_bytes);
 	proto_record_end(w);
@@ -145,7 +219,7 @@ static void put_info(proto_writer *w, shim_runtime *rt)
 
 static void put_tags(proto_writer *w, const struct side *s, int dev, const char *only)
 {
-	static char names[MAX_TAGS][VMM_TAG_MAX];
+	char names[MAX_TAGS][VMM_TAG_MAX];
 	int n = vmm_tags_list(s->core, dev, names, MAX_TAGS);
 
 	for (int i = 0; i < n && i < MAX_TAGS; i++) {
@@ -216,13 +290,11 @@ static void put_device(proto_writer *w, const struct side *s, int dev)
 	proto_record_end(w);
 }
 
-static void do_status(const proto_request *req, proto_writer *w, shim_runtime *rt)
+static void put_figures(const proto_request *req, proto_writer *w, shim_runtime *rt)
 {
 	struct side sides[2];
 	int n = sides_of(rt, sides);
 
-	proto_header(w, "ok");
-	put_info(w, rt);
 	for (int i = 0; i < n; i++) {
 		uint32_t mask = side_devices(&sides[i]);
 
@@ -233,6 +305,38 @@ static void do_status(const proto_request *req, proto_writer *w, shim_runtime *r
 			put_tags(w, &sides[i], d, req->tag[0] ? req->tag : NULL);
 		}
 	}
+}
+
+/* hello and status: the figures when no sleep or wake runs, else what can be said without
+ * waiting for it. */
+static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
+{
+	const char *operation = NULL;
+	long long ms = 0;
+	control_state cs;
+
+	proto_header(w, "ok");
+	if (pthread_rwlock_tryrdlock(&figures_lock)) {
+		operation = "unknown"; /* an operation is starting */
+	} else {
+		pthread_mutex_lock(&op_lock);
+		if (op.running) {
+			operation = proto_verb_name(op.verb);
+			ms = now_ms() - op.started_ms;
+		}
+		pthread_mutex_unlock(&op_lock);
+		control_state_get(&cs);
+		if (!operation && cs.changing)
+			operation = "unknown"; /* one the program started itself */
+		if (!operation) {
+			put_info(w, rt, &cs);
+			if (req->verb == PROTO_STATUS)
+				put_figures(req, w, rt);
+		}
+		pthread_rwlock_unlock(&figures_lock);
+	}
+	if (operation)
+		put_info_changing(w, operation, ms);
 	proto_end(w);
 }
 
@@ -249,24 +353,111 @@ static void put_result(proto_writer *w, const char *word, const vmm_transfer_res
 	proto_end(w);
 }
 
-static void do_transfer(const proto_request *req, proto_writer *w)
+/* Does a wake of req cover the sleep in progress (op_lock held)? */
+static bool wake_covers_op(const proto_request *req)
+{
+	return op.verb == PROTO_SLEEP && (!req->tag[0] || !strcmp(req->tag, op.tag)) &&
+	       (req->device < 0 || req->device == op.device);
+}
+
+/* Ask the operation numbered gen to stop: its gone() says so, and the orchestration's cancel
+ * flag (which also covers the short time before it has started, or after it has ended). */
+static void cancel_op(unsigned long gen)
+{
+	__atomic_store_n(&cancel_gen, gen, __ATOMIC_RELEASE);
+	control_cancel(NULL);
+}
+
+struct op_watch {
+	const control_client *client;
+	unsigned long gen;
+};
+
+/* The operation's gone(): its client hung up, or it was cancelled. */
+static bool op_gone(void *arg)
+{
+	const struct op_watch *ow = arg;
+
+	return __atomic_load_n(&cancel_gen, __ATOMIC_ACQUIRE) == ow->gen ||
+	       ow->client->gone(ow->client->gone_arg);
+}
+
+static void do_transfer(const proto_request *req, const control_client *client, proto_writer *w)
 {
 	vmm_sleep_opts opts = {
 		.tag = req->tag[0] ? req->tag : NULL,
 		.device = req->device,
 		.discard = req->discard,
 	};
+	const char *verb = proto_verb_name(req->verb);
+	long long deadline = req->timeout_ms > 0 ? now_ms() + req->timeout_ms : 0;
 	vmm_transfer_result res = { 0 };
+	struct op_watch ow = { .client = client };
+	control_limits lim = { .gone = op_gone, .gone_arg = &ow };
 	vmm_error err;
 	vmm_status s;
 
 	vmm_error_clear(&err);
+	/* Wait for the operation in progress (a covering wake cancels it first). */
+	pthread_mutex_lock(&op_lock);
+	while (op.running) {
+		if (req->verb == PROTO_WAKE && wake_covers_op(req) &&
+		    __atomic_load_n(&cancel_gen, __ATOMIC_ACQUIRE) != op.gen) {
+			vmm_log(VMM_LOG_INFO, "control: a wake from pid %ld cancels the sleep in "
+				"progress", client->pid);
+			cancel_op(op.gen);
+		}
+		if (client->gone(client->gone_arg))
+			break;
+		if (deadline && now_ms() >= deadline) {
+			char msg[160];
+
+			snprintf(msg, sizeof(msg), "a %s has been in progress for %.1f s; this %s "
+				 "waited %d ms for it (vmmctl cancel stops it)",
+				 proto_verb_name(op.verb), (now_ms() - op.started_ms) / 1000.0, verb,
+				 req->timeout_ms);
+			pthread_mutex_unlock(&op_lock);
+			proto_error_response(w, PROTO_ERR_BUSY, msg);
+			return;
+		}
+		op_wait_a_little();
+	}
+	/* Nobody waits for the answer (vmmctl timed out or was interrupted, perhaps while the
+	 * process was stopped): do nothing, say nothing. */
+	if (client->gone(client->gone_arg)) {
+		pthread_mutex_unlock(&op_lock);
+		vmm_log(VMM_LOG_WARN, "control: a %s from pid %ld was dropped: its client has gone",
+			verb, client->pid);
+		return;
+	}
+	op.running = true;
+	op.verb = req->verb;
+	memcpy(op.tag, req->tag, sizeof(op.tag));
+	op.device = req->device;
+	op.started_ms = now_ms();
+	ow.gen = ++op.gen;
+	pthread_mutex_unlock(&op_lock);
+	/* No full status may still be reading the figures the operation changes. */
+	pthread_rwlock_wrlock(&figures_lock);
+	pthread_rwlock_unlock(&figures_lock);
+
+	lim.timeout_ms = deadline ? (int)(deadline - now_ms()) : 0;
+	if (deadline && lim.timeout_ms < 1)
+		lim.timeout_ms = 1;
 	/* A sleep from outside holds the program's device work until wake: the program does not
 	 * know it is asleep and would otherwise touch released memory. */
 	if (req->verb == PROTO_SLEEP)
-		s = control_sleep(&opts, true, req->autowake, req->timeout_ms, &res, &err);
+		s = control_sleep(&opts, true, req->autowake, &lim, &res, &err);
 	else
-		s = control_wake(&opts, req->timeout_ms, &res, &err);
+		s = control_wake(&opts, &lim, &res, &err);
+
+	pthread_mutex_lock(&op_lock);
+	op.running = false;
+	op.done_gen = ow.gen;
+	op.done_status = s;
+	pthread_cond_broadcast(&op_cond);
+	pthread_mutex_unlock(&op_lock);
+
 	if (s == VMM_OK || s == VMM_E_ALREADY) {
 		res.already = s == VMM_E_ALREADY;
 		put_result(w, s ? "already" : "ok", &res);
@@ -275,23 +466,92 @@ static void do_transfer(const proto_request *req, proto_writer *w)
 	proto_error_response(w, control_error_word(s), err.msg[0] ? err.msg : vmm_status_name(s));
 }
 
-void control_dispatch(const proto_request *req, proto_writer *w)
+static void put_cancel(proto_writer *w, const char *word, const char *operation,
+		       const char *outcome, long long ms)
+{
+	proto_header(w, word);
+	proto_record_begin(w, "cancel");
+	proto_put_str(w, "operation", operation);
+	proto_put_str(w, "outcome", outcome);
+	proto_put_double(w, "seconds", ms / 1000.0);
+	proto_record_end(w);
+	proto_end(w);
+}
+
+/* Cancel the sleep or wake in progress and wait (bounded) until it has ended. */
+static void do_cancel(const proto_request *req, const control_client *client, proto_writer *w)
+{
+	long long t0 = now_ms(), deadline = t0 + (req->timeout_ms > 0 ? req->timeout_ms :
+							     CANCEL_WAIT_MS);
+	const char *outcome = "running", *operation;
+	unsigned long gen = 0;
+	control_state cs;
+
+	pthread_mutex_lock(&op_lock);
+	if (op.running) {
+		gen = op.gen;
+		operation = proto_verb_name(op.verb);
+		cancel_op(gen);
+		while (op.done_gen < gen && now_ms() < deadline && !client->gone(client->gone_arg))
+			op_wait_a_little();
+		if (op.done_gen > gen)
+			outcome = "ended"; /* and another one ran since: its own result is lost */
+		else if (op.done_gen == gen)
+			outcome = op.done_status == VMM_E_CANCELLED ? "rolled_back" :
+				  op.done_status == VMM_OK || op.done_status == VMM_E_ALREADY ?
+					  "finished" : "failed";
+		pthread_mutex_unlock(&op_lock);
+		vmm_log(VMM_LOG_INFO, "control: pid %ld cancelled the %s in progress: %s",
+			client->pid, operation, outcome);
+		put_cancel(w, "ok", operation, outcome, now_ms() - t0);
+		return;
+	}
+	pthread_mutex_unlock(&op_lock);
+	/* One the program started itself (the in-process API, autowake). */
+	if (control_cancel(NULL)) {
+		put_cancel(w, "already", "none", "none", 0);
+		return;
+	}
+	operation = "unknown";
+	for (;;) {
+		control_state_get(&cs);
+		if (!cs.changing) {
+			outcome = "ended";
+			break;
+		}
+		if (now_ms() >= deadline || client->gone(client->gone_arg))
+			break;
+		usleep(20000);
+	}
+	vmm_log(VMM_LOG_INFO, "control: pid %ld cancelled a sleep or wake of the program: %s",
+		client->pid, outcome);
+	put_cancel(w, "ok", operation, outcome, now_ms() - t0);
+}
+
+void control_dispatch(const proto_request *req, const control_client *client, proto_writer *w)
 {
 	shim_runtime *rt = shim_runtime_peek();
 
 	switch (req->verb) {
 	case PROTO_HELLO:
-		proto_header(w, "ok");
-		put_info(w, rt);
-		proto_end(w);
-		return;
 	case PROTO_STATUS:
-		do_status(req, w, rt);
+		do_info(req, w, rt);
 		return;
 	case PROTO_SLEEP:
 	case PROTO_WAKE:
-		do_transfer(req, w);
+		do_transfer(req, client, w);
+		return;
+	case PROTO_CANCEL:
+		do_cancel(req, client, w);
 		return;
 	}
 	proto_error_response(w, PROTO_ERR_MALFORMED, "unknown verb");
+}
+
+void control_dispatch_after_fork(void)
+{
+	pthread_mutex_init(&op_lock, NULL);
+	pthread_cond_init(&op_cond, NULL);
+	pthread_rwlock_init(&figures_lock, NULL);
+	op.running = false;
 }

@@ -1,12 +1,20 @@
-/* The control server: one Unix socket per process, served by one thread that answers one request
- * per connection. Started on the first device allocation (shim_control_start), never before.
+/* The control server: one Unix socket per process, started on the first device allocation
+ * (shim_control_start), never before. Clients are served concurrently, so that a slow or silent
+ * client never delays another:
  *
+ * - One thread (vmmshim-ctl) accepts connections and reads every request at once with poll():
+ *   at most CONTROL_MAX_CLIENTS connections at a time, each with PROTO_READ_DEADLINE_MS to send
+ *   its request (one line of at most PROTO_MAX_REQUEST bytes). Beyond that many, a connection
+ *   gets a "busy" error at once and is closed; it never waits in line.
+ * - A complete request is answered on a thread of its own (at most CONTROL_MAX_WORKERS at once,
+ *   "busy" beyond), which writes the reply within PROTO_WRITE_DEADLINE_MS. hello, status and
+ *   cancel never wait for a sleep or wake (dispatch.c).
  * - Only the same uid or root may drive the process (SO_PEERCRED); others get an error reply.
- * - A request must arrive within PROTO_READ_DEADLINE_MS and PROTO_MAX_REQUEST bytes, and the reply
- *   is written within PROTO_WRITE_DEADLINE_MS: a client that stalls or vanishes costs at most that.
- * - The thread blocks every signal, so the program's handlers keep running on its own threads.
+ * - A sleep or wake whose client has hung up is not run, and one that runs when it does rolls
+ *   back (conn_gone is the orchestration's gone() callback).
+ * - The threads block every signal, so the program's handlers keep running on its own threads.
  * - The socket is removed at exit; a forked child closes its copy and never answers for the
- *   parent. */
+ *   parent. A socket left at our name by a dead process is replaced. */
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -26,15 +34,48 @@
 #include "control_internal.h"
 #include "../protocol/run_dir.h"
 
+#define CONTROL_MAX_CLIENTS 64   /* connections being read (or told why not) at once */
+#define CONTROL_MAX_WORKERS 16   /* requests being answered at once */
+#define CONTROL_BACKLOG 64
+#define DRAIN_MS 200             /* after an error reply: how long to swallow the client's rest */
+/* A worker's stack: the orchestration and the driver calls it makes need little; a small stack
+ * keeps the server usable when address space is short. Sanitizers need more. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define WORKER_STACK (4u << 20)
+#else
+#define WORKER_STACK (512u << 10)
+#endif
+
 static pthread_mutex_t server_lock = PTHREAD_MUTEX_INITIALIZER;
 static int listen_fd = -1;
 static pid_t owner_pid;          /* the process the socket answers for */
 static char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 static bool hooks_registered;
-/* Held while a request is answered; exit takes it so that nothing is answered from a runtime
- * that is being torn down. */
-static pthread_mutex_t dispatch_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Requests being answered; exit waits (bounded) for them, so that nothing is answered from a
+ * runtime that is being torn down. */
+static pthread_mutex_t work_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER;
+static int workers;
 static bool stopping;
+
+/* A connection the accepting thread is reading (only that thread touches these). */
+struct conn {
+	int fd;
+	bool draining;           /* answered already: swallowing what the client still sends */
+	long long deadline;
+	struct ucred cred;
+	size_t len;
+	char buf[PROTO_MAX_REQUEST + 1];
+};
+static struct conn *conns[CONTROL_MAX_CLIENTS];
+
+/* A request handed to a worker thread. */
+struct job {
+	int fd;
+	struct ucred cred;
+	proto_request req;
+};
 
 static long long now_ms(void)
 {
@@ -44,59 +85,20 @@ static long long now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* Read one request (up to and including its newline) before deadline. Returns its length, 0 when
- * the client went away without a word, or -1 with why. */
-static ssize_t read_request(int fd, char *buf, size_t cap, long long deadline, char *why,
-			    size_t whylen)
+/* Has the client closed its end? (A client that only shut down writing still waits for the
+ * reply: that is not gone.) */
+static bool conn_gone(void *arg)
 {
-	size_t len = 0;
+	struct pollfd p = { .fd = (int)(intptr_t)arg, .events = 0 };
 
-	for (;;) {
-		long long left = deadline - now_ms();
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		ssize_t k;
-
-		if (left <= 0) {
-			snprintf(why, whylen, "request not complete within %d ms",
-				 PROTO_READ_DEADLINE_MS);
-			return -1;
-		}
-		if (poll(&p, 1, (int)left) < 0) {
-			if (errno == EINTR)
-				continue;
-			snprintf(why, whylen, "poll: %s", strerror(errno));
-			return -1;
-		}
-		if (!(p.revents & (POLLIN | POLLHUP | POLLERR)))
-			continue;
-		k = recv(fd, buf + len, cap - len, MSG_DONTWAIT);
-		if (k < 0) {
-			if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
-				continue;
-			snprintf(why, whylen, "read: %s", strerror(errno));
-			return -1;
-		}
-		if (k == 0) {
-			if (len == 0)
-				return 0;
-			snprintf(why, whylen, "request cut short (no newline before the end)");
-			return -1;
-		}
-		len += (size_t)k;
-		if (memchr(buf + len - (size_t)k, '\n', (size_t)k))
-			return (ssize_t)len;
-		if (len == cap) {
-			snprintf(why, whylen, "request longer than %d bytes", PROTO_MAX_REQUEST);
-			return -1;
-		}
-	}
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL));
 }
 
 /* After the reply: end our side and swallow what the client still sends (bounded), so that
  * closing with unread input does not reset the connection before the client reads the reply. */
 static void drain_and_close(int fd)
 {
-	long long deadline = now_ms() + 200;
+	long long deadline = now_ms() + DRAIN_MS;
 	size_t total = 0;
 	char sink[4096];
 
@@ -129,7 +131,7 @@ static void write_reply(int fd, const char *buf, size_t len)
 
 		if (left <= 0 || (poll(&p, 1, (int)left) < 0 && errno != EINTR))
 			return;
-		if (!(p.revents & POLLOUT))
+		if (!(p.revents & (POLLOUT | POLLERR | POLLHUP)))
 			continue;
 		k = send(fd, buf + off, len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (k < 0) {
@@ -141,101 +143,308 @@ static void write_reply(int fd, const char *buf, size_t len)
 	}
 }
 
-static void serve_client(int fd)
+/* A short error reply sent without waiting: it fits in a fresh connection's buffer. */
+static void send_error_now(int fd, const char *word, const char *msg)
 {
-	char buf[PROTO_MAX_REQUEST + 1], why[160];
-	struct ucred cred;
-	socklen_t cl = sizeof(cred);
-	proto_request req;
 	proto_writer w;
-	ssize_t n;
 
 	proto_writer_init(&w);
-	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cl != sizeof(cred)) {
-		proto_error_response(&w, PROTO_ERR_PERMISSION,
-				     "cannot read the client's credentials");
-		goto reply;
-	}
-	if (cred.uid != geteuid() && cred.uid != 0) {
-		vmm_log(VMM_LOG_WARN, "control: refused a client of uid %u (pid %d): only uid %u "
-			"or root may drive this process", (unsigned)cred.uid, (int)cred.pid,
-			(unsigned)geteuid());
-		snprintf(why, sizeof(why), "uid %u may not drive this process (owned by uid %u)",
-			 (unsigned)cred.uid, (unsigned)geteuid());
-		proto_error_response(&w, PROTO_ERR_PERMISSION, why);
-		goto reply;
-	}
-	n = read_request(fd, buf, PROTO_MAX_REQUEST, now_ms() + PROTO_READ_DEADLINE_MS, why,
-			 sizeof(why));
-	if (n == 0)
-		goto done;
-	if (n < 0 || proto_parse_request(buf, (size_t)n, &req, why, sizeof(why))) {
-		vmm_log(VMM_LOG_INFO, "control: bad request from pid %d: %s", (int)cred.pid, why);
-		proto_error_response(&w, PROTO_ERR_MALFORMED, why);
-		goto reply;
-	}
-	vmm_log(VMM_LOG_DEBUG, "control: %s from pid %d", proto_verb_name(req.verb), (int)cred.pid);
-	pthread_mutex_lock(&dispatch_lock);
-	if (stopping)
+	proto_error_response(&w, word, msg);
+	if (!w.failed && send(fd, w.buf, w.len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+		vmm_log(VMM_LOG_DEBUG, "control: could not send an error reply: %s",
+			strerror(errno));
+	proto_writer_free(&w);
+}
+
+static void *worker_main(void *arg)
+{
+	struct job *j = arg;
+	control_client client = { .gone = conn_gone, .gone_arg = (void *)(intptr_t)j->fd,
+				  .pid = (long)j->cred.pid };
+	proto_writer w;
+	bool exiting;
+
+	proto_writer_init(&w);
+	pthread_mutex_lock(&work_lock);
+	exiting = stopping;
+	pthread_mutex_unlock(&work_lock);
+	vmm_log(VMM_LOG_DEBUG, "control: %s from pid %ld", proto_verb_name(j->req.verb),
+		client.pid);
+	if (exiting)
 		proto_error_response(&w, PROTO_ERR_BUSY, "the process is exiting");
 	else
-		control_dispatch(&req, &w);
-	pthread_mutex_unlock(&dispatch_lock);
+		control_dispatch(&j->req, &client, &w);
 	if (w.failed) {
 		proto_writer_free(&w);
 		proto_error_response(&w, PROTO_ERR_INTERNAL, "the reply did not fit in memory");
 	}
-reply:
-	if (!w.failed)
-		write_reply(fd, w.buf, w.len);
-done:
+	if (!w.failed && w.len)
+		write_reply(j->fd, w.buf, w.len);
 	proto_writer_free(&w);
+	drain_and_close(j->fd);
+	free(j);
+	pthread_mutex_lock(&work_lock);
+	workers--;
+	pthread_cond_broadcast(&work_cond);
+	pthread_mutex_unlock(&work_lock);
+	return NULL;
+}
+
+/* Answer c's request on a worker thread. false: none could be had (c stays ours), why says
+ * why. */
+static bool start_worker(struct conn *c, const proto_request *req, char *why, size_t whylen)
+{
+	struct job *j = malloc(sizeof(*j));
+	pthread_attr_t attr;
+	pthread_t t;
+	int rc;
+
+	if (!j) {
+		snprintf(why, whylen, "out of memory");
+		return false;
+	}
+	pthread_mutex_lock(&work_lock);
+	if (workers == CONTROL_MAX_WORKERS) {
+		pthread_mutex_unlock(&work_lock);
+		free(j);
+		snprintf(why, whylen, "%d requests are being answered already; try again",
+			 CONTROL_MAX_WORKERS);
+		return false;
+	}
+	workers++;
+	pthread_mutex_unlock(&work_lock);
+	j->fd = c->fd;
+	j->cred = c->cred;
+	j->req = *req;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	pthread_attr_setstacksize(&attr, WORKER_STACK);
+	rc = pthread_create(&t, &attr, worker_main, j);
+	pthread_attr_destroy(&attr);
+	if (rc) {
+		free(j);
+		pthread_mutex_lock(&work_lock);
+		workers--;
+		pthread_mutex_unlock(&work_lock);
+		snprintf(why, whylen, "cannot start a thread to answer: %s", strerror(rc));
+		vmm_log(VMM_LOG_WARN, "control: %s", why);
+		return false;
+	}
+	return true;
+}
+
+static void close_conn(int i)
+{
+	close(conns[i]->fd);
+	free(conns[i]);
+	conns[i] = NULL;
+}
+
+/* Tell the client why, then swallow what it still sends for a moment before closing. */
+static void refuse(struct conn *c, const char *word, const char *msg)
+{
+	send_error_now(c->fd, word, msg);
+	shutdown(c->fd, SHUT_WR);
+	c->draining = true;
+	c->deadline = now_ms() + DRAIN_MS;
+}
+
+/* A whole request line has arrived: parse it and hand it to a worker. */
+static void request_complete(int i)
+{
+	struct conn *c = conns[i];
+	proto_request req;
+	char why[160];
+
+	if (proto_parse_request(c->buf, c->len, &req, why, sizeof(why))) {
+		vmm_log(VMM_LOG_INFO, "control: bad request from pid %d: %s", (int)c->cred.pid,
+			why);
+		refuse(c, PROTO_ERR_MALFORMED, why);
+		return;
+	}
+	if (!start_worker(c, &req, why, sizeof(why))) {
+		refuse(c, PROTO_ERR_BUSY, why);
+		return;
+	}
+	free(c); /* the worker owns the descriptor now */
+	conns[i] = NULL;
+}
+
+/* Read what connection i has sent. */
+static void conn_readable(int i)
+{
+	struct conn *c = conns[i];
+	char why[160];
+
+	/* A client that floods while being drained gets a turn, not the thread. */
+	for (int turn = 0; turn < 16; turn++) {
+		char sink[4096];
+		ssize_t k;
+
+		if (c->draining) {
+			k = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT);
+			if (k > 0)
+				continue;
+			if (k < 0 && (errno == EAGAIN || errno == EINTR))
+				return;
+			close_conn(i);
+			return;
+		}
+		k = recv(c->fd, c->buf + c->len, PROTO_MAX_REQUEST - c->len, MSG_DONTWAIT);
+		if (k < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				return;
+			close_conn(i);
+			return;
+		}
+		if (k == 0) {
+			if (c->len == 0) {
+				close_conn(i); /* went away without a word */
+				return;
+			}
+			refuse(c, PROTO_ERR_MALFORMED,
+			       "request cut short (no newline before the end)");
+			return;
+		}
+		c->len += (size_t)k;
+		if (memchr(c->buf + c->len - (size_t)k, '\n', (size_t)k)) {
+			request_complete(i);
+			return;
+		}
+		if (c->len == PROTO_MAX_REQUEST) {
+			snprintf(why, sizeof(why), "request longer than %d bytes",
+				 PROTO_MAX_REQUEST);
+			refuse(c, PROTO_ERR_MALFORMED, why);
+			return;
+		}
+	}
+}
+
+static void expire_conns(void)
+{
+	long long now = now_ms();
+	char why[160];
+
+	for (int i = 0; i < CONTROL_MAX_CLIENTS; i++) {
+		struct conn *c = conns[i];
+
+		if (!c || c->deadline > now)
+			continue;
+		if (c->draining) {
+			close_conn(i);
+			continue;
+		}
+		vmm_log(VMM_LOG_INFO, "control: pid %d sent no complete request within %d ms",
+			(int)c->cred.pid, PROTO_READ_DEADLINE_MS);
+		snprintf(why, sizeof(why), "request not complete within %d ms",
+			 PROTO_READ_DEADLINE_MS);
+		refuse(c, PROTO_ERR_MALFORMED, why);
+	}
+}
+
+/* Take every pending connection. */
+static void accept_all(int lfd)
+{
+	for (;;) {
+		struct ucred cred = { 0 };
+		socklen_t cl = sizeof(cred);
+		struct conn *c;
+		char why[160];
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK), slot = -1;
+
+		if (fd < 0) {
+			if (errno == EMFILE || errno == ENFILE) {
+				/* Out of descriptors: the connection stays queued; do not spin. */
+				vmm_log(VMM_LOG_WARN, "control: cannot accept: %s",
+					strerror(errno));
+				usleep(100000);
+			}
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			return;
+		}
+		for (int i = 0; i < CONTROL_MAX_CLIENTS && slot < 0; i++)
+			if (!conns[i])
+				slot = i;
+		c = slot < 0 ? NULL : calloc(1, sizeof(*c));
+		if (!c) {
+			snprintf(why, sizeof(why), "%d clients are connected already; try again",
+				 CONTROL_MAX_CLIENTS);
+			send_error_now(fd, PROTO_ERR_BUSY, why);
+			shutdown(fd, SHUT_WR);
+			close(fd);
+			continue;
+		}
+		c->fd = fd;
+		c->deadline = now_ms() + PROTO_READ_DEADLINE_MS;
+		conns[slot] = c;
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cl != sizeof(cred)) {
+			refuse(c, PROTO_ERR_PERMISSION, "cannot read the client's credentials");
+			continue;
+		}
+		c->cred = cred;
+		if (cred.uid != geteuid() && cred.uid != 0) {
+			vmm_log(VMM_LOG_WARN, "control: refused a client of uid %u (pid %d): only "
+				"uid %u or root may drive this process", (unsigned)cred.uid,
+				(int)cred.pid, (unsigned)geteuid());
+			snprintf(why, sizeof(why), "uid %u may not drive this process (owned by "
+				 "uid %u)", (unsigned)cred.uid, (unsigned)geteuid());
+			refuse(c, PROTO_ERR_PERMISSION, why);
+		}
+	}
 }
 
 static void *server_main(void *arg)
 {
-	int fd = (int)(intptr_t)arg;
+	int lfd = (int)(intptr_t)arg;
+	struct pollfd p[1 + CONTROL_MAX_CLIENTS];
+	int slot_of[1 + CONTROL_MAX_CLIENTS];
 
 	for (;;) {
-		struct pollfd p = { .fd = fd, .events = POLLIN };
-		int c;
+		long long next = -1, now = now_ms();
+		int n = 0, r;
 
-		if (poll(&p, 1, -1) < 0) {
+		p[n++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+		for (int i = 0; i < CONTROL_MAX_CLIENTS; i++) {
+			if (!conns[i])
+				continue;
+			p[n] = (struct pollfd){ .fd = conns[i]->fd, .events = POLLIN };
+			slot_of[n++] = i;
+			if (next < 0 || conns[i]->deadline < next)
+				next = conns[i]->deadline;
+		}
+		r = poll(p, (nfds_t)n, next < 0 ? -1 : next > now ? (int)(next - now) : 0);
+		if (r < 0) {
 			if (errno == EINTR)
 				continue;
 			break;
 		}
-		if (p.revents & (POLLERR | POLLNVAL))
+		if (p[0].revents & (POLLERR | POLLNVAL))
 			break;
-		c = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
-		if (c < 0) {
-			if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED ||
-			    errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
-			    errno == ENOMEM) {
-				if (errno == EMFILE || errno == ENFILE)
-					usleep(100000); /* out of descriptors: do not spin */
-				continue;
-			}
-			break;
-		}
-		serve_client(c);
-		drain_and_close(c);
+		for (int k = 1; k < n; k++)
+			if (p[k].revents && conns[slot_of[k]])
+				conn_readable(slot_of[k]);
+		expire_conns();
+		if (p[0].revents & POLLIN)
+			accept_all(lfd);
 	}
 	vmm_log(VMM_LOG_WARN, "control: server stopped (%s)", strerror(errno));
 	return NULL;
 }
 
-/* Is something answering at path? (A socket left by a dead process refuses connections.) */
+/* Is something listening at path? (A socket left by a dead process refuses connections; one
+ * whose queue is full is alive.) Never waits. */
 static bool socket_alive(const char *path)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	bool alive;
 
 	if (fd < 0)
 		return false;
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	alive = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+	alive = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EAGAIN ||
+		errno == EINPROGRESS;
 	close(fd);
 	return alive;
 }
@@ -247,15 +456,18 @@ static void at_exit(void)
 	if (getpid() != owner_pid)
 		return;
 	control_sleep_shutdown();
-	/* A request being answered finishes first (bounded: exit must not hang on it). */
+	/* Requests being answered finish first (bounded: exit must not hang on them). */
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_sec += 5;
-	if (!pthread_mutex_timedlock(&dispatch_lock, &ts)) {
-		stopping = true;
-		pthread_mutex_unlock(&dispatch_lock);
-	} else {
-		vmm_log(VMM_LOG_WARN, "exit: a control request is still being answered");
-	}
+	pthread_mutex_lock(&work_lock);
+	stopping = true;
+	while (workers > 0)
+		if (pthread_cond_timedwait(&work_cond, &work_lock, &ts))
+			break;
+	if (workers > 0)
+		vmm_log(VMM_LOG_WARN, "exit: %d control requests are still being answered",
+			workers);
+	pthread_mutex_unlock(&work_lock);
 	pthread_mutex_lock(&server_lock);
 	if (listen_fd >= 0) {
 		unlink(sock_path);
@@ -267,13 +479,17 @@ static void at_exit(void)
 
 static void in_child(void)
 {
-	/* The child has no server thread; its copy of the listening socket must not linger in
-	 * programs it execs, and it must not remove the parent's socket at exit. */
+	/* The child has no server threads; its copy of the listening socket must not linger in
+	 * programs it execs, and it must not remove the parent's socket at exit. (Connections
+	 * are close-on-exec.) */
 	if (listen_fd >= 0)
 		close(listen_fd);
 	listen_fd = -1;
 	pthread_mutex_init(&server_lock, NULL);
-	pthread_mutex_init(&dispatch_lock, NULL);
+	pthread_mutex_init(&work_lock, NULL);
+	pthread_cond_init(&work_cond, NULL);
+	workers = 0;
+	control_dispatch_after_fork();
 	control_sleep_after_fork();
 }
 
@@ -291,12 +507,15 @@ static vmm_status bind_socket(const char *path, int *out, vmm_error *err)
 			return vmm_fail(err, VMM_E_BUSY, 0, "%s is in use by another process",
 					path);
 		unlink(path); /* left by a dead process that had our pid */
+		vmm_log(VMM_LOG_INFO, "control: removed %s, left by a process that has ended",
+			path);
 	}
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
 		return vmm_fail(err, VMM_E_INVALID, errno, "socket: %s", strerror(errno));
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, 0600) || listen(fd, 16)) {
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || chmod(path, 0600) ||
+	    listen(fd, CONTROL_BACKLOG)) {
 		int e = errno;
 
 		close(fd);
@@ -339,6 +558,7 @@ vmm_status shim_control_start(shim_runtime *rt, vmm_error *err)
 	if ((s = bind_socket(path, &fd, err)))
 		goto out;
 
+	/* The server thread (and the workers it starts) block every signal. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);

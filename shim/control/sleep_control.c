@@ -5,7 +5,11 @@
  * Sleep: close the gate (bounded wait for calls in flight) -> vmm_sleep on each core -> the app
  * mappings (whole-process sleeps only) -> keep the gate closed until wake (hold) or reopen it.
  * Wake: app mappings -> cores -> reopen the gate once no held sleep is left (each held sleep is
- * remembered by what it selected: it ends when a wake covers it or nothing of it is asleep). */
+ * remembered by what it selected: it ends when a wake covers it or nothing of it is asleep).
+ *
+ * Cancellation (control_cancel, or a caller whose limits say its client has gone) is checked
+ * before the operation and after each part; what was done is then rolled back and the call
+ * returns VMM_E_CANCELLED. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -20,6 +24,10 @@
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool held;             /* the gate is closed by a sleep until the matching wake */
+/* A sleep or wake holds ctl_lock (what control_cancel may cancel), and whether it was asked to
+ * stop. Read without the lock. */
+static bool op_running;
+static bool cancel_requested;
 
 /* What each held sleep selected. */
 struct held_sel {
@@ -185,17 +193,63 @@ static void release_held(shim_runtime *rt, const vmm_sleep_opts *opts)
 			held_list[k++] = held_list[i];
 	nheld = k;
 	if (held && !nheld) {
-		held = false;
+		__atomic_store_n(&held, false, __ATOMIC_RELAXED);
 		held_autowake = false;
 		gate_set_autowake(autowake_default, autowake_default ? autowake_fn : NULL);
 		gate_open();
 	}
 }
 
-/* Take ctl_lock, or fail when the process is exiting. */
-static vmm_status lock_control(vmm_error *err, shim_runtime **rt)
+static long long now_ms(void)
 {
-	pthread_mutex_lock(&ctl_lock);
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static bool client_gone(const control_limits *lim)
+{
+	return lim && lim->gone && lim->gone(lim->gone_arg);
+}
+
+/* Has the operation been asked to stop? what: "sleep" or "wake". */
+static vmm_status check_stop(const control_limits *lim, const char *what, vmm_error *err)
+{
+	if (__atomic_load_n(&cancel_requested, __ATOMIC_ACQUIRE))
+		return vmm_fail(err, VMM_E_CANCELLED, 0, "%s cancelled (vmmctl cancel, or a wake)",
+				what);
+	if (client_gone(lim))
+		return vmm_fail(err, VMM_E_CANCELLED, 0,
+				"%s cancelled: the client that asked for it has gone", what);
+	return VMM_OK;
+}
+
+/* Take ctl_lock, or fail when the process is exiting. Waiting for another sleep or wake ends
+ * when the caller's client goes away or its timeout passes (without limits: as long as it
+ * takes, as before). */
+static vmm_status lock_control(const control_limits *lim, vmm_error *err, shim_runtime **rt)
+{
+	long long deadline = lim && lim->timeout_ms > 0 ? now_ms() + lim->timeout_ms : 0;
+
+	for (;;) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 50 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		if (!pthread_mutex_timedlock(&ctl_lock, &ts))
+			break;
+		if (client_gone(lim))
+			return vmm_fail(err, VMM_E_CANCELLED, 0, "the client went away while "
+					"another sleep or wake was in progress");
+		if (deadline && now_ms() >= deadline)
+			return vmm_fail(err, VMM_E_BUSY, 0, "another sleep or wake was still in "
+					"progress after %d ms", lim->timeout_ms);
+	}
 	if (shut_down || forked_child) {
 		pthread_mutex_unlock(&ctl_lock);
 		return vmm_fail(err, forked_child ? VMM_E_UNSUPPORTED : VMM_E_BUSY, 0, "%s",
@@ -208,6 +262,22 @@ static vmm_status lock_control(vmm_error *err, shim_runtime **rt)
 		return vmm_fail(err, VMM_E_INVALID, 0,
 				"no device memory is managed by vmmshim in this process yet");
 	}
+	__atomic_store_n(&cancel_requested, false, __ATOMIC_RELEASE);
+	__atomic_store_n(&op_running, true, __ATOMIC_RELEASE);
+	return VMM_OK;
+}
+
+static void unlock_control(void)
+{
+	__atomic_store_n(&op_running, false, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&ctl_lock);
+}
+
+vmm_status control_cancel(vmm_error *err)
+{
+	if (!__atomic_load_n(&op_running, __ATOMIC_ACQUIRE))
+		return vmm_fail(err, VMM_E_INVALID, 0, "no sleep or wake is in progress");
+	__atomic_store_n(&cancel_requested, true, __ATOMIC_RELEASE);
 	return VMM_OK;
 }
 
@@ -231,7 +301,7 @@ static void autowake_fn(void)
 	vmm_error err;
 
 	vmm_error_clear(&err);
-	vmm_status s = control_wake(&all, 0, &res, &err);
+	vmm_status s = control_wake(&all, NULL, &res, &err);
 	if (s && s != VMM_E_ALREADY)
 		vmm_log(VMM_LOG_WARN, "autowake failed (will retry on the next submission): %s",
 			err.msg);
@@ -258,8 +328,8 @@ static vmm_status report_result(vmm_transfer_result *sum, double t0, bool change
 	return VMM_OK;
 }
 
-vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, int timeout_ms,
-			 vmm_transfer_result *res, vmm_error *err)
+vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake,
+			 const control_limits *lim, vmm_transfer_result *res, vmm_error *err)
 {
 	vmm_transfer_result sum = { 0 }, part_res;
 	struct part parts[3];
@@ -268,17 +338,21 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, i
 	shim_runtime *rt;
 	vmm_status s;
 	double t0 = now_seconds();
-	int n;
+	int n, timeout_ms = lim ? lim->timeout_ms : 0;
 
 	if ((s = check_opts(opts, err)))
 		return s;
-	if ((s = lock_control(err, &rt)))
+	if ((s = lock_control(lim, err, &rt)))
 		return s;
+	if ((s = check_stop(lim, "sleep", err))) {
+		unlock_control();
+		return s;
+	}
 	was_held = held;
 	if (!was_held) {
 		s = gate_close(timeout_ms > 0 ? timeout_ms : CONTROL_GATE_TIMEOUT_MS, err);
 		if (s) {
-			pthread_mutex_unlock(&ctl_lock);
+			unlock_control();
 			return s;
 		}
 	}
@@ -287,15 +361,21 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, i
 	if (!n) {
 		if (!was_held)
 			gate_open();
-		pthread_mutex_unlock(&ctl_lock);
+		unlock_control();
 		return vmm_fail(err, VMM_E_INVALID, 0,
 				"device %d has no memory managed by vmmshim", opts->device);
 	}
-	for (int i = 0; i < n; i++) {
-		memset(&part_res, 0, sizeof(part_res));
-		s = parts[i].sleep(parts[i].obj, opts, &part_res, err);
-		if (s == VMM_E_ALREADY)
-			continue;
+	/* i == n: the check after the last part. */
+	for (int i = 0; i <= n; i++) {
+		s = check_stop(lim, "sleep", err);
+		if (!s && i == n)
+			break;
+		if (!s) {
+			memset(&part_res, 0, sizeof(part_res));
+			s = parts[i].sleep(parts[i].obj, opts, &part_res, err);
+			if (s == VMM_E_ALREADY)
+				continue;
+		}
 		if (s) {
 			vmm_error rb;
 
@@ -310,9 +390,11 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, i
 			}
 			if (!was_held)
 				gate_open();
-			pthread_mutex_unlock(&ctl_lock);
-			vmm_log(VMM_LOG_WARN, "sleep failed in the %s, rolled back: %s",
-				parts[i].name, err ? err->msg : "");
+			unlock_control();
+			vmm_log(VMM_LOG_WARN, "sleep %s %s%s, rolled back: %s",
+				s == VMM_E_CANCELLED ? "cancelled" : "failed",
+				i == n ? "at the end" : s == VMM_E_CANCELLED ? "before the " :
+				"in the ", i < n ? parts[i].name : "", err ? err->msg : "");
 			return s;
 		}
 		done[i] = true;
@@ -320,7 +402,7 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, i
 		add_result(&sum, &part_res);
 	}
 	if (changed && hold) {
-		held = true;
+		__atomic_store_n(&held, true, __ATOMIC_RELAXED);
 		remember_held(opts);
 		held_autowake = held_autowake || autowake || autowake_default;
 		if (held_autowake)
@@ -328,12 +410,12 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake, i
 	} else if (!was_held) {
 		gate_open();
 	}
-	pthread_mutex_unlock(&ctl_lock);
+	unlock_control();
 	return report_result(&sum, t0, changed, "already asleep", "sleep: released", res, err);
 }
 
-vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer_result *res,
-			vmm_error *err)
+vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,
+			vmm_transfer_result *res, vmm_error *err)
 {
 	vmm_transfer_result sum = { 0 }, part_res;
 	struct part parts[3];
@@ -344,23 +426,28 @@ vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer
 	double t0 = now_seconds();
 	int n;
 
-	(void)timeout_ms; /* a wake does not close the gate: nothing to wait for */
 	if ((s = check_opts(opts, err)))
 		return s;
-	if ((s = lock_control(err, &rt)))
+	if ((s = lock_control(lim, err, &rt)))
 		return s;
 	n = collect_parts(rt, opts->tag == NULL, parts);
 	n = parts_with_device(parts, n, opts->device);
 	if (!n) {
-		pthread_mutex_unlock(&ctl_lock);
+		unlock_control();
 		return vmm_fail(err, VMM_E_INVALID, 0,
 				"device %d has no memory managed by vmmshim", opts->device);
 	}
-	for (int i = n - 1; i >= 0; i--) {
-		memset(&part_res, 0, sizeof(part_res));
-		s = parts[i].wake(parts[i].obj, opts, &part_res, err);
-		if (s == VMM_E_ALREADY)
-			continue;
+	/* i == -1: the check after the last part. */
+	for (int i = n - 1; i >= -1; i--) {
+		s = check_stop(lim, "wake", err);
+		if (!s && i < 0)
+			break;
+		if (!s) {
+			memset(&part_res, 0, sizeof(part_res));
+			s = parts[i].wake(parts[i].obj, opts, &part_res, err);
+			if (s == VMM_E_ALREADY)
+				continue;
+		}
 		if (s) {
 			vmm_sleep_opts keep = *opts;
 			vmm_error rb;
@@ -375,9 +462,11 @@ vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer
 					vmm_log(VMM_LOG_ERROR, "wake roll-back: the %s stays "
 						"awake: %s", parts[j].name, rb.msg);
 			}
-			pthread_mutex_unlock(&ctl_lock);
-			vmm_log(VMM_LOG_WARN, "wake failed in the %s (still asleep): %s",
-				parts[i].name, err ? err->msg : "");
+			unlock_control();
+			vmm_log(VMM_LOG_WARN, "wake %s %s%s (still asleep): %s",
+				s == VMM_E_CANCELLED ? "cancelled" : "failed",
+				i < 0 ? "at the end" : s == VMM_E_CANCELLED ? "before the " :
+				"in the ", i >= 0 ? parts[i].name : "", err ? err->msg : "");
 			return s;
 		}
 		done[i] = true;
@@ -385,19 +474,19 @@ vmm_status control_wake(const vmm_sleep_opts *opts, int timeout_ms, vmm_transfer
 		add_result(&sum, &part_res);
 	}
 	release_held(rt, opts);
-	pthread_mutex_unlock(&ctl_lock);
+	unlock_control();
 	return report_result(&sum, t0, changed, "already awake", "wake: re-created", res, err);
 }
 
 vmm_status shim_sleep(const vmm_sleep_opts *opts, bool hold, vmm_transfer_result *res,
 		      vmm_error *err)
 {
-	return control_sleep(opts, hold, false, 0, res, err);
+	return control_sleep(opts, hold, false, NULL, res, err);
 }
 
 vmm_status shim_wake(const vmm_sleep_opts *opts, vmm_transfer_result *res, vmm_error *err)
 {
-	return control_wake(opts, 0, res, err);
+	return control_wake(opts, NULL, res, err);
 }
 
 void control_state_get(control_state *out)
@@ -456,6 +545,6 @@ void control_sleep_after_fork(void)
 	/* The parent's server thread may have held the lock at fork time. */
 	pthread_mutex_init(&ctl_lock, NULL);
 	forked_child = true;
-	held = false;
+	__atomic_store_n(&held, false, __ATOMIC_RELAXED);
 	nheld = 0;
 }

@@ -33,6 +33,7 @@ const char *proto_verb_name(proto_verb v)
 	case PROTO_STATUS: return "status";
 	case PROTO_SLEEP: return "sleep";
 	case PROTO_WAKE: return "wake";
+	case PROTO_CANCEL: return "cancel";
 	}
 	return "?";
 }
@@ -301,11 +302,11 @@ static bool valid_tag(const char *s)
 static bool verb_takes(proto_verb v, const char *key)
 {
 	if (!strcmp(key, "tag") || !strcmp(key, "device"))
-		return v != PROTO_HELLO;
+		return v != PROTO_HELLO && v != PROTO_CANCEL;
 	if (!strcmp(key, "discard") || !strcmp(key, "autowake"))
 		return v == PROTO_SLEEP;
 	if (!strcmp(key, "timeout_ms"))
-		return v == PROTO_SLEEP || v == PROTO_WAKE;
+		return v == PROTO_SLEEP || v == PROTO_WAKE || v == PROTO_CANCEL;
 	return false;
 }
 
@@ -344,7 +345,8 @@ static int apply_field(proto_request *req, const proto_field *f, char *why, size
 int proto_parse_request(const char *buf, size_t len, proto_request *out, char *why,
 			size_t whylen)
 {
-	static const proto_verb verbs[] = { PROTO_HELLO, PROTO_STATUS, PROTO_SLEEP, PROTO_WAKE };
+	static const proto_verb verbs[] = { PROTO_HELLO, PROTO_STATUS, PROTO_SLEEP, PROTO_WAKE,
+					    PROTO_CANCEL };
 	size_t m = strlen(PROTO_MAGIC), n, pos;
 	proto_record rec;
 	bool found = false;
@@ -525,6 +527,11 @@ void proto_header(proto_writer *w, const char *word)
 
 void proto_record_begin(proto_writer *w, const char *kind)
 {
+	if (w->records == PROTO_MAX_RECORDS) {
+		w->failed = true;
+		return;
+	}
+	w->records++;
 	wprintf(w, "%s", kind);
 	w->in_record = true;
 }

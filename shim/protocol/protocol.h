@@ -8,13 +8,17 @@
  *
  *     vmmshim/1 VERB [key=value ...]\n
  *
- *   VERB     hello | status | sleep | wake
+ *   VERB     hello | status | sleep | wake | cancel
  *   keys     tag="T" (every tag when absent), device=N (every device when absent or -1),
- *            discard=true|false, autowake=true|false (sleep only), timeout_ms=N (how long the
- *            server may wait for in-flight device work to drain; 0 or absent: its default).
+ *            discard=true|false, autowake=true|false (sleep only), timeout_ms=N (sleep and
+ *            wake: the longest the whole operation may take, waiting for another one, the gate
+ *            and the drain included, after which it rolls back; cancel: how long to wait for
+ *            the cancelled operation to end; 0 or absent: the server's default).
  *   A key may appear once; unknown verbs, keys or versions, bad values and over-long requests are
  *   refused with an error response and change nothing. The server reads a request for at most
- *   PROTO_READ_DEADLINE_MS; a client that is slower is disconnected.
+ *   PROTO_READ_DEADLINE_MS; a client that is slower is disconnected. A sleep or wake whose
+ *   client has closed its connection is not started, and one that is running when it does
+ *   rolls back: the open connection is the order.
  *
  * Response: lines of at most PROTO_MAX_LINE bytes. The first is "vmmshim/1 WORD" where WORD is
  * ok, already (nothing to do, nothing changed) or error; then records; then "end".
@@ -25,14 +29,26 @@
  *   info     pid, command, version, protocol, devices (e.g. "0,1"), managed (bytes the shim
  *            manages, resident or asleep), resident, asleep, state (awake | asleep | partial |
  *            changing), held (whether device work is held until wake), autowake,
- *            passthrough_allocs, passthrough_bytes
+ *            passthrough_allocs, passthrough_bytes. While a sleep or wake runs (state
+ *            changing) the memory figures (devices, managed, resident, asleep) and the device
+ *            and tag records are left out, being changed, and `operation` (sleep | wake |
+ *            unknown: one the program started itself) and `operation_ms` (how long it has run)
+ *            say what is going on.
  *   device   backend, dev, live, count, mapped, cached, reserved, asleep, host_backup, peak_live,
  *            handles_created, handles_released, app_handles, app_bytes, app_mapped, app_asleep,
  *            app_host_backup, app_unreleasable, and when the driver answers: free, total, used,
  *            unmanaged
  *   tag      backend, dev, name, live, count, mapped, cached, asleep, host_backup
  *   result   released, copied, seconds, gbps, already
+ *   cancel   operation (sleep | wake | unknown | none), outcome (rolled_back: it stopped and
+ *            undid its work | finished: it had done its work before it saw the cancel |
+ *            failed: it failed on its own and rolled back | ended: it ended, how is not
+ *            known (one the program started itself) | running: not ended within timeout_ms |
+ *            none: nothing was in progress, with the word "already"), seconds
  *   error    status (one of the PROTO_ERR_* words), message
+ *
+ * A reply has at most PROTO_MAX_RESPONSE bytes and PROTO_MAX_RECORDS records; vmmctl refuses a
+ * larger one.
  *
  * Versioning: a server answers only the versions it knows ("vmmshim/1" here); new keys and record
  * fields may be added within a version, so readers ignore fields they do not know. */
@@ -48,6 +64,7 @@
 #define PROTO_MAX_REQUEST 4096
 #define PROTO_MAX_LINE 4096
 #define PROTO_MAX_RESPONSE (1u << 20)
+#define PROTO_MAX_RECORDS 8192
 #define PROTO_READ_DEADLINE_MS 2000
 #define PROTO_WRITE_DEADLINE_MS 2000
 #define PROTO_TAG_MAX 32            /* bytes with the NUL: as VMM_TAG_MAX */
@@ -63,7 +80,8 @@
 #define PROTO_ERR_OOM "oom"
 #define PROTO_ERR_HOST_OOM "host_oom"
 #define PROTO_ERR_DRIVER "driver"
-#define PROTO_ERR_BUSY "busy"
+#define PROTO_ERR_BUSY "busy"                /* exiting, too many clients, a wait timed out */
+#define PROTO_ERR_CANCELLED "cancelled"      /* vmmctl cancel (or a wake) stopped it; rolled back */
 #define PROTO_ERR_UNSUPPORTED "unsupported"
 #define PROTO_ERR_NOT_READY "not_ready"      /* no device memory managed yet */
 #define PROTO_ERR_INTERNAL "internal"
@@ -73,6 +91,7 @@ typedef enum proto_verb {
 	PROTO_STATUS,
 	PROTO_SLEEP,
 	PROTO_WAKE,
+	PROTO_CANCEL,
 } proto_verb;
 
 typedef struct proto_request {
@@ -121,13 +140,14 @@ bool proto_record_u64(const proto_record *r, const char *key, uint64_t *out);
 bool proto_record_double(const proto_record *r, const char *key, double *out);
 bool proto_record_bool(const proto_record *r, const char *key, bool *out);
 
-/* Building a response: a growing buffer of lines, capped at PROTO_MAX_RESPONSE (beyond that the
- * writer records the overflow and drops the rest). */
+/* Building a response: a growing buffer of lines, capped at PROTO_MAX_RESPONSE bytes and
+ * PROTO_MAX_RECORDS records (beyond that the writer records the overflow and drops the rest). */
 typedef struct proto_writer {
 	char *buf;
 	size_t len, cap;
-	bool failed;      /* out of memory or over the cap */
+	bool failed;      /* out of memory or over the caps */
 	bool in_record;
+	int records;
 } proto_writer;
 
 void proto_writer_init(proto_writer *w);

@@ -33,6 +33,25 @@ int run_dir_default(char *out, size_t cap)
 			       out, cap);
 }
 
+int run_dir_check(const char *dir, const struct stat *st, uid_t owner, char *why, size_t whylen)
+{
+	if (!S_ISDIR(st->st_mode)) {
+		snprintf(why, whylen, "%s is not a folder (a symlink or a file is refused)", dir);
+		return -1;
+	}
+	if (st->st_uid != owner) {
+		snprintf(why, whylen, "%s belongs to uid %u, not to the process (uid %u)", dir,
+			 (unsigned)st->st_uid, (unsigned)owner);
+		return -1;
+	}
+	if (st->st_mode & 077) {
+		snprintf(why, whylen, "%s has mode %03o: group and others must have no access "
+			 "(chmod 700 it)", dir, (unsigned)(st->st_mode & 0777));
+		return -1;
+	}
+	return 0;
+}
+
 int run_dir_prepare(const char *dir, char *why, size_t whylen)
 {
 	struct stat st;
@@ -45,21 +64,7 @@ int run_dir_prepare(const char *dir, char *why, size_t whylen)
 		snprintf(why, whylen, "cannot stat %s: %s", dir, strerror(errno));
 		return -1;
 	}
-	if (!S_ISDIR(st.st_mode)) {
-		snprintf(why, whylen, "%s is not a folder (a symlink or a file is refused)", dir);
-		return -1;
-	}
-	if (st.st_uid != geteuid()) {
-		snprintf(why, whylen, "%s belongs to uid %u, not to this process (uid %u)", dir,
-			 (unsigned)st.st_uid, (unsigned)geteuid());
-		return -1;
-	}
-	if (st.st_mode & 077) {
-		snprintf(why, whylen, "%s has mode %03o: group and others must have no access "
-			 "(chmod 700 it)", dir, (unsigned)(st.st_mode & 0777));
-		return -1;
-	}
-	return 0;
+	return run_dir_check(dir, &st, geteuid(), why, whylen);
 }
 
 bool run_dir_trusted(const char *dir, uid_t uid)

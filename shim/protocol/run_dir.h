@@ -16,8 +16,14 @@ int run_dir_resolve(const char *vmmshim_run_dir, const char *xdg_runtime_dir, ui
 /* The folder for this process's own environment. */
 int run_dir_default(char *out, size_t cap);
 
-/* Create dir (mode 0700) if it is missing, then check that it is a real folder (not a symlink)
- * owned by the effective uid with no access for group or others. Returns 0 or -1 with why. */
+/* The shim's rule for its folder: st (from lstat) is a real folder (not a symlink) owned by
+ * owner with no access for group or others. Returns 0 or -1 with why. Pure. vmmctl uses it to
+ * explain why a process has no socket. */
+struct stat;
+int run_dir_check(const char *dir, const struct stat *st, uid_t owner, char *why, size_t whylen);
+
+/* Create dir (mode 0700) if it is missing, then apply run_dir_check for the effective uid.
+ * Returns 0 or -1 with why. */
 int run_dir_prepare(const char *dir, char *why, size_t whylen);
 
 /* Is dir a folder owned by uid (or by root) that group and others cannot write? Used by vmmctl
