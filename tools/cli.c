@@ -22,7 +22,11 @@ void cli_usage(FILE *f)
 	      "      the driver; addresses stay valid and the program's device work waits\n"
 	      "      until wake (--autowake: its next device call wakes it)\n"
 	      "  wake PID [--tag T] [--device N]\n"
-	      "      re-create the memory at the same addresses and copy it back\n"
+	      "      re-create the memory at the same addresses and copy it back (a sleep in\n"
+	      "      progress that this wake covers is cancelled first)\n"
+	      "  cancel PID\n"
+	      "      stop the sleep or wake in progress: it rolls back; waits until it has\n"
+	      "      ended\n"
 	      "  run [--cycle S [--discard TAG] [--seed N]] [--report FILE] -- PROGRAM [ARGS]\n"
 	      "      start PROGRAM under the shim and exit with its status; --cycle S sleeps\n"
 	      "      and wakes it at random moments about every S seconds and reports the\n"
@@ -31,13 +35,18 @@ void cli_usage(FILE *f)
 	      "\n"
 	      "options:\n"
 	      "  --json          machine-readable output on stdout\n"
-	      "  --timeout S     give up waiting for the process after S seconds (default: 10 for\n"
-	      "                  status, 3 per process for list, none for sleep and wake)\n"
+	      "  --timeout S     give up after S seconds, connecting included (default: 10 for\n"
+	      "                  status, 3 per process for list, 30 for cancel; sleep and wake\n"
+	      "                  wait as long as the process's own deadline). A sleep or wake\n"
+	      "                  whose vmmctl gives up or is interrupted is cancelled: the\n"
+	      "                  process rolls it back\n"
 	      "  --tag T         only memory allocated under tag T (vmmshim_set_tag)\n"
 	      "  --device N      only device N\n"
 	      "\n"
-	      "exit codes: 0 done (or already so), 1 the process reported an error, 2 usage,\n"
-	      "  3 no such process or not running under vmmshim, 4 permission denied, 5 timeout\n"
+	      "exit codes: 0 done (or already so; cancel: rolled back or nothing to cancel),\n"
+	      "  1 the process reported an error (cancel: the operation had finished), 2 usage,\n"
+	      "  3 no such process, it ended, or it has no control socket, 4 permission denied\n"
+	      "  or an untrusted socket, 5 timeout\n"
 	      "\n"
 	      "Sockets are looked for in $VMMSHIM_RUN_DIR, $XDG_RUNTIME_DIR/vmmshim or\n"
 	      "/tmp/vmmshim-UID (and in the folder the target's own environment names).\n",
@@ -77,6 +86,7 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 	static const struct { const char *name; vmmctl_cmd cmd; } cmds[] = {
 		{ "help", CMD_HELP }, { "version", CMD_VERSION }, { "list", CMD_LIST },
 		{ "status", CMD_STATUS }, { "sleep", CMD_SLEEP }, { "wake", CMD_WAKE },
+		{ "cancel", CMD_CANCEL },
 	};
 	const char *words[4];
 	int nwords = 0;
@@ -168,7 +178,8 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 		return fail(why, whylen, "--tag and --device go with status, sleep and wake", NULL);
 	if ((have_discard || have_autowake) && !takes(out->cmd, "--discard"))
 		return fail(why, whylen, "--discard and --autowake go with sleep", NULL);
-	if (out->cmd == CMD_STATUS || out->cmd == CMD_SLEEP || out->cmd == CMD_WAKE) {
+	if (out->cmd == CMD_STATUS || out->cmd == CMD_SLEEP || out->cmd == CMD_WAKE ||
+	    out->cmd == CMD_CANCEL) {
 		long pid;
 
 		if (nwords != 2)

@@ -12,10 +12,11 @@
 /* Exit codes (documented in --help and docs/vmmctl.md). */
 enum vmmctl_exit {
 	EXIT_OK = 0,          /* done (or already in the asked state) */
-	EXIT_REPORTED = 1,    /* the process reported an error */
+	EXIT_REPORTED = 1,    /* the process reported an error (cancel: the operation had finished) */
 	EXIT_USAGE = 2,       /* bad command line */
-	EXIT_NO_PROCESS = 3,  /* no such process, or it is not running under vmmshim */
-	EXIT_PERMISSION = 4,  /* not allowed to drive that process */
+	EXIT_NO_PROCESS = 3,  /* no such process (or it ended meanwhile), not running under
+			       * vmmshim, or without a control socket */
+	EXIT_PERMISSION = 4,  /* not allowed to drive that process, or its socket is not trusted */
 	EXIT_TIMEOUT = 5,     /* no answer within --timeout */
 };
 
@@ -26,6 +27,7 @@ typedef enum vmmctl_cmd {
 	CMD_STATUS,
 	CMD_SLEEP,
 	CMD_WAKE,
+	CMD_CANCEL,
 } vmmctl_cmd;
 
 typedef struct vmmctl_args {

@@ -1,8 +1,35 @@
-/* Formatting replies. Numbers come from the wire already validated as numbers. */
+/* Formatting replies. Numbers come from the wire already validated as numbers; every string from
+ * a reply is escaped before it reaches a terminal (out_safe) or a JSON document
+ * (out_json_string), so a process cannot send terminal escapes through vmmctl. */
 #include "output.h"
 
 #include <inttypes.h>
 #include <string.h>
+
+const char *out_safe(const char *s)
+{
+	/* A few buffers in turn, so that one printf may show several strings. */
+	static char bufs[8][PROTO_VALUE_MAX * 4 + 1];
+	static int next;
+	static const char hex[] = "0123456789abcdef";
+	char *b = bufs[next++ % 8];
+	size_t n = 0;
+
+	for (; s && *s && n + 5 < sizeof(bufs[0]); s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c >= 0x20 && c < 0x7f && c != '\\') {
+			b[n++] = (char)c;
+		} else {
+			b[n++] = '\\';
+			b[n++] = 'x';
+			b[n++] = hex[c >> 4];
+			b[n++] = hex[c & 15];
+		}
+	}
+	b[n] = '\0';
+	return b;
+}
 
 const char *out_bytes(unsigned long long v, char *buf, size_t cap)
 {
@@ -79,12 +106,12 @@ void out_json_reply(FILE *f, const client_reply *r)
 	out_json_string(f, r->word ? r->word : "error");
 	/* Singletons first, then each array kind. */
 	for (int i = 0; i < r->nrecords; i++) {
-		if (array_name(r->records[i].kind))
+		if (array_name(r->records[i]->kind))
 			continue;
 		fputs(", ", f);
-		out_json_string(f, r->records[i].kind);
+		out_json_string(f, r->records[i]->kind);
 		fputs(": ", f);
-		out_json_record(f, &r->records[i]);
+		out_json_record(f, r->records[i]);
 	}
 	static const char *const kinds[] = { "device", "tag" };
 	/* Status replies always carry both arrays (perhaps empty); others have neither. */
@@ -93,12 +120,12 @@ void out_json_reply(FILE *f, const client_reply *r)
 
 		fprintf(f, ", \"%s\": [", array_name(kinds[k]));
 		for (int i = 0; i < r->nrecords; i++) {
-			if (strcmp(r->records[i].kind, kinds[k]))
+			if (strcmp(r->records[i]->kind, kinds[k]))
 				continue;
 			if (!first)
 				fputs(", ", f);
 			first = false;
-			out_json_record(f, &r->records[i]);
+			out_json_record(f, r->records[i]);
 		}
 		fputc(']', f);
 	}
@@ -122,11 +149,12 @@ static uint64_t u64(const proto_record *r, const char *key)
 	return v;
 }
 
+/* A string field, escaped for the terminal. */
 static const char *str(const proto_record *r, const char *key)
 {
 	const char *s = proto_record_str(r, key);
 
-	return s ? s : "?";
+	return s ? out_safe(s) : "?";
 }
 
 static void print_info(FILE *f, const proto_record *info)
@@ -137,12 +165,22 @@ static void print_info(FILE *f, const proto_record *info)
 	proto_record_bool(info, "held", &held);
 	proto_record_bool(info, "autowake", &autowake);
 	fprintf(f, "pid %" PRIu64 ": %s\n", u64(info, "pid"), str(info, "command"));
-	fprintf(f, "  state %s%s%s, managed %s (resident %s, asleep %s), devices %s\n",
-		str(info, "state"), held ? " (device work held until wake)" : "",
-		autowake ? " autowake" : "", out_bytes(u64(info, "managed"), b1, sizeof(b1)),
-		out_bytes(u64(info, "resident"), b2, sizeof(b2)),
-		out_bytes(u64(info, "asleep"), b3, sizeof(b3)),
-		str(info, "devices")[0] ? str(info, "devices") : "none");
+	if (proto_record_str(info, "operation")) {
+		/* A sleep or wake runs: the figures are being changed and come back after it. */
+		fprintf(f, "  state %s%s: a %s has been running for %.1f s (memory figures come "
+			"back when it ends; vmmctl cancel stops it)\n", str(info, "state"),
+			held ? " (device work held until wake)" : "",
+			strcmp(str(info, "operation"), "unknown") ? str(info, "operation") :
+			"sleep or wake of the program", u64(info, "operation_ms") / 1000.0);
+	} else {
+		fprintf(f, "  state %s%s%s, managed %s (resident %s, asleep %s), devices %s\n",
+			str(info, "state"), held ? " (device work held until wake)" : "",
+			autowake ? " autowake" : "",
+			out_bytes(u64(info, "managed"), b1, sizeof(b1)),
+			out_bytes(u64(info, "resident"), b2, sizeof(b2)),
+			out_bytes(u64(info, "asleep"), b3, sizeof(b3)),
+			str(info, "devices")[0] ? str(info, "devices") : "none");
+	}
 	fprintf(f, "  vmmshim %s, protocol %" PRIu64 "; %" PRIu64
 		" device allocations passed through (%s)\n", str(info, "version"),
 		u64(info, "protocol"), u64(info, "passthrough_allocs"),
@@ -159,7 +197,7 @@ void out_status(FILE *f, const client_reply *r)
 	if (info)
 		print_info(f, info);
 	for (int i = 0; i < r->nrecords; i++) {
-		const proto_record *d = &r->records[i];
+		const proto_record *d = r->records[i];
 
 		if (strcmp(d->kind, "device"))
 			continue;
@@ -176,7 +214,7 @@ void out_status(FILE *f, const client_reply *r)
 				out_bytes(u64(d, "app_asleep"), b[3], 32),
 				out_bytes(u64(d, "app_host_backup"), b[4], 32));
 		for (int j = 0; j < r->nrecords; j++) {
-			const proto_record *t = &r->records[j];
+			const proto_record *t = r->records[j];
 			char label[48];
 
 			if (strcmp(t->kind, "tag") || u64(t, "dev") != u64(d, "dev") ||
@@ -238,11 +276,51 @@ void out_list_header(FILE *f)
 
 void out_list_row(FILE *f, const proto_record *info)
 {
-	char b1[32], b2[32];
+	char b1[32] = "?", b2[32] = "?";
 	const char *dev = str(info, "devices");
 
+	/* While a sleep or wake runs the figures are left out. */
+	if (proto_record_field(info, "managed"))
+		out_bytes(u64(info, "managed"), b1, sizeof(b1));
+	if (proto_record_field(info, "asleep"))
+		out_bytes(u64(info, "asleep"), b2, sizeof(b2));
 	fprintf(f, "%-8" PRIu64 " %-8s %12s %12s %-10s %s\n", u64(info, "pid"),
-		str(info, "state"), out_bytes(u64(info, "managed"), b1, sizeof(b1)),
-		out_bytes(u64(info, "asleep"), b2, sizeof(b2)), dev[0] ? dev : "-",
+		str(info, "state"), b1, b2, dev[0] && strcmp(dev, "?") ? dev : "-",
 		str(info, "command"));
+}
+
+int out_cancel(FILE *f, const char *what, const client_reply *r)
+{
+	const proto_record *c = client_reply_find(r, "cancel");
+	const char *op = c ? str(c, "operation") : "?", *outcome = c ? str(c, "outcome") : "?";
+	char msg[256];
+	double secs = 0;
+	int code = 0;
+
+	if (c)
+		proto_record_double(c, "seconds", &secs);
+	if (!strcmp(op, "unknown"))
+		op = "sleep or wake of the program";
+	if (r->word && !strcmp(r->word, "already")) {
+		snprintf(msg, sizeof(msg), "no sleep or wake in progress; nothing changed");
+	} else if (!strcmp(outcome, "rolled_back")) {
+		snprintf(msg, sizeof(msg), "the %s in progress was cancelled and rolled back "
+			 "(%.3f s)", op, secs);
+	} else if (!strcmp(outcome, "failed")) {
+		snprintf(msg, sizeof(msg), "the %s in progress failed on its own and rolled back",
+			 op);
+	} else if (!strcmp(outcome, "ended")) {
+		snprintf(msg, sizeof(msg), "the %s in progress has ended (%.3f s)", op, secs);
+	} else if (!strcmp(outcome, "finished")) {
+		snprintf(msg, sizeof(msg), "the %s had done its work before it saw the cancel: "
+			 "it stands (see vmmctl status)", op);
+		code = 1;
+	} else {
+		snprintf(msg, sizeof(msg), "the %s has not ended after %.3f s; it rolls back at "
+			 "its next step (see vmmctl status)", op, secs);
+		code = 5;
+	}
+	if (f)
+		fprintf(f, "%s: %s\n", what, msg);
+	return code;
 }

@@ -6,6 +6,10 @@
 
 #include "client.h"
 
+/* s with every byte outside printable ASCII (and '\\') written as \\xHH: safe to print.
+ * Returns one of a few static buffers used in turn. */
+const char *out_safe(const char *s);
+
 /* "1.50 GiB" */
 const char *out_bytes(unsigned long long v, char *buf, size_t cap);
 
@@ -21,5 +25,7 @@ void out_status(FILE *f, const client_reply *r);
 void out_transfer(FILE *f, const char *verb, const char *what, const client_reply *r);
 void out_list_header(FILE *f);
 void out_list_row(FILE *f, const proto_record *info);
+/* A cancel reply (f NULL: not shown); returns vmmctl's exit code for it (docs/vmmctl.md). */
+int out_cancel(FILE *f, const char *what, const client_reply *r);
 
 #endif

@@ -13,6 +13,7 @@
 #include <time.h>
 
 #include "client.h"
+#include "output.h"
 #include "run.h"
 
 #define WAKE_RETRY_S 0.25
@@ -99,16 +100,16 @@ static enum outcome request(run_cycler *c, proto_verb verb, const char *tag, boo
 {
 	proto_request req = { .verb = verb, .device = -1, .discard = discard };
 	client_reply reply;
-	char path[512];
+	client_target t;
 	const proto_record *res;
 	int rc;
 
 	memset(e, 0, sizeof(*e));
 	if (tag)
 		snprintf(req.tag, sizeof(req.tag), "%s", tag);
-	if (client_find_socket(c->pid, path, sizeof(path), e))
+	if (client_find_socket(c->pid, &t, e))
 		return NO_SOCKET;
-	rc = client_call(path, c->pid, &req, c->o->timeout, false, &reply, e);
+	rc = client_call(&t, &req, c->o->timeout, false, false, &reply, e);
 	if (!rc)
 		rc = client_reply_error(&reply, e);
 	if (rc) {
@@ -141,14 +142,14 @@ static enum outcome managed_bytes(run_cycler *c, uint64_t *managed, client_error
 	proto_request req = { .verb = PROTO_HELLO, .device = -1 };
 	client_reply reply;
 	const proto_record *info;
-	char path[512];
+	client_target t;
 	int rc;
 
 	*managed = 0;
 	memset(e, 0, sizeof(*e));
-	if (client_find_socket(c->pid, path, sizeof(path), e))
+	if (client_find_socket(c->pid, &t, e))
 		return NO_SOCKET;
-	rc = client_call(path, c->pid, &req, c->o->timeout, false, &reply, e);
+	rc = client_call(&t, &req, c->o->timeout, false, false, &reply, e);
 	if (!rc)
 		rc = client_reply_error(&reply, e);
 	if (!rc && (info = client_reply_find(&reply, "info")))
@@ -206,7 +207,7 @@ static void do_sleep(run_cycler *c, double now)
 
 		if (ended_meanwhile(c))
 			return;
-		note_error(c, "sleep: %s", e.message);
+		note_error(c, "sleep: %s", out_safe(e.message)); /* the process's words: escaped */
 		/* The discard tags already asleep come back (their contents are gone either way). */
 		if (ours && request(c, PROTO_WAKE, NULL, false, &ignored, &e2) == FAILED &&
 		    !ended_meanwhile(c)) {
@@ -249,7 +250,7 @@ static void do_wake(run_cycler *c)
 	if (!c->wake_deadline)
 		c->wake_deadline = now + c->o->timeout;
 	if (now >= c->wake_deadline) {
-		note_error(c, "wake: %s (gave up after %.3g s of retries)", e.message,
+		note_error(c, "wake: %s (gave up after %.3g s of retries)", out_safe(e.message),
 			   c->o->timeout);
 		c->state = RUN_STUCK;
 		return;
