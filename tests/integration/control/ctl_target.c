@@ -16,6 +16,11 @@
  *                      cuStreamSynchronize -> "kernel ok"
  *   tag NAME | sleeptag NAME|all discard | waketag NAME|all | stats NAME|all
  *                      the in-process API (vmmshim.h), found with dlsym as a Python user would
+ *   busy MS            a host function that runs MS ms on a stream of its own, not waited for
+ *                      ("busy launched"): a sleep's drain waits for it, so the sleep lasts
+ *                      at least that long
+ *   bgsleep NAME|all   the in-process sleep of a tag (no discard) on a thread of its own;
+ *                      answers "bgsleep started", then "bgsleep rc=N MESSAGE" when it returns
  *   threads N SECS     N threads allocating, filling, checking and freeing for SECS seconds
  *   memused            device memory in use as the program sees it (cudaMemGetInfo)
  *   device N           cudaSetDevice(N): later allocations land there
@@ -288,6 +293,27 @@ static void cmd_kernel(void)
 	say(k.sum == bufs[0].sum ? "kernel ok" : "kernel corrupt");
 }
 
+/* Work that keeps the device busy for a while, as a long kernel would. */
+static void CUDA_CB busy_kernel(void *p)
+{
+	usleep((useconds_t)(uintptr_t)p * 1000);
+}
+
+static void cmd_busy(unsigned ms)
+{
+	static CUstream s;
+
+	if (!s && cuStreamCreate(&s, 0)) {
+		say("error stream");
+		return;
+	}
+	if (cuLaunchHostFunc(s, busy_kernel, (void *)(uintptr_t)ms)) {
+		say("error launch");
+		return;
+	}
+	say("busy launched");
+}
+
 /* The in-process API, looked up the way ctypes.CDLL(None) would. */
 static void *api(const char *name)
 {
@@ -319,6 +345,25 @@ static void cmd_api(const char *verb, const char *arg, int discard)
 		return;
 	}
 	say("rc=%d %s", rc, rc ? last_error() : "");
+}
+
+static char bg_tag[64];
+
+static void *bgsleep_main(void *arg)
+{
+	const char *tag = strcmp(bg_tag, "all") ? bg_tag : NULL;
+	const char *(*last_error)(void) = (const char *(*)(void))api("vmmshim_last_error");
+	int (*sleep_fn)(const char *, int) = (int (*)(const char *, int))api("vmmshim_sleep");
+	int rc;
+
+	(void)arg;
+	if (!sleep_fn || !last_error) {
+		say("bgsleep noapi");
+		return NULL;
+	}
+	rc = sleep_fn(tag, 0);
+	say("bgsleep rc=%d %s", rc, rc ? last_error() : "");
+	return NULL;
 }
 
 static double now(void)
@@ -427,7 +472,16 @@ int main(void)
 		else if (!strcmp(a, "tag") || !strcmp(a, "sleeptag") || !strcmp(a, "waketag") ||
 			 !strcmp(a, "stats"))
 			cmd_api(a, n >= 2 ? b : NULL, n == 3 && !strcmp(c, "discard"));
-		else if (!strcmp(a, "threads") && n == 3)
+		else if (!strcmp(a, "busy") && n == 2)
+			cmd_busy((unsigned)atoi(b));
+		else if (!strcmp(a, "bgsleep") && n == 2) {
+			pthread_t t;
+
+			snprintf(bg_tag, sizeof(bg_tag), "%s", b);
+			pthread_create(&t, NULL, bgsleep_main, NULL);
+			pthread_detach(t);
+			say("bgsleep started");
+		} else if (!strcmp(a, "threads") && n == 3)
 			cmd_threads(atoi(b), atof(c));
 		else if (!strcmp(a, "memused")) {
 			size_t fr = 0, tot = 0;

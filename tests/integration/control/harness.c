@@ -11,14 +11,16 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/resource.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-/* Targets not yet freed, for harness_cleanup. */
+/* Targets and fake servers not yet freed, for harness_cleanup. */
 #define MAX_LIVE 8
 static struct target *live[MAX_LIVE];
+static struct fake *live_fakes[MAX_LIVE];
 
 static void track(struct target *t, bool on)
 {
@@ -34,9 +36,12 @@ static void track(struct target *t, bool on)
 
 void harness_cleanup(void)
 {
-	for (int i = 0; i < MAX_LIVE; i++)
+	for (int i = 0; i < MAX_LIVE; i++) {
 		if (live[i])
 			target_kill(live[i]); /* untracks it */
+		if (live_fakes[i])
+			fake_stop(live_fakes[i]);
+	}
 }
 
 double now_s(void)
@@ -229,20 +234,55 @@ static void read_all(int fd, char *buf, size_t cap)
 		;
 }
 
+/* Split args at spaces into argv (argv[0] = "vmmctl"). */
+static void split_args(char *args, char **argv, int max)
+{
+	char *save = NULL;
+	int argc = 0;
+
+	argv[argc++] = (char *)"vmmctl";
+	for (char *a = strtok_r(args, " ", &save); a && argc < max - 1;
+	     a = strtok_r(NULL, " ", &save))
+		argv[argc++] = a;
+	argv[argc] = NULL;
+}
+
+static void exec_vmmctl(const char *run_dir, int as_uid, char **argv)
+{
+	if (run_dir)
+		setenv("VMMSHIM_RUN_DIR", run_dir, 1);
+	else
+		unsetenv("VMMSHIM_RUN_DIR");
+	if (as_uid >= 0 && (setgid((gid_t)as_uid) || setuid((uid_t)as_uid)))
+		_exit(126);
+	execv(need_env("CTL_VMMCTL"), argv);
+	_exit(127);
+}
+
+static void collect(struct ctl_out *o, pid_t pid, double t0)
+{
+	struct rusage ru;
+	int st;
+
+	memset(&ru, 0, sizeof(ru));
+	wait4(pid, &st, 0, &ru);
+	o->code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	o->maxrss_kb = ru.ru_maxrss;
+	o->seconds = now_s() - t0;
+}
+
 int vmmctl_run(struct ctl_out *o, const char *run_dir, int as_uid, const char *fmt, ...)
 {
-	char args[1024], *argv[32], *save = NULL;
-	int argc = 0, out[2], err[2], st;
+	char args[1024], *argv[32];
+	int out[2], err[2];
+	double t0 = now_s();
 	va_list ap;
 	pid_t pid;
 
 	va_start(ap, fmt);
 	vsnprintf(args, sizeof(args), fmt, ap);
 	va_end(ap);
-	argv[argc++] = (char *)"vmmctl";
-	for (char *a = strtok_r(args, " ", &save); a && argc < 31; a = strtok_r(NULL, " ", &save))
-		argv[argc++] = a;
-	argv[argc] = NULL;
+	split_args(args, argv, 32);
 	memset(o, 0, sizeof(*o));
 	if (pipe(out) || pipe(err)) {
 		o->code = -1;
@@ -254,14 +294,7 @@ int vmmctl_run(struct ctl_out *o, const char *run_dir, int as_uid, const char *f
 		dup2(err[1], 2);
 		close(out[0]);
 		close(err[0]);
-		if (run_dir)
-			setenv("VMMSHIM_RUN_DIR", run_dir, 1);
-		else
-			unsetenv("VMMSHIM_RUN_DIR");
-		if (as_uid >= 0 && (setgid((gid_t)as_uid) || setuid((uid_t)as_uid)))
-			_exit(126);
-		execv(need_env("CTL_VMMCTL"), argv);
-		_exit(127);
+		exec_vmmctl(run_dir, as_uid, argv);
 	}
 	close(out[1]);
 	close(err[1]);
@@ -269,9 +302,201 @@ int vmmctl_run(struct ctl_out *o, const char *run_dir, int as_uid, const char *f
 	read_all(err[0], o->err, sizeof(o->err));
 	close(out[0]);
 	close(err[0]);
-	waitpid(pid, &st, 0);
-	o->code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	collect(o, pid, t0);
 	return o->code;
+}
+
+static void bg_paths(pid_t pid, char *out, char *err, size_t cap)
+{
+	snprintf(out, cap, "/tmp/vmmctl-bg-%ld.out", (long)pid);
+	snprintf(err, cap, "/tmp/vmmctl-bg-%ld.err", (long)pid);
+}
+
+pid_t vmmctl_spawn(const char *run_dir, const char *fmt, ...)
+{
+	char args[1024], *argv[32];
+	va_list ap;
+	pid_t pid;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	split_args(args, argv, 32);
+	pid = fork();
+	if (pid == 0) {
+		char po[64], pe[64];
+		int fo, fe;
+
+		bg_paths(getpid(), po, pe, sizeof(po));
+		fo = open(po, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fo < 0 || fe < 0)
+			_exit(125);
+		dup2(fo, 1);
+		dup2(fe, 2);
+		exec_vmmctl(run_dir, -1, argv);
+	}
+	return pid;
+}
+
+static void slurp(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+
+	buf[n] = '\0';
+	if (f)
+		fclose(f);
+	unlink(path);
+}
+
+int vmmctl_wait(pid_t pid, struct ctl_out *o, int timeout_ms)
+{
+	double t0 = now_s(), deadline = t0 + timeout_ms / 1000.0;
+	char po[64], pe[64];
+	int st;
+
+	memset(o, 0, sizeof(*o));
+	while (waitpid(pid, &st, WNOHANG) == 0) {
+		if (now_s() >= deadline) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &st, 0);
+			o->code = -1;
+			break;
+		}
+		usleep(10000);
+	}
+	if (!o->code)
+		o->code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	bg_paths(pid, po, pe, sizeof(po));
+	slurp(po, o->out, sizeof(o->out));
+	slurp(pe, o->err, sizeof(o->err));
+	return o->code;
+}
+
+/* The fake server's child: serve until killed. ready: written once listening. */
+static void fake_serve(const char *path, int as_uid, enum fake_mode mode, const char *reply,
+		       size_t reply_len, int ready)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char pidtxt[32], *text = NULL;
+	size_t tlen = 0;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	unlink(path);
+	if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)))
+		_exit(2);
+	chmod(path, 0666);
+	/* SO_PEERCRED reports who called listen(): become that user first. */
+	if (as_uid >= 0 && (setgid((gid_t)as_uid) || setuid((uid_t)as_uid)))
+		_exit(3);
+	if (listen(fd, mode == FAKE_FULL ? 0 : 16))
+		_exit(4);
+	if (mode == FAKE_FULL) {
+		/* Fill the queue with connections nobody accepts. */
+		for (int i = 0; i < 8; i++) {
+			int c = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0);
+
+			if (connect(c, (struct sockaddr *)&sa, sizeof(sa)))
+				break;
+		}
+	}
+	if (mode == FAKE_REPLY) {
+		/* "@PID@" becomes our pid. */
+		snprintf(pidtxt, sizeof(pidtxt), "%ld", (long)getpid());
+		text = malloc(reply_len * 2 + 64);
+		if (!text)
+			_exit(5);
+		for (size_t i = 0; i < reply_len;) {
+			if (reply_len - i >= 5 && !memcmp(reply + i, "@PID@", 5)) {
+				memcpy(text + tlen, pidtxt, strlen(pidtxt));
+				tlen += strlen(pidtxt);
+				i += 5;
+			} else {
+				text[tlen++] = reply[i++];
+			}
+		}
+	}
+	if (write(ready, "r", 1) != 1)
+		_exit(6);
+	for (;;) {
+		char req[4096];
+		size_t off = 0;
+		int c;
+
+		if (mode == FAKE_FULL) {
+			pause();
+			continue;
+		}
+		c = accept(fd, NULL, NULL);
+		if (c < 0)
+			continue;
+		if (mode == FAKE_SILENT)
+			continue; /* keep it open, say nothing */
+		for (ssize_t k; off < sizeof(req) && !memchr(req, '\n', off) &&
+				(k = read(c, req + off, sizeof(req) - off)) > 0;)
+			off += (size_t)k;
+		for (size_t sent = 0; sent < tlen;) {
+			ssize_t k = send(c, text + sent, tlen - sent, MSG_NOSIGNAL);
+
+			if (k <= 0)
+				break;
+			sent += (size_t)k;
+		}
+		close(c);
+	}
+}
+
+int fake_start(struct fake *f, const char *dir, long name_pid, int as_uid, enum fake_mode mode,
+	       const char *reply, size_t reply_len)
+{
+	int ready[2];
+	char c;
+
+	memset(f, 0, sizeof(*f));
+	if (pipe2(ready, O_CLOEXEC))
+		return -1;
+	f->pid = fork();
+	if (f->pid == 0) {
+		char path[300];
+
+		close(ready[0]);
+		snprintf(path, sizeof(path), "%s/%ld.sock", dir, name_pid ? name_pid :
+								    (long)getpid());
+		fake_serve(path, as_uid, mode, reply, reply_len, ready[1]);
+		_exit(0);
+	}
+	close(ready[1]);
+	f->name_pid = name_pid ? name_pid : (long)f->pid;
+	snprintf(f->path, sizeof(f->path), "%s/%ld.sock", dir, f->name_pid);
+	for (int i = 0; i < MAX_LIVE; i++) {
+		if (!live_fakes[i]) {
+			live_fakes[i] = f;
+			break;
+		}
+	}
+	if (f->pid < 0 || read(ready[0], &c, 1) != 1) {
+		close(ready[0]);
+		fake_stop(f);
+		return -1;
+	}
+	close(ready[0]);
+	return 0;
+}
+
+void fake_stop(struct fake *f)
+{
+	for (int i = 0; i < MAX_LIVE; i++)
+		if (live_fakes[i] == f)
+			live_fakes[i] = NULL;
+	if (f->pid > 0) {
+		kill(f->pid, SIGKILL);
+		waitpid(f->pid, NULL, 0);
+		f->pid = 0;
+	}
+	if (f->path[0])
+		unlink(f->path);
 }
 
 static const char *find_key(const char *json, const char *section, const char *key)

@@ -43,12 +43,34 @@ struct ctl_out {
 	int code;               /* exit status */
 	char out[CTL_OUT_MAX];
 	char err[16384];
+	long maxrss_kb;         /* vmmctl's peak resident memory */
+	double seconds;         /* how long it ran */
 };
 
 /* Run vmmctl with the arguments (printf-style, split at spaces), VMMSHIM_RUN_DIR set to run_dir
  * (NULL: unset). Returns o->code. as_uid >= 0: run as that uid (root only). */
 int vmmctl_run(struct ctl_out *o, const char *run_dir, int as_uid, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+
+/* vmmctl in the background (same arguments as vmmctl_run, output kept in files); returns its
+ * pid, or -1. vmmctl_wait collects it: its exit status, or -1 when it has not ended within
+ * timeout_ms (it is then killed). */
+pid_t vmmctl_spawn(const char *run_dir, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int vmmctl_wait(pid_t pid, struct ctl_out *o, int timeout_ms);
+
+/* A fake control server in a child process, on DIR/NAME.sock where NAME is name_pid (0: the
+ * child's own pid), running as as_uid (-1: ours; root only). It never answers (FAKE_SILENT),
+ * never accepts with its queue full (FAKE_FULL), or answers every request with reply, every
+ * "@PID@" in it replaced by its pid (FAKE_REPLY). */
+enum fake_mode { FAKE_SILENT, FAKE_FULL, FAKE_REPLY };
+struct fake {
+	pid_t pid;
+	long name_pid;
+	char path[300];
+};
+int fake_start(struct fake *f, const char *dir, long name_pid, int as_uid, enum fake_mode mode,
+	       const char *reply, size_t reply_len);
+void fake_stop(struct fake *f);
 
 /* The number after "key": in json, looking from the first occurrence of section (NULL: from
  * the start). -1 when absent. */
@@ -62,7 +84,7 @@ ssize_t raw_request(const char *sock, const char *req, size_t len, bool shut, in
 		    char *buf, size_t cap, int timeout_ms);
 
 /* A connection to sock that has sent `partial` (no newline) and then says nothing; -1 on error.
- * The server, which answers one connection at a time, is busy with it until its read deadline. */
+ * The server drops it after its read deadline. */
 int raw_stall(const char *sock, const char *partial);
 
 double now_s(void);

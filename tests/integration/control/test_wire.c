@@ -1,5 +1,7 @@
 /* The pure parts of the control plane, case by case: the wire format (requests, records, the
- * writer's escaping), the socket folder rules, and vmmctl's command line. */
+ * writer's escaping and caps), the socket folder rules, vmmctl's command line, what vmmctl trusts
+ * (trust_decide, with the facts another user or another PID namespace would give) and how it
+ * escapes what it prints. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -7,8 +9,10 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "output.h"
 #include "protocol.h"
 #include "run_dir.h"
+#include "trust.h"
 
 static int parse(const char *s, proto_request *r)
 {
@@ -43,6 +47,9 @@ Test(wire, defaults_and_verbs)
 	cr_expect_eq(r.verb, PROTO_HELLO);
 	cr_assert_eq(parse("vmmshim/1 status device=-1 tag=\"x\"\n", &r), 0);
 	cr_expect_eq(r.verb, PROTO_STATUS);
+	cr_assert_eq(parse("vmmshim/1 cancel timeout_ms=2500\n", &r), 0);
+	cr_expect_eq(r.verb, PROTO_CANCEL);
+	cr_expect_eq(r.timeout_ms, 2500);
 }
 
 Test(wire, refusals_say_why)
@@ -62,6 +69,8 @@ Test(wire, refusals_say_why)
 		{ "vmmshim/1 sleep tag=\"%00\"\n", "NUL" },
 		{ "vmmshim/1 sleep \n", "" },
 		{ "vmmshim/1 hello\nvmmshim/1 hello\n", "after" },
+		{ "vmmshim/1 cancel tag=\"x\"\n", "does not take" },
+		{ "vmmshim/1 cancel device=0\n", "does not take" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		proto_request r;
@@ -138,6 +147,17 @@ Test(wire, the_writer_escapes_and_frames)
 	}
 	cr_expect(w.failed, "a reply is capped at %u bytes", PROTO_MAX_RESPONSE);
 	cr_expect_leq(w.len, PROTO_MAX_RESPONSE);
+	proto_writer_free(&w);
+	/* ...and at PROTO_MAX_RECORDS records, however small. */
+	proto_writer_init(&w);
+	proto_header(&w, "ok");
+	for (int i = 0; i < PROTO_MAX_RECORDS; i++) {
+		proto_record_begin(&w, "t");
+		proto_record_end(&w);
+	}
+	cr_expect(!w.failed);
+	proto_record_begin(&w, "t");
+	cr_expect(w.failed, "record %d is refused", PROTO_MAX_RECORDS + 1);
 	proto_writer_free(&w);
 }
 
@@ -221,6 +241,9 @@ Test(cli, commands_and_options)
 	cr_expect_eq(a.cmd, CMD_LIST);
 	cr_assert_eq(cli("status 1 --help", &a), 0);
 	cr_expect_eq(a.cmd, CMD_HELP);
+	cr_assert_eq(cli("cancel 9 --timeout 3", &a), 0);
+	cr_expect_eq(a.cmd, CMD_CANCEL);
+	cr_expect_eq(a.pid, 9);
 }
 
 Test(cli, usage_errors)
@@ -231,9 +254,111 @@ Test(cli, usage_errors)
 		"status 1 --timeout 0", "status 1 --timeout abc", "sleep 1 --tag=",
 		"sleep 1 --json=yes", "sleep 1 --frob", "dance 1",
 		"sleep 1 --tag 0123456789012345678901234567890123",
+		"cancel", "cancel 1 --tag x", "cancel 1 --device 0", "cancel 1 --discard",
 	};
 	vmmctl_args a;
 
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
 		cr_expect_eq(cli(bad[i], &a), -1, "accepted: vmmctl %s", bad[i]);
+}
+
+/* What a genuine server in the caller's own private folder looks like. */
+static trust_facts genuine(void)
+{
+	return (trust_facts){
+		.caller = 1000, .dir_is_dir = true, .dir_owner = 1000, .dir_mode = 040700,
+		.dir_named_uid = 1000, .peer_uid = 1000, .peer_pid = 4242, .name_pid = 4242,
+		.same_pidns = 1,
+	};
+}
+
+static void refused(const trust_facts *f, const char *want)
+{
+	char why[256] = "";
+
+	cr_expect_eq(trust_decide(f, why, sizeof(why)), -1, "believed (want: %s)", want);
+	cr_expect(strstr(why, want), "reason '%s' lacks '%s'", why, want);
+}
+
+Test(trust, a_genuine_server_is_believed)
+{
+	trust_facts f = genuine();
+	char why[256] = "";
+
+	cr_expect_eq(trust_decide(&f, why, sizeof(why)), 0, "%s", why);
+	f.caller = 0; /* root drives everyone */
+	cr_expect_eq(trust_decide(&f, why, sizeof(why)), 0, "%s", why);
+	f.dir_named_uid = -1; /* VMMSHIM_RUN_DIR: any name */
+	cr_expect_eq(trust_decide(&f, why, sizeof(why)), 0, "%s", why);
+}
+
+/* Containers: SO_PEERCRED translates pids, so the pid in the name cannot be compared with the
+ * peer's across PID namespaces; such a server is still believed. */
+Test(trust, another_pid_namespace_keeps_working)
+{
+	trust_facts f = genuine();
+	char why[256] = "";
+
+	f.peer_pid = 981234; /* the host's view of the container's pid 4242 */
+	f.same_pidns = 0;
+	cr_expect_eq(trust_decide(&f, why, sizeof(why)), 0, "%s", why);
+	f.peer_pid = 0;      /* a server in a parent namespace: not visible */
+	cr_expect_eq(trust_decide(&f, why, sizeof(why)), 0, "%s", why);
+	f.peer_pid = 77;
+	f.same_pidns = -1;   /* cannot tell (its /proc entry is not readable) */
+	cr_expect_eq(trust_decide(&f, why, sizeof(why)), 0, "%s", why);
+}
+
+Test(trust, impostors_are_refused)
+{
+	trust_facts f = genuine();
+
+	/* Another user's server in my folder (only root could have put it there, or the folder
+	 * is not private). */
+	f.peer_uid = 1001;
+	refused(&f, "runs as uid 1001");
+	/* Root walking /tmp/vmmshim-*: another user's server in a folder of a third user. */
+	f = genuine();
+	f.caller = 0;
+	f.peer_uid = 1001;
+	refused(&f, "runs as uid 1001");
+	/* A folder named for uid 1000 that uid 1001 made. */
+	f = genuine();
+	f.caller = 0;
+	f.dir_owner = f.peer_uid = 1001;
+	refused(&f, "named for uid 1000");
+	/* A server posing as another process (same PID namespace). */
+	f = genuine();
+	f.peer_pid = 31337;
+	refused(&f, "not pid 4242");
+	/* Folders vmmctl does not use: another user's (for a non-root caller), writable by
+	 * others, not a real folder. */
+	f = genuine();
+	f.dir_owner = f.peer_uid = 1001;
+	f.dir_named_uid = -1;
+	refused(&f, "not to you");
+	f = genuine();
+	f.dir_mode = 040777;
+	refused(&f, "group or others");
+	f = genuine();
+	f.dir_is_dir = false;
+	refused(&f, "not a real folder");
+}
+
+Test(trust, folder_names_say_whose_they_are)
+{
+	cr_expect_eq(trust_dir_named_uid("/tmp/vmmshim-1000"), 1000);
+	cr_expect_eq(trust_dir_named_uid("/run/user/42/vmmshim"), 42);
+	cr_expect_eq(trust_dir_named_uid("/tmp/vmmshim-1000x"), -1);
+	cr_expect_eq(trust_dir_named_uid("/tmp/vmmshim-ctltest-abc"), -1);
+	cr_expect_eq(trust_dir_named_uid("/run/user/42/other"), -1);
+	cr_expect_eq(trust_dir_named_uid("/srv/run"), -1);
+}
+
+Test(output, printed_text_is_escaped)
+{
+	cr_expect_str_eq(out_safe("plain text 1.5 GiB"), "plain text 1.5 GiB");
+	cr_expect_str_eq(out_safe("a\x1b[31mb\x07"), "a\\x1b[31mb\\x07");
+	cr_expect_str_eq(out_safe("line\nbreak\r\x7f\xc3\xa9\\"),
+			 "line\\x0abreak\\x0d\\x7f\\xc3\\xa9\\x5c");
 }
