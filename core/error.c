@@ -15,7 +15,6 @@ const char *vmm_status_name(vmm_status s)
 	case VMM_E_ALREADY: return "already in that state";
 	case VMM_E_BUSY: return "busy";
 	case VMM_E_UNSUPPORTED: return "not supported";
-	case VMM_E_CANCELLED: return "cancelled";
 	}
 	return "unknown error";
 }

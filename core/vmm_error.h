@@ -15,7 +15,6 @@ typedef enum vmm_status {
 	VMM_E_ALREADY,     /* already asleep / already awake */
 	VMM_E_BUSY,        /* a state change is in progress, or a wait timed out */
 	VMM_E_UNSUPPORTED, /* the backend cannot do this */
-	VMM_E_CANCELLED,   /* cancelled (vmmctl cancel, or its client went away); rolled back */
 } vmm_status;
 
 typedef struct vmm_error {

@@ -39,7 +39,6 @@ enum vmmshim_result {
 	VMMSHIM_E_ALREADY = 6,        /* already asleep / awake: nothing changed */
 	VMMSHIM_E_BUSY = 7,           /* device calls did not drain in time, or exiting */
 	VMMSHIM_E_UNSUPPORTED = 8,
-	VMMSHIM_E_CANCELLED = 9,      /* cancelled from outside (vmmctl cancel, or a wake); rolled back */
 };
 
 /* Statistics, in bytes unless said otherwise. A flat struct of uint64_t (easy with ctypes). */

@@ -306,9 +306,6 @@ int out_cancel(FILE *f, const char *what, const client_reply *r)
 	} else if (!strcmp(outcome, "rolled_back")) {
 		snprintf(msg, sizeof(msg), "the %s in progress was cancelled and rolled back "
 			 "(%.3f s)", op, secs);
-	} else if (!strcmp(outcome, "failed")) {
-		snprintf(msg, sizeof(msg), "the %s in progress failed on its own and rolled back",
-			 op);
 	} else if (!strcmp(outcome, "ended")) {
 		snprintf(msg, sizeof(msg), "the %s in progress has ended (%.3f s)", op, secs);
 	} else if (!strcmp(outcome, "finished")) {

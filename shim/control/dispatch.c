@@ -76,7 +76,6 @@ const char *control_error_word(vmm_status s)
 	case VMM_E_DRIVER: return PROTO_ERR_DRIVER;
 	case VMM_E_BUSY: return PROTO_ERR_BUSY;
 	case VMM_E_UNSUPPORTED: return PROTO_ERR_UNSUPPORTED;
-	case VMM_E_CANCELLED: return PROTO_ERR_CANCELLED;
 	default: return PROTO_ERR_INTERNAL;
 	}
 }
@@ -463,7 +462,13 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 		put_result(w, s ? "already" : "ok", &res);
 		return;
 	}
-	proto_error_response(w, control_error_word(s), err.msg[0] ? err.msg : vmm_status_name(s));
+	if (client->gone(client->gone_arg))
+		vmm_log(VMM_LOG_WARN, "control: the %s for pid %ld was given up and rolled back: its "
+			"client has gone (%s)", verb, client->pid, err.msg);
+	/* Stopped on purpose (vmmctl cancel, a covering wake): say so in the protocol's word. */
+	proto_error_response(w, __atomic_load_n(&cancel_gen, __ATOMIC_ACQUIRE) == ow.gen ?
+				PROTO_ERR_CANCELLED : control_error_word(s),
+			     err.msg[0] ? err.msg : vmm_status_name(s));
 }
 
 static void put_cancel(proto_writer *w, const char *word, const char *operation,
@@ -497,9 +502,9 @@ static void do_cancel(const proto_request *req, const control_client *client, pr
 		if (op.done_gen > gen)
 			outcome = "ended"; /* and another one ran since: its own result is lost */
 		else if (op.done_gen == gen)
-			outcome = op.done_status == VMM_E_CANCELLED ? "rolled_back" :
-				  op.done_status == VMM_OK || op.done_status == VMM_E_ALREADY ?
-					  "finished" : "failed";
+			/* It was asked to stop: an error now is its roll-back. */
+			outcome = op.done_status == VMM_OK || op.done_status == VMM_E_ALREADY ?
+					  "finished" : "rolled_back";
 		pthread_mutex_unlock(&op_lock);
 		vmm_log(VMM_LOG_INFO, "control: pid %ld cancelled the %s in progress: %s",
 			client->pid, operation, outcome);

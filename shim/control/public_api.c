@@ -17,8 +17,7 @@ _Static_assert((int)VMMSHIM_E_INVALID == (int)VMM_E_INVALID &&
 	       (int)VMMSHIM_E_DRIVER == (int)VMM_E_DRIVER &&
 	       (int)VMMSHIM_E_ALREADY == (int)VMM_E_ALREADY &&
 	       (int)VMMSHIM_E_BUSY == (int)VMM_E_BUSY &&
-	       (int)VMMSHIM_E_UNSUPPORTED == (int)VMM_E_UNSUPPORTED &&
-	       (int)VMMSHIM_E_CANCELLED == (int)VMM_E_CANCELLED,
+	       (int)VMMSHIM_E_UNSUPPORTED == (int)VMM_E_UNSUPPORTED,
 	       "the public result numbers are the core's statuses");
 
 static _Thread_local char thread_tag[VMM_TAG_MAX];

@@ -9,7 +9,7 @@
  *
  * Cancellation (control_cancel, or a caller whose limits say its client has gone) is checked
  * before the operation and after each part; what was done is then rolled back and the call
- * returns VMM_E_CANCELLED. */
+ * returns VMM_E_BUSY with a message that starts with "cancelled". */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -217,11 +217,11 @@ static bool client_gone(const control_limits *lim)
 static vmm_status check_stop(const control_limits *lim, const char *what, vmm_error *err)
 {
 	if (__atomic_load_n(&cancel_requested, __ATOMIC_ACQUIRE))
-		return vmm_fail(err, VMM_E_CANCELLED, 0, "%s cancelled (vmmctl cancel, or a wake)",
-				what);
+		return vmm_fail(err, VMM_E_BUSY, 0, "cancelled: the %s was stopped (vmmctl cancel, "
+				"or a wake)", what);
 	if (client_gone(lim))
-		return vmm_fail(err, VMM_E_CANCELLED, 0,
-				"%s cancelled: the client that asked for it has gone", what);
+		return vmm_fail(err, VMM_E_BUSY, 0,
+				"cancelled: the client that asked for the %s has gone", what);
 	return VMM_OK;
 }
 
@@ -244,8 +244,8 @@ static vmm_status lock_control(const control_limits *lim, vmm_error *err, shim_r
 		if (!pthread_mutex_timedlock(&ctl_lock, &ts))
 			break;
 		if (client_gone(lim))
-			return vmm_fail(err, VMM_E_CANCELLED, 0, "the client went away while "
-					"another sleep or wake was in progress");
+			return vmm_fail(err, VMM_E_BUSY, 0, "cancelled: the client went away "
+					"while another sleep or wake was in progress");
 		if (deadline && now_ms() >= deadline)
 			return vmm_fail(err, VMM_E_BUSY, 0, "another sleep or wake was still in "
 					"progress after %d ms", lim->timeout_ms);
@@ -367,7 +367,10 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake,
 	}
 	/* i == n: the check after the last part. */
 	for (int i = 0; i <= n; i++) {
+		bool stopped;
+
 		s = check_stop(lim, "sleep", err);
+		stopped = s != VMM_OK;
 		if (!s && i == n)
 			break;
 		if (!s) {
@@ -392,9 +395,9 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake,
 				gate_open();
 			unlock_control();
 			vmm_log(VMM_LOG_WARN, "sleep %s %s%s, rolled back: %s",
-				s == VMM_E_CANCELLED ? "cancelled" : "failed",
-				i == n ? "at the end" : s == VMM_E_CANCELLED ? "before the " :
-				"in the ", i < n ? parts[i].name : "", err ? err->msg : "");
+				stopped ? "stopped" : "failed",
+				i == n ? "at the end" : stopped ? "before the " : "in the ",
+				i < n ? parts[i].name : "", err ? err->msg : "");
 			return s;
 		}
 		done[i] = true;
@@ -439,7 +442,10 @@ vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,
 	}
 	/* i == -1: the check after the last part. */
 	for (int i = n - 1; i >= -1; i--) {
+		bool stopped;
+
 		s = check_stop(lim, "wake", err);
+		stopped = s != VMM_OK;
 		if (!s && i < 0)
 			break;
 		if (!s) {
@@ -464,9 +470,9 @@ vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,
 			}
 			unlock_control();
 			vmm_log(VMM_LOG_WARN, "wake %s %s%s (still asleep): %s",
-				s == VMM_E_CANCELLED ? "cancelled" : "failed",
-				i < 0 ? "at the end" : s == VMM_E_CANCELLED ? "before the " :
-				"in the ", i >= 0 ? parts[i].name : "", err ? err->msg : "");
+				stopped ? "stopped" : "failed",
+				i < 0 ? "at the end" : stopped ? "before the " : "in the ",
+				i >= 0 ? parts[i].name : "", err ? err->msg : "");
 			return s;
 		}
 		done[i] = true;

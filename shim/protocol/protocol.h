@@ -42,9 +42,9 @@
  *   result   released, copied, seconds, gbps, already
  *   cancel   operation (sleep | wake | unknown | none), outcome (rolled_back: it stopped and
  *            undid its work | finished: it had done its work before it saw the cancel |
- *            failed: it failed on its own and rolled back | ended: it ended, how is not
- *            known (one the program started itself) | running: not ended within timeout_ms |
- *            none: nothing was in progress, with the word "already"), seconds
+ *            ended: it ended, how is not known (one the program started itself) | running:
+ *            not ended within timeout_ms | none: nothing was in progress, with the word
+ *            "already"), seconds
  *   error    status (one of the PROTO_ERR_* words), message
  *
  * A reply has at most PROTO_MAX_RESPONSE bytes and PROTO_MAX_RECORDS records; vmmctl refuses a
