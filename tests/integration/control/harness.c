@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -52,6 +53,23 @@ double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+double ctl_slow(void)
+{
+	const char *v = getenv("CTL_SLOW");
+	double f = v ? atof(v) : 1;
+
+	return f >= 1 ? f : 1;
+}
+
+/* In a child: die with the test, so that a test that times out (and never runs its fini) leaves
+ * no program behind. */
+static void die_with_parent(pid_t parent)
+{
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() != parent)
+		_exit(1);
+}
+
 static const char *need_env(const char *name)
 {
 	const char *v = getenv(name);
@@ -77,10 +95,12 @@ struct target *target_start(const char *const *env)
 		return NULL;
 	}
 	snprintf(t->err_path, sizeof(t->err_path), "%s/stderr", t->run_dir);
+	pid_t parent = getpid();
 	t->pid = fork();
 	if (t->pid == 0) {
 		int err = open(t->err_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 
+		die_with_parent(parent);
 		dup2(in[0], 0);
 		dup2(out[1], 1);
 		if (err >= 0)
@@ -322,11 +342,13 @@ pid_t vmmctl_spawn(const char *run_dir, const char *fmt, ...)
 	vsnprintf(args, sizeof(args), fmt, ap);
 	va_end(ap);
 	split_args(args, argv, 32);
+	pid_t parent = getpid();
 	pid = fork();
 	if (pid == 0) {
 		char po[64], pe[64];
 		int fo, fe;
 
+		die_with_parent(parent);
 		bg_paths(getpid(), po, pe, sizeof(po));
 		fo = open(po, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		fe = open(pe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -391,6 +413,7 @@ static void fake_serve(const char *path, int as_uid, enum fake_mode mode, const 
 	/* SO_PEERCRED reports who called listen(): become that user first. */
 	if (as_uid >= 0 && (setgid((gid_t)as_uid) || setuid((uid_t)as_uid)))
 		_exit(3);
+	prctl(PR_SET_PDEATHSIG, SIGKILL); /* a change of uid cleared it */
 	if (listen(fd, mode == FAKE_FULL ? 0 : 16))
 		_exit(4);
 	if (mode == FAKE_FULL) {
@@ -457,10 +480,12 @@ int fake_start(struct fake *f, const char *dir, long name_pid, int as_uid, enum 
 	memset(f, 0, sizeof(*f));
 	if (pipe2(ready, O_CLOEXEC))
 		return -1;
+	pid_t parent = getpid();
 	f->pid = fork();
 	if (f->pid == 0) {
 		char path[300];
 
+		die_with_parent(parent);
 		close(ready[0]);
 		snprintf(path, sizeof(path), "%s/%ld.sock", dir, name_pid ? name_pid :
 								    (long)getpid());

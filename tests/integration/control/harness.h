@@ -88,5 +88,8 @@ ssize_t raw_request(const char *sock, const char *req, size_t len, bool shut, in
 int raw_stall(const char *sock, const char *partial);
 
 double now_s(void);
+/* How much slower than usual the programs under test run (CTL_SLOW, e.g. 4 under
+ * ThreadSanitizer; default 1): time and memory limits in the tests are multiplied by it. */
+double ctl_slow(void);
 
 #endif

@@ -356,10 +356,13 @@ static long long vm_size(pid_t pid)
 
 Test(sleep, sleep_without_host_memory_is_refused, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t;
 	struct rlimit old, low;
 	char cmd[64], s[32];
 
+	if (getenv("CTL_SANITIZER"))
+		cr_skip_test("a sanitizer's shadow memory does not fit under a small RLIMIT_AS");
+	t = start(NULL);
 	cmd_ok(t, "alloc 8 4000000", "ok");
 	/* Leave the program almost no address space for a host backup. */
 	cr_assert_eq(prlimit(t->pid, RLIMIT_AS, NULL, &old), 0);
@@ -392,8 +395,9 @@ Test(sleep, eight_threads_work_through_a_sleep_wake_loop, .timeout = 120)
 	double end;
 
 	cmd_ok(t, "alloc 4 1000000", "ok");
-	target_send(t, "threads 8 4");
-	end = now_s() + 4.5;
+	snprintf(reply, sizeof(reply), "threads 8 %d", (int)(4 * ctl_slow()));
+	target_send(t, reply);
+	end = now_s() + 4.5 * ctl_slow();
 	while (now_s() < end) {
 		vmmctl_run(&o, t->run_dir, -1, "sleep %d", (int)t->pid);
 		cr_assert_eq(o.code, 0, "sleep %d: %s", cycles, o.err);
