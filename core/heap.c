@@ -1,11 +1,10 @@
-/* The core allocator's public API (heap.h): per-device heaps created at first use, per-tag
- * arenas, allocation and free with quarantine, lookup, trim, peer access and statistics. */
+/* The core allocator's public API (heap.h): the core, allocation and free (with quarantine and
+ * stream-ordered reuse), lookup, trim, peer access and statistics. The work is done by the
+ * layers listed in heap_internal.h. */
 #include "heap_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-#include "log.h"
 
 #define GIB (1ull << 30)
 #define DEFAULT_SMALL_MAX (64u << 10)
@@ -57,78 +56,6 @@ vmm_backend *vmm_core_backend(vmm_core *core)
 	return core->be;
 }
 
-/* Every block of the device: each starts in exactly one page, and the blocks starting in one
- * page are address-adjacent from the page's first block on. */
-static void free_all_blocks(struct devheap *dh)
-{
-	size_t n = atomic_load(&dh->nres);
-
-	for (size_t k = 0; k < n; k++) {
-		struct reservation *r = &dh->res[k];
-
-		for (size_t p = 0; p < r->npages; p++) {
-			struct blk *b = r->page_first[p], *nx;
-			vmm_devptr page_end = r->base + (p + 1) * dh->gran;
-
-			for (; b && b->addr < page_end; b = nx) {
-				nx = b->next;
-				if (b->state == BLK_SLAB) {
-					free(b->slab->free_stack);
-					free(b->slab->slots);
-					free(b->slab);
-				}
-				free(b);
-			}
-		}
-	}
-}
-
-static void devheap_destroy(struct devheap *dh)
-{
-	vmm_backend *be = dh->core->be;
-
-	for (struct phandle *h = dh->handles, *n; h; h = n) {
-		n = h->next;
-		if (h->va && !h->asleep)
-			phys_unmap(be, h->va, h->size);
-		if (!h->asleep)
-			phys_release(be, h->h);
-		if (h->backup.ptr && dh->backup_free)
-			dh->backup_free(be, &h->backup);
-		free(h);
-	}
-	if (dh->ce && dh->ce_destroy)
-		dh->ce_destroy(dh->ce);
-	free_all_blocks(dh);
-	va_release_all(dh);
-	for (int i = 0; i < dh->narenas; i++) {
-		struct arena *a = dh->arenas[i];
-
-		for (struct alloc *r = a->quar_head, *n; r; r = n) {
-			n = r->qnext;
-			free(r);
-		}
-		free(a);
-	}
-	for (size_t i = 0; i <= dh->hash_mask && dh->hash; i++) {
-		for (struct alloc *r = dh->hash[i], *n; r; r = n) {
-			n = r->hnext;
-			free(r);
-		}
-	}
-	free(dh->hash);
-	for (struct blk *b = dh->blk_pool, *n; b; b = n) {
-		n = b->next;
-		free(b);
-	}
-	for (struct alloc *r = dh->alloc_pool, *n; r; r = n) {
-		n = r->qnext;
-		free(r);
-	}
-	pthread_mutex_destroy(&dh->lock);
-	free(dh);
-}
-
 void vmm_core_destroy(vmm_core *core)
 {
 	if (!core)
@@ -138,301 +65,6 @@ void vmm_core_destroy(vmm_core *core)
 			devheap_destroy(core->heaps[d]);
 	pthread_mutex_destroy(&core->init_lock);
 	free(core);
-}
-
-static vmm_status hash_init(struct devheap *dh)
-{
-	dh->hash = calloc(1024, sizeof(*dh->hash));
-	dh->hash_mask = 1023;
-	return dh->hash ? VMM_OK : VMM_E_HOST_OOM;
-}
-
-static size_t hash_of(struct devheap *dh, vmm_devptr p)
-{
-	return (size_t)(((p >> 8) * 0x9E3779B97F4A7C15ull) >> 20) & dh->hash_mask;
-}
-
-static void hash_grow(struct devheap *dh)
-{
-	size_t old = dh->hash_mask + 1, n = old * 2;
-	struct alloc **t = calloc(n, sizeof(*t)), **o = dh->hash;
-
-	if (!t)
-		return; /* longer chains, still correct */
-	dh->hash = t;
-	dh->hash_mask = n - 1;
-	for (size_t i = 0; i < old; i++) {
-		for (struct alloc *r = o[i], *nx; r; r = nx) {
-			size_t k = hash_of(dh, r->base);
-
-			nx = r->hnext;
-			r->hnext = t[k];
-			t[k] = r;
-		}
-	}
-	free(o);
-}
-
-static void hash_insert(struct devheap *dh, struct alloc *r)
-{
-	size_t k;
-
-	if (dh->hash_count > dh->hash_mask)
-		hash_grow(dh);
-	k = hash_of(dh, r->base);
-	r->hnext = dh->hash[k];
-	dh->hash[k] = r;
-	dh->hash_count++;
-}
-
-static struct alloc *hash_remove(struct devheap *dh, vmm_devptr base)
-{
-	struct alloc **pp = &dh->hash[hash_of(dh, base)];
-
-	for (; *pp; pp = &(*pp)->hnext) {
-		if ((*pp)->base == base) {
-			struct alloc *r = *pp;
-
-			*pp = r->hnext;
-			dh->hash_count--;
-			return r;
-		}
-	}
-	return NULL;
-}
-
-struct alloc *alloc_new(struct devheap *dh)
-{
-	struct alloc *r = dh->alloc_pool;
-
-	if (r)
-		dh->alloc_pool = r->qnext;
-	else
-		r = malloc(sizeof(*r));
-	if (r)
-		memset(r, 0, sizeof(*r));
-	return r;
-}
-
-void alloc_put(struct devheap *dh, struct alloc *r)
-{
-	r->qnext = dh->alloc_pool;
-	dh->alloc_pool = r;
-}
-
-/* The allocation's memory becomes free for anyone (its quarantine is over). */
-void alloc_finish_free(struct devheap *dh, struct alloc *r)
-{
-	if (r->slab)
-		slab_free_slot(dh, r);
-	else
-		blk_release(dh, r->blk);
-	alloc_put(dh, r);
-}
-
-struct devheap *heap_for(struct vmm_core *core, int dev, bool create, vmm_error *err)
-{
-	struct devheap *dh;
-	size_t free_b, total_b;
-	vmm_backend *be = core->be;
-
-	if (dev < 0 || dev >= core->ndev) {
-		vmm_fail(err, VMM_E_INVALID, 0, "no device %d (the backend has %d)", dev, core->ndev);
-		return NULL;
-	}
-	dh = atomic_load_explicit(&core->heaps[dev], memory_order_acquire);
-	if (dh || !create)
-		return dh;
-	pthread_mutex_lock(&core->init_lock);
-	dh = core->heaps[dev];
-	if (dh)
-		goto out;
-	dh = calloc(1, sizeof(*dh));
-	if (!dh || hash_init(dh)) {
-		free(dh);
-		dh = NULL;
-		vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a device heap");
-		goto out;
-	}
-	dh->core = core;
-	dh->dev = dev;
-	if (be->granularity(be, dev, &dh->gran, err) ||
-	    be->mem_info(be, dev, &free_b, &total_b, err)) {
-		free(dh->hash);
-		free(dh);
-		dh = NULL;
-		goto out;
-	}
-	dh->total_mem = total_b;
-	/* Settled by the first device (other threads read the configuration without a lock:
-	 * later devices find nothing to change). */
-	if (!core->cfg.reserve_bytes)
-		core->cfg.reserve_bytes = align_up(4 * total_b, dh->gran);
-	if (core->cfg.small_max > dh->gran / 8)
-		core->cfg.small_max = dh->gran / 8;
-	if (core->cfg.max_handle_bytes != align_up(core->cfg.max_handle_bytes, dh->gran))
-		core->cfg.max_handle_bytes = align_up(core->cfg.max_handle_bytes, dh->gran);
-	pthread_mutex_init(&dh->lock, NULL);
-	atomic_store_explicit(&core->heaps[dev], dh, memory_order_release);
-out:
-	pthread_mutex_unlock(&core->init_lock);
-	return dh;
-}
-
-struct arena *arena_find(struct devheap *dh, const char *tag, bool create, vmm_error *err)
-{
-	struct arena *a;
-
-	if (!tag)
-		tag = VMM_DEFAULT_TAG;
-	for (int i = 0; i < dh->narenas; i++)
-		if (!strcmp(dh->arenas[i]->tag, tag))
-			return dh->arenas[i];
-	if (!create)
-		return NULL;
-	if (strlen(tag) >= VMM_TAG_MAX || !tag[0]) {
-		vmm_fail(err, VMM_E_INVALID, 0, "tag \"%.40s\" must have 1 to %d bytes", tag,
-			 VMM_TAG_MAX - 1);
-		return NULL;
-	}
-	if (dh->narenas == MAX_ARENAS) {
-		vmm_fail(err, VMM_E_INVALID, 0, "too many tags on device %d (at most %d)", dh->dev,
-			 MAX_ARENAS);
-		return NULL;
-	}
-	a = calloc(1, sizeof(*a));
-	if (!a) {
-		vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for an arena");
-		return NULL;
-	}
-	a->dh = dh;
-	strcpy(a->tag, tag);
-	dh->arenas[dh->narenas++] = a;
-	return a;
-}
-
-static uint64_t device_free_bytes(struct devheap *dh)
-{
-	vmm_backend *be = dh->core->be;
-	size_t f = 0, t = 0;
-
-	if (be->mem_info(be, dh->dev, &f, &t, NULL))
-		return 0;
-	return f;
-}
-
-/* Memory after a device sync: everything quarantined becomes free; beyond the cache limit
- * wholly free handles go back to the driver. */
-static vmm_status reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
-{
-	vmm_status st = heap_reclaim(dh, who, err);
-
-	if (!st && dh->core->cfg.cache_limit != SIZE_MAX)
-		heap_release_free_handles(dh, dh->core->cfg.cache_limit);
-	return st;
-}
-
-/* Does a miss synchronize (and so reclaim the whole quarantine) rather than grow? Growth is for
- * good (the heap keeps what it maps), a sync costs once: so a miss syncs as soon as
- * QUARANTINE_MIN waits in quarantine, even when that is less than the request (reclaimed blocks
- * coalesce with free neighbours, and the arena's free tail is extended by the rest only). Below
- * it the heap grows, so that a malloc/free cycle of one tensor does not wait on the device each
- * time. The older threshold, max(64 MiB, mapped/8), let the peak grow by up to 1/8 of it. */
-#define QUARANTINE_MIN (64ull << 20)
-static bool miss_syncs(struct devheap *dh)
-{
-	return dh->quar_total >= QUARANTINE_MIN;
-}
-
-struct blk *large_alloc_block(struct arena *a, size_t size, size_t align, vmm_error *err)
-{
-	struct devheap *dh = a->dh;
-	size_t need = size + (align > HEAP_ALIGN ? align - HEAP_ALIGN : 0);
-	vmm_error local;
-	vmm_status st;
-	struct blk *b, *t;
-
-	b = free_index_find(a, need);
-	if (!b && miss_syncs(dh)) {
-		/* One sync makes all of the quarantine reusable. A failed sync (stream capture)
-		 * means growth. */
-		if (reclaim(dh, a, NULL) == VMM_OK)
-			b = free_index_find(a, need);
-	}
-	if (!b) {
-		st = arena_grow(a, need, &local);
-		if (st == VMM_E_OOM) {
-			/* The ladder: sync and reclaim the quarantine, give back empty slabs, so
-			 * that wholly free handles can move here; then try once more. */
-			reclaim(dh, a, NULL);
-			for (int i = 0; i < dh->narenas; i++)
-				slab_release_empty(dh, dh->arenas[i]);
-			b = free_index_find(a, need);
-			if (!b)
-				st = arena_grow(a, need, &local);
-		}
-		if (!b && st) {
-			if (st == VMM_E_OOM)
-				vmm_fail(err, VMM_E_OOM, local.driver_code,
-					 "device %d: cannot allocate %zu bytes: %llu bytes free on the "
-					 "device, %llu cached in the heap (%s)",
-					 dh->dev, size, (unsigned long long)device_free_bytes(dh),
-					 (unsigned long long)(dh->mapped_total - dh->live_total),
-					 local.msg);
-			else if (err)
-				*err = local;
-			return NULL;
-		}
-		if (!b)
-			b = free_index_find(a, need);
-		if (!b) {
-			vmm_fail(err, VMM_E_OOM, 0, "device %d: no block of %zu bytes after growth",
-				 dh->dev, need);
-			return NULL;
-		}
-	}
-	free_index_remove(a, b);
-	if (align > HEAP_ALIGN && (b->addr & (align - 1))) {
-		size_t pad = align_up(b->addr, align) - b->addr;
-
-		t = blk_split(dh, b, pad);
-		free_index_insert(a, b);
-		if (!t) {
-			vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a block");
-			return NULL;
-		}
-		free_index_remove(a, t);
-		b = t;
-	}
-	blk_split(dh, b, size);
-	b->state = BLK_USED;
-	return b;
-}
-
-static void account_alloc(struct arena *a, struct alloc *r)
-{
-	struct devheap *dh = a->dh;
-
-	a->st.live_bytes += r->size;
-	a->st.live_usable += r->usable;
-	a->st.live_count++;
-	a->st.alloc_calls++;
-	if (a->st.live_bytes > a->st.peak_live_bytes)
-		a->st.peak_live_bytes = a->st.live_bytes;
-	dh->live_total += r->usable;
-	dh->live_req += r->size;
-	if (dh->live_req > dh->peak_live)
-		dh->peak_live = dh->live_req;
-}
-
-static void account_free(struct arena *a, struct alloc *r)
-{
-	a->st.live_bytes -= r->size;
-	a->st.live_usable -= r->usable;
-	a->st.live_count--;
-	a->st.free_calls++;
-	a->dh->live_total -= r->usable;
-	a->dh->live_req -= r->size;
 }
 
 static vmm_status alloc_locked(struct devheap *dh, size_t size, size_t align, const char *tag,
@@ -453,14 +85,14 @@ static vmm_status alloc_locked(struct devheap *dh, size_t size, size_t align, co
 	r->size = size;
 	r->arena = a;
 	if (align <= HEAP_ALIGN && size_class(size, dh->core->cfg.small_max) >= 0) {
-		st = slab_alloc(a, size, r, err);
+		st = arena_alloc_small(a, size, r, err);
 		if (st) {
 			alloc_put(dh, r);
 			return st;
 		}
 	} else {
 		size_t usable = align_up(size ? size : 1, HEAP_ALIGN);
-		struct blk *b = large_alloc_block(a, usable, align, err);
+		struct blk *b = arena_alloc_block(a, usable, align, err);
 
 		if (!b) {
 			alloc_put(dh, r);
@@ -471,7 +103,7 @@ static vmm_status alloc_locked(struct devheap *dh, size_t size, size_t align, co
 		r->base = b->addr;
 		r->usable = b->size;
 	}
-	hash_insert(dh, r);
+	record_insert(dh, r);
 	account_alloc(a, r);
 	*out = r->base;
 	return VMM_OK;
@@ -501,52 +133,27 @@ vmm_status vmm_malloc(vmm_core *core, int dev, size_t size, size_t align, const 
 	return st;
 }
 
-/* The heap whose address space holds ptr (reservations are append-only: no lock needed). */
-static struct devheap *heap_of_ptr(struct vmm_core *core, vmm_devptr ptr)
-{
-	for (int d = 0; d < core->ndev; d++) {
-		struct devheap *dh = atomic_load_explicit(&core->heaps[d], memory_order_acquire);
-
-		if (dh && res_of(dh, ptr))
-			return dh;
-	}
-	return NULL;
-}
-
 static vmm_status free_common(vmm_core *core, vmm_devptr ptr, vmm_stream stream, bool on_stream,
 			      vmm_error *err)
 {
 	struct devheap *dh = heap_of_ptr(core, ptr);
 	struct alloc *r;
-	struct arena *a;
 
 	if (!dh)
 		return vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx was not allocated by vmmshim",
 				(unsigned long long)ptr);
 	pthread_mutex_lock(&dh->lock);
-	r = hash_remove(dh, ptr);
+	r = record_remove(dh, ptr);
 	if (!r) {
 		pthread_mutex_unlock(&dh->lock);
 		return vmm_fail(err, VMM_E_NOT_OURS, 0,
 				"0x%llx is not the base of a live allocation (double free?)",
 				(unsigned long long)ptr);
 	}
-	a = r->arena;
-	account_free(a, r);
+	account_free(r->arena, r);
 	/* Quarantine: reused only after a device sync that began after this free, or at once on
 	 * the same stream for stream-ordered frees. */
-	r->quarantined = true;
-	r->stream_ordered = on_stream;
-	r->stream = on_stream ? stream : NULL;
-	if (!r->slab)
-		r->blk->state = BLK_QUAR;
-	r->qprev = NULL;
-	r->qnext = a->quar_head;
-	if (r->qnext)
-		r->qnext->qprev = r;
-	a->quar_head = r;
-	a->quar_bytes += r->usable;
-	dh->quar_total += r->usable;
+	quarantine_put(r, on_stream, stream);
 	pthread_mutex_unlock(&dh->lock);
 	return VMM_OK;
 }
@@ -596,21 +203,9 @@ vmm_status vmm_malloc_on_stream(vmm_core *core, int dev, size_t size, const char
 	a = arena_find(dh, tag, true, err);
 	r = a && !a->asleep ? stream_reuse(a, size, stream) : NULL;
 	if (r) {
-		if (r->qprev)
-			r->qprev->qnext = r->qnext;
-		else
-			a->quar_head = r->qnext;
-		if (r->qnext)
-			r->qnext->qprev = r->qprev;
-		a->quar_bytes -= r->usable;
-		dh->quar_total -= r->usable;
-		r->quarantined = false;
-		r->stream_ordered = false;
-		r->stream = NULL;
+		quarantine_take(r);
 		r->size = size;
-		if (!r->slab)
-			r->blk->state = BLK_USED;
-		hash_insert(dh, r);
+		record_insert(dh, r);
 		account_alloc(a, r);
 		*out = r->base;
 		st = VMM_OK;
@@ -674,37 +269,6 @@ vmm_status vmm_trim(vmm_core *core, int dev, vmm_error *err)
 	return st;
 }
 
-/* Re-grant access on every mapped run of the device (contiguous handles in one call). */
-static vmm_status regrant_all(struct devheap *dh, vmm_error *err)
-{
-	size_t n = atomic_load(&dh->nres);
-
-	for (size_t k = 0; k < n; k++) {
-		struct reservation *r = &dh->res[k];
-
-		for (size_t p = 0; p < r->npages;) {
-			struct phandle *h = r->page_handle[p];
-			vmm_devptr start;
-			size_t len = 0;
-			vmm_status st;
-
-			if (!h || h->asleep) {
-				p++;
-				continue;
-			}
-			start = r->base + p * dh->gran;
-			while (p < r->npages && r->page_handle[p] && !r->page_handle[p]->asleep) {
-				len += dh->gran;
-				p++;
-			}
-			st = heap_grant_access(dh, start, len, err);
-			if (st)
-				return st;
-		}
-	}
-	return VMM_OK;
-}
-
 vmm_status vmm_set_peer_access(vmm_core *core, int dev, int peer, bool enable, vmm_error *err)
 {
 	struct devheap *dh;
@@ -725,7 +289,7 @@ vmm_status vmm_set_peer_access(vmm_core *core, int dev, int peer, bool enable, v
 		;
 	if (enable && i == dh->npeers) {
 		dh->peers[dh->npeers++] = peer;
-		st = regrant_all(dh, err);
+		st = heap_regrant_all(dh, err);
 		if (st) {
 			dh->npeers = nsaved;
 			memcpy(dh->peers, saved, sizeof(saved));

@@ -1,7 +1,7 @@
-/* Blocks over mapped memory: the address-ordered neighbour links, the per-page index that answers
- * "which block holds this address", and each arena's segregated free index (TLSF: two-level
- * bitmaps, so that search, insert and remove are O(1)). */
-#include "heap_internal.h"
+/* Blocks over mapped memory (heap_blocks.h): the address-ordered neighbour links, the per-page
+ * index that answers "which block holds this address", and each arena's segregated free index
+ * (TLSF: two-level bitmaps, so that search, insert and remove are O(1)). */
+#include "heap_blocks.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -23,16 +23,6 @@ void blk_put(struct devheap *dh, struct blk *b)
 {
 	b->next = dh->blk_pool;
 	dh->blk_pool = b;
-}
-
-struct reservation *res_of(struct devheap *dh, vmm_devptr va)
-{
-	size_t n = atomic_load_explicit(&dh->nres, memory_order_acquire);
-
-	for (size_t i = 0; i < n; i++)
-		if (va >= dh->res[i].base && va - dh->res[i].base < dh->res[i].size)
-			return &dh->res[i];
-	return NULL;
 }
 
 static size_t page_of(struct devheap *dh, struct reservation *r, vmm_devptr va)

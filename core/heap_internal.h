@@ -1,232 +1,34 @@
-/* The heap's internal structures, shared by the files that implement heap.h and heap_offload.h.
- * Nothing outside core/ includes this.
+/* The heap's internal layers, for the two files at its top: heap.c (the public API, heap.h) and
+ * heap_offload.c (sleep and wake, heap_offload.h). Nothing outside core/ includes this.
  *
- * Per device (struct devheap, one mutex): VA reservations with a page table each, the physical
- * handles, the address-ordered list of blocks over mapped memory, and one arena per tag. An arena
- * owns blocks and handles; its free blocks sit in a TLSF-like segregated index (O(1) search), its
- * small allocations in slabs, its freed allocations in a quarantine until a device sync. */
+ * Each file calls only the files below it (no file calls back up; heap_types.h holds the
+ * structures they share):
+ *
+ *   heap.c, heap_offload.c  the public API; sleep and wake
+ *   heap_fit.c      block services: find, else sync and reclaim, else grow; the OOM ladder
+ *                   -> grow, records, slab, phys, blocks
+ *   heap_device.c   device heaps (made at first use, torn down) and per-tag arenas
+ *                   -> records, slab, phys, va
+ *   heap_grow.c     growth: wholly free handles moved from anywhere, then new ones
+ *                   -> phys, blocks, va
+ *   heap_records.c  allocation records: index by base, quarantine, reclaim after a sync
+ *                   -> slab, blocks
+ *   heap_slab.c     small allocations packed in one-granule slabs        -> blocks
+ *   heap_phys.c     physical handles: list, detach, release, access       -> blocks, va
+ *   heap_blocks.c   blocks, per-page index, TLSF free index               -> va
+ *   heap_va.c       address space: reservations and unclaimed extents     -> the backend only
+ */
 #ifndef VMM_HEAP_INTERNAL_H
 #define VMM_HEAP_INTERNAL_H
 
-#include <pthread.h>
-#include <stdatomic.h>
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
-
-#include "offload/copy_engine.h"
-#include "heap.h"
-
-#define HEAP_ALIGN 256u            /* every block size and address is a multiple */
-#define TLSF_SL_LOG2 4             /* 16 second-level lists per power of two */
-#define TLSF_SL_COUNT (1u << TLSF_SL_LOG2)
-#define TLSF_LINEAR_LIMIT (HEAP_ALIGN << TLSF_SL_LOG2)   /* below: one list per 256 bytes */
-#define TLSF_FL_COUNT 48
-#define MAX_RESERVATIONS 64
-#define MAX_ARENAS 64
-#define NUM_CLASSES 64
-
-enum blk_state { BLK_FREE, BLK_USED, BLK_QUAR, BLK_SLAB };
-
-struct arena;
-struct slab;
-struct alloc;
-
-/* A run of mapped address space owned by one arena. prev/next link address-adjacent blocks of
- * the device (any arena); fprev/fnext link free blocks in the arena's index. */
-struct blk {
-	vmm_devptr addr;
-	size_t size;
-	struct blk *prev, *next;
-	struct blk *fprev, *fnext;
-	struct arena *arena;
-	struct alloc *alloc;    /* BLK_USED / BLK_QUAR: the allocation */
-	struct slab *slab;      /* BLK_SLAB */
-	uint8_t state;
-	uint8_t fl, sl;         /* the free list it sits in (BLK_FREE) */
-};
-
-/* A live or quarantined allocation: what free() and lookup() find. */
-struct alloc {
-	vmm_devptr base;
-	size_t size;            /* asked for */
-	size_t usable;
-	struct arena *arena;
-	struct blk *blk;        /* large: its block; small: the slab's block */
-	struct slab *slab;      /* NULL for large allocations */
-	uint32_t slot;
-	bool quarantined;
-	bool stream_ordered;    /* freed on `stream` (which may be the NULL default stream) */
-	vmm_stream stream;
-	struct alloc *hnext;    /* hash chain */
-	struct alloc *qprev, *qnext;
-};
-
-struct slab {
-	struct blk *blk;
-	struct arena *arena;
-	int cls;
-	size_t slot_size;
-	uint32_t nslots, nused; /* nused: live + quarantined */
-	uint32_t free_top;
-	uint32_t *free_stack;
-	struct alloc **slots;
-	struct slab *prev, *next;   /* the class's list of slabs with a free slot */
-	bool listed;
-};
-
-/* A physical handle of the device, mapped at va (or asleep: released, to be re-created at va). */
-struct phandle {
-	vmm_phys h;
-	size_t size;
-	vmm_devptr va;          /* 0: not mapped */
-	struct arena *arena;
-	bool asleep;
-	bool has_backup;        /* backup holds the contents while asleep */
-	vmm_host_buf backup;    /* kept across cycles and reused */
-	struct phandle *prev, *next;
-};
-
-struct va_extent {
-	vmm_devptr va;
-	size_t size;
-};
-
-struct reservation {
-	vmm_devptr base;
-	size_t size;
-	size_t npages;
-	struct blk **page_first;        /* lowest-address block starting in each page */
-	struct phandle **page_handle;   /* the handle mapped (or asleep) over each page */
-	struct va_extent *free;         /* unclaimed VA, address order */
-	size_t nfree, cap_free;
-};
-
-struct arena_stats {
-	uint64_t live_bytes, live_count, live_usable;
-	uint64_t mapped_bytes, asleep_bytes, host_backup_bytes;
-	uint64_t peak_live_bytes, peak_mapped_bytes;
-	uint64_t alloc_calls, free_calls, handles_created, handles_released, syncs;
-};
-
-struct arena {
-	struct devheap *dh;
-	char tag[VMM_TAG_MAX];
-	uint64_t fl_map;
-	uint32_t sl_map[TLSF_FL_COUNT];
-	struct blk *lists[TLSF_FL_COUNT][TLSF_SL_COUNT];
-	struct alloc *quar_head;
-	uint64_t quar_bytes;
-	struct slab *partial[NUM_CLASSES];
-	vmm_devptr grow_end;    /* end of the last growth: the next one extends it when it can */
-	bool asleep;
-	bool discarded;         /* asleep without a host copy */
-	bool marked;            /* changed by the sleep/wake in progress (for its rollback) */
-	struct arena_stats st;
-};
-
-struct devheap {
-	pthread_mutex_t lock;
-	struct vmm_core *core;
-	int dev;
-	size_t gran;
-	size_t total_mem;
-	_Atomic size_t nres;    /* reservations are append-only: readable without the lock */
-	struct reservation res[MAX_RESERVATIONS];
-	struct phandle *handles;        /* every handle of the device */
-	struct arena *arenas[MAX_ARENAS];
-	int narenas;
-	int peers[VMM_MAX_DEVICES];
-	int npeers;
-	/* base -> allocation */
-	struct alloc **hash;
-	size_t hash_mask, hash_count;
-	/* object pools (free lists) */
-	struct blk *blk_pool;
-	struct alloc *alloc_pool;
-	uint64_t quar_total;
-	/* Set by the offload engine when it provisions a backup; keeps the allocator free of a
-	 * link-time dependency on the copy engine. */
-	void (*backup_free)(vmm_backend *be, vmm_host_buf *buf);
-	vmm_copy_engine *ce;    /* the offload engine's, created at the first sleep */
-	void (*ce_destroy)(vmm_copy_engine *ce);
-	uint64_t live_total, live_req, mapped_total, peak_live, peak_mapped;
-};
-
-struct vmm_core {
-	vmm_backend *be;
-	vmm_config cfg;
-	pthread_mutex_t init_lock;
-	struct devheap *_Atomic heaps[VMM_MAX_DEVICES];
-	int ndev;
-};
-
-static inline size_t align_up(size_t v, size_t a)
-{
-	return (v + a - 1) & ~(a - 1);
-}
-
-/* heap_blocks.c: blocks, the page tables and the free index */
-struct blk *blk_new(struct devheap *dh);
-void blk_put(struct devheap *dh, struct blk *b);
-struct reservation *res_of(struct devheap *dh, vmm_devptr va);
-struct blk *blk_containing(struct devheap *dh, vmm_devptr addr);
-void free_index_insert(struct arena *a, struct blk *b);
-void free_index_remove(struct arena *a, struct blk *b);
-struct blk *free_index_find(struct arena *a, size_t size);
-/* Split b so that it keeps `size` bytes; the tail becomes a new block of the same arena in
- * state `tail_state` (inserted in the index when free). Returns the tail or NULL. */
-struct blk *blk_split(struct devheap *dh, struct blk *b, size_t size);
-/* Mark b free, coalesce it with free neighbours of its arena, index it. */
-struct blk *blk_release(struct devheap *dh, struct blk *b);
-/* New mapped memory [va, va+size) for arena a: one free block, coalesced. */
-void arena_add_free_range(struct arena *a, vmm_devptr va, size_t size);
-/* Take [va, va+size) out of the arena's free memory (it lies inside one free block). */
-void arena_take_free_range(struct arena *a, vmm_devptr va, size_t size);
-void page_handle_set(struct devheap *dh, vmm_devptr va, size_t size, struct phandle *h);
-struct phandle *page_handle_get(struct devheap *dh, vmm_devptr va);
-
-/* heap_va.c: address space */
-vmm_status va_alloc(struct devheap *dh, size_t size, vmm_devptr *va, vmm_error *err);
-bool va_claim_at(struct devheap *dh, vmm_devptr va, size_t size);
-void va_free(struct devheap *dh, vmm_devptr va, size_t size);
-void va_release_all(struct devheap *dh);
-
-/* heap_phys.c: growth, reuse of handles at any address, release */
-vmm_status arena_grow(struct arena *a, size_t need, vmm_error *err);
-bool handle_wholly_free(struct devheap *dh, struct phandle *h);
-vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err);
-vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err);
-/* The quarantine becomes free memory. Only right after a successful device sync made with the
- * heap's lock held since before (so that it began after every free in the quarantine). */
-void heap_reclaim_synced(struct devheap *dh);
-void heap_release_free_handles(struct devheap *dh, size_t keep_bytes);
-/* Unmap and release the wholly free handles hs[0..n) (the releases side by side); returns the
- * bytes given back. hs is reordered. */
-uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n);
-/* Teardown calls, retried once: a transient failure must not leak device memory. */
-void phys_release(vmm_backend *be, vmm_phys h);
-void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size);
-/* Release hs[0..n) (spread over a few threads where the backend allows): ok[i] says which went;
- * returns the first failure's status (err: its message), VMM_OK when all went. */
-vmm_status phys_release_many(vmm_backend *be, const vmm_phys *hs, size_t n, bool *ok,
-			     vmm_error *err);
-vmm_status heap_grant_access(struct devheap *dh, vmm_devptr va, size_t size, vmm_error *err);
-void stats_mapped(struct arena *a, int64_t delta);
-
-/* heap_slab.c */
-int size_class(size_t size, size_t small_max);
-size_t class_size(int cls);
-vmm_status slab_alloc(struct arena *a, size_t size, struct alloc *rec, vmm_error *err);
-void slab_free_slot(struct devheap *dh, struct alloc *rec);
-void slab_release_empty(struct devheap *dh, struct arena *a);
-
-/* heap.c */
-struct alloc *alloc_new(struct devheap *dh);
-void alloc_put(struct devheap *dh, struct alloc *r);
-void alloc_finish_free(struct devheap *dh, struct alloc *r);
-struct blk *large_alloc_block(struct arena *a, size_t size, size_t align, vmm_error *err);
-struct devheap *heap_for(struct vmm_core *core, int dev, bool create, vmm_error *err);
-struct arena *arena_find(struct devheap *dh, const char *tag, bool create, vmm_error *err);
+#include "heap_blocks.h"
+#include "heap_device.h"
+#include "heap_fit.h"
+#include "heap_grow.h"
+#include "heap_phys.h"
+#include "heap_records.h"
+#include "heap_slab.h"
+#include "heap_types.h"
+#include "heap_va.h"
 
 #endif

@@ -1,7 +1,7 @@
-/* Physical memory: growing an arena (reusing wholly free handles from anywhere on the device,
- * re-mapped contiguously at the new address, before creating new ones), giving handles back, and
- * the device synchronization that makes quarantined memory reusable. */
-#include "heap_internal.h"
+/* Physical handles of a device (heap_phys.h): their list, moving a wholly free one out of its
+ * arena, giving handles back to the driver (several side by side), access grants, and the mapped
+ * bytes' accounting. */
+#include "heap_phys.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -101,6 +101,37 @@ vmm_status heap_grant_access(struct devheap *dh, vmm_devptr va, size_t size, vmm
 	return be->set_access(be, dh->dev, va, size, dh->peers, dh->npeers, err);
 }
 
+/* Re-grant access on every mapped run of the device (contiguous handles in one call). */
+vmm_status heap_regrant_all(struct devheap *dh, vmm_error *err)
+{
+	size_t n = atomic_load(&dh->nres);
+
+	for (size_t k = 0; k < n; k++) {
+		struct reservation *r = &dh->res[k];
+
+		for (size_t p = 0; p < r->npages;) {
+			struct phandle *h = r->page_handle[p];
+			vmm_devptr start;
+			size_t len = 0;
+			vmm_status st;
+
+			if (!h || h->asleep) {
+				p++;
+				continue;
+			}
+			start = r->base + p * dh->gran;
+			while (p < r->npages && r->page_handle[p] && !r->page_handle[p]->asleep) {
+				len += dh->gran;
+				p++;
+			}
+			st = heap_grant_access(dh, start, len, err);
+			if (st)
+				return st;
+		}
+	}
+	return VMM_OK;
+}
+
 bool handle_wholly_free(struct devheap *dh, struct phandle *h)
 {
 	struct blk *b;
@@ -111,7 +142,7 @@ bool handle_wholly_free(struct devheap *dh, struct phandle *h)
 	return b && b->state == BLK_FREE && b->addr + b->size >= h->va + h->size;
 }
 
-static void handle_unlink(struct devheap *dh, struct phandle *h)
+void handle_unlink(struct devheap *dh, struct phandle *h)
 {
 	if (h->prev)
 		h->prev->next = h->next;
@@ -122,7 +153,7 @@ static void handle_unlink(struct devheap *dh, struct phandle *h)
 	h->prev = h->next = NULL;
 }
 
-static void handle_link(struct devheap *dh, struct phandle *h)
+void handle_link(struct devheap *dh, struct phandle *h)
 {
 	h->prev = NULL;
 	h->next = dh->handles;
@@ -132,7 +163,7 @@ static void handle_link(struct devheap *dh, struct phandle *h)
 }
 
 /* Take a wholly free, mapped handle out of its arena and unmap it (it stays created). */
-static vmm_status handle_detach(struct devheap *dh, struct phandle *h, vmm_error *err)
+vmm_status handle_detach(struct devheap *dh, struct phandle *h, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
 	vmm_status st;
@@ -150,7 +181,7 @@ static vmm_status handle_detach(struct devheap *dh, struct phandle *h, vmm_error
 	return VMM_OK;
 }
 
-static void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *acct)
+void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *acct)
 {
 	vmm_backend *be = dh->core->be;
 
@@ -173,6 +204,27 @@ vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err)
 	return VMM_OK;
 }
 
+/* Detach hs[0..n) for dropping (unmapped, out of the device's list): a handle that will not unmap
+ * stays mapped and free in its arena. The detached ones move to the front of hs, their driver
+ * handles to ph and their arenas to acct; returns how many. */
+static size_t detach_for_drop(struct devheap *dh, struct phandle **hs, size_t n, vmm_phys *ph,
+			      struct arena **acct)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct arena *a = hs[i]->arena;
+
+		if (handle_detach(dh, hs[i], NULL))
+			continue;
+		handle_unlink(dh, hs[i]);
+		acct[k] = a;
+		hs[k] = hs[i];
+		ph[k++] = hs[i]->h;
+	}
+	return k;
+}
+
 uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n)
 {
 	vmm_backend *be = dh->core->be;
@@ -180,7 +232,7 @@ uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n)
 	bool *ok = calloc(n ? n : 1, sizeof(*ok));
 	struct arena **acct = malloc((n ? n : 1) * sizeof(*acct));
 	uint64_t bytes = 0;
-	size_t k = 0;
+	size_t k;
 
 	if (!ph || !ok || !acct) {
 		/* One at a time, then. */
@@ -190,21 +242,9 @@ uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n)
 			if (handle_drop(dh, hs[i], NULL) == VMM_OK)
 				bytes += sz;
 		}
-		free(ph);
-		free(ok);
-		free(acct);
-		return bytes;
+		goto out;
 	}
-	for (size_t i = 0; i < n; i++) {
-		struct arena *a = hs[i]->arena;
-
-		if (handle_detach(dh, hs[i], NULL))
-			continue; /* still mapped and free: it stays in its arena */
-		handle_unlink(dh, hs[i]);
-		acct[k] = a;
-		hs[k] = hs[i];
-		ph[k++] = hs[i]->h;
-	}
+	k = detach_for_drop(dh, hs, n, ph, acct);
 	phys_release_many(be, ph, k, ok, NULL);
 	for (size_t i = 0; i < k; i++) {
 		if (!ok[i])
@@ -216,6 +256,7 @@ uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n)
 			dh->backup_free(be, &hs[i]->backup);
 		free(hs[i]);
 	}
+out:
 	free(ph);
 	free(ok);
 	free(acct);
@@ -252,330 +293,19 @@ void heap_release_free_handles(struct devheap *dh, size_t keep_bytes)
 	free(hs);
 }
 
-vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
+void phys_teardown(struct devheap *dh)
 {
 	vmm_backend *be = dh->core->be;
-	vmm_status st;
 
-	if (!dh->quar_total)
-		return VMM_OK;
-	st = be->synchronize(be, dh->dev, err);
-	if (st)
-		return st;
-	if (who)
-		who->st.syncs++;
-	heap_reclaim_synced(dh);
-	return VMM_OK;
-}
-
-void heap_reclaim_synced(struct devheap *dh)
-{
-	for (int i = 0; i < dh->narenas; i++) {
-		struct arena *a = dh->arenas[i];
-
-		while (a->quar_head) {
-			struct alloc *r = a->quar_head;
-
-			a->quar_head = r->qnext;
-			if (a->quar_head)
-				a->quar_head->qprev = NULL;
-			alloc_finish_free(dh, r);
-		}
-		a->quar_bytes = 0;
-	}
-	dh->quar_total = 0;
-}
-
-/* The plan of one growth: the handles that will back [va, va+total), in order. */
-struct grow_plan {
-	struct phandle **hs;
-	bool *fresh;
-	size_t n, cap;
-	size_t total;
-};
-
-static bool plan_add(struct grow_plan *p, struct phandle *h, bool fresh)
-{
-	if (p->n == p->cap) {
-		size_t cap = p->cap ? p->cap * 2 : 8;
-		struct phandle **hs = realloc(p->hs, cap * sizeof(*hs));
-		bool *fr;
-
-		if (!hs)
-			return false;
-		p->hs = hs;
-		fr = realloc(p->fresh, cap * sizeof(*fr));
-		if (!fr)
-			return false;
-		p->fresh = fr;
-		p->cap = cap;
-	}
-	p->hs[p->n] = h;
-	p->fresh[p->n++] = fresh;
-	p->total += h->size;
-	return true;
-}
-
-/* The wholly free handles that may move, largest first. Those in `avoid` (the block being
- * extended) and those of sleeping arenas stay where they are. */
-struct cands {
-	struct phandle **h;
-	bool *used;
-	size_t n;
-};
-
-static int by_size_desc(const void *a, const void *b)
-{
-	const struct phandle *x = *(struct phandle *const *)a, *y = *(struct phandle *const *)b;
-
-	return x->size > y->size ? -1 : x->size < y->size;
-}
-
-static bool cands_collect(struct devheap *dh, struct blk *avoid, struct cands *c)
-{
-	size_t n = 0;
-
-	memset(c, 0, sizeof(*c));
-	for (struct phandle *h = dh->handles; h; h = h->next)
-		n++;
-	if (!n)
-		return true;
-	c->h = malloc(n * sizeof(*c->h));
-	c->used = calloc(n, sizeof(*c->used));
-	if (!c->h || !c->used) {
-		free(c->h);
-		free(c->used);
-		memset(c, 0, sizeof(*c));
-		return false;
-	}
-	for (struct phandle *h = dh->handles; h; h = h->next) {
-		if (h->arena->asleep || !handle_wholly_free(dh, h))
-			continue;
-		if (avoid && h->va >= avoid->addr && h->va < avoid->addr + avoid->size)
-			continue;
-		c->h[c->n++] = h;
-	}
-	qsort(c->h, c->n, sizeof(*c->h), by_size_desc);
-	return true;
-}
-
-static void cands_free(struct cands *c)
-{
-	free(c->h);
-	free(c->used);
-}
-
-static void plan_abandon(struct devheap *dh, struct grow_plan *p, struct arena *a)
-{
-	for (size_t i = 0; i < p->n; i++) {
-		if (p->fresh[i])
-			handle_destroy(dh, p->hs[i], a);
-	}
-	free(p->hs);
-	free(p->fresh);
-	memset(p, 0, sizeof(*p));
-}
-
-/* New memory for a request below max_handle_bytes comes in pieces of at most PIECE_MAX: when
- * such a request is freed and its range is later split by smaller ones, the pieces that stay
- * wholly free can still move to where the next large request needs them. Large handles would
- * stay pinned by any small allocation inside them, and the heap would grow instead (the NO_CACHING
- * training replay of bench_core: peak mapped/live 1.23 -> 1.10). Requests of max_handle_bytes or
- * more keep whole handles, so that sleeping and waking them stays a few calls per GiB. */
-#define PIECE_MAX (64ull << 20)
-
-/* Collect handles summing to `want` bytes exactly, or at least `want` when `exact` is false:
- * wholly free handles first (largest that fit), then a larger wholly free one rather than new
- * memory, then new ones (see PIECE_MAX). */
-static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, bool exact,
-			    struct blk *avoid, vmm_error *err)
-{
-	struct devheap *dh = a->dh;
-	vmm_backend *be = dh->core->be;
-	size_t maxh = dh->core->cfg.max_handle_bytes;
-	struct cands c;
-	struct phandle *h;
-	vmm_status st = VMM_OK;
-
-	if (!cands_collect(dh, avoid, &c))
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
-	/* Room only shrinks: one pass over the candidates, largest first. */
-	for (size_t i = 0; i < c.n && p->total < want; i++) {
-		if (c.h[i]->size > want - p->total)
-			continue;
-		if (!plan_add(p, c.h[i], false)) {
-			st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
-			goto out;
-		}
-		c.used[i] = true;
-	}
-	/* Rather than create memory while a larger wholly free handle sits idle, map that one:
-	 * its tail stays free in the arena, and the device's mapped memory does not grow. */
-	if (!exact && p->total < want) {
-		size_t room = want - p->total, k = c.n;
-
-		while (k-- > 0)
-			if (!c.used[k] && c.h[k]->size >= room)
-				break;
-		if (k < c.n) {
-			if (!plan_add(p, c.h[k], false)) {
-				st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory");
-				goto out;
-			}
-			c.used[k] = true;
-		}
-	}
-	while (p->total < want) {
-		size_t sz = want - p->total;
-
-		if (sz > maxh)
-			sz = maxh;
-		if (want < maxh && sz > PIECE_MAX)
-			sz = PIECE_MAX;
-		h = calloc(1, sizeof(*h));
-		if (!h) {
-			st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a handle record");
-			goto out;
-		}
-		st = be->create(be, dh->dev, sz, &h->h, err);
-		if (st) {
-			size_t room = want - p->total, k = c.n;
-
-			free(h);
-			if (st != VMM_E_OOM || exact)
-				goto out;
-			/* The driver is out: the smallest larger cached handle covers the rest. */
-			while (k-- > 0)
-				if (!c.used[k] && c.h[k]->size > room)
-					break;
-			if (k >= c.n)
-				goto out;
-			if (!plan_add(p, c.h[k], false)) {
-				st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory");
-				goto out;
-			}
-			c.used[k] = true;
-			st = VMM_OK;
-			continue;
-		}
-		h->size = sz;
-		a->st.handles_created++;
-		if (!plan_add(p, h, true)) {
+	for (struct phandle *h = dh->handles, *n; h; h = n) {
+		n = h->next;
+		if (h->va && !h->asleep)
+			phys_unmap(be, h->va, h->size);
+		if (!h->asleep)
 			phys_release(be, h->h);
-			a->st.handles_released++;
-			free(h);
-			st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
-			goto out;
-		}
+		if (h->backup.ptr && dh->backup_free)
+			dh->backup_free(be, &h->backup);
+		free(h);
 	}
-out:
-	cands_free(&c);
-	return st;
-}
-
-/* Map the plan's handles one after another at va, grant access once over the whole range. On
- * failure everything the plan touched is unmapped and released (moved cached handles included:
- * they were free) and the VA is given back. */
-static vmm_status plan_map(struct arena *a, struct grow_plan *p, vmm_devptr va, vmm_error *err)
-{
-	struct devheap *dh = a->dh;
-	vmm_backend *be = dh->core->be;
-	vmm_status st = VMM_OK;
-	size_t i, off = 0;
-
-	for (i = 0; i < p->n; i++) {
-		struct phandle *h = p->hs[i];
-
-		if (!p->fresh[i]) {
-			st = handle_detach(dh, h, err);
-			if (st)
-				break;
-			handle_unlink(dh, h);
-			p->fresh[i] = true; /* from here on it is ours to map or release */
-		}
-		st = be->map(be, va + off, h->size, h->h, err);
-		if (st)
-			break;
-		h->va = va + off;
-		off += h->size;
-	}
-	if (!st)
-		st = heap_grant_access(dh, va, p->total, err);
-	if (st) {
-		for (size_t k = 0; k < p->n; k++) {
-			struct phandle *h = p->hs[k];
-
-			if (h->va && k < i) {
-				phys_unmap(be, h->va, h->size);
-				h->va = 0;
-			}
-		}
-		va_free(dh, va, p->total);
-		return st;
-	}
-	for (i = 0; i < p->n; i++) {
-		struct phandle *h = p->hs[i];
-
-		h->arena = a;
-		h->asleep = false;
-		handle_link(dh, h);
-		page_handle_set(dh, h->va, h->size, h);
-	}
-	stats_mapped(a, (int64_t)p->total);
-	arena_add_free_range(a, va, p->total);
-	a->grow_end = va + p->total;
-	return VMM_OK;
-}
-
-vmm_status arena_grow(struct arena *a, size_t need, vmm_error *err)
-{
-	struct devheap *dh = a->dh;
-	struct grow_plan p = { 0 };
-	struct blk *tail = NULL;
-	vmm_devptr va;
-	vmm_status st;
-	size_t want;
-
-	/* Extend the arena's last growth in place when the VA after it is free: the free tail
-	 * block then coalesces with the new memory and the request needs fewer new bytes. */
-	if (a->grow_end) {
-		tail = blk_containing(dh, a->grow_end - 1);
-		if (tail && (tail->state != BLK_FREE || tail->arena != a ||
-			     tail->addr + tail->size != a->grow_end || tail->size >= need))
-			tail = NULL;
-	}
-	if (tail) {
-		want = align_up(need - tail->size, dh->gran);
-		if (va_claim_at(dh, a->grow_end, want)) {
-			st = plan_fill(a, &p, want, true, tail, err);
-			if (!st) {
-				st = plan_map(a, &p, a->grow_end, err);
-				if (!st)
-					goto done;
-			} else {
-				va_free(dh, a->grow_end, want);
-			}
-			plan_abandon(dh, &p, a);
-			if (st != VMM_E_OOM)
-				return st;
-			/* Fall through: a fresh range may use a larger cached handle. */
-		}
-	}
-	want = align_up(need, dh->gran);
-	st = plan_fill(a, &p, want, false, NULL, err);
-	if (st)
-		goto fail;
-	st = va_alloc(dh, p.total, &va, err);
-	if (st)
-		goto fail;
-	st = plan_map(a, &p, va, err);
-	if (st)
-		goto fail;
-done:
-	free(p.hs);
-	free(p.fresh);
-	return VMM_OK;
-fail:
-	plan_abandon(dh, &p, a);
-	return st;
+	dh->handles = NULL;
 }

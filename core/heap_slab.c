@@ -1,7 +1,7 @@
-/* Small allocations: packed by size class into slabs of one granule (2 MiB) carved from the
- * arena like any block, so that a 256-byte allocation costs 256 bytes. Classes step by 256 bytes
- * up to 1 KiB, then four per power of two (at most 25% internal waste). */
-#include "heap_internal.h"
+/* Small allocations (heap_slab.h): packed by size class into slabs of one granule (2 MiB) carved
+ * from the arena like any block, so that a 256-byte allocation costs 256 bytes. Classes step by
+ * 256 bytes up to 1 KiB, then four per power of two (at most 25% internal waste). */
+#include "heap_slab.h"
 
 #include <stdlib.h>
 
@@ -54,19 +54,23 @@ static void slab_unlist(struct arena *a, struct slab *s)
 	s->listed = false;
 }
 
-static void slab_destroy(struct devheap *dh, struct slab *s)
+void slab_free_struct(struct slab *s)
 {
-	slab_unlist(s->arena, s);
-	blk_release(dh, s->blk);
 	free(s->free_stack);
 	free(s->slots);
 	free(s);
 }
 
-static struct slab *slab_new(struct arena *a, int cls, vmm_error *err)
+static void slab_destroy(struct devheap *dh, struct slab *s)
 {
-	struct devheap *dh = a->dh;
-	size_t bytes = dh->gran;
+	slab_unlist(s->arena, s);
+	blk_release(dh, s->blk);
+	slab_free_struct(s);
+}
+
+struct slab *slab_new(struct arena *a, int cls, vmm_error *err)
+{
+	size_t bytes = a->dh->gran;
 	struct slab *s = calloc(1, sizeof(*s));
 
 	if (!s)
@@ -83,49 +87,35 @@ static struct slab *slab_new(struct arena *a, int cls, vmm_error *err)
 	for (uint32_t i = 0; i < s->nslots; i++)
 		s->free_stack[i] = s->nslots - 1 - i;
 	s->free_top = s->nslots;
-	s->blk = large_alloc_block(a, bytes, HEAP_ALIGN, err);
-	if (!s->blk) {
-		free(s->free_stack);
-		free(s->slots);
-		free(s);
-		return NULL;
-	}
-	s->blk->state = BLK_SLAB;
-	s->blk->slab = s;
-	slab_list(a, s);
 	return s;
 host_oom:
-	if (s) {
-		free(s->free_stack);
-		free(s->slots);
-	}
-	free(s);
+	if (s)
+		slab_free_struct(s);
 	vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a slab");
 	return NULL;
 }
 
-vmm_status slab_alloc(struct arena *a, size_t size, struct alloc *rec, vmm_error *err)
+void slab_attach(struct slab *s, struct blk *b)
 {
-	int cls = size_class(size, a->dh->core->cfg.small_max);
-	struct slab *s = a->partial[cls];
-	uint32_t slot;
+	s->blk = b;
+	b->state = BLK_SLAB;
+	b->slab = s;
+	slab_list(s->arena, s);
+}
 
-	if (!s) {
-		s = slab_new(a, cls, err);
-		if (!s)
-			return err ? err->status : VMM_E_OOM;
-	}
-	slot = s->free_stack[--s->free_top];
+void slab_take_slot(struct slab *s, struct alloc *rec)
+{
+	uint32_t slot = s->free_stack[--s->free_top];
+
 	s->slots[slot] = rec;
 	s->nused++;
 	if (!s->free_top)
-		slab_unlist(a, s);
+		slab_unlist(s->arena, s);
 	rec->base = s->blk->addr + (vmm_devptr)slot * s->slot_size;
 	rec->usable = s->slot_size;
 	rec->slab = s;
 	rec->slot = slot;
 	rec->blk = s->blk;
-	return VMM_OK;
 }
 
 void slab_free_slot(struct devheap *dh, struct alloc *rec)

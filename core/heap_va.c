@@ -1,6 +1,6 @@
-/* Virtual address space of a device: reservations (one at first use, sized from the device's
- * memory; more when it runs out) and the unclaimed extents in each, first fit. */
-#include "heap_internal.h"
+/* Virtual address space of a device (heap_va.h): reservations (one at first use, sized from the
+ * device's memory; more when it runs out) and the unclaimed extents in each, first fit. */
+#include "heap_va.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +21,57 @@ static bool extents_reserve(struct reservation *r)
 	return true;
 }
 
-static vmm_status add_reservation(struct devheap *dh, size_t want, size_t need, vmm_error *err)
+struct reservation *res_of(struct devheap *dh, vmm_devptr va)
+{
+	size_t n = atomic_load_explicit(&dh->nres, memory_order_acquire);
+
+	for (size_t i = 0; i < n; i++)
+		if (va >= dh->res[i].base && va - dh->res[i].base < dh->res[i].size)
+			return &dh->res[i];
+	return NULL;
+}
+
+static void res_tables_free(struct reservation *r)
+{
+	free(r->page_first);
+	free(r->page_handle);
+	free(r->free);
+	memset(r, 0, sizeof(*r));
+}
+
+/* The page tables and the extent list of a reservation of `size` bytes, before it is made. */
+static vmm_status res_tables_alloc(struct devheap *dh, struct reservation *r, size_t size,
+				   vmm_error *err)
+{
+	memset(r, 0, sizeof(*r));
+	r->npages = size / dh->gran;
+	r->page_first = calloc(r->npages, sizeof(*r->page_first));
+	r->page_handle = calloc(r->npages, sizeof(*r->page_handle));
+	if (!r->page_first || !r->page_handle || !extents_reserve(r)) {
+		vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a %zu-page table", r->npages);
+		res_tables_free(r);
+		return VMM_E_HOST_OOM;
+	}
+	return VMM_OK;
+}
+
+/* Reserve `*want` bytes; address space can be budgeted (Ascend, or a VA limit): settle for less,
+ * halving, as long as `need` fits. */
+static vmm_status reserve_shrinking(struct devheap *dh, size_t *want, size_t need, vmm_devptr *va,
+				    vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
+	vmm_status st = be->reserve(be, dh->dev, *want, dh->gran, va, err);
+
+	while (st && st != VMM_E_INVALID && *want / 2 >= need && *want / 2 >= dh->gran) {
+		*want = align_up(*want / 2, dh->gran);
+		st = be->reserve(be, dh->dev, *want, dh->gran, va, err);
+	}
+	return st;
+}
+
+static vmm_status add_reservation(struct devheap *dh, size_t want, size_t need, vmm_error *err)
+{
 	size_t n = atomic_load(&dh->nres);
 	struct reservation *r;
 	vmm_devptr va;
@@ -34,24 +82,14 @@ static vmm_status add_reservation(struct devheap *dh, size_t want, size_t need, 
 				dh->dev, MAX_RESERVATIONS);
 	want = align_up(want, dh->gran);
 	r = &dh->res[n];
-	memset(r, 0, sizeof(*r));
-	r->npages = want / dh->gran;
-	r->page_first = calloc(r->npages, sizeof(*r->page_first));
-	r->page_handle = calloc(r->npages, sizeof(*r->page_handle));
-	if (!r->page_first || !r->page_handle || !extents_reserve(r)) {
-		st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a %zu-page table",
-			      r->npages);
-		goto fail;
-	}
-	st = be->reserve(be, dh->dev, want, dh->gran, &va, err);
-	/* Address space can be budgeted (Ascend, or a VA limit): settle for less, as long as
-	 * the request fits. */
-	while (st && st != VMM_E_INVALID && want / 2 >= need && want / 2 >= dh->gran) {
-		want = align_up(want / 2, dh->gran);
-		st = be->reserve(be, dh->dev, want, dh->gran, &va, err);
-	}
+	st = res_tables_alloc(dh, r, want, err);
 	if (st)
-		goto fail;
+		return st;
+	st = reserve_shrinking(dh, &want, need, &va, err);
+	if (st) {
+		res_tables_free(r);
+		return st;
+	}
 	r->npages = want / dh->gran;
 	r->base = va;
 	r->size = want;
@@ -60,12 +98,6 @@ static vmm_status add_reservation(struct devheap *dh, size_t want, size_t need, 
 	r->nfree = 1;
 	atomic_store_explicit(&dh->nres, n + 1, memory_order_release);
 	return VMM_OK;
-fail:
-	free(r->page_first);
-	free(r->page_handle);
-	free(r->free);
-	memset(r, 0, sizeof(*r));
-	return st;
 }
 
 static void take_extent(struct reservation *r, size_t i, vmm_devptr va, size_t size)

@@ -1,0 +1,28 @@
+/* Blocks over mapped memory (heap_blocks.c): each arena's runs of address space, their
+ * address-ordered links, the per-page index (which block holds an address, which handle backs a
+ * page) and the arena's segregated free index. Calls only the address-space layer (heap_va.h). */
+#ifndef VMM_HEAP_BLOCKS_H
+#define VMM_HEAP_BLOCKS_H
+
+#include "heap_types.h"
+#include "heap_va.h"
+
+struct blk *blk_new(struct devheap *dh);
+void blk_put(struct devheap *dh, struct blk *b);
+struct blk *blk_containing(struct devheap *dh, vmm_devptr addr);
+void free_index_insert(struct arena *a, struct blk *b);
+void free_index_remove(struct arena *a, struct blk *b);
+struct blk *free_index_find(struct arena *a, size_t size);
+/* Split b so that it keeps `size` bytes; the tail becomes a new free block of the same arena,
+ * inserted in the index. Returns the tail, or NULL (b stays whole). */
+struct blk *blk_split(struct devheap *dh, struct blk *b, size_t size);
+/* Mark b free, coalesce it with free neighbours of its arena, index it. */
+struct blk *blk_release(struct devheap *dh, struct blk *b);
+/* New mapped memory [va, va+size) for arena a: one free block, coalesced. */
+void arena_add_free_range(struct arena *a, vmm_devptr va, size_t size);
+/* Take [va, va+size) out of the arena's free memory (it lies inside one free block). */
+void arena_take_free_range(struct arena *a, vmm_devptr va, size_t size);
+void page_handle_set(struct devheap *dh, vmm_devptr va, size_t size, struct phandle *h);
+struct phandle *page_handle_get(struct devheap *dh, vmm_devptr va);
+
+#endif

@@ -1,0 +1,41 @@
+/* Physical handles of a device heap (heap_phys.c): the device's list of handles, taking a wholly
+ * free one out of its arena, giving handles back (several side by side), access grants, and the
+ * mapped bytes' accounting. Calls the block and address-space layers. */
+#ifndef VMM_HEAP_PHYS_H
+#define VMM_HEAP_PHYS_H
+
+#include "heap_blocks.h"
+#include "heap_types.h"
+#include "heap_va.h"
+
+void stats_mapped(struct arena *a, int64_t delta);
+/* Teardown calls, retried once: a transient failure must not leak device memory. */
+void phys_release(vmm_backend *be, vmm_phys h);
+void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size);
+/* Release hs[0..n) (spread over a few threads where the backend allows): ok[i] says which went;
+ * returns the first failure's status (err: its message), VMM_OK when all went. */
+vmm_status phys_release_many(vmm_backend *be, const vmm_phys *hs, size_t n, bool *ok,
+			     vmm_error *err);
+/* Grant the owner and the peers access to [va, va+size). */
+vmm_status heap_grant_access(struct devheap *dh, vmm_devptr va, size_t size, vmm_error *err);
+/* The same over every mapped run of the device (a peer was added). */
+vmm_status heap_regrant_all(struct devheap *dh, vmm_error *err);
+
+bool handle_wholly_free(struct devheap *dh, struct phandle *h);
+void handle_link(struct devheap *dh, struct phandle *h);
+void handle_unlink(struct devheap *dh, struct phandle *h);
+/* Take a wholly free, mapped handle out of its arena and unmap it (it stays created, listed). */
+vmm_status handle_detach(struct devheap *dh, struct phandle *h, vmm_error *err);
+/* Release an unlisted handle (counted as released by acct) and free its record. */
+void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *acct);
+/* Detach, unlink and destroy a wholly free handle. */
+vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err);
+/* Unmap and release the wholly free handles hs[0..n) (the releases side by side); returns the
+ * bytes given back. hs is reordered. */
+uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n);
+/* Release wholly free handles until at most keep_bytes of them remain. */
+void heap_release_free_handles(struct devheap *dh, size_t keep_bytes);
+/* Teardown: unmap and release every handle of the device, free the records and backups. */
+void phys_teardown(struct devheap *dh);
+
+#endif

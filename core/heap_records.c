@@ -1,0 +1,219 @@
+/* Allocation records (heap_records.h): a pool of records, the hash from base address to the live
+ * allocation, the quarantine and its reclaim, and the live bytes' accounting. */
+#include "heap_records.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "heap_blocks.h"
+#include "heap_slab.h"
+
+struct alloc *alloc_new(struct devheap *dh)
+{
+	struct alloc *r = dh->alloc_pool;
+
+	if (r)
+		dh->alloc_pool = r->qnext;
+	else
+		r = malloc(sizeof(*r));
+	if (r)
+		memset(r, 0, sizeof(*r));
+	return r;
+}
+
+void alloc_put(struct devheap *dh, struct alloc *r)
+{
+	r->qnext = dh->alloc_pool;
+	dh->alloc_pool = r;
+}
+
+vmm_status records_init(struct devheap *dh)
+{
+	dh->hash = calloc(1024, sizeof(*dh->hash));
+	dh->hash_mask = 1023;
+	return dh->hash ? VMM_OK : VMM_E_HOST_OOM;
+}
+
+void records_free_all(struct devheap *dh)
+{
+	for (int i = 0; i < dh->narenas; i++) {
+		for (struct alloc *r = dh->arenas[i]->quar_head, *n; r; r = n) {
+			n = r->qnext;
+			free(r);
+		}
+	}
+	for (size_t i = 0; i <= dh->hash_mask && dh->hash; i++) {
+		for (struct alloc *r = dh->hash[i], *n; r; r = n) {
+			n = r->hnext;
+			free(r);
+		}
+	}
+	free(dh->hash);
+	dh->hash = NULL;
+	for (struct alloc *r = dh->alloc_pool, *n; r; r = n) {
+		n = r->qnext;
+		free(r);
+	}
+	dh->alloc_pool = NULL;
+}
+
+static size_t hash_of(struct devheap *dh, vmm_devptr p)
+{
+	return (size_t)(((p >> 8) * 0x9E3779B97F4A7C15ull) >> 20) & dh->hash_mask;
+}
+
+static void hash_grow(struct devheap *dh)
+{
+	size_t old = dh->hash_mask + 1, n = old * 2;
+	struct alloc **t = calloc(n, sizeof(*t)), **o = dh->hash;
+
+	if (!t)
+		return; /* longer chains, still correct */
+	dh->hash = t;
+	dh->hash_mask = n - 1;
+	for (size_t i = 0; i < old; i++) {
+		for (struct alloc *r = o[i], *nx; r; r = nx) {
+			size_t k = hash_of(dh, r->base);
+
+			nx = r->hnext;
+			r->hnext = t[k];
+			t[k] = r;
+		}
+	}
+	free(o);
+}
+
+void record_insert(struct devheap *dh, struct alloc *r)
+{
+	size_t k;
+
+	if (dh->hash_count > dh->hash_mask)
+		hash_grow(dh);
+	k = hash_of(dh, r->base);
+	r->hnext = dh->hash[k];
+	dh->hash[k] = r;
+	dh->hash_count++;
+}
+
+struct alloc *record_remove(struct devheap *dh, vmm_devptr base)
+{
+	struct alloc **pp = &dh->hash[hash_of(dh, base)];
+
+	for (; *pp; pp = &(*pp)->hnext) {
+		if ((*pp)->base == base) {
+			struct alloc *r = *pp;
+
+			*pp = r->hnext;
+			dh->hash_count--;
+			return r;
+		}
+	}
+	return NULL;
+}
+
+void account_alloc(struct arena *a, struct alloc *r)
+{
+	struct devheap *dh = a->dh;
+
+	a->st.live_bytes += r->size;
+	a->st.live_usable += r->usable;
+	a->st.live_count++;
+	a->st.alloc_calls++;
+	if (a->st.live_bytes > a->st.peak_live_bytes)
+		a->st.peak_live_bytes = a->st.live_bytes;
+	dh->live_total += r->usable;
+	dh->live_req += r->size;
+	if (dh->live_req > dh->peak_live)
+		dh->peak_live = dh->live_req;
+}
+
+void account_free(struct arena *a, struct alloc *r)
+{
+	a->st.live_bytes -= r->size;
+	a->st.live_usable -= r->usable;
+	a->st.live_count--;
+	a->st.free_calls++;
+	a->dh->live_total -= r->usable;
+	a->dh->live_req -= r->size;
+}
+
+void quarantine_put(struct alloc *r, bool on_stream, vmm_stream stream)
+{
+	struct arena *a = r->arena;
+
+	r->quarantined = true;
+	r->stream_ordered = on_stream;
+	r->stream = on_stream ? stream : NULL;
+	if (!r->slab)
+		r->blk->state = BLK_QUAR;
+	r->qprev = NULL;
+	r->qnext = a->quar_head;
+	if (r->qnext)
+		r->qnext->qprev = r;
+	a->quar_head = r;
+	a->quar_bytes += r->usable;
+	a->dh->quar_total += r->usable;
+}
+
+void quarantine_take(struct alloc *r)
+{
+	struct arena *a = r->arena;
+
+	if (r->qprev)
+		r->qprev->qnext = r->qnext;
+	else
+		a->quar_head = r->qnext;
+	if (r->qnext)
+		r->qnext->qprev = r->qprev;
+	a->quar_bytes -= r->usable;
+	a->dh->quar_total -= r->usable;
+	r->quarantined = false;
+	r->stream_ordered = false;
+	r->stream = NULL;
+	if (!r->slab)
+		r->blk->state = BLK_USED;
+}
+
+/* The allocation's memory becomes free for anyone (its quarantine is over). */
+static void alloc_finish_free(struct devheap *dh, struct alloc *r)
+{
+	if (r->slab)
+		slab_free_slot(dh, r);
+	else
+		blk_release(dh, r->blk);
+	alloc_put(dh, r);
+}
+
+vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
+{
+	vmm_backend *be = dh->core->be;
+	vmm_status st;
+
+	if (!dh->quar_total)
+		return VMM_OK;
+	st = be->synchronize(be, dh->dev, err);
+	if (st)
+		return st;
+	if (who)
+		who->st.syncs++;
+	heap_reclaim_synced(dh);
+	return VMM_OK;
+}
+
+void heap_reclaim_synced(struct devheap *dh)
+{
+	for (int i = 0; i < dh->narenas; i++) {
+		struct arena *a = dh->arenas[i];
+
+		while (a->quar_head) {
+			struct alloc *r = a->quar_head;
+
+			a->quar_head = r->qnext;
+			if (a->quar_head)
+				a->quar_head->qprev = NULL;
+			alloc_finish_free(dh, r);
+		}
+		a->quar_bytes = 0;
+	}
+	dh->quar_total = 0;
+}

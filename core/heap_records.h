@@ -1,0 +1,33 @@
+/* Allocation records of a device heap (heap_records.c): what free() and lookup() find by base
+ * address, the per-arena quarantine of freed allocations, its reclaim after a device
+ * synchronization, and the live bytes' accounting. Calls the slab and block layers. */
+#ifndef VMM_HEAP_RECORDS_H
+#define VMM_HEAP_RECORDS_H
+
+#include "heap_types.h"
+
+struct alloc *alloc_new(struct devheap *dh);
+void alloc_put(struct devheap *dh, struct alloc *r);
+vmm_status records_init(struct devheap *dh);
+/* Teardown: free every record (live, quarantined, pooled) and the index. */
+void records_free_all(struct devheap *dh);
+
+/* The index of live allocations by base address. */
+void record_insert(struct devheap *dh, struct alloc *r);
+struct alloc *record_remove(struct devheap *dh, vmm_devptr base);
+
+void account_alloc(struct arena *a, struct alloc *r);
+void account_free(struct arena *a, struct alloc *r);
+
+/* A freed allocation waits in its arena's quarantine (on_stream: freed on `stream`, reusable at
+ * once there); quarantine_take hands one back out before its quarantine is over. */
+void quarantine_put(struct alloc *r, bool on_stream, vmm_stream stream);
+void quarantine_take(struct alloc *r);
+/* Synchronize the device, then every quarantined allocation becomes free memory (who, if any, is
+ * counted as having made the sync). A failed sync changes nothing. */
+vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err);
+/* The quarantine becomes free memory. Only right after a successful device sync made with the
+ * heap's lock held since before (so that it began after every free in the quarantine). */
+void heap_reclaim_synced(struct devheap *dh);
+
+#endif

@@ -1,0 +1,169 @@
+/* The heap's data structures, shared by every heap file (the functions are declared in each
+ * layer's own header: see heap_internal.h for the layers). Nothing outside core/ includes this.
+ *
+ * Per device (struct devheap, one mutex): VA reservations with a page table each, the physical
+ * handles, the address-ordered list of blocks over mapped memory, and one arena per tag. An arena
+ * owns blocks and handles; its free blocks sit in a TLSF-like segregated index (O(1) search), its
+ * small allocations in slabs, its freed allocations in a quarantine until a device sync. */
+#ifndef VMM_HEAP_TYPES_H
+#define VMM_HEAP_TYPES_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "offload/copy_engine.h"
+#include "heap.h"
+
+#define HEAP_ALIGN 256u            /* every block size and address is a multiple */
+#define TLSF_SL_LOG2 4             /* 16 second-level lists per power of two */
+#define TLSF_SL_COUNT (1u << TLSF_SL_LOG2)
+#define TLSF_LINEAR_LIMIT (HEAP_ALIGN << TLSF_SL_LOG2)   /* below: one list per 256 bytes */
+#define TLSF_FL_COUNT 48
+#define MAX_RESERVATIONS 64
+#define MAX_ARENAS 64
+#define NUM_CLASSES 64
+
+enum blk_state { BLK_FREE, BLK_USED, BLK_QUAR, BLK_SLAB };
+
+struct arena;
+struct slab;
+struct alloc;
+
+/* A run of mapped address space owned by one arena. prev/next link address-adjacent blocks of
+ * the device (any arena); fprev/fnext link free blocks in the arena's index. */
+struct blk {
+	vmm_devptr addr;
+	size_t size;
+	struct blk *prev, *next;
+	struct blk *fprev, *fnext;
+	struct arena *arena;
+	struct alloc *alloc;    /* BLK_USED / BLK_QUAR: the allocation */
+	struct slab *slab;      /* BLK_SLAB */
+	uint8_t state;
+	uint8_t fl, sl;         /* the free list it sits in (BLK_FREE) */
+};
+
+/* A live or quarantined allocation: what free() and lookup() find. */
+struct alloc {
+	vmm_devptr base;
+	size_t size;            /* asked for */
+	size_t usable;
+	struct arena *arena;
+	struct blk *blk;        /* large: its block; small: the slab's block */
+	struct slab *slab;      /* NULL for large allocations */
+	uint32_t slot;
+	bool quarantined;
+	bool stream_ordered;    /* freed on `stream` (which may be the NULL default stream) */
+	vmm_stream stream;
+	struct alloc *hnext;    /* hash chain */
+	struct alloc *qprev, *qnext;
+};
+
+struct slab {
+	struct blk *blk;
+	struct arena *arena;
+	int cls;
+	size_t slot_size;
+	uint32_t nslots, nused; /* nused: live + quarantined */
+	uint32_t free_top;
+	uint32_t *free_stack;
+	struct alloc **slots;
+	struct slab *prev, *next;   /* the class's list of slabs with a free slot */
+	bool listed;
+};
+
+/* A physical handle of the device, mapped at va (or asleep: released, to be re-created at va). */
+struct phandle {
+	vmm_phys h;
+	size_t size;
+	vmm_devptr va;          /* 0: not mapped */
+	struct arena *arena;
+	bool asleep;
+	bool has_backup;        /* backup holds the contents while asleep */
+	vmm_host_buf backup;    /* kept across cycles and reused */
+	struct phandle *prev, *next;
+};
+
+struct va_extent {
+	vmm_devptr va;
+	size_t size;
+};
+
+struct reservation {
+	vmm_devptr base;
+	size_t size;
+	size_t npages;
+	struct blk **page_first;        /* lowest-address block starting in each page */
+	struct phandle **page_handle;   /* the handle mapped (or asleep) over each page */
+	struct va_extent *free;         /* unclaimed VA, address order */
+	size_t nfree, cap_free;
+};
+
+struct arena_stats {
+	uint64_t live_bytes, live_count, live_usable;
+	uint64_t mapped_bytes, asleep_bytes, host_backup_bytes;
+	uint64_t peak_live_bytes, peak_mapped_bytes;
+	uint64_t alloc_calls, free_calls, handles_created, handles_released, syncs;
+};
+
+struct arena {
+	struct devheap *dh;
+	char tag[VMM_TAG_MAX];
+	uint64_t fl_map;
+	uint32_t sl_map[TLSF_FL_COUNT];
+	struct blk *lists[TLSF_FL_COUNT][TLSF_SL_COUNT];
+	struct alloc *quar_head;
+	uint64_t quar_bytes;
+	struct slab *partial[NUM_CLASSES];
+	vmm_devptr grow_end;    /* end of the last growth: the next one extends it when it can */
+	bool asleep;
+	bool discarded;         /* asleep without a host copy */
+	bool marked;            /* changed by the sleep/wake in progress (for its rollback) */
+	struct arena_stats st;
+};
+
+struct devheap {
+	pthread_mutex_t lock;
+	struct vmm_core *core;
+	int dev;
+	size_t gran;
+	size_t total_mem;
+	_Atomic size_t nres;    /* reservations are append-only: readable without the lock */
+	struct reservation res[MAX_RESERVATIONS];
+	struct phandle *handles;        /* every handle of the device */
+	struct arena *arenas[MAX_ARENAS];
+	int narenas;
+	int peers[VMM_MAX_DEVICES];
+	int npeers;
+	/* base -> allocation */
+	struct alloc **hash;
+	size_t hash_mask, hash_count;
+	/* object pools (free lists) */
+	struct blk *blk_pool;
+	struct alloc *alloc_pool;
+	uint64_t quar_total;
+	/* Set by the offload engine when it provisions a backup; keeps the allocator free of a
+	 * link-time dependency on the copy engine. */
+	void (*backup_free)(vmm_backend *be, vmm_host_buf *buf);
+	vmm_copy_engine *ce;    /* the offload engine's, created at the first sleep */
+	void (*ce_destroy)(vmm_copy_engine *ce);
+	uint64_t live_total, live_req, mapped_total, peak_live, peak_mapped;
+};
+
+struct vmm_core {
+	vmm_backend *be;
+	vmm_config cfg;
+	pthread_mutex_t init_lock;
+	struct devheap *_Atomic heaps[VMM_MAX_DEVICES];
+	int ndev;
+};
+
+static inline size_t align_up(size_t v, size_t a)
+{
+	return (v + a - 1) & ~(a - 1);
+}
+
+#endif
