@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Benchmark of the core allocator: median ns per malloc/free pair by size, growth cost per GiB,
 # peak mapped / peak live bytes on a fragmenting trace and on a replay of NO_CACHING training
-# (with device syncs per step), and a discard sleep of 1 GiB handles, each beside the native
-# driver where that makes sense. Runs on the real GPU when a driver is installed, otherwise on
+# (with device syncs and driver calls per step), and discard sleeps of 1 GiB handles and of
+# 2 MiB pieces, each beside the native driver where that makes sense; driver calls are costed
+# at the H200's figures (tests/bench/driver_model.c). Runs on the real GPU when a driver is installed, otherwise on
 # simdev (its figures are then indicative only). Builds into build/ (or $BUILD_DIR) if needed.
-# Usage: scripts/bench-core.sh [--quick] | --train [STEPS] | --sleep GIB [--model-h200] | --demo
+# Usage: scripts/bench-core.sh [--quick] | --train [STEPS] | --sleep GIB [--pieces] | --demo
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

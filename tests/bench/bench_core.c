@@ -5,8 +5,10 @@
  *      native cuMemAlloc of the same size;
  *   3. peak mapped and peak live bytes on a fragmenting trace (growing, varying batch shapes).
  *   4. the same on a replay of NO_CACHING training (train_trace.h), with syncs per step.
- *   5. a discard sleep and wake of 1 GiB allocations, with the driver calls it makes.
- * Usage: bench_core [--quick] | --train [STEPS] | --sleep GIB [--model-h200] | --demo */
+ *   5. a discard sleep and wake of 1 GiB allocations and of 64 MiB ones (2 MiB pieces), with the
+ *      driver calls they make.
+ * Driver calls are counted and costed at the H200's figures (driver_model.c).
+ * Usage: bench_core [--quick] | --train [STEPS] | --sleep GIB [--pieces] | --demo */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "driver_model.h"
 #include "heap.h"
 #include "heap_offload.h"
 #include "train_trace.h"
@@ -203,79 +206,71 @@ static void fragmenting_trace(vmm_backend *be, size_t budget, bool quick)
 	vmm_core_destroy(core);
 }
 
-/* Counting wrappers around the backend's teardown primitives, for the sleep benchmark. */
-static struct {
-	vmm_status (*unmap)(vmm_backend *, vmm_devptr, size_t, vmm_error *);
-	vmm_status (*release)(vmm_backend *, vmm_phys, vmm_error *);
-	vmm_status (*sync)(vmm_backend *, int, vmm_error *);
-	_Atomic unsigned long unmaps, releases, syncs;
-	bool model;     /* add the H200's measured cost of each call (h200-baseline.md) */
-} counted;
+/* The H200's pinned copy rates (README: sleep and wake, steady state), for the model of a sleep
+ * that keeps the contents. */
+#define H200_D2H_GBS 52.5
+#define H200_H2D_GBS 50.6
 
-static void pause_us(long us)
+static void print_calls(const char *what, double seconds, struct driver_counts c, double bytes,
+			double gbs, double scale)
 {
-	struct timespec ts = { 0, us * 1000 };
+	double us = c.us, best = c.us - c.release_us * 3 / 4;
 
-	if (counted.model)
-		nanosleep(&ts, NULL);
+	printf("  %-5s %8.2f ms here; %llu creates, %llu maps, %llu handles unmapped in %llu calls, "
+	       "%llu granted in %llu calls, %llu releases, %llu syncs\n",
+	       what, seconds * 1e3, (unsigned long long)c.creates, (unsigned long long)c.maps,
+	       (unsigned long long)c.unmapped, (unsigned long long)c.unmap_calls,
+	       (unsigned long long)c.access_handles, (unsigned long long)c.access_calls,
+	       (unsigned long long)c.releases, (unsigned long long)c.syncs);
+	printf("        H200 model: driver %.0f ms (releases on 4 threads: %.0f ms); scaled to 128 GiB: "
+	       "%.2f s (%.2f s), %.2f s with the contents copied at %.1f GB/s\n",
+	       us / 1e3, best / 1e3, us * scale / 1e6, best * scale / 1e6,
+	       (us * scale / 1e6) + bytes * scale / (gbs * 1e9), gbs);
 }
 
-static vmm_status count_unmap(vmm_backend *be, vmm_devptr va, size_t size, vmm_error *err)
-{
-	counted.unmaps++;
-	pause_us(30); /* cuMemUnmap of a 1 GiB mapping */
-	return counted.unmap(be, va, size, err);
-}
-
-static vmm_status count_release(vmm_backend *be, vmm_phys h, vmm_error *err)
-{
-	counted.releases++;
-	pause_us(307); /* cuMemRelease of a 1 GiB handle */
-	return counted.release(be, h, err);
-}
-
-static vmm_status count_sync(vmm_backend *be, int dev, vmm_error *err)
-{
-	counted.syncs++;
-	return counted.sync(be, dev, err);
-}
-
-/* Discard sleep and wake of n allocations of 1 GiB (one handle each), as gpucheck's 64 GiB row
- * does it through vmmctl: the driver calls it makes and the time it takes. */
-static void discard_sleep(vmm_backend *be, int n, bool model)
+/* Sleep and wake of `gib` GiB through the core (vmm_sleep / vmm_wake, as vmmctl drives them), the
+ * contents discarded: held in 1 GiB allocations (one handle each) or, with `pieces`, in 64 MiB
+ * allocations (2 MiB pieces). Prints the driver calls made and what they would cost on the H200
+ * (driver_model.c), scaled linearly to 128 GiB, and with the copy a kept sleep adds. */
+static void sleep_bench(vmm_backend *be, int gib, bool pieces)
 {
 	vmm_core *core = open_core(be);
 	vmm_sleep_opts o = { .tag = NULL, .device = -1, .discard = true };
+	size_t each = pieces ? 64 * MiB : GiB;
 	vmm_transfer_result rs, rw;
+	struct driver_counts c0, c1, c2;
+	vmm_stats st;
 	vmm_devptr p;
 	vmm_error err;
-	int k;
+	double scale;
+	size_t k;
 
-	for (k = 0; k < n; k++)
-		if (vmm_malloc(core, 0, GiB, 0, NULL, &p, NULL))
+	driver_model_attach(be); /* from the start: it learns each handle's and mapping's size */
+	for (k = 0; k < (size_t)gib * (GiB / each); k++)
+		if (vmm_malloc(core, 0, each, 0, NULL, &p, NULL))
 			break;
-	counted.unmap = be->unmap;
-	counted.release = be->release;
-	counted.sync = be->synchronize;
-	counted.unmaps = counted.releases = counted.syncs = 0;
-	counted.model = model;
-	be->unmap = count_unmap;
-	be->release = count_release;
-	be->synchronize = count_sync;
-	if (vmm_sleep(core, &o, &rs, &err) || vmm_wake(core, &o, &rw, &err)) {
-		fprintf(stderr, "bench_core: discard sleep: %s\n", err.msg);
+	vmm_stats_get(core, 0, NULL, &st, NULL);
+	c0 = driver_model_get();
+	if (vmm_sleep(core, &o, &rs, &err)) {
+		fprintf(stderr, "bench_core: sleep: %s\n", err.msg);
 	} else {
-		printf("\nDiscard sleep / wake of %d x 1 GiB (one handle each)%s:\n", k,
-		       model ? ", with the H200's cost per unmap (30 us) and release (307 us) added "
-			       "(a model: it assumes the driver releases side by side)" : "");
-		printf("  sleep %8.2f ms   (%lu unmap calls, %lu releases, %lu syncs)\n",
-		       rs.seconds * 1e3, (unsigned long)counted.unmaps,
-		       (unsigned long)counted.releases, (unsigned long)counted.syncs);
-		printf("  wake  %8.2f ms\n", rw.seconds * 1e3);
+		c1 = driver_model_get();
+		if (vmm_wake(core, &o, &rw, &err)) {
+			fprintf(stderr, "bench_core: wake: %s\n", err.msg);
+		} else {
+			c2 = driver_model_get();
+			scale = st.mapped_bytes ? (double)(128 * GiB) / (double)st.mapped_bytes : 0;
+			printf("\nDiscard sleep / wake of %.1f GiB in %zu allocations of %zu MiB (%llu "
+			       "handles):\n",
+			       (double)st.mapped_bytes / (double)GiB, k, (size_t)(each / MiB),
+			       (unsigned long long)(st.handles_created - st.handles_released));
+			print_calls("sleep", rs.seconds, driver_counts_sub(c1, c0),
+				    (double)st.mapped_bytes, H200_D2H_GBS, scale);
+			print_calls("wake", rw.seconds, driver_counts_sub(c2, c1),
+				    (double)st.mapped_bytes, H200_H2D_GBS, scale);
+		}
 	}
-	be->unmap = counted.unmap;
-	be->release = counted.release;
-	be->synchronize = counted.sync;
+	driver_model_detach(be);
 	vmm_core_destroy(core);
 }
 
@@ -285,9 +280,15 @@ static void training_trace(vmm_backend *be, size_t budget, int steps)
 {
 	vmm_core *core = open_core(be);
 	struct train_result r;
+	struct driver_counts d;
+	double half;
 	char a[32], b[32], c[32];
 
+	driver_model_attach(be);
 	train_trace(core, budget, steps, &r);
+	driver_model_detach(be);
+	d = r.steady;
+	half = (double)(r.steps - r.steps / 2);
 	printf("\nNO_CACHING training replay (%d steps; hidden %zu, %zu layers, batch %zu, sequence "
 	       "%zu..%zu; %llu mallocs per step):\n",
 	       r.steps, r.hidden, r.layers, r.batch, r.max_seq / 8, r.max_seq,
@@ -298,13 +299,20 @@ static void training_trace(vmm_backend *be, size_t budget, int steps)
 	       fmt_size(r.peak_mapped, b, sizeof(b)),
 	       r.peak_live ? (double)r.peak_mapped / (double)r.peak_live : 0.0,
 	       r.peak_native ? (double)r.peak_mapped / (double)r.peak_native : 0.0);
-	printf("  at the end  %10s   mapped (the driver counts %s in use)\n",
-	       fmt_size(r.end_mapped, a, sizeof(a)), fmt_size(r.end_driver_used, c, sizeof(c)));
+	printf("  at the end  %10s   mapped (the driver counts %s in use) in %llu handles\n",
+	       fmt_size(r.end_mapped, a, sizeof(a)), fmt_size(r.end_driver_used, c, sizeof(c)),
+	       (unsigned long long)(r.handles_created - r.handles_released));
 	printf("  syncs       %10.2f per step (second half %.2f); handles created %llu, released "
 	       "%llu; %.0f ns per call%s\n",
-	       (double)r.syncs / r.steps, (double)r.syncs_steady / (r.steps - r.steps / 2),
+	       (double)r.syncs / r.steps, (double)r.syncs_steady / half,
 	       (unsigned long long)r.handles_created, (unsigned long long)r.handles_released,
 	       r.ns_per_call, r.failed ? "; SOME ALLOCATIONS FAILED" : "");
+	printf("  driver calls per step, second half: %.1f creates, %.1f maps, %.1f handles unmapped "
+	       "in %.1f calls, %.1f granted in %.1f calls, %.1f releases\n",
+	       d.creates / half, d.maps / half, d.unmapped / half, d.unmap_calls / half,
+	       d.access_handles / half, d.access_calls / half, d.releases / half);
+	printf("  their cost on the H200 (model: driver_model.c): %.2f ms per step\n",
+	       d.us / half / 1e3);
 	vmm_core_destroy(core);
 }
 
@@ -444,8 +452,8 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	if (sleep_only) {
-		discard_sleep(be, argc > 2 ? atoi(argv[2]) : (int)(free_b / GiB / 2),
-			      argc > 3 && !strcmp(argv[3], "--model-h200"));
+		sleep_bench(be, argc > 2 ? atoi(argv[2]) : (int)(free_b / GiB / 2),
+			    argc > 3 && !strcmp(argv[3], "--pieces"));
 		be->close(be);
 		return 0;
 	}
@@ -495,21 +503,26 @@ int main(int argc, char **argv)
 
 	/* Growth: a fresh core each time, so nothing is cached. */
 	size_t g = free_b >= 3 * GiB ? GiB : 256 * MiB;
-	double t[5], tn[5];
+	double t[5], tn[5], model_us = 0;
 	int runs = quick ? 3 : 5;
 
 	for (int r = 0; r < runs; r++) {
+		struct driver_counts d0;
 		vmm_devptr p;
 		CUdeviceptr np;
 		double a;
 
 		core = open_core(be);
+		driver_model_attach(be);
+		d0 = driver_model_get();
 		a = now_ns();
 		if (vmm_malloc(core, 0, g, 0, NULL, &p, &err)) {
 			fprintf(stderr, "bench_core: growth: %s\n", err.msg);
 			return 1;
 		}
 		t[r] = now_ns() - a;
+		model_us = driver_counts_sub(driver_model_get(), d0).us;
+		driver_model_detach(be);
 		vmm_core_destroy(core);
 		tn[r] = -1;
 		if (native.alloc) {
@@ -525,10 +538,14 @@ int main(int argc, char **argv)
 	printf("\nGrowth, cold (median of %d, measured on %s):\n  %-12s %12s %14s\n", runs,
 	       fmt_size(g, c1, sizeof(c1)), "", "vmmshim", "native cuMem");
 	printf("  %-12s %12s %14s\n", "per GiB", c2, c3);
+	printf("  its driver calls on the H200 (model): %.1f us per GiB; a native cudaMalloc of 1 GiB "
+	       "took 78.9 us there (%.2fx)\n",
+	       model_us * (double)GiB / (double)g, model_us * (double)GiB / (double)g / 78.9);
 
 	fragmenting_trace(be, free_b < 8 * GiB ? free_b / 4 : 2 * GiB, quick);
 	training_trace(be, free_b / 2, quick ? 50 : 200);
-	discard_sleep(be, (int)(free_b / GiB / 2), false);
+	sleep_bench(be, (int)(free_b / GiB / 2), false);
+	sleep_bench(be, (int)(free_b / GiB / 2), true);
 	be->close(be);
 	return 0;
 }

@@ -243,6 +243,7 @@ void train_trace(vmm_core *core, size_t budget, int steps, struct train_result *
 	static int params[256 * NPARAM + 1], grads[256 * NPARAM + 1], adam[2 * (256 * NPARAM + 1)];
 	struct model m;
 	uint64_t rng = 0x9E3779B97F4A7C15ull, syncs_half = 0;
+	struct driver_counts calls_half = { 0 };
 	int nparams;
 	vmm_stats s;
 
@@ -275,6 +276,7 @@ void train_trace(vmm_core *core, size_t budget, int steps, struct train_result *
 		if (step == steps / 2) {
 			vmm_stats_get(core, 0, NULL, &s, NULL);
 			syncs_half = s.syncs;
+			calls_half = driver_model_get();
 		}
 		one_step(&r, &m, seq, params, grads, adam, nparams);
 		if (step == 0)
@@ -303,6 +305,7 @@ void train_trace(vmm_core *core, size_t budget, int steps, struct train_result *
 	out->handles_released = s.handles_released;
 	out->ns_per_call = r.calls ? r.ns / (double)r.calls : 0;
 	out->failed = r.failed;
+	out->steady = driver_counts_sub(driver_model_get(), calls_half);
 	for (int i = 0; i < MAX_T; i++) {
 		bool is_free = false;
 

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "driver_model.h"
 #include "heap.h"
 
 struct train_result {
@@ -22,6 +23,7 @@ struct train_result {
 	uint64_t allocs_per_step;
 	double ns_per_call;        /* mean ns of one malloc or free (host side) */
 	int failed;                /* allocations that failed (0 expected) */
+	struct driver_counts steady; /* driver calls of the second half (driver_model_attach'd) */
 };
 
 /* Run `steps` training steps on device 0 of core, the model sized so that its peak live memory

@@ -1,0 +1,26 @@
+/* Counts the driver calls the core makes through a backend and adds up what they would cost on
+ * the H200 (the per-call figures measured in one run there, by handle size; see driver_model.c
+ * for the table and what the model assumes). It waits for nothing: the benchmark runs at simdev
+ * speed and prints the modelled driver time beside its own figures. */
+#ifndef VMM_BENCH_DRIVER_MODEL_H
+#define VMM_BENCH_DRIVER_MODEL_H
+
+#include <stdint.h>
+
+#include "backend/backend.h"
+
+struct driver_counts {
+	uint64_t creates, maps, unmap_calls, unmapped, access_calls, access_handles, releases;
+	uint64_t syncs;
+	double us;              /* modelled driver time, every call one after another */
+	double release_us;      /* the part of it spent in releases */
+};
+
+/* Wrap be's physical-memory calls (until driver_model_detach); counts start at zero. */
+void driver_model_attach(vmm_backend *be);
+void driver_model_detach(vmm_backend *be);
+struct driver_counts driver_model_get(void);
+/* b - a, field by field. */
+struct driver_counts driver_counts_sub(struct driver_counts b, struct driver_counts a);
+
+#endif
