@@ -92,7 +92,15 @@ static vmm_status alloc_locked(struct devheap *dh, size_t size, size_t align, co
 		}
 	} else {
 		size_t usable = align_up(size ? size : 1, HEAP_ALIGN);
-		struct blk *b = arena_alloc_block(a, usable, align, err);
+		struct blk *b;
+
+		/* A large allocation owns whole granules (its handles are its own, see heap_grow.c),
+		 * so that no other allocation shares them. */
+		if (size >= dh->core->cfg.max_handle_bytes) {
+			usable = align_up(size, dh->gran);
+			align = align > dh->gran ? align : dh->gran;
+		}
+		b = arena_alloc_block(a, usable, align, err);
 
 		if (!b) {
 			alloc_put(dh, r);

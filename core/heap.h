@@ -1,18 +1,19 @@
 /* The core allocator: per device, one reserved virtual range carved into allocations, physical
- * memory mapped on demand in large handles, freed physical memory reused at any address, small
- * allocations packed. Knows nothing of interposition; the shim and the tests drive it through this
+ * memory mapped on demand (2 MiB pieces, whole handles for the largest requests), freed physical
+ * memory reused at any address, small allocations packed. Knows nothing of interposition; the shim and the tests drive it through this
  * API. All functions are thread-safe.
  *
  * Reuse rule (see README "When freed memory is reused"): vmm_free() does not synchronize, it
  * quarantines the block; a quarantined block is handed out again only after a device
  * synchronization (backend->synchronize) that began after the free. A failed synchronization
- * (e.g. during stream capture) leaves the block quarantined and the heap grows instead.
- * vmm_free_on_stream() makes the block reusable at once by vmm_malloc_on_stream() on the same
- * stream (stream order protects it) and by everyone else after the next synchronization.
+ * (e.g. during stream capture) leaves the block quarantined and the heap takes fresh memory
+ * instead. vmm_free_on_stream() makes the block reusable at once by vmm_malloc_on_stream() on the
+ * same stream (stream order protects it) and by everyone else after the next synchronization.
  * When a request finds no free block, the heap synchronizes (and so reclaims every quarantined
- * block) if the quarantine holds at least 64 MiB, or if growing failed;
- * otherwise it grows, so that a malloc/free cycle does not wait on the device each time. Growth
- * maps wholly free handles from anywhere on the device before it creates new memory. */
+ * block) if the quarantine holds at least 64 MiB, or if growing failed; otherwise it grows, so
+ * that a malloc/free cycle does not wait on the device each time. Physical memory comes in 2 MiB pieces for
+ * requests below max_handle_bytes, so that free memory moves to wherever a request needs it,
+ * before any new memory is created (heap_grow.c). */
 #ifndef VMM_HEAP_H
 #define VMM_HEAP_H
 
@@ -33,7 +34,8 @@ typedef struct vmm_config {
 	size_t cache_limit;        /* bytes of free physical memory kept for reuse per device; beyond it
 	                            * wholly free handles are released. 0 = default (see heap.c). SIZE_MAX = keep all. */
 	size_t reserve_bytes;      /* VA reserved per device at first use; 0 = 4 x device memory */
-	size_t max_handle_bytes;   /* largest physical handle created; 0 = default (1 GiB) */
+	size_t max_handle_bytes;   /* largest physical handle created; requests below it get 2 MiB
+	                            * pieces, larger ones whole handles; 0 = default (1 GiB) */
 	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
 } vmm_config;
 

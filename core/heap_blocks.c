@@ -195,6 +195,29 @@ struct blk *free_index_find(struct arena *a, size_t size)
 	return find_rounded(a, size);
 }
 
+bool free_index_collect(struct arena *a, struct blk ***out, size_t *n, size_t *cap)
+{
+	for (uint64_t fm = a->fl_map; fm; fm &= fm - 1) {
+		unsigned fl = (unsigned)__builtin_ctzll(fm);
+
+		for (uint32_t sm = a->sl_map[fl]; sm; sm &= sm - 1) {
+			for (struct blk *b = a->lists[fl][__builtin_ctz(sm)]; b; b = b->fnext) {
+				if (*n == *cap) {
+					size_t c = *cap ? *cap * 2 : 64;
+					struct blk **nb = realloc(*out, c * sizeof(*nb));
+
+					if (!nb)
+						return false;
+					*out = nb;
+					*cap = c;
+				}
+				(*out)[(*n)++] = b;
+			}
+		}
+	}
+	return true;
+}
+
 struct blk *blk_split(struct devheap *dh, struct blk *b, size_t size)
 {
 	struct blk *t;

@@ -13,6 +13,9 @@ struct blk *blk_containing(struct devheap *dh, vmm_devptr addr);
 void free_index_insert(struct arena *a, struct blk *b);
 void free_index_remove(struct arena *a, struct blk *b);
 struct blk *free_index_find(struct arena *a, size_t size);
+/* Append the arena's free blocks to (*out)[*n..], growing the array (false: no host memory,
+ * some may be missing). */
+bool free_index_collect(struct arena *a, struct blk ***out, size_t *n, size_t *cap);
 /* Split b so that it keeps `size` bytes; the tail becomes a new free block of the same arena,
  * inserted in the index. Returns the tail, or NULL (b stays whole). */
 struct blk *blk_split(struct devheap *dh, struct blk *b, size_t size);

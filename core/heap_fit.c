@@ -29,23 +29,34 @@ vmm_status heap_reclaim_capped(struct devheap *dh, struct arena *who, vmm_error 
 /* Does a miss synchronize (and so reclaim the whole quarantine) rather than grow? Growth is for
  * good (the heap keeps what it maps), a sync costs once: so a miss syncs as soon as
  * QUARANTINE_MIN waits in quarantine, even when that is less than the request (reclaimed blocks
- * coalesce with free neighbours, and the arena's free tail is extended by the rest only). Below
- * it the heap grows, so that a malloc/free cycle of one tensor does not wait on the device each
- * time. The older threshold, max(64 MiB, mapped/8), let the peak grow by up to 1/8 of it. */
+ * coalesce with free neighbours, and a free block is grown by the rest only). Below it the heap
+ * grows, so that a malloc/free cycle of one tensor does not wait on the device each time. */
 #define QUARANTINE_MIN (64ull << 20)
+
 static bool miss_syncs(struct devheap *dh)
 {
 	return dh->quar_total >= QUARANTINE_MIN;
 }
 
-/* A free block of need bytes already there, or after one sync made all of the quarantine
- * reusable (a failed sync, e.g. during stream capture, means growth). */
-static struct blk *find_or_reclaim(struct arena *a, size_t need)
+/* A free block that holds size bytes at align, or NULL. The index is searched for size first
+ * (an aligned block of exactly that size fits), then for the size with room for any padding. */
+static struct blk *find_fit(struct arena *a, size_t size, size_t align)
 {
-	struct blk *b = free_index_find(a, need);
+	struct blk *b = free_index_find(a, size);
+
+	if (b && (align <= HEAP_ALIGN || align_up(b->addr, align) - b->addr + size <= b->size))
+		return b;
+	return align > HEAP_ALIGN ? free_index_find(a, size + align - HEAP_ALIGN) : NULL;
+}
+
+/* A free block for the request already there, or after one sync made all of the quarantine
+ * reusable (a failed sync, e.g. during stream capture, means growth). */
+static struct blk *find_or_reclaim(struct arena *a, size_t size, size_t align)
+{
+	struct blk *b = find_fit(a, size, align);
 
 	if (!b && miss_syncs(a->dh) && heap_reclaim_capped(a->dh, a, NULL) == VMM_OK)
-		b = free_index_find(a, need);
+		b = find_fit(a, size, align);
 	return b;
 }
 
@@ -58,23 +69,23 @@ static void fail_oom(struct devheap *dh, size_t size, const vmm_error *local, vm
 		 (unsigned long long)(dh->mapped_total - dh->live_total), local->msg);
 }
 
-/* Grow for need bytes and return a free block that holds them. When the driver is out, the
+/* Grow for the request and return a free block that holds it. When the driver is out, the
  * ladder: sync and reclaim the quarantine, give back empty slabs, so that wholly free handles
  * can move here; then try once more. */
-static struct blk *grow_for(struct arena *a, size_t need, size_t size, vmm_error *err)
+static struct blk *grow_for(struct arena *a, size_t size, size_t align, vmm_error *err)
 {
 	struct devheap *dh = a->dh;
 	struct blk *b = NULL;
 	vmm_error local;
-	vmm_status st = arena_grow(a, need, &local);
+	vmm_status st = arena_grow(a, size, align, &b, &local);
 
 	if (st == VMM_E_OOM) {
 		heap_reclaim_capped(dh, a, NULL);
 		for (int i = 0; i < dh->narenas; i++)
 			slab_release_empty(dh, dh->arenas[i]);
-		b = free_index_find(a, need);
+		b = find_fit(a, size, align);
 		if (!b)
-			st = arena_grow(a, need, &local);
+			st = arena_grow(a, size, align, &b, &local);
 	}
 	if (!b && st) {
 		if (st == VMM_E_OOM)
@@ -84,10 +95,8 @@ static struct blk *grow_for(struct arena *a, size_t need, size_t size, vmm_error
 		return NULL;
 	}
 	if (!b)
-		b = free_index_find(a, need);
-	if (!b)
 		vmm_fail(err, VMM_E_OOM, 0, "device %d: no block of %zu bytes after growth", dh->dev,
-			 need);
+			 size);
 	return b;
 }
 
@@ -115,13 +124,52 @@ static struct blk *carve(struct arena *a, struct blk *b, size_t size, size_t ali
 	return b;
 }
 
+/* A handle larger than a granule at an edge of [start, start+size) that the block would share
+ * with free memory (see heap_grow.c: large handles are wholly free or inside one allocation). */
+static struct phandle *shared_edge(struct devheap *dh, vmm_devptr start, size_t size)
+{
+	vmm_devptr edge[2] = { start, start + size - 1 };
+
+	for (int i = 0; i < 2; i++) {
+		struct phandle *h = page_handle_get(dh, edge[i]);
+
+		if (h && h->size > dh->gran && (h->va < start || h->va + h->size > start + size) &&
+		    handle_wholly_free(dh, h))
+			return h;
+	}
+	return NULL;
+}
+
+/* A free block for size bytes at align whose large handles it would not share: the ones it
+ * would share are re-created as pieces first, then the search starts again (a re-creation the
+ * driver refuses halfway leaves less memory where the block was). */
+static struct blk *unshared_block(struct arena *a, size_t size, size_t align, vmm_error *err)
+{
+	struct devheap *dh = a->dh;
+
+	for (int tries = 0; tries < 8; tries++) {
+		struct blk *b = find_or_reclaim(a, size, align);
+		vmm_devptr start;
+		struct phandle *h;
+
+		if (!b)
+			b = grow_for(a, size, align, err);
+		if (!b)
+			return NULL;
+		start = align > HEAP_ALIGN ? align_up(b->addr, align) : b->addr;
+		h = shared_edge(dh, start, size);
+		if (!h)
+			return b;
+		handle_shatter(dh, h, NULL);
+	}
+	vmm_fail(err, VMM_E_OOM, 0, "device %d: no block of %zu bytes", dh->dev, size);
+	return NULL;
+}
+
 struct blk *arena_alloc_block(struct arena *a, size_t size, size_t align, vmm_error *err)
 {
-	size_t need = size + (align > HEAP_ALIGN ? align - HEAP_ALIGN : 0);
-	struct blk *b = find_or_reclaim(a, need);
+	struct blk *b = unshared_block(a, size, align, err);
 
-	if (!b)
-		b = grow_for(a, need, size, err);
 	return b ? carve(a, b, size, align, err) : NULL;
 }
 

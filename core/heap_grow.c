@@ -1,13 +1,29 @@
-/* Growth of an arena (heap_grow.h): a plan of the handles that will back a new range (wholly free
- * handles from anywhere on the device first, re-mapped contiguously at the new address, then new
- * ones), mapped at the end of the arena's last growth when the address space there is free, else
- * at a fresh address. */
+/* Growth of an arena (heap_grow.h): new mapped memory for a request that no free block holds.
+ *
+ * Where: after the arena's largest free block that the unclaimed address space behind it lets
+ * grow to the request (it then needs only the missing bytes), else at a fresh address.
+ * What, in this order:
+ *  1. wholly free handles from anywhere on the device, taken from the smallest free blocks first
+ *     (holes that no request fits) and from each block's end, moved and mapped side by side;
+ *  2. the memory of a larger idle handle, released rather than moved (a handle cannot be cut,
+ *     and only part of it would be used);
+ *  3. new memory: for a request below max_handle_bytes, pieces of one granule (2 MiB), so that
+ *     whatever part of it is free later can move on its own to where it is needed; for a larger
+ *     request, handles of up to max_handle_bytes covering it exactly, so that growing and
+ *     sleeping it costs a few driver calls per GiB (the H200 cost is per handle: ~40 ms per GiB
+ *     in 2 MiB handles, ~0.1 ms in one).
+ * A handle larger than a granule that a smaller allocation would share with free memory is
+ * re-created as pieces first (handle_shatter), so that a large handle is always either wholly
+ * free or inside one allocation: no free memory is ever stuck behind a live allocation in a
+ * handle that cannot be cut, and every allocation can be given a handle of its own. */
 #include "heap_grow.h"
 
 #include <stdlib.h>
 #include <string.h>
 
+#include "heap_blocks.h"
 #include "heap_phys.h"
+#include "heap_va.h"
 
 /* The plan of one growth: the handles that will back [va, va+total), in order. */
 struct grow_plan {
@@ -15,6 +31,12 @@ struct grow_plan {
 	bool *fresh;
 	size_t n, cap;
 	size_t total;
+};
+
+/* Wholly free handles too large for what was still wanted when they were met. */
+struct larger {
+	struct phandle **h;
+	size_t n, cap;
 };
 
 static bool plan_add(struct grow_plan *p, struct phandle *h, bool fresh)
@@ -39,55 +61,6 @@ static bool plan_add(struct grow_plan *p, struct phandle *h, bool fresh)
 	return true;
 }
 
-/* The wholly free handles that may move, largest first. Those in `avoid` (the block being
- * extended) and those of sleeping arenas stay where they are. */
-struct cands {
-	struct phandle **h;
-	bool *used;
-	size_t n;
-};
-
-static int by_size_desc(const void *a, const void *b)
-{
-	const struct phandle *x = *(struct phandle *const *)a, *y = *(struct phandle *const *)b;
-
-	return x->size > y->size ? -1 : x->size < y->size;
-}
-
-static bool cands_collect(struct devheap *dh, struct blk *avoid, struct cands *c)
-{
-	size_t n = 0;
-
-	memset(c, 0, sizeof(*c));
-	for (struct phandle *h = dh->handles; h; h = h->next)
-		n++;
-	if (!n)
-		return true;
-	c->h = malloc(n * sizeof(*c->h));
-	c->used = calloc(n, sizeof(*c->used));
-	if (!c->h || !c->used) {
-		free(c->h);
-		free(c->used);
-		memset(c, 0, sizeof(*c));
-		return false;
-	}
-	for (struct phandle *h = dh->handles; h; h = h->next) {
-		if (h->arena->asleep || !handle_wholly_free(dh, h))
-			continue;
-		if (avoid && h->va >= avoid->addr && h->va < avoid->addr + avoid->size)
-			continue;
-		c->h[c->n++] = h;
-	}
-	qsort(c->h, c->n, sizeof(*c->h), by_size_desc);
-	return true;
-}
-
-static void cands_free(struct cands *c)
-{
-	free(c->h);
-	free(c->used);
-}
-
 static void plan_abandon(struct devheap *dh, struct grow_plan *p, struct arena *a)
 {
 	for (size_t i = 0; i < p->n; i++) {
@@ -99,45 +72,105 @@ static void plan_abandon(struct devheap *dh, struct grow_plan *p, struct arena *
 	memset(p, 0, sizeof(*p));
 }
 
-/* New memory for a request below max_handle_bytes comes in pieces of at most PIECE_MAX: when
- * such a request is freed and its range is later split by smaller ones, the pieces that stay
- * wholly free can still move to where the next large request needs them. Large handles would
- * stay pinned by any small allocation inside them, and the heap would grow instead (the NO_CACHING
- * training replay of bench_core: peak mapped/live 1.23 -> 1.10). Requests of max_handle_bytes or
- * more keep whole handles, so that sleeping and waking them stays a few calls per GiB. */
-#define PIECE_MAX (64ull << 20)
-
-/* Fill step 1: the wholly free handles that fit in what is still wanted, largest first (room
- * only shrinks: one pass). */
-static vmm_status plan_take_fitting(struct grow_plan *p, struct cands *c, size_t want,
-				    vmm_error *err)
+static void plan_done(struct grow_plan *p)
 {
-	for (size_t i = 0; i < c->n && p->total < want; i++) {
-		if (c->h[i]->size > want - p->total)
-			continue;
-		if (!plan_add(p, c->h[i], false))
-			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
-		c->used[i] = true;
-	}
-	return VMM_OK;
+	free(p->hs);
+	free(p->fresh);
 }
 
-/* The smallest unused candidate that covers the rest of what is wanted joins the plan (its tail
- * stays free in the arena). VMM_E_OOM (err untouched) when there is none. */
-static vmm_status plan_take_cover(struct grow_plan *p, struct cands *c, size_t want,
-				  vmm_error *err)
+static bool larger_add(struct larger *l, struct phandle *h)
 {
-	size_t room = want - p->total, k = c->n;
+	if (l->n == l->cap) {
+		size_t cap = l->cap ? l->cap * 2 : 8;
+		struct phandle **n = realloc(l->h, cap * sizeof(*n));
 
-	while (k-- > 0)
-		if (!c->used[k] && c->h[k]->size >= room)
+		if (!n)
+			return false;
+		l->h = n;
+		l->cap = cap;
+	}
+	l->h[l->n++] = h;
+	return true;
+}
+
+static int by_size_asc(const void *a, const void *b)
+{
+	const struct blk *x = *(struct blk *const *)a, *y = *(struct blk *const *)b;
+
+	return x->size < y->size ? -1 : x->size > y->size;
+}
+
+/* The free blocks of every awake arena of the device, smallest first. */
+static bool free_blocks(struct devheap *dh, struct blk ***bs, size_t *n)
+{
+	size_t cap = 0;
+
+	*bs = NULL;
+	*n = 0;
+	for (int i = 0; i < dh->narenas; i++) {
+		if (!dh->arenas[i]->asleep && !free_index_collect(dh->arenas[i], bs, n, &cap))
+			return false;
+	}
+	if (*n)
+		qsort(*bs, *n, sizeof(**bs), by_size_asc);
+	return true;
+}
+
+/* The wholly free handles inside free block b, from its end down, join the plan while they fit
+ * in what is still wanted; larger ones are remembered. */
+static bool take_from_block(struct devheap *dh, struct grow_plan *p, struct blk *b, size_t want,
+			    struct larger *l)
+{
+	vmm_devptr lo = b->addr, hi = b->addr + b->size;
+	vmm_devptr pg = hi & ~(vmm_devptr)(dh->gran - 1);
+
+	while (pg > lo && pg - dh->gran >= lo && p->total < want) {
+		struct phandle *h = page_handle_get(dh, pg - dh->gran);
+
+		if (!h || h->asleep)
 			break;
-	if (k >= c->n)
-		return VMM_E_OOM;
-	if (!plan_add(p, c->h[k], false))
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory");
-	c->used[k] = true;
-	return VMM_OK;
+		if (h->va >= lo && h->va + h->size <= hi) {
+			if (h->size <= want - p->total ? !plan_add(p, h, false) : !larger_add(l, h))
+				return false;
+		}
+		pg = h->va;
+	}
+	return true;
+}
+
+/* Fill step 1: wholly free handles of every awake arena but those in `avoid` (the block being
+ * extended). */
+static vmm_status plan_take_free(struct devheap *dh, struct grow_plan *p, size_t want,
+				 struct blk *avoid, struct larger *l, vmm_error *err)
+{
+	struct blk **bs;
+	size_t n;
+	bool ok = free_blocks(dh, &bs, &n);
+
+	for (size_t i = 0; ok && i < n && p->total < want; i++)
+		if (bs[i] != avoid)
+			ok = take_from_block(dh, p, bs[i], want, l);
+	free(bs);
+	return ok ? VMM_OK : vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
+}
+
+/* Fill step 2: give the smallest remembered larger handle back to the driver, so that new
+ * memory can be made of it. Returns false when there is none left. */
+static bool plan_recycle(struct devheap *dh, struct larger *l)
+{
+	while (l->n) {
+		size_t best = 0;
+		struct phandle *h;
+
+		for (size_t i = 1; i < l->n; i++)
+			if (l->h[i]->size < l->h[best]->size)
+				best = i;
+		h = l->h[best];
+		l->h[best] = l->h[--l->n];
+		if (handle_drop(dh, h, NULL) == VMM_OK)
+			return true;
+	}
+	return false;
 }
 
 /* One new handle of sz bytes (counted as created by a). */
@@ -160,32 +193,18 @@ static vmm_status create_handle(struct arena *a, size_t sz, struct phandle **out
 	return VMM_OK;
 }
 
-/* Fill step 3: new handles for the rest (see PIECE_MAX). When the driver is out of memory and an
- * inexact fill is allowed, the smallest larger cached handle covers the rest. */
-static vmm_status plan_create(struct arena *a, struct grow_plan *p, struct cands *c, size_t want,
-			      bool exact, vmm_error *err)
+/* Fill step 3: new handles of at most `piece` bytes for the rest. When the driver is out of
+ * memory, another larger idle handle is given back first, while there is one. */
+static vmm_status plan_create(struct arena *a, struct grow_plan *p, struct larger *l, size_t want,
+			      size_t piece, vmm_error *err)
 {
-	size_t maxh = a->dh->core->cfg.max_handle_bytes;
-
 	while (p->total < want) {
-		size_t sz = want - p->total;
+		size_t sz = want - p->total < piece ? want - p->total : piece;
 		struct phandle *h = NULL;
-		vmm_status st;
+		vmm_status st = create_handle(a, sz, &h, err);
 
-		if (sz > maxh)
-			sz = maxh;
-		if (want < maxh && sz > PIECE_MAX)
-			sz = PIECE_MAX;
-		st = create_handle(a, sz, &h, err);
-		if (st == VMM_E_OOM && !exact) {
-			vmm_status cover = plan_take_cover(p, c, want, err);
-
-			if (cover == VMM_E_OOM)
-				return st;
-			if (cover)
-				return cover;
+		if (st == VMM_E_OOM && plan_recycle(a->dh, l))
 			continue;
-		}
 		if (st)
 			return st;
 		if (!plan_add(p, h, true)) {
@@ -198,28 +217,20 @@ static vmm_status plan_create(struct arena *a, struct grow_plan *p, struct cands
 	return VMM_OK;
 }
 
-/* Collect handles summing to `want` bytes exactly, or at least `want` when `exact` is false:
- * wholly free handles first (largest that fit), then a larger wholly free one rather than new
- * memory, then new ones. */
-static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, bool exact,
+/* Collect handles summing to exactly `want` bytes (see the top of the file). */
+static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, size_t piece,
 			    struct blk *avoid, vmm_error *err)
 {
-	struct cands c;
-	vmm_status st;
+	struct larger l = { 0 };
+	vmm_status st = plan_take_free(a->dh, p, want, avoid, &l, err);
 
-	if (!cands_collect(a->dh, avoid, &c))
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");
-	st = plan_take_fitting(p, &c, want, err);
-	/* Rather than create memory while a larger wholly free handle sits idle, map that one:
-	 * the device's mapped memory does not grow. */
-	if (!st && !exact && p->total < want) {
-		st = plan_take_cover(p, &c, want, err);
-		if (st == VMM_E_OOM)
-			st = VMM_OK;
-	}
+	/* Rather than add memory while a larger wholly free handle sits idle, give that one back:
+	 * the device's memory does not grow. */
+	if (!st && p->total < want)
+		plan_recycle(a->dh, &l);
 	if (!st)
-		st = plan_create(a, p, &c, want, exact, err);
-	cands_free(&c);
+		st = plan_create(a, p, &l, want, piece, err);
+	free(l.h);
 	return st;
 }
 
@@ -266,12 +277,11 @@ static void plan_commit(struct arena *a, struct grow_plan *p, vmm_devptr va)
 	}
 	stats_mapped(a, (int64_t)p->total);
 	arena_add_free_range(a, va, p->total);
-	a->grow_end = va + p->total;
 }
 
-/* Map the plan at va and grant access once over the whole range. On failure everything the plan
- * touched is unmapped (its handles are left to plan_abandon: moved cached ones included, they
- * were free) and the VA is given back. */
+/* Map the plan at va (claimed for p->total bytes) and grant access once over the whole range.
+ * On failure everything the plan touched is unmapped (its handles are left to plan_abandon:
+ * moved cached ones included, they were free) and the VA is given back. */
 static vmm_status plan_map(struct arena *a, struct grow_plan *p, vmm_devptr va, vmm_error *err)
 {
 	struct devheap *dh = a->dh;
@@ -296,60 +306,82 @@ static vmm_status plan_map(struct arena *a, struct grow_plan *p, vmm_devptr va, 
 	return VMM_OK;
 }
 
-static void plan_done(struct grow_plan *p)
+/* The size of new handles for a request of `need` bytes (see the top of the file). */
+static size_t piece_for(struct devheap *dh, size_t need)
 {
-	free(p->hs);
-	free(p->fresh);
+	size_t maxh = dh->core->cfg.max_handle_bytes;
+
+	return need < maxh ? dh->gran : maxh;
 }
 
-/* The arena's free tail block when the next growth can extend its last growth in place (the
- * tail then coalesces with the new memory and the request needs fewer new bytes); else NULL. */
-static struct blk *extendable_tail(struct arena *a, size_t need)
+/* Bytes a request of size at align takes in block b (its alignment padding included). */
+static size_t need_in(const struct blk *b, size_t size, size_t align)
 {
-	struct blk *tail;
-
-	if (!a->grow_end)
-		return NULL;
-	tail = blk_containing(a->dh, a->grow_end - 1);
-	if (tail && (tail->state != BLK_FREE || tail->arena != a ||
-		     tail->addr + tail->size != a->grow_end || tail->size >= need))
-		tail = NULL;
-	return tail;
+	return (align > HEAP_ALIGN ? align_up(b->addr, align) - b->addr : 0) + size;
 }
 
-/* Grow in place after tail. VMM_E_OOM (err untouched when the address space after it is
- * taken) means: try a fresh range, which may use a larger cached handle. */
-static vmm_status grow_in_place(struct arena *a, struct blk *tail, size_t need, vmm_error *err)
+/* The arena's largest free block too small for the request that the unclaimed address space
+ * right after it lets grow enough, or NULL. */
+static struct blk *extendable_block(struct arena *a, size_t size, size_t align)
 {
 	struct devheap *dh = a->dh;
-	size_t want = align_up(need - tail->size, dh->gran);
+	struct blk **bs = NULL, *best = NULL;
+	size_t n = 0, cap = 0;
+
+	if (!free_index_collect(a, &bs, &n, &cap))
+		n = 0; /* without host memory for the list: grow at a fresh address */
+	for (size_t i = 0; i < n; i++) {
+		struct blk *b = bs[i];
+		vmm_devptr end = b->addr + b->size;
+		size_t need = need_in(b, size, align);
+
+		if (b->size >= need || (end & (dh->gran - 1)) || (best && best->size >= b->size))
+			continue;
+		if (va_room_at(dh, end) >= align_up(need - b->size, dh->gran))
+			best = b;
+	}
+	free(bs);
+	return best;
+}
+
+/* Grow block b in place for the request. VMM_E_OOM may mean only that the memory was not there:
+ * the caller tries a fresh range. */
+static vmm_status grow_in_place(struct arena *a, struct blk *b, size_t size, size_t align,
+				struct blk **out, vmm_error *err)
+{
+	struct devheap *dh = a->dh;
+	vmm_devptr start = b->addr, end = b->addr + b->size;
+	size_t want = align_up(need_in(b, size, align) - b->size, dh->gran);
 	struct grow_plan p = { 0 };
 	vmm_status st;
 
-	if (!va_claim_at(dh, a->grow_end, want))
+	if (!va_claim_at(dh, end, want))
 		return VMM_E_OOM;
-	st = plan_fill(a, &p, want, true, tail, err);
+	st = plan_fill(a, &p, want, piece_for(dh, size), b, err);
 	if (!st) {
-		st = plan_map(a, &p, a->grow_end, err);
+		st = plan_map(a, &p, end, err);
 		if (!st) {
 			plan_done(&p);
+			*out = blk_containing(dh, start);
 			return VMM_OK;
 		}
 	} else {
-		va_free(dh, a->grow_end, want);
+		va_free(dh, end, want);
 	}
 	plan_abandon(dh, &p, a);
 	return st;
 }
 
-static vmm_status grow_fresh(struct arena *a, size_t need, vmm_error *err)
+/* A fresh range: granule-aligned, so no padding is needed for any alignment up to a granule. */
+static vmm_status grow_fresh(struct arena *a, size_t size, struct blk **out, vmm_error *err)
 {
 	struct devheap *dh = a->dh;
+	size_t want = align_up(size, dh->gran);
 	struct grow_plan p = { 0 };
 	vmm_devptr va;
 	vmm_status st;
 
-	st = plan_fill(a, &p, align_up(need, dh->gran), false, NULL, err);
+	st = plan_fill(a, &p, want, piece_for(dh, size), NULL, err);
 	if (!st)
 		st = va_alloc(dh, p.total, &va, err);
 	if (!st)
@@ -359,18 +391,53 @@ static vmm_status grow_fresh(struct arena *a, size_t need, vmm_error *err)
 		return st;
 	}
 	plan_done(&p);
+	*out = blk_containing(dh, va);
 	return VMM_OK;
 }
 
-vmm_status arena_grow(struct arena *a, size_t need, vmm_error *err)
+vmm_status arena_grow(struct arena *a, size_t size, size_t align, struct blk **out,
+		      vmm_error *err)
 {
-	struct blk *tail = extendable_tail(a, need);
+	struct blk *b = extendable_block(a, size, align);
 
-	if (tail) {
-		vmm_status st = grow_in_place(a, tail, need, err);
+	if (b) {
+		vmm_status st = grow_in_place(a, b, size, align, out, err);
 
 		if (st != VMM_E_OOM)
 			return st;
 	}
-	return grow_fresh(a, need, err);
+	return grow_fresh(a, size, out, err);
+}
+
+vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_error *err)
+{
+	struct arena *a = h->arena;
+	vmm_devptr va = h->va;
+	size_t size = h->size;
+	struct grow_plan p = { 0 };
+	struct larger none = { 0 };
+	vmm_status st;
+
+	/* Give it back first: the pieces are made of its memory. */
+	st = handle_drop(dh, h, err);
+	if (st)
+		return st;
+	if (!va_claim_at(dh, va, size))
+		return vmm_fail(err, VMM_E_INVALID, 0, "device %d: 0x%llx cannot be claimed again",
+				dh->dev, (unsigned long long)va);
+	st = plan_create(a, &p, &none, size, dh->gran, err);
+	/* What could not be re-created (the driver gave the memory to someone else meanwhile)
+	 * stays unclaimed address space. */
+	if (p.total < size)
+		va_free(dh, va + p.total, size - p.total);
+	if (p.total) {
+		vmm_status ms = plan_map(a, &p, va, st ? NULL : err);
+
+		if (ms) {
+			plan_abandon(dh, &p, a);
+			return st ? st : ms;
+		}
+	}
+	plan_done(&p);
+	return st;
 }

@@ -1,13 +1,20 @@
 /* Growth of an arena (heap_grow.c): new mapped memory for a request that no free block holds,
- * from wholly free handles anywhere on the device first, then from the driver. Calls the handle,
- * block and address-space layers. */
+ * from wholly free handles anywhere on the device first, then from the driver; and large handles
+ * re-created as pieces. Calls the handle, block and address-space layers. */
 #ifndef VMM_HEAP_GROW_H
 #define VMM_HEAP_GROW_H
 
 #include "heap_types.h"
 
-/* Map at least `need` more bytes into arena a as free memory (coalesced with its free tail when
- * it extends the last growth). VMM_E_OOM when the driver has no memory for it. */
-vmm_status arena_grow(struct arena *a, size_t need, vmm_error *err);
+/* Map new memory into arena a so that a free block holds size bytes at align (<= a granule):
+ * one of its free blocks grown in place, or a fresh range; *out is that block. VMM_E_OOM when
+ * the driver has no memory for it. */
+vmm_status arena_grow(struct arena *a, size_t size, size_t align, struct blk **out,
+		      vmm_error *err);
+
+/* Re-create a wholly free, mapped handle larger than a granule as granule-sized pieces at the
+ * same address (it is released first: the pieces are made of its memory). On failure the range
+ * may be left partly mapped (as free memory) and partly unclaimed. */
+vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_error *err);
 
 #endif

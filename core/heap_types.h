@@ -118,7 +118,6 @@ struct arena {
 	struct alloc *quar_head;
 	uint64_t quar_bytes;
 	struct slab *partial[NUM_CLASSES];
-	vmm_devptr grow_end;    /* end of the last growth: the next one extends it when it can */
 	bool asleep;
 	bool discarded;         /* asleep without a host copy */
 	bool marked;            /* changed by the sleep/wake in progress (for its rollback) */

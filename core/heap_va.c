@@ -166,6 +166,26 @@ bool va_claim_at(struct devheap *dh, vmm_devptr va, size_t size)
 	return false;
 }
 
+size_t va_room_at(struct devheap *dh, vmm_devptr va)
+{
+	struct reservation *r = res_of(dh, va);
+	size_t lo = 0, hi;
+
+	if (!r)
+		return 0;
+	/* The extents are in address order: binary search for one that starts at va. */
+	hi = r->nfree;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (r->free[mid].va < va)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < r->nfree && r->free[lo].va == va ? r->free[lo].size : 0;
+}
+
 void va_free(struct devheap *dh, vmm_devptr va, size_t size)
 {
 	struct reservation *r = res_of(dh, va);

@@ -12,6 +12,8 @@ struct reservation *res_of(struct devheap *dh, vmm_devptr va);
 vmm_status va_alloc(struct devheap *dh, size_t size, vmm_devptr *va, vmm_error *err);
 /* Claim [va, va+size) if all of it is unclaimed. */
 bool va_claim_at(struct devheap *dh, vmm_devptr va, size_t size);
+/* Unclaimed bytes from va on (0 when va itself is claimed or outside every reservation). */
+size_t va_room_at(struct devheap *dh, vmm_devptr va);
 void va_free(struct devheap *dh, vmm_devptr va, size_t size);
 /* Give every reservation back (teardown: nothing may be mapped). */
 void va_release_all(struct devheap *dh);

@@ -201,10 +201,14 @@ Test(heap_offload, create_failure_during_wake_rolls_back)
 	vmm_stats s;
 	int failures = 0;
 
-	/* Three growths make three creates and maps; the wake's second create and third map
-	 * fail, in two separate wakes. */
+	/* Three growths make three creates and maps (allocations of max_handle_bytes get whole
+	 * handles); the wake's second create and third map fail, in two separate wakes. */
+	vmm_config cfg;
+
+	vmm_config_defaults(&cfg);
+	cfg.max_handle_bytes = 20 * MiB;
 	t_simdev_env("1G", NULL, "cuMemCreate:5,cuMemMap:6");
-	t_open(&t, NULL);
+	t_open(&t, &cfg);
 	for (int i = 0; i < 3; i++) {
 		cr_assert_eq(vmm_malloc(t.core, 0, 20 * MiB, 0, NULL, &q[i], &err), VMM_OK, "%s",
 			     err.msg);

@@ -45,27 +45,26 @@ Test(heap_peak, less_than_64_mib_in_quarantine_grows_without_a_sync)
 	t_close(&t);
 }
 
-Test(heap_peak, a_larger_wholly_free_handle_is_mapped_instead_of_new_memory)
+Test(heap_peak, a_larger_idle_handle_is_given_back_rather_than_memory_added)
 {
 	struct tctx t;
 	vmm_devptr big, small, q;
-	vmm_stats before;
 
 	t_simdev_env("4G", NULL, NULL);
 	t_open(&t, NULL);
 	/* 1 GiB in one handle on tag "x", freed and reclaimed (the next miss syncs). */
 	cr_assert_eq(vmm_malloc(t.core, 0, GiB, 0, "x", &big, NULL), VMM_OK);
 	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
-	before = t_stats(&t, 0, NULL);
-	cr_assert_eq(before.handles_created, 1);
-	/* Tag "y" has nothing: its 100 MiB move the idle 1 GiB handle rather than create. */
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_created, 1);
+	/* Tag "y" has nothing: the idle handle is given back (it cannot be cut, and moving it
+	 * whole would leave 924 MiB of it stuck behind the 100 MiB), and y's memory is made of it. */
 	cr_assert_eq(vmm_malloc(t.core, 0, 100 * MiB, 0, "y", &q, NULL), VMM_OK);
-	cr_assert_eq(t_stats(&t, 0, NULL).handles_created, 1, "no new handle");
-	cr_assert_eq(t_dev_used(&t, 0), GiB);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_released, 1);
+	cr_assert_eq(t_dev_used(&t, 0), 100 * MiB);
 	t_fill(q, 100 * MiB, 3);
-	/* The rest of the moved handle serves "y" without growth. */
 	cr_assert_eq(vmm_malloc(t.core, 0, 500 * MiB, 0, "y", &small, NULL), VMM_OK);
-	cr_assert_eq(t_dev_used(&t, 0), GiB);
+	cr_assert_eq(t_dev_used(&t, 0), 600 * MiB);
+	cr_assert_eq(t_stats(&t, 0, NULL).peak_mapped_bytes, GiB, "never more than the 1 GiB");
 	cr_assert(t_check(q, 100 * MiB, 3));
 	t_close(&t);
 }
@@ -94,6 +93,64 @@ Test(heap_peak, pieces_of_a_freed_request_move_past_a_small_allocation)
 	t_fill(c, 448 * MiB, 2);
 	cr_assert(t_check(s, 8 * MiB, 1));
 	cr_assert(t_check(c, 448 * MiB, 2));
+	t_close(&t);
+}
+
+Test(heap_peak, free_space_around_a_live_allocation_moves_to_a_larger_request)
+{
+	struct tctx t;
+	vmm_devptr a, x1, y, x2, c;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, NULL);
+	/* 128 MiB, freed and reused (after the sync the next miss makes) by 60 MiB, 8 MiB that
+	 * stay and 56 MiB; the 60 and 56 MiB are freed: 116 MiB free, none of it in one piece. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 128 * MiB, 0, NULL, &a, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, a, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 60 * MiB, 0, NULL, &x1, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 8 * MiB, 0, NULL, &y, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 56 * MiB, 0, NULL, &x2, NULL), VMM_OK);
+	cr_assert(y > a && y < a + 128 * MiB, "the 8 MiB sit inside the freed range");
+	t_fill(y, 8 * MiB, 5);
+	cr_assert_eq(vmm_free(t.core, x1, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, x2, NULL), VMM_OK);
+	/* 100 MiB: the free memory on both sides of the live 8 MiB moves to it (whatever handle
+	 * it came in): nothing new is needed. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 100 * MiB, 0, NULL, &c, NULL), VMM_OK);
+	t_fill(c, 100 * MiB, 6);
+	cr_assert_eq(t_stats(&t, 0, NULL).peak_mapped_bytes, 128 * MiB, "peak %llu MiB",
+		     (unsigned long long)(t_stats(&t, 0, NULL).peak_mapped_bytes / MiB));
+	cr_assert_eq(t_dev_used(&t, 0), t_stats(&t, 0, NULL).mapped_bytes);
+	cr_assert(t_check(y, 8 * MiB, 5));
+	cr_assert(t_check(c, 100 * MiB, 6));
+	t_close(&t);
+}
+
+Test(heap_peak, a_large_handle_is_re_created_as_pieces_before_a_smaller_request_shares_it)
+{
+	struct tctx t;
+	vmm_devptr big, q, r;
+	vmm_stats s;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, GiB, 0, "x", &big, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
+	/* 100 MiB on the same tag reuse the freed range (after a sync): the 1 GiB handle would be
+	 * shared by it and free memory, so it is re-created as pieces first. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 100 * MiB, 0, "x", &q, NULL), VMM_OK);
+	cr_assert(q >= big && q < big + GiB, "reused the freed range");
+	s = t_stats(&t, 0, NULL);
+	cr_assert_eq(s.handles_released, 1);
+	cr_assert_eq(t_dev_used(&t, 0), GiB);
+	t_fill(q, 100 * MiB, 1);
+	/* The free pieces serve another tag: no new memory. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 900 * MiB, 0, "y", &r, NULL), VMM_OK);
+	t_fill(r, 900 * MiB, 2);
+	cr_assert_eq(t_dev_used(&t, 0), GiB);
+	cr_assert_eq(t_stats(&t, 0, NULL).peak_mapped_bytes, GiB);
+	cr_assert(t_check(q, 100 * MiB, 1));
+	cr_assert(t_check(r, 900 * MiB, 2));
 	t_close(&t);
 }
 
