@@ -1,7 +1,7 @@
 /* The core allocator: per device, one reserved virtual range carved into allocations, physical
  * memory mapped on demand (2 MiB pieces, whole handles for the largest requests), freed physical
- * memory reused at any address, small allocations packed. Knows nothing of interposition; the shim and the tests drive it through this
- * API. All functions are thread-safe.
+ * memory reused at any address, small allocations packed. Knows nothing of interposition; the
+ * shim and the tests drive it through this API. All functions are thread-safe.
  *
  * Reuse rule (see README "When freed memory is reused"): vmm_free() does not synchronize, it
  * quarantines the block; a quarantined block is handed out again only after a device
@@ -9,11 +9,10 @@
  * (e.g. during stream capture) leaves the block quarantined and the heap takes fresh memory
  * instead. vmm_free_on_stream() makes the block reusable at once by vmm_malloc_on_stream() on the
  * same stream (stream order protects it) and by everyone else after the next synchronization.
- * When a request finds no free block, the heap synchronizes (and so reclaims every quarantined
- * block) if the quarantine holds at least 64 MiB, or if growing failed; otherwise it grows, so
- * that a malloc/free cycle does not wait on the device each time. Physical memory comes in 2 MiB pieces for
- * requests below max_handle_bytes, so that free memory moves to wherever a request needs it,
- * before any new memory is created (heap_grow.c). */
+ * When the heap synchronizes (a miss with 64 MiB in quarantine, a same-size block waiting while a
+ * large free range would be cut, memory running short) is heap_fit.c's policy. Physical memory
+ * comes in 2 MiB pieces for requests below max_handle_bytes, so that free memory moves to
+ * wherever a request needs it, before any new memory is created (heap_grow.c). */
 #ifndef VMM_HEAP_H
 #define VMM_HEAP_H
 

@@ -216,4 +216,5 @@ void heap_reclaim_synced(struct devheap *dh)
 		a->quar_bytes = 0;
 	}
 	dh->quar_total = 0;
+	dh->cut_since_sync = 0;
 }

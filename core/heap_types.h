@@ -144,6 +144,7 @@ struct devheap {
 	struct blk *blk_pool;
 	struct alloc *alloc_pool;
 	uint64_t quar_total;
+	uint64_t cut_since_sync;        /* bytes cut from large free blocks (heap_fit.c) */
 	/* Set by the offload engine when it provisions a backup; keeps the allocator free of a
 	 * link-time dependency on the copy engine. */
 	void (*backup_free)(vmm_backend *be, vmm_host_buf *buf);

@@ -154,6 +154,38 @@ Test(heap_peak, a_large_handle_is_re_created_as_pieces_before_a_smaller_request_
 	t_close(&t);
 }
 
+Test(heap_peak, a_same_size_block_is_reused_after_a_sync_rather_than_a_large_range_cut)
+{
+	struct tctx t;
+	vmm_devptr big, prev = 0, p, seen[64];
+	uint64_t syncs0;
+	int reused = 0;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, NULL);
+	/* A large free range: 512 MiB allocated and freed, reclaimed by the next miss. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 512 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &prev, NULL), VMM_OK);
+	syncs0 = t_stats(&t, 0, NULL).syncs;
+	/* A layer loop: each 4 MiB tensor is freed once the next one exists. */
+	for (int i = 0; i < 64; i++) {
+		cr_assert_eq(vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &p, NULL), VMM_OK);
+		for (int k = 0; k < i; k++)
+			reused += seen[k] == p;
+		seen[i] = prev;
+		cr_assert_eq(vmm_free(t.core, prev, NULL), VMM_OK);
+		prev = p;
+	}
+	/* After 64 MiB cut from the range, a freed 4 MiB block is taken back (one sync), and so
+	 * on: the range is not cut into 4 MiB pieces all along. */
+	cr_assert_gt(reused, 0);
+	cr_assert_gt(t_stats(&t, 0, NULL).syncs, syncs0);
+	cr_assert_leq(t_stats(&t, 0, NULL).syncs - syncs0, 64 / 16 + 1);
+	cr_assert_eq(t_stats(&t, 0, NULL).mapped_bytes, 512 * MiB, "nothing new was mapped");
+	t_close(&t);
+}
+
 /* Random churn: every allocation is checked against every range freed since the last sync. */
 struct freed {
 	vmm_devptr p;
