@@ -7,7 +7,8 @@
 # Usage: scripts/gpu-check.sh [LOGDIR]        LOGDIR defaults to $OUT, else /tmp/gpu-check-logs
 # Environment: GPUCHECK_BUDGET_S (default 510: the whole run ends inside 9 minutes),
 #   GPUCHECK_ONLY=row,row (parts of row names), GPUCHECK_SKIP_BENCH=1, GPUCHECK_BUILD (build dir),
-#   GPUCHECK_JOBS (parallel compiles, default nproc)
+#   GPUCHECK_TRAIN_ROUNDS (rounds of the PyTorch benchmark, default 5), GPUCHECK_JOBS (parallel
+#   compiles, default nproc)
 # LOGDIR receives summary.txt, results.json and gpu-check-logs.tgz (every program's output,
 # vmmctl's answers, the build log): few files, as the device tool brings back at most 8.
 set -u
@@ -75,6 +76,7 @@ declare -A jobs=(
 	[ctx_sleep]="$nv $src/ctx_sleep.cu -o $bin/ctx_sleep -lcuda"
 	[hold]="$nv $src/hold.cu -o $bin/hold"
 	[bench_alloc]="$nv $src/bench_alloc.cu -o $bin/bench_alloc"
+	[bench_bw]="$nv $src/bench_bw.cu -o $bin/bench_bw"
 	[ckpt]="$cc_cuda $src/ckpt.c -o $bin/ckpt -lcuda"
 	[share_facts]="$cc_cuda $src/share_facts.c -o $bin/share_facts -lcuda"
 )
@@ -96,13 +98,14 @@ echo "gpu-check: built in $(( $(date +%s) - start )) s"
 # 3. The matrix. Its own deadline keeps the whole run inside the budget.
 only=()
 [ -n "${GPUCHECK_ONLY:-}" ] && only=(--only "$GPUCHECK_ONLY")
-skip=()
-[ -n "${GPUCHECK_SKIP_BENCH:-}" ] && skip=(--skip-bench)
+opts=()
+[ -n "${GPUCHECK_SKIP_BENCH:-}" ] && opts=(--skip-bench)
+[ -n "${GPUCHECK_TRAIN_ROUNDS:-}" ] && opts+=(--train-rounds "$GPUCHECK_TRAIN_ROUNDS")
 limit=$(( budget + 30 - ($(date +%s) - start) ))
 [ $limit -ge 30 ] || limit=30
 GPUCHECK_LOGS=$out/gpu-check-logs.tgz timeout $limit \
 	python3 "$src/gpucheck.py" --root "$root" --bin "$bin" --shim "${shim:-}" \
-	--vmmctl "${vmmctl:-}" --log "$logs" --deadline $(( start + budget )) "${only[@]}" "${skip[@]}"
+	--vmmctl "${vmmctl:-}" --log "$logs" --deadline $(( start + budget )) "${only[@]}" "${opts[@]}"
 rc=$?
 cp "$logs/summary.txt" "$logs/results.json" "$out/" 2>/dev/null
 echo "gpu-check: finished in $(( $(date +%s) - start )) s, rc=$rc; logs: $out/gpu-check-logs.tgz"

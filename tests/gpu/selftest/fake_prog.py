@@ -74,6 +74,11 @@ elif name == "ctx_sleep":
     time.sleep(0.3)
     print(f"KERNEL DONE 0.3 s\nRESULT ctx_sleep {sys.argv[1]} bad_bytes=0\n"
           "RESULT ctx_sleep failures=0", flush=True)
+elif name == "bench_bw":
+    for mib in (512, 2048):  # the 2 GiB reads are made 5% slower under the "shim"
+        print(f"BENCH d2d_{mib}MiB 1500.0 GB/s\nBENCH write_{mib}MiB 2500.0 GB/s")
+        print(f"BENCH read_{mib}MiB {3000.0 * (0.95 if shim and mib == 2048 else 1)} GB/s")
+        print(f"RESULT bw_{mib}MiB ok=1")
 elif name == "ckpt":
     print("CKPT 1.0 500.0 250.0 1.0")
 elif name == "share_facts":
