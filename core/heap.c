@@ -67,6 +67,29 @@ void vmm_core_destroy(vmm_core *core)
 	free(core);
 }
 
+/* Give r a block of its own (it is not a small allocation). */
+static vmm_status alloc_block(struct devheap *dh, struct arena *a, size_t size, size_t align,
+			      struct alloc *r, vmm_error *err)
+{
+	size_t usable = align_up(size ? size : 1, HEAP_ALIGN);
+	struct blk *b;
+
+	/* A large allocation owns whole granules (its handles are its own, see heap_grow.c), so
+	 * that no other allocation shares them. */
+	if (size >= dh->core->cfg.max_handle_bytes) {
+		usable = align_up(size, dh->gran);
+		align = align > dh->gran ? align : dh->gran;
+	}
+	b = arena_alloc_block(a, usable, align, err);
+	if (!b)
+		return err ? err->status : VMM_E_OOM;
+	b->alloc = r;
+	r->blk = b;
+	r->base = b->addr;
+	r->usable = b->size;
+	return VMM_OK;
+}
+
 static vmm_status alloc_locked(struct devheap *dh, size_t size, size_t align, const char *tag,
 			       vmm_devptr *out, vmm_error *err)
 {
@@ -84,32 +107,13 @@ static vmm_status alloc_locked(struct devheap *dh, size_t size, size_t align, co
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for an allocation record");
 	r->size = size;
 	r->arena = a;
-	if (align <= HEAP_ALIGN && size_class(size, dh->core->cfg.small_max) >= 0) {
+	if (align <= HEAP_ALIGN && size_class(size, dh->core->cfg.small_max) >= 0)
 		st = arena_alloc_small(a, size, r, err);
-		if (st) {
-			alloc_put(dh, r);
-			return st;
-		}
-	} else {
-		size_t usable = align_up(size ? size : 1, HEAP_ALIGN);
-		struct blk *b;
-
-		/* A large allocation owns whole granules (its handles are its own, see heap_grow.c),
-		 * so that no other allocation shares them. */
-		if (size >= dh->core->cfg.max_handle_bytes) {
-			usable = align_up(size, dh->gran);
-			align = align > dh->gran ? align : dh->gran;
-		}
-		b = arena_alloc_block(a, usable, align, err);
-
-		if (!b) {
-			alloc_put(dh, r);
-			return err ? err->status : VMM_E_OOM;
-		}
-		b->alloc = r;
-		r->blk = b;
-		r->base = b->addr;
-		r->usable = b->size;
+	else
+		st = alloc_block(dh, a, size, align, r, err);
+	if (st) {
+		alloc_put(dh, r);
+		return st;
 	}
 	record_insert(dh, r);
 	account_alloc(a, r);
