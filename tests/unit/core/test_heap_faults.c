@@ -234,13 +234,13 @@ static void every_call_fails_once(void)
 	unlink(stats_file);
 }
 
-Test(heap_faults, every_driver_call_can_fail, .timeout = 170)
+Test(heap_faults, every_driver_call_can_fail, .timeout = 290)
 {
 	backend_kind = "cuda";
 	every_call_fails_once();
 }
 
-Test(heap_faults, every_acl_call_can_fail, .timeout = 170)
+Test(heap_faults, every_acl_call_can_fail, .timeout = 290)
 {
 	backend_kind = "acl";
 	every_call_fails_once();
