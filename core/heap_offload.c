@@ -1,28 +1,37 @@
-/* Sleep and wake of the core's own heaps (heap_offload.h). Sleep: synchronize, reclaim the quarantine,
- * give wholly free handles back without copying, copy the live ranges of the other handles into
- * host buffers (kept per handle and reused across cycles), unmap and release them; the addresses
- * stay reserved. Wake: check the driver's free memory, re-create every handle, map it at its old
- * address, grant access to the owner and peers, copy back. Any failure rolls back. */
+/* Sleep and wake of the core's own heaps (heap_offload.h). Sleep, per device: drain, reclaim the
+ * quarantine, give wholly free handles back without copying, copy the live ranges of the other
+ * handles into host buffers (kept per handle and reused across cycles), unmap and release them;
+ * the addresses stay reserved. Wake: check the driver's free memory, re-create every handle, map
+ * it at its old address, grant access to the owner and peers, copy back. Any failure rolls back;
+ * a rollback that fails leaves the partial state (offload/transfer.h), never lost contents. */
 #include "heap_offload.h"
 
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "heap_internal.h"
 #include "log.h"
+#include "offload/drain.h"
 
-struct sel;
-static vmm_status wake_device(struct devheap *dh, const vmm_sleep_opts *o,
-			      vmm_transfer_result *res, vmm_error *err);
-static void clear_marks(struct sel *s);
+/* Which arenas an operation acts on: a tag's (NULL: every tag), or, for an undo, exactly those
+ * that the last operation changed (marked). */
+struct filter {
+	const char *tag;
+	bool changed_only;
+	bool discard;
+};
 
-static double now_s(void)
+static bool selected(const struct arena *a, const struct filter *f)
 {
-	struct timespec ts;
+	if (f->changed_only)
+		return a->marked;
+	return !f->tag || !strcmp(f->tag, a->tag);
+}
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+/* An arena a sleep acts on: selected, and with memory resident (awake, or asleep in part). */
+static bool sleeps(const struct arena *a, const struct filter *f)
+{
+	return selected(a, f) && (!a->asleep || a->asleep_in_part);
 }
 
 /* The devices an operation covers, locked in ascending order. */
@@ -58,14 +67,9 @@ static void unlock_all(struct sel *s)
 		pthread_mutex_unlock(&s->dh[i]->lock);
 }
 
-/* Rollback across devices acts only on the arenas this call changed (marked). */
-static _Thread_local bool only_marked;
-
-static bool selected(struct arena *a, const vmm_sleep_opts *o)
+static struct filter filter_of(const vmm_sleep_opts *o)
 {
-	if (only_marked)
-		return a->marked;
-	return !o || !o->tag || !strcmp(o->tag, a->tag);
+	return (struct filter){ .tag = o ? o->tag : NULL, .discard = o && o->discard };
 }
 
 /* The ranges of h that hold live data (used blocks and slabs), merged, appended to *r. */
@@ -189,25 +193,138 @@ undo:
 	return st;
 }
 
-/* Map hs[0..n) back at their addresses after a failed unmap (a handle still mapped refuses,
- * which is what it should) and grant access again. */
-static void remap_handles(struct devheap *dh, struct phandle **hs, size_t n)
+/* A sleep of one device, step by step. */
+struct sleep_plan {
+	struct phandle **live;   /* handles with live data: copied out, unmapped, released */
+	size_t nlive;
+	struct phandle **idle;   /* wholly free handles: given back without a copy */
+	size_t nidle;
+	uint64_t host_need;      /* host backup still to allocate */
+	size_t released;         /* on failure: live[0..released) are released, to bring back */
+};
+
+static void plan_free(struct sleep_plan *p)
+{
+	free(p->live);
+	free(p->idle);
+}
+
+/* Plan: which handles go, and how much host memory their backup still needs. */
+static vmm_status plan_sleep(struct devheap *dh, const struct filter *f, struct sleep_plan *p,
+			     vmm_error *err)
+{
+	size_t n = 0;
+
+	memset(p, 0, sizeof(*p));
+	for (struct phandle *h = dh->handles; h; h = h->next)
+		if (sleeps(h->arena, f) && h->va && !h->asleep)
+			n++;
+	p->live = calloc(n ? n : 1, sizeof(*p->live));
+	p->idle = calloc(n ? n : 1, sizeof(*p->idle));
+	if (!p->live || !p->idle) {
+		plan_free(p);
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the sleep plan");
+	}
+	for (struct phandle *h = dh->handles; h; h = h->next) {
+		if (!sleeps(h->arena, f) || !h->va || h->asleep)
+			continue;
+		if (handle_wholly_free(dh, h)) {
+			p->idle[p->nidle++] = h;
+			continue;
+		}
+		p->live[p->nlive++] = h;
+		if (!f->discard && !h->backup.ptr)
+			p->host_need += h->size;
+	}
+	return VMM_OK;
+}
+
+/* Host memory is checked before anything is touched. */
+static vmm_status check_host(struct devheap *dh, const struct sleep_plan *p, vmm_error *err)
+{
+	uint64_t avail;
+
+	if (!p->host_need)
+		return VMM_OK;
+	avail = vmm_host_available_bytes();
+	if (p->host_need <= avail)
+		return VMM_OK;
+	return vmm_fail(err, VMM_E_HOST_OOM, 0,
+			"device %d: sleeping needs %llu bytes of host memory, %llu available",
+			dh->dev, (unsigned long long)p->host_need, (unsigned long long)avail);
+}
+
+/* Copy the live handles' contents into their host backups (allocated on first use). */
+static vmm_status copy_out(struct devheap *dh, struct sleep_plan *p, vmm_transfer_result *res,
+			   vmm_error *err)
+{
+	vmm_backend *be = dh->core->be;
+	vmm_copy_range *r = NULL;
+	size_t nr = 0, cap = 0;
+	vmm_copy_stats cs;
+	vmm_status st = VMM_OK;
+
+	for (size_t i = 0; i < p->nlive && !st; i++) {
+		struct phandle *h = p->live[i];
+
+		if (!h->backup.ptr) {
+			st = vmm_host_buf_alloc(be, h->size, 0, &h->backup, err);
+			if (st)
+				break;
+			dh->backup_free = vmm_host_buf_free;
+		}
+		st = live_ranges(dh, h, &r, &nr, &cap, err);
+	}
+	if (!st && nr) {
+		st = engine_of(dh, err);
+		if (!st)
+			st = vmm_copy_out(dh->ce, r, nr, &cs, err);
+		if (st)
+			be->synchronize(be, dh->dev, NULL); /* no copy may run on once we move on */
+		else
+			res->bytes_copied += cs.bytes;
+	}
+	free(r);
+	/* From here on the host holds the contents: a failure later keeps them. */
+	for (size_t i = 0; i < p->nlive && !st; i++)
+		p->live[i]->has_backup = true;
+	return st;
+}
+
+/* Map h back at its address with its access, after a failed unmap or release. Where that fails,
+ * h is released too: its contents are on the host (or were to be discarded), so it then goes
+ * asleep with the released ones rather than stay created but unreachable. false: released. */
+static bool remap_or_release(struct devheap *dh, struct phandle *h)
 {
 	vmm_backend *be = dh->core->be;
 
-	for (size_t i = 0; i < n; i++)
-		be->map(be, hs[i]->va, hs[i]->size, hs[i]->h, NULL);
-	if (grant_runs(dh, hs, n, NULL))
-		vmm_log(VMM_LOG_ERROR, "device %d: access could not be granted again after a failed "
-			"sleep", dh->dev);
+	if (!be->map(be, h->va, h->size, h->h, NULL) &&
+	    !heap_grant_access(dh, h->va, h->size, NULL))
+		return true;
+	phys_unmap(be, h->va, h->size);
+	phys_release(be, h->h);
+	return false;
+}
+
+/* Move hs[i] to the front part hs[0..*k) (order of the rest kept as it comes). */
+static void to_front(struct phandle **hs, size_t i, size_t *k)
+{
+	struct phandle *h = hs[i];
+
+	hs[i] = hs[*k];
+	hs[(*k)++] = h;
 }
 
 /* Unmap the live handles: one call per run of address-adjacent handles (the backend's unmap
- * covers several whole mappings). On failure everything is mapped again. */
-static vmm_status unmap_live(struct devheap *dh, struct phandle **hs, size_t n, vmm_error *err)
+ * covers several whole mappings). On failure the runs unmapped are mapped again (those that
+ * cannot be come first in hs, *released of them, released), and the run that failed is left as
+ * the driver left it (still mapped: a map of it again refuses, harmlessly). */
+static vmm_status unmap_live(struct devheap *dh, struct phandle **hs, size_t n, size_t *released,
+			     vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
 
+	*released = 0;
 	qsort(hs, n, sizeof(*hs), by_va);
 	for (size_t i = 0; i < n;) {
 		size_t j = i + 1, len = hs[i]->size;
@@ -217,7 +334,13 @@ static vmm_status unmap_live(struct devheap *dh, struct phandle **hs, size_t n, 
 			len += hs[j++]->size;
 		st = be->unmap(be, hs[i]->va, len, err);
 		if (st) {
-			remap_handles(dh, hs, j);
+			for (size_t k = i; k < j; k++) {
+				be->map(be, hs[k]->va, hs[k]->size, hs[k]->h, NULL);
+				heap_grant_access(dh, hs[k]->va, hs[k]->size, NULL);
+			}
+			for (size_t k = 0; k < i; k++)
+				if (!remap_or_release(dh, hs[k]))
+					to_front(hs, k, released);
 			return st;
 		}
 		i = j;
@@ -234,148 +357,32 @@ static vmm_status release_live(struct devheap *dh, struct phandle **hs, size_t n
 	vmm_phys *ph = calloc(n ? n : 1, sizeof(*ph));
 	bool *ok = calloc(n ? n : 1, sizeof(*ok));
 	vmm_status st;
-	size_t k = 0;
 
 	*released = 0;
 	if (!ph || !ok) {
 		free(ph);
 		free(ok);
-		remap_handles(dh, hs, n);
+		for (size_t i = 0; i < n; i++)
+			if (!remap_or_release(dh, hs[i]))
+				to_front(hs, i, released);
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to release handles");
 	}
 	for (size_t i = 0; i < n; i++)
 		ph[i] = hs[i]->h;
 	st = phys_release_many(be, ph, n, ok, err);
-	if (st) {
-		/* Released ones first; the others are still created: map them back. A handle that
-		 * cannot be mapped back is released too, and comes back with the rollback. */
-		for (size_t i = 0; i < n; i++) {
-			struct phandle *h = hs[i];
-
-			if (!ok[i] && (be->map(be, h->va, h->size, h->h, NULL) ||
-				       heap_grant_access(dh, h->va, h->size, NULL))) {
-				phys_unmap(be, h->va, h->size);
-				phys_release(be, h->h);
-				ok[i] = true;
-			}
-			if (ok[i]) {
-				hs[i] = hs[k];
-				hs[k++] = h;
-			}
-		}
-	} else {
-		k = n;
-	}
+	for (size_t i = 0; i < n; i++)
+		if (ok[i] || !remap_or_release(dh, hs[i]))
+			to_front(hs, i, released);
 	free(ph);
 	free(ok);
-	*released = k;
 	return st;
 }
 
-/* Sleep the selected arenas of one device (its lock held). */
-static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
-			       vmm_transfer_result *res, vmm_error *err)
+/* hs[0..n) are released: they are asleep, with their host copy unless discarded. */
+static void commit_asleep(struct phandle **hs, size_t n, bool discard, vmm_transfer_result *res)
 {
-	vmm_backend *be = dh->core->be;
-	bool discard = o && o->discard;
-	struct phandle **live = NULL;
-	vmm_copy_range *r = NULL;
-	size_t nlive = 0, nfree, nr = 0, cap = 0, done = 0;
-	uint64_t host_need = 0;
-	vmm_copy_stats cs;
-	vmm_status st;
-
-	st = be->synchronize(be, dh->dev, err);
-	if (st)
-		return st;
-	/* That sync began after every free in the quarantine (the lock is held): no second one. */
-	heap_reclaim_synced(dh);
-	for (int i = 0; i < dh->narenas; i++)
-		if (selected(dh->arenas[i], o) && !dh->arenas[i]->asleep)
-			slab_release_empty(dh, dh->arenas[i]);
-	for (struct phandle *h = dh->handles; h; h = h->next)
-		if (selected(h->arena, o) && !h->arena->asleep && h->va && !h->asleep)
-			nlive++;
-	nfree = nlive;
-	live = calloc(nlive ? nlive : 1, sizeof(*live));
-	if (!live)
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the sleep plan");
-	nlive = 0;
-	for (struct phandle *h = dh->handles; h; h = h->next) {
-		if (selected(h->arena, o) && !h->arena->asleep && h->va && !h->asleep &&
-		    !handle_wholly_free(dh, h)) {
-			live[nlive++] = h;
-			if (!discard && !h->backup.ptr)
-				host_need += h->size;
-		}
-	}
-	/* Host memory is checked before anything is touched. */
-	if (!discard && host_need > vmm_host_available_bytes()) {
-		free(live);
-		return vmm_fail(err, VMM_E_HOST_OOM, 0,
-				"device %d: sleeping needs %llu bytes of host memory, %llu available",
-				dh->dev, (unsigned long long)host_need,
-				(unsigned long long)vmm_host_available_bytes());
-	}
-	/* Wholly free handles go back at once: nothing to copy. */
-	{
-		struct phandle **wf = calloc(nfree ? nfree : 1, sizeof(*wf));
-		size_t k = 0;
-
-		for (struct phandle *h = dh->handles, *n; h; h = n) {
-			n = h->next;
-			if (!selected(h->arena, o) || h->arena->asleep || !handle_wholly_free(dh, h))
-				continue;
-			if (wf && k < nfree) {
-				wf[k++] = h;
-			} else {
-				size_t sz = h->size;
-
-				if (handle_drop(dh, h, NULL) == VMM_OK)
-					res->bytes_released += sz;
-			}
-		}
-		if (k)
-			res->bytes_released += heap_drop_handles(dh, wf, k);
-		free(wf);
-	}
-	if (!discard) {
-		for (size_t i = 0; i < nlive; i++) {
-			struct phandle *h = live[i];
-
-			if (!h->backup.ptr) {
-				st = vmm_host_buf_alloc(be, h->size, 0, &h->backup, err);
-				if (st)
-					goto fail;
-				dh->backup_free = vmm_host_buf_free;
-			}
-			st = live_ranges(dh, h, &r, &nr, &cap, err);
-			if (st)
-				goto fail;
-		}
-		if (nr) {
-			st = engine_of(dh, err);
-			if (!st)
-				st = vmm_copy_out(dh->ce, r, nr, &cs, err);
-			if (st) {
-				/* No copy may still be running when the caller moves on. */
-				be->synchronize(be, dh->dev, NULL);
-				goto fail;
-			}
-			res->bytes_copied += cs.bytes;
-		}
-		/* From here on the host holds the contents: a rollback copies them back. */
-		for (size_t i = 0; i < nlive; i++)
-			live[i]->has_backup = true;
-	}
-	st = unmap_live(dh, live, nlive, err);
-	if (st)
-		goto fail;
-	st = release_live(dh, live, nlive, &done, err);
-	if (st)
-		goto fail;
-	for (size_t i = 0; i < nlive; i++) {
-		struct phandle *h = live[i];
+	for (size_t i = 0; i < n; i++) {
+		struct phandle *h = hs[i];
 		struct arena *a = h->arena;
 
 		h->asleep = true;
@@ -387,109 +394,105 @@ static vmm_status sleep_device(struct devheap *dh, const vmm_sleep_opts *o,
 			a->st.host_backup_bytes += h->size;
 		res->bytes_released += h->size;
 	}
-	for (int i = 0; i < dh->narenas; i++) {
-		if (selected(dh->arenas[i], o) && !dh->arenas[i]->asleep) {
-			dh->arenas[i]->asleep = true;
-			dh->arenas[i]->discarded = discard;
-			dh->arenas[i]->marked = true;
-		}
-	}
-	free(live);
-	free(r);
-	return VMM_OK;
-fail:
-	/* Bring back what was released already; the rest was never touched. */
-	if (done) {
-		uint64_t ignored = 0;
-
-		if (restore_handles(dh, live, done, discard, &ignored, NULL))
-			vmm_log(VMM_LOG_ERROR, "device %d: rollback of a failed sleep failed",
-				dh->dev);
-	}
-	for (size_t i = 0; i < nlive; i++)
-		live[i]->has_backup = false;
-	free(live);
-	free(r);
-	return st;
 }
 
-static bool any_selected(struct sel *s, const vmm_sleep_opts *o, bool want_asleep)
+static bool arena_has_resident(struct devheap *dh, const struct arena *a)
 {
-	for (int d = 0; d < s->n; d++)
-		for (int i = 0; i < s->dh[d]->narenas; i++)
-			if (selected(s->dh[d]->arenas[i], o) &&
-			    s->dh[d]->arenas[i]->asleep == want_asleep)
-				return true;
+	for (struct phandle *h = dh->handles; h; h = h->next)
+		if (h->arena == a && h->va && !h->asleep)
+			return true;
 	return false;
 }
 
-typedef vmm_status (*device_transfer)(struct devheap *dh, const vmm_sleep_opts *o,
-				      vmm_transfer_result *res, vmm_error *err);
-
-/* Run one transfer (sleep or wake) device by device. If one device fails half-way, the devices
- * done so far are undone with the opposite transfer, acting only on the arenas this call changed
- * (marked); a failed undo is logged, the first error is what the caller gets. */
-static vmm_status transfer_devices(struct sel *s, const vmm_sleep_opts *o,
-				   vmm_transfer_result *res, device_transfer run,
-				   device_transfer undo, const char *undo_name, vmm_error *err)
+/* A failed sleep after p->released handles went: bring them back. Where that fails too they
+ * stay asleep with their host copy (the partial state), their arenas asleep in part: refused to
+ * allocation, completed by a wake or by the next sleep. Returns the bytes left asleep. */
+static uint64_t undo_release(struct devheap *dh, struct sleep_plan *p, const struct filter *f)
 {
-	vmm_status st = VMM_OK;
+	vmm_transfer_result kept = { 0 };
+	uint64_t ignored = 0;
+	vmm_error e;
 
-	clear_marks(s);
-	for (int d = 0; d < s->n && !st; d++) {
-		st = run(s->dh[d], o, res, err);
-		if (st) {
-			vmm_transfer_result ignored = { 0 };
+	if (!p->released)
+		return 0;
+	vmm_error_clear(&e);
+	if (!restore_handles(dh, p->live, p->released, f->discard, &ignored, &e))
+		return 0;
+	commit_asleep(p->live, p->released, f->discard, &kept);
+	for (size_t i = 0; i < p->released; i++) {
+		struct arena *a = p->live[i]->arena;
 
-			only_marked = true;
-			for (int k = 0; k < d; k++)
-				if (undo(s->dh[k], NULL, &ignored, NULL))
-					vmm_log(VMM_LOG_ERROR, "device %d: rollback %s failed",
-						s->dh[k]->dev, undo_name);
-			only_marked = false;
+		a->asleep = a->marked = true;
+		a->discarded = f->discard;
+		a->asleep_in_part = arena_has_resident(dh, a);
+	}
+	vmm_log(VMM_LOG_ERROR, "device %d: a failed sleep could not bring back %zu handle(s) (%s): "
+		"%llu bytes stay asleep with their host copy; a wake brings them back", dh->dev,
+		p->released, e.msg, (unsigned long long)kept.bytes_released);
+	return kept.bytes_released;
+}
+
+/* Everything planned went: the arenas acted on are asleep. */
+static void mark_asleep(struct devheap *dh, const struct filter *f)
+{
+	for (int i = 0; i < dh->narenas; i++) {
+		struct arena *a = dh->arenas[i];
+
+		if (sleeps(a, f)) {
+			a->asleep = a->marked = true;
+			a->asleep_in_part = false;
+			a->discarded = f->discard;
 		}
 	}
-	return st;
 }
 
-vmm_status vmm_sleep(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_result *res,
-		     vmm_error *err)
+/* Sleep the selected arenas of one device (its lock held). */
+static vmm_status sleep_device(struct devheap *dh, const struct filter *f, const vmm_limits *lim,
+			       vmm_transfer_result *res, vmm_error *err)
 {
-	vmm_transfer_result local;
-	double t0 = now_s();
-	vmm_status st = VMM_OK;
-	struct sel s;
+	struct sleep_plan p;
+	vmm_status st;
 
-	if (!res)
-		res = &local;
-	memset(res, 0, sizeof(*res));
-	st = select_devices(core, opts, &s, err);
+	st = vmm_drain(dh->core->be, dh->dev, lim, err);
 	if (st)
 		return st;
-	if (!any_selected(&s, opts, false)) {
-		bool asleep = any_selected(&s, opts, true);
-
-		unlock_all(&s);
-		if (!asleep)
-			return VMM_OK; /* nothing allocated: nothing to do */
-		res->already = true;
-		return vmm_fail(err, VMM_E_ALREADY, 0, "already asleep");
+	/* That drain began after every free in the quarantine (the lock is held): no second one. */
+	heap_reclaim_synced(dh);
+	for (int i = 0; i < dh->narenas; i++)
+		if (sleeps(dh->arenas[i], f))
+			slab_release_empty(dh, dh->arenas[i]);
+	st = plan_sleep(dh, f, &p, err);
+	if (st)
+		return st;
+	st = check_host(dh, &p, err);
+	if (!st) {
+		if (p.nidle)
+			res->bytes_released += heap_drop_handles(dh, p.idle, p.nidle);
+		if (!f->discard)
+			st = copy_out(dh, &p, res, err);
 	}
-	st = transfer_devices(&s, opts, res, sleep_device, wake_device, "wake", err);
-	unlock_all(&s);
-	res->seconds = now_s() - t0;
-	return st;
-}
-
-static void clear_marks(struct sel *s)
-{
-	for (int d = 0; d < s->n; d++)
-		for (int i = 0; i < s->dh[d]->narenas; i++)
-			s->dh[d]->arenas[i]->marked = false;
+	if (!st)
+		st = vmm_limits_check(lim, "releasing device memory", err);
+	if (!st)
+		st = unmap_live(dh, p.live, p.nlive, &p.released, err);
+	if (!st)
+		st = release_live(dh, p.live, p.nlive, &p.released, err);
+	if (st) {
+		res->partial_bytes += undo_release(dh, &p, f);
+		for (size_t i = 0; i < p.nlive; i++)
+			if (!p.live[i]->asleep)
+				p.live[i]->has_backup = false;
+		plan_free(&p);
+		return st;
+	}
+	commit_asleep(p.live, p.nlive, f->discard, res);
+	mark_asleep(dh, f);
+	plan_free(&p);
+	return VMM_OK;
 }
 
 /* Does the device have the memory to wake what is selected? */
-static vmm_status wake_fits(struct devheap *dh, const vmm_sleep_opts *o, vmm_error *err)
+static vmm_status wake_fits(struct devheap *dh, const struct filter *f, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
 	size_t free_b = 0, total_b = 0;
@@ -497,7 +500,7 @@ static vmm_status wake_fits(struct devheap *dh, const vmm_sleep_opts *o, vmm_err
 	vmm_status st;
 
 	for (struct phandle *h = dh->handles; h; h = h->next)
-		if (h->asleep && selected(h->arena, o))
+		if (h->asleep && selected(h->arena, f))
 			need += h->size;
 	if (!need)
 		return VMM_OK;
@@ -511,22 +514,24 @@ static vmm_status wake_fits(struct devheap *dh, const vmm_sleep_opts *o, vmm_err
 	return VMM_OK;
 }
 
-static vmm_status wake_device(struct devheap *dh, const vmm_sleep_opts *o,
+/* Wake the selected arenas of one device (its lock held): all or nothing. */
+static vmm_status wake_device(struct devheap *dh, const struct filter *f, const vmm_limits *lim,
 			      vmm_transfer_result *res, vmm_error *err)
 {
 	struct phandle **hs;
 	size_t n = 0;
 	vmm_status st;
 
+	(void)lim; /* nothing to wait for: the copies back are the whole work */
 	for (struct phandle *h = dh->handles; h; h = h->next)
-		if (h->asleep && selected(h->arena, o))
+		if (h->asleep && selected(h->arena, f))
 			n++;
 	hs = calloc(n ? n : 1, sizeof(*hs));
 	if (!hs)
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the wake plan");
 	n = 0;
 	for (struct phandle *h = dh->handles; h; h = h->next)
-		if (h->asleep && selected(h->arena, o))
+		if (h->asleep && selected(h->arena, f))
 			hs[n++] = h;
 	st = restore_handles(dh, hs, n, false, &res->bytes_copied, err);
 	if (st) {
@@ -546,22 +551,106 @@ static vmm_status wake_device(struct devheap *dh, const vmm_sleep_opts *o,
 		res->bytes_released += hs[i]->size;
 	}
 	for (int i = 0; i < dh->narenas; i++) {
-		if (selected(dh->arenas[i], o) && dh->arenas[i]->asleep) {
-			dh->arenas[i]->asleep = false;
-			dh->arenas[i]->discarded = false;
-			dh->arenas[i]->marked = true;
+		struct arena *a = dh->arenas[i];
+
+		if (selected(a, f) && a->asleep) {
+			a->asleep = a->discarded = a->asleep_in_part = false;
+			a->marked = true;
 		}
 	}
 	free(hs);
 	return VMM_OK;
 }
 
-vmm_status vmm_wake(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_result *res,
-		    vmm_error *err)
+static void clear_marks(struct sel *s)
 {
+	for (int d = 0; d < s->n; d++)
+		for (int i = 0; i < s->dh[d]->narenas; i++)
+			s->dh[d]->arenas[i]->marked = false;
+}
+
+/* Is anything selected there to sleep (resident), or asleep? */
+static bool any_selected(struct sel *s, const struct filter *f, bool want_asleep)
+{
+	for (int d = 0; d < s->n; d++) {
+		for (int i = 0; i < s->dh[d]->narenas; i++) {
+			struct arena *a = s->dh[d]->arenas[i];
+
+			if (want_asleep ? selected(a, f) && a->asleep : sleeps(a, f))
+				return true;
+		}
+	}
+	return false;
+}
+
+/* The bytes of the selection that are asleep now: what the partial state reports. */
+static uint64_t asleep_bytes(struct sel *s, const struct filter *f)
+{
+	uint64_t n = 0;
+
+	for (int d = 0; d < s->n; d++)
+		for (struct phandle *h = s->dh[d]->handles; h; h = h->next)
+			if (h->asleep && selected(h->arena, f))
+				n += h->size;
+	return n;
+}
+
+typedef vmm_status (*device_transfer)(struct devheap *dh, const struct filter *f,
+				      const vmm_limits *lim, vmm_transfer_result *res,
+				      vmm_error *err);
+
+/* An undo is not cancelled and has no deadline; its drain keeps the operation's bound. */
+static vmm_limits undo_limits(const vmm_limits *lim)
+{
+	return (vmm_limits){ .drain_s = lim ? lim->drain_s : 0 };
+}
+
+/* Run one transfer (sleep or wake) device by device. If one device fails, the devices done so
+ * far are undone in reverse with the opposite transfer, on the arenas this call changed
+ * (marked). Where an undo fails too, that device keeps what the transfer did: the selection is
+ * partly asleep and res->partial_bytes says how much is asleep. The first error is returned. */
+static vmm_status transfer_devices(struct sel *s, const struct filter *f, const vmm_limits *lim,
+				   vmm_transfer_result *res, device_transfer run,
+				   device_transfer undo, const char *undo_name, vmm_error *err)
+{
+	const struct filter changed = { .changed_only = true };
+	vmm_limits ulim = undo_limits(lim);
+	bool partial = false;
+	vmm_status st = VMM_OK;
+	int d;
+
+	clear_marks(s);
+	for (d = 0; d < s->n && !st; d++) {
+		if (d)
+			st = vmm_limits_check(lim, "the next device", err);
+		if (!st)
+			st = run(s->dh[d], f, lim, res, err);
+	}
+	if (!st)
+		return VMM_OK;
+	partial = res->partial_bytes > 0;
+	for (int k = d - 2; k >= 0; k--) {
+		vmm_transfer_result ignored = { 0 };
+		vmm_error e;
+
+		vmm_error_clear(&e);
+		if (undo(s->dh[k], &changed, &ulim, &ignored, &e)) {
+			vmm_log(VMM_LOG_ERROR, "device %d: undoing the %s failed: %s",
+				s->dh[k]->dev, undo_name, e.msg);
+			partial = true;
+		}
+	}
+	res->partial_bytes = partial ? asleep_bytes(s, f) : 0;
+	return st;
+}
+
+vmm_status vmm_sleep_within(vmm_core *core, const vmm_sleep_opts *opts, const vmm_limits *lim,
+			    vmm_transfer_result *res, vmm_error *err)
+{
+	struct filter f = filter_of(opts);
 	vmm_transfer_result local;
-	double t0 = now_s();
-	vmm_status st;
+	double t0 = vmm_now_s();
+	vmm_status st = VMM_OK;
 	struct sel s;
 
 	if (!res)
@@ -570,36 +659,125 @@ vmm_status vmm_wake(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_res
 	st = select_devices(core, opts, &s, err);
 	if (st)
 		return st;
-	if (!any_selected(&s, opts, true)) {
+	if (!any_selected(&s, &f, false)) {
+		bool asleep = any_selected(&s, &f, true);
+
+		unlock_all(&s);
+		if (!asleep)
+			return VMM_OK; /* nothing allocated: nothing to do */
+		res->already = true;
+		return vmm_fail(err, VMM_E_ALREADY, 0, "already asleep");
+	}
+	st = transfer_devices(&s, &f, lim, res, sleep_device, wake_device, "wake", err);
+	unlock_all(&s);
+	res->seconds = vmm_now_s() - t0;
+	return st;
+}
+
+vmm_status vmm_sleep(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_result *res,
+		     vmm_error *err)
+{
+	return vmm_sleep_within(core, opts, NULL, res, err);
+}
+
+vmm_status vmm_wake_within(vmm_core *core, const vmm_sleep_opts *opts, const vmm_limits *lim,
+			   vmm_transfer_result *res, vmm_error *err)
+{
+	struct filter f = filter_of(opts);
+	vmm_transfer_result local;
+	double t0 = vmm_now_s();
+	vmm_status st;
+	struct sel s;
+
+	if (!res)
+		res = &local;
+	memset(res, 0, sizeof(*res));
+	f.discard = false;
+	st = select_devices(core, opts, &s, err);
+	if (st)
+		return st;
+	if (!any_selected(&s, &f, true)) {
 		unlock_all(&s);
 		res->already = true;
 		return vmm_fail(err, VMM_E_ALREADY, 0, "already awake");
 	}
 	/* Every device's memory is checked before any is woken. */
 	for (int d = 0; d < s.n && !st; d++)
-		st = wake_fits(s.dh[d], opts, err);
+		st = wake_fits(s.dh[d], &f, err);
 	if (!st)
-		st = transfer_devices(&s, opts, res, wake_device, sleep_device, "sleep", err);
+		st = transfer_devices(&s, &f, lim, res, wake_device, sleep_device, "sleep", err);
 	unlock_all(&s);
-	res->seconds = now_s() - t0;
+	res->seconds = vmm_now_s() - t0;
 	return st;
+}
+
+vmm_status vmm_wake(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_result *res,
+		    vmm_error *err)
+{
+	return vmm_wake_within(core, opts, NULL, res, err);
+}
+
+/* Undo the last operation on every device: `op` on the arenas it changed. Each device is tried;
+ * the first error is returned, with what stays asleep of those arenas. */
+static vmm_status undo_all(vmm_core *core, device_transfer op, const vmm_limits *lim,
+			   vmm_transfer_result *res, vmm_error *err)
+{
+	const struct filter changed = { .changed_only = true };
+	vmm_limits ulim = undo_limits(lim);
+	vmm_transfer_result local;
+	vmm_status st = VMM_OK;
+	struct sel s;
+
+	if (!res)
+		res = &local;
+	memset(res, 0, sizeof(*res));
+	select_devices(core, NULL, &s, NULL);
+	for (int d = 0; d < s.n; d++) {
+		vmm_error e;
+		vmm_status r;
+
+		vmm_error_clear(&e);
+		r = op(s.dh[d], &changed, &ulim, res, &e);
+		if (r && !st) {
+			st = r;
+			if (err)
+				*err = e;
+		}
+	}
+	res->partial_bytes = st ? asleep_bytes(&s, &changed) : 0;
+	unlock_all(&s);
+	return st;
+}
+
+vmm_status vmm_sleep_undo(vmm_core *core, const vmm_limits *lim, vmm_transfer_result *res,
+			  vmm_error *err)
+{
+	return undo_all(core, wake_device, lim, res, err);
+}
+
+vmm_status vmm_wake_undo(vmm_core *core, const vmm_limits *lim, vmm_transfer_result *res,
+			 vmm_error *err)
+{
+	return undo_all(core, sleep_device, lim, res, err);
 }
 
 bool vmm_is_asleep(vmm_core *core, int device, const char *tag)
 {
 	vmm_sleep_opts o = { .tag = tag, .device = device };
+	struct filter f = filter_of(&o);
 	struct sel s;
 	bool r;
 
 	if (select_devices(core, &o, &s, NULL))
 		return false;
-	r = any_selected(&s, &o, true);
+	r = any_selected(&s, &f, true);
 	unlock_all(&s);
 	return r;
 }
 
 vmm_status vmm_provision_backup(vmm_core *core, const vmm_sleep_opts *opts, vmm_error *err)
 {
+	struct filter f = filter_of(opts);
 	vmm_status st = VMM_OK;
 	struct sel s;
 
@@ -611,7 +789,7 @@ vmm_status vmm_provision_backup(vmm_core *core, const vmm_sleep_opts *opts, vmm_
 		uint64_t need = 0;
 
 		for (struct phandle *h = dh->handles; h; h = h->next)
-			if (selected(h->arena, opts) && !h->asleep && !h->backup.ptr)
+			if (selected(h->arena, &f) && !h->asleep && !h->backup.ptr)
 				need += h->size;
 		if (need > vmm_host_available_bytes()) {
 			st = vmm_fail(err, VMM_E_HOST_OOM, 0,
@@ -621,7 +799,7 @@ vmm_status vmm_provision_backup(vmm_core *core, const vmm_sleep_opts *opts, vmm_
 			break;
 		}
 		for (struct phandle *h = dh->handles; h && !st; h = h->next) {
-			if (selected(h->arena, opts) && !h->asleep && !h->backup.ptr) {
+			if (selected(h->arena, &f) && !h->asleep && !h->backup.ptr) {
 				st = vmm_host_buf_alloc(dh->core->be, h->size, 1, &h->backup, err);
 				if (!st)
 					dh->backup_free = vmm_host_buf_free;

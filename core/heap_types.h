@@ -120,6 +120,7 @@ struct arena {
 	struct slab *partial[NUM_CLASSES];
 	bool asleep;
 	bool discarded;         /* asleep without a host copy */
+	bool asleep_in_part;    /* asleep, but a failed sleep's undo left some handles mapped */
 	bool marked;            /* changed by the sleep/wake in progress (for its rollback) */
 	struct arena_stats st;
 };

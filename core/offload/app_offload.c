@@ -1,14 +1,16 @@
-/* Sleep and wake of the program's own VMM handles (app_vmm.h). Sleep: synchronize, copy each
+/* Sleep and wake of the program's own VMM handles (app_vmm.h). Sleep: drain, copy each
  * handle's contents to its host backup (once per handle even when it is mapped several times),
  * unmap every mapping, release the handle; unreleasable ones stay. Wake: check device memory,
  * re-create each handle as the same kind, map every mapping at its address and offset, re-grant
  * the same access, copy back. A handle whose contents are not all reachable through mappings the
- * owner can read is copied through a temporary whole-handle mapping. Failures roll back. */
+ * owner can read is copied through a temporary whole-handle mapping. Failures roll back; a
+ * rollback that fails leaves the partial state (transfer.h), never lost contents. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../log.h"
 #include "app_internal.h"
+#include "drain.h"
 #include "offload_internal.h"
 
 struct range_buf {
@@ -343,6 +345,7 @@ undo:
 }
 
 /* The handles an operation covers: selected, releasable, and asleep or not as asked. */
+/* The handles an operation covers: selected, releasable, and asleep or not as asked. */
 static struct app_handle **pick(vmm_app_registry *reg, const vmm_sleep_opts *o, bool asleep,
 				size_t *n, uint64_t *bytes, uint64_t *exported_bytes)
 {
@@ -369,8 +372,33 @@ static struct app_handle **pick(vmm_app_registry *reg, const vmm_sleep_opts *o, 
 	return v;
 }
 
-static vmm_status check_opts(const vmm_sleep_opts *o, vmm_transfer_result *res, vmm_error *err)
+/* The bytes of the selection asleep now: what the partial state reports. */
+static uint64_t asleep_bytes(vmm_app_registry *reg, const vmm_sleep_opts *o)
 {
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < reg->nh; i++)
+		if (reg->hs[i]->asleep && selected(reg->hs[i], o))
+			n += reg->hs[i]->size;
+	return n;
+}
+
+/* One sleep or wake of the registry, from its start (options checked, registry locked, handles
+ * picked) to its end (unlocked, timed). */
+struct app_op {
+	struct app_handle **hs;
+	size_t n;
+	uint64_t bytes, exported;
+	double t0;
+};
+
+static vmm_status op_begin(vmm_app_registry *reg, const vmm_sleep_opts *o, bool asleep,
+			   struct app_op *op, vmm_transfer_result *res, vmm_error *err)
+{
+	memset(res, 0, sizeof(*res));
+	op->t0 = vmm_now_s();
+	if (!reg)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no app registry");
 	if (o && (o->device < -1 || o->device >= VMM_MAX_DEVICES))
 		return vmm_fail(err, VMM_E_INVALID, 0, "no device %d", o->device);
 	if (o && o->tag) {
@@ -378,157 +406,178 @@ static vmm_status check_opts(const vmm_sleep_opts *o, vmm_transfer_result *res, 
 		return vmm_fail(err, VMM_E_ALREADY, 0,
 				"the program's own VMM mappings belong to no tag");
 	}
+	pthread_mutex_lock(&reg->lock);
+	op->hs = pick(reg, o, asleep, &op->n, &op->bytes, &op->exported);
+	if (!op->hs) {
+		pthread_mutex_unlock(&reg->lock);
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan a %s",
+				asleep ? "wake" : "sleep");
+	}
 	return VMM_OK;
 }
 
-/* Back up (unless discard) and release hs[0..n). */
-static vmm_status sleep_handles(vmm_app_registry *reg, struct app_handle **hs, size_t n,
-				bool discard, uint64_t *copied, vmm_error *err)
+static void op_end(vmm_app_registry *reg, struct app_op *op, vmm_transfer_result *res)
 {
-	vmm_backend *be = reg->be;
-	uint64_t need = 0, avail;
-	size_t done = 0;
-	vmm_status st;
+	pthread_mutex_unlock(&reg->lock);
+	free(op->hs);
+	res->seconds = vmm_now_s() - op->t0;
+}
 
+/* Drain every device that hs[0..n) live on. */
+static vmm_status drain_devices(vmm_app_registry *reg, struct app_handle **hs, size_t n,
+				const vmm_limits *lim, vmm_error *err)
+{
 	for (int d = 0; d < VMM_MAX_DEVICES; d++) {
 		bool used = false;
+		vmm_status st;
 
 		for (size_t i = 0; i < n && !used; i++)
 			used = hs[i]->dev == d;
-		if (used && (st = be->synchronize(be, d, err)))
+		if (used && (st = vmm_drain(reg->be, d, lim, err)))
 			return st;
 	}
-	if (!discard) {
-		for (size_t i = 0; i < n; i++)
-			if (!hs[i]->backup.ptr)
-				need += hs[i]->size;
-		avail = vmm_host_available_bytes();
-		if (need > avail)
-			return vmm_fail(err, VMM_E_HOST_OOM, 0,
-					"sleeping the program's VMM mappings needs %llu bytes of "
-					"host memory, %llu available", (unsigned long long)need,
-					(unsigned long long)avail);
-		for (size_t i = 0; i < n; i++) {
-			if (hs[i]->backup.ptr)
-				continue;
-			st = vmm_host_buf_alloc(be, hs[i]->size, 0, &hs[i]->backup, err);
-			if (st)
-				return st;   /* buffers made so far are kept for the next try */
-		}
-		st = copy_handles(reg, hs, n, true, copied, err);
-		if (st)
-			return st;
-	}
-	for (; done < n; done++) {
-		struct app_handle *h = hs[done];
+	return VMM_OK;
+}
 
-		st = unmap_all(reg, h, err);
+/* Copy hs[0..n) to their host backups, made first where missing (after a host memory check). */
+static vmm_status back_up(vmm_app_registry *reg, struct app_handle **hs, size_t n,
+			  uint64_t *copied, vmm_error *err)
+{
+	uint64_t need = 0, avail;
+	vmm_status st;
+
+	for (size_t i = 0; i < n; i++)
+		if (!hs[i]->backup.ptr)
+			need += hs[i]->size;
+	avail = vmm_host_available_bytes();
+	if (need > avail)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0,
+				"sleeping the program's VMM mappings needs %llu bytes of host memory, "
+				"%llu available", (unsigned long long)need, (unsigned long long)avail);
+	for (size_t i = 0; i < n; i++) {
+		if (hs[i]->backup.ptr)
+			continue;
+		st = vmm_host_buf_alloc(reg->be, hs[i]->size, 0, &hs[i]->backup, err);
+		if (st)
+			return st;   /* buffers made so far are kept for the next try */
+	}
+	return copy_handles(reg, hs, n, true, copied, err);
+}
+
+/* Unmap and release h, which is then asleep. When the release fails its mappings are put back;
+ * where even that fails, h goes asleep all the same (its contents are on the host, or were to be
+ * discarded), so that a wake or the rollback re-creates it: a driver handle left behind is
+ * better than memory the program can no longer reach. */
+static vmm_status release_one(vmm_app_registry *reg, struct app_handle *h, bool discard,
+			      vmm_error *err)
+{
+	vmm_status st = unmap_all(reg, h, err);
+
+	if (st)
+		return st;
+	if (!h->app_released) {
+		st = reg->be->release(reg->be, h->real, err);
+		if (st && !map_all(reg, h, NULL))
+			return st;
+		if (st)
+			vmm_log(VMM_LOG_ERROR, "app handle %#llx could neither be released nor mapped "
+				"again: it is put asleep, its driver handle left behind",
+				(unsigned long long)h->app);
+	}
+	h->real = 0;
+	h->asleep = true;
+	h->has_backup = !discard;
+	return st;
+}
+
+/* Back up (unless discard) and release hs[0..n). On failure those released are brought back;
+ * where that fails they stay asleep with their host copy (*partial set). */
+static vmm_status sleep_handles(vmm_app_registry *reg, struct app_handle **hs, size_t n,
+				bool discard, const vmm_limits *lim, uint64_t *copied,
+				bool *partial, vmm_error *err)
+{
+	size_t done = 0;
+	vmm_status st;
+
+	*partial = false;
+	st = drain_devices(reg, hs, n, lim, err);
+	if (!st && !discard)
+		st = back_up(reg, hs, n, copied, err);
+	if (!st)
+		st = vmm_limits_check(lim, "releasing the program's VMM handles", err);
+	if (st)
+		return st;
+	for (; done < n; done++) {
+		st = release_one(reg, hs[done], discard, err);
 		if (st)
 			break;
-		if (!h->app_released) {
-			st = be->release(be, h->real, err);
-			if (st) {
-				/* Still alive: put its mappings back. */
-				if (map_all(reg, h, NULL))
-					vmm_log(VMM_LOG_ERROR,
-						"app handle %#llx: mappings lost in a rollback",
-						(unsigned long long)h->app);
-				break;
-			}
-		}
-		h->real = 0;
-		h->asleep = true;
-		h->has_backup = !discard;
 	}
 	if (done == n)
 		return VMM_OK;
-	/* Bring back those already released. */
+	if (hs[done]->asleep)
+		done++;   /* released in effect: it comes back with the others */
 	if (done) {
 		vmm_error rerr;
 		uint64_t ignored = 0;
 
-		if (restore(reg, hs, done, true, &ignored, &rerr))
+		vmm_error_clear(&rerr);
+		if (restore(reg, hs, done, true, &ignored, &rerr)) {
 			vmm_log(VMM_LOG_ERROR, "sleep rollback failed (%s): %zu app handles stay "
-				"asleep; a wake brings them back", rerr.msg, done);
+				"asleep with their host copy; a wake brings them back", rerr.msg,
+				done);
+			*partial = true;
+		}
 	}
+	return st;
+}
+
+vmm_status vmm_app_sleep_within(vmm_app_registry *reg, const vmm_sleep_opts *opts,
+				const vmm_limits *lim, vmm_transfer_result *res, vmm_error *err)
+{
+	vmm_transfer_result local;
+	struct app_op op;
+	bool partial = false;
+	vmm_status st;
+
+	if (!res)
+		res = &local;
+	st = op_begin(reg, opts, false, &op, res, err);
+	if (st)
+		return st;
+	if (!op.n) {
+		st = vmm_fail(err, VMM_E_ALREADY, 0, "no app VMM handle to sleep%s",
+			      op.exported ? " (exported, imported or partly mapped handles stay)" :
+					    "");
+		res->already = true;
+	} else {
+		st = sleep_handles(reg, op.hs, op.n, opts && opts->discard, lim, &res->bytes_copied,
+				   &partial, err);
+		if (!st)
+			res->bytes_released = op.bytes;
+		else
+			res->bytes_copied = 0;
+		if (partial)
+			res->partial_bytes = asleep_bytes(reg, opts);
+	}
+	op_end(reg, &op, res);
+	if (op.exported)
+		vmm_log(VMM_LOG_INFO, "%llu bytes of app handles stay resident (exported, imported, "
+			"or mapped in part where the backend cannot re-map part of a handle)",
+			(unsigned long long)op.exported);
 	return st;
 }
 
 vmm_status vmm_app_sleep(vmm_app_registry *reg, const vmm_sleep_opts *opts,
 			 vmm_transfer_result *res, vmm_error *err)
 {
-	vmm_transfer_result local;
-	struct app_handle **hs;
-	uint64_t bytes, exported;
-	double t0 = vmm_now_s();
-	size_t n;
-	vmm_status st;
-
-	if (!res)
-		res = &local;
-	memset(res, 0, sizeof(*res));
-	if (!reg)
-		return vmm_fail(err, VMM_E_INVALID, 0, "no app registry");
-	st = check_opts(opts, res, err);
-	if (st)
-		return st;
-	pthread_mutex_lock(&reg->lock);
-	hs = pick(reg, opts, false, &n, &bytes, &exported);
-	if (!hs) {
-		pthread_mutex_unlock(&reg->lock);
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan a sleep");
-	}
-	if (!n) {
-		st = vmm_fail(err, VMM_E_ALREADY, 0, "no app VMM handle to sleep%s",
-			      exported ? " (exported, imported or partly mapped handles stay)" : "");
-		res->already = true;
-	} else {
-		st = sleep_handles(reg, hs, n, opts && opts->discard, &res->bytes_copied, err);
-		if (!st)
-			res->bytes_released = bytes;
-		else
-			res->bytes_copied = 0;
-	}
-	pthread_mutex_unlock(&reg->lock);
-	free(hs);
-	if (exported)
-		vmm_log(VMM_LOG_INFO, "%llu bytes of app handles stay resident (exported, imported, "
-			"or mapped in part where the backend cannot re-map part of a handle)",
-			(unsigned long long)exported);
-	res->seconds = vmm_now_s() - t0;
-	return st;
+	return vmm_app_sleep_within(reg, opts, NULL, res, err);
 }
 
-vmm_status vmm_app_wake(vmm_app_registry *reg, const vmm_sleep_opts *opts,
-			vmm_transfer_result *res, vmm_error *err)
+/* Enough device memory on each device for hs[0..n), before anything is created. */
+static vmm_status wake_fits(vmm_app_registry *reg, struct app_handle **hs, size_t n,
+			    vmm_error *err)
 {
-	vmm_transfer_result local;
-	struct app_handle **hs;
-	uint64_t bytes, exported;
-	double t0 = vmm_now_s();
-	size_t n;
-	vmm_status st = VMM_OK;
-
-	if (!res)
-		res = &local;
-	memset(res, 0, sizeof(*res));
-	if (!reg)
-		return vmm_fail(err, VMM_E_INVALID, 0, "no app registry");
-	st = check_opts(opts, res, err);
-	if (st)
-		return st;
-	pthread_mutex_lock(&reg->lock);
-	hs = pick(reg, opts, true, &n, &bytes, &exported);
-	if (!hs) {
-		pthread_mutex_unlock(&reg->lock);
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan a wake");
-	}
-	if (!n) {
-		res->already = true;
-		st = vmm_fail(err, VMM_E_ALREADY, 0, "no app VMM handle is asleep");
-	}
-	/* Enough device memory on each device, before anything is created. */
-	for (int d = 0; d < VMM_MAX_DEVICES && !st; d++) {
+	for (int d = 0; d < VMM_MAX_DEVICES; d++) {
 		uint64_t need = 0;
 		size_t fr = 0, tot = 0;
 
@@ -536,29 +585,55 @@ vmm_status vmm_app_wake(vmm_app_registry *reg, const vmm_sleep_opts *opts,
 			if (hs[i]->dev == d)
 				need += hs[i]->size;
 		if (need && reg->be->mem_info(reg->be, d, &fr, &tot, NULL) == VMM_OK && need > fr)
-			st = vmm_fail(err, VMM_E_OOM, 0,
-				      "device %d: waking the program's VMM mappings needs %llu "
-				      "bytes, %zu available", d, (unsigned long long)need, fr);
+			return vmm_fail(err, VMM_E_OOM, 0,
+					"device %d: waking the program's VMM mappings needs %llu "
+					"bytes, %zu available", d, (unsigned long long)need, fr);
 	}
+	return VMM_OK;
+}
+
+vmm_status vmm_app_wake_within(vmm_app_registry *reg, const vmm_sleep_opts *opts,
+			       const vmm_limits *lim, vmm_transfer_result *res, vmm_error *err)
+{
+	vmm_transfer_result local;
+	struct app_op op;
+	vmm_status st;
+
+	(void)lim; /* nothing to wait for: the copies back are the whole work */
+	if (!res)
+		res = &local;
+	st = op_begin(reg, opts, true, &op, res, err);
+	if (st)
+		return st;
+	if (!op.n) {
+		res->already = true;
+		st = vmm_fail(err, VMM_E_ALREADY, 0, "no app VMM handle is asleep");
+	}
+	if (!st)
+		st = wake_fits(reg, op.hs, op.n, err);
 	if (!st) {
-		st = restore(reg, hs, n, true, &res->bytes_copied, err);
+		st = restore(reg, op.hs, op.n, true, &res->bytes_copied, err);
 		if (st == VMM_E_OOM && err) {
 			char why[sizeof(err->msg)];
 
 			memcpy(why, err->msg, sizeof(why));
 			vmm_fail(err, VMM_E_OOM, err->driver_code,
 				 "waking the program's VMM mappings needs %llu bytes: %s",
-				 (unsigned long long)bytes, why);
+				 (unsigned long long)op.bytes, why);
 		}
 		if (!st)
-			res->bytes_released = bytes;
+			res->bytes_released = op.bytes;
 		else
 			res->bytes_copied = 0;
 	}
-	pthread_mutex_unlock(&reg->lock);
-	free(hs);
-	res->seconds = vmm_now_s() - t0;
+	op_end(reg, &op, res);
 	return st;
+}
+
+vmm_status vmm_app_wake(vmm_app_registry *reg, const vmm_sleep_opts *opts,
+			vmm_transfer_result *res, vmm_error *err)
+{
+	return vmm_app_wake_within(reg, opts, NULL, res, err);
 }
 
 vmm_status vmm_app_provision_backup(vmm_app_registry *reg, const vmm_sleep_opts *opts,

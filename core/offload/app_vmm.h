@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "../backend/backend.h"
-#include "../heap_offload.h"
+#include "transfer.h"
 #include "../vmm_error.h"
 
 typedef struct vmm_app_registry vmm_app_registry;
@@ -99,13 +99,18 @@ typedef struct vmm_app_stats {
 } vmm_app_stats;
 void vmm_app_stats_get(vmm_app_registry *reg, int dev, vmm_app_stats *out);
 
-/* Same contract as vmm_sleep / vmm_wake (heap_offload.h), for the program's own mappings. `opts->tag`
- * is ignored: app mappings belong to no tag: only
- * sleeps of every tag (opts->tag == NULL) include them. */
+/* Same contract as vmm_sleep / vmm_wake (heap_offload.h), for the program's own mappings, and the
+ * same within limits (the drain bounded, the limits looked at between steps). `opts->tag` must
+ * be NULL: app mappings belong to no tag (VMM_E_ALREADY otherwise). The undo of a sleep is a
+ * wake of the same device selection, and the undo of a wake a sleep of it that keeps contents. */
 vmm_status vmm_app_sleep(vmm_app_registry *reg, const vmm_sleep_opts *opts,
 			 vmm_transfer_result *res, vmm_error *err);
 vmm_status vmm_app_wake(vmm_app_registry *reg, const vmm_sleep_opts *opts,
 			vmm_transfer_result *res, vmm_error *err);
+vmm_status vmm_app_sleep_within(vmm_app_registry *reg, const vmm_sleep_opts *opts,
+				const vmm_limits *lim, vmm_transfer_result *res, vmm_error *err);
+vmm_status vmm_app_wake_within(vmm_app_registry *reg, const vmm_sleep_opts *opts,
+			       const vmm_limits *lim, vmm_transfer_result *res, vmm_error *err);
 bool vmm_app_is_asleep(vmm_app_registry *reg, int device);
 /* Allocate and provision (touch and pin) the host backup of every selected handle that lacks one,
  * so that the first sleep runs at link speed (the "provision ahead" setting). VMM_E_HOST_OOM,
