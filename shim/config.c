@@ -11,7 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-enum setting_kind { SET_BOOL, SET_SIZE, SET_LOG, SET_STRING };
+enum setting_kind { SET_BOOL, SET_SIZE, SET_LOG, SET_STRING, SET_SECONDS };
 
 struct setting {
 	const char *env;
@@ -49,6 +49,8 @@ static const struct setting settings[] = {
 	  "link speed" },
 	{ "VMMSHIM_CONTROL", SET_BOOL, AT(control), "1",
 	  "0: no control socket (vmmctl cannot reach this process)" },
+	{ "VMMSHIM_SLEEP_TIMEOUT", SET_SECONDS, AT(sleep_timeout_s), "30",
+	  "seconds a sleep waits for the device to finish its work before it rolls back" },
 };
 
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
@@ -124,6 +126,29 @@ bool shim_parse_size(const char *s, size_t *out)
 	return true;
 }
 
+/* "30", "2.5", "500ms", "10s": a positive number of seconds (at most a day). */
+static bool parse_seconds(const char *s, double *out)
+{
+	double v, scale = 1;
+	char *end;
+
+	if (!s || s[0] < '0' || s[0] > '9')
+		return false;
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s)
+		return false;
+	if (!strcmp(end, "ms"))
+		scale = 1e-3;
+	else if (strcmp(end, "s") && *end)
+		return false;
+	v *= scale;
+	if (!(v > 0) || v > 86400)
+		return false;
+	*out = v;
+	return true;
+}
+
 static void default_run_dir(char *dst, size_t n)
 {
 	const char *xdg = getenv("XDG_RUNTIME_DIR");
@@ -146,6 +171,8 @@ static bool apply(shim_config *cfg, const struct setting *s, const char *v)
 		return shim_parse_size(v, field);
 	case SET_LOG:
 		return parse_log(v, field);
+	case SET_SECONDS:
+		return parse_seconds(v, field);
 	case SET_STRING:
 		if (v[0] != '/' || strlen(v) >= SHIM_RUN_DIR_MAX)
 			return false; /* an absolute path that fits */
@@ -171,6 +198,7 @@ static void reset_field(shim_config *cfg, const struct setting *s)
 {
 	static const size_t widths[] = { [SET_BOOL] = sizeof(bool), [SET_SIZE] = sizeof(size_t),
 					 [SET_LOG] = sizeof(vmm_log_level),
+					 [SET_SECONDS] = sizeof(double),
 					 [SET_STRING] = SHIM_RUN_DIR_MAX };
 	shim_config d;
 
@@ -233,6 +261,9 @@ void shim_config_describe(const shim_config *cfg, shim_config_line_fn fn, void *
 			break;
 		case SET_STRING:
 			snprintf(val, sizeof(val), "%s", (const char *)field);
+			break;
+		case SET_SECONDS:
+			snprintf(val, sizeof(val), "%g", *(const double *)field);
 			break;
 		}
 		snprintf(line, sizeof(line), "%s=%s  (%s)", s->env, val, s->help);

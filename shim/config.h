@@ -21,6 +21,9 @@ typedef struct shim_config {
 	bool autowake;             /* VMMSHIM_AUTOWAKE: work submitted while asleep wakes it */
 	bool provision_backup;     /* VMMSHIM_PROVISION_BACKUP: host backup made ahead of sleep */
 	bool control;              /* VMMSHIM_CONTROL: start the control server (default on) */
+	double sleep_timeout_s;    /* VMMSHIM_SLEEP_TIMEOUT: the longest a sleep waits for the device
+	                            * to finish its work before it gives up (a request's timeout
+	                            * replaces it) */
 } shim_config;
 
 /* Fill cfg from the environment (defaults for what is unset or invalid). Sets the log level first,

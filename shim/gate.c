@@ -21,6 +21,8 @@ static bool wake_running;
 
 static _Thread_local int depth;     /* this thread's nesting inside the gate */
 
+#define STOP_POLL_MS 50             /* how often a closing wait asks whether to stop */
+
 static void deadline_in(struct timespec *ts, long ms)
 {
 	clock_gettime(CLOCK_REALTIME, ts);
@@ -30,6 +32,11 @@ static void deadline_in(struct timespec *ts, long ms)
 		ts->tv_sec++;
 		ts->tv_nsec -= 1000000000L;
 	}
+}
+
+static bool before(const struct timespec *a, const struct timespec *b)
+{
+	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
 }
 
 static void leave_count(void)
@@ -99,10 +106,18 @@ void gate_leave(void)
 	leave_count();
 }
 
-vmm_status gate_close(int timeout_ms, vmm_error *err)
+/* Reopen after a close that gave up (lock held). */
+static void reopen_locked(void)
+{
+	atomic_store(&closed, false);
+	pthread_cond_broadcast(&reopened);
+}
+
+vmm_status gate_close_within(int timeout_ms, bool (*stop)(void *arg), void *arg, vmm_error *err)
 {
 	int self = depth > 0 ? 1 : 0;
-	struct timespec ts;
+	struct timespec end, slice;
+	bool stopped = false;
 	int rc = 0;
 
 	pthread_mutex_lock(&lock);
@@ -112,25 +127,47 @@ vmm_status gate_close(int timeout_ms, vmm_error *err)
 	}
 	atomic_store(&closed, true);
 	if (timeout_ms >= 0)
-		deadline_in(&ts, timeout_ms);
-	while (atomic_load(&inflight) > self && rc != ETIMEDOUT) {
-		if (timeout_ms >= 0)
-			rc = pthread_cond_timedwait(&drained, &lock, &ts);
-		else
-			pthread_cond_wait(&drained, &lock);
+		deadline_in(&end, timeout_ms);
+	while (atomic_load(&inflight) > self && rc != ETIMEDOUT && !stopped) {
+		if (!stop) {
+			if (timeout_ms >= 0)
+				rc = pthread_cond_timedwait(&drained, &lock, &end);
+			else
+				pthread_cond_wait(&drained, &lock);
+			continue;
+		}
+		/* Wait in short slices, asking stop() between them. */
+		deadline_in(&slice, STOP_POLL_MS);
+		if (timeout_ms >= 0 && before(&end, &slice))
+			slice = end;
+		pthread_cond_timedwait(&drained, &lock, &slice);
+		if (timeout_ms >= 0 && !before(&slice, &end) && atomic_load(&inflight) > self) {
+			rc = ETIMEDOUT;
+			break;
+		}
+		pthread_mutex_unlock(&lock);
+		stopped = stop(arg);
+		pthread_mutex_lock(&lock);
 	}
 	if (atomic_load(&inflight) > self) {
 		int busy = atomic_load(&inflight) - self;
 
-		atomic_store(&closed, false);
-		pthread_cond_broadcast(&reopened);
+		reopen_locked();
 		pthread_mutex_unlock(&lock);
+		if (stopped)
+			return vmm_fail(err, VMM_E_BUSY, 0, "cancelled while %d thread(s) were still "
+					"inside a device call; gate reopened", busy);
 		return vmm_fail(err, VMM_E_BUSY, 0,
 				"%d thread(s) still inside a device call after %d ms; gate reopened",
 				busy, timeout_ms);
 	}
 	pthread_mutex_unlock(&lock);
 	return VMM_OK;
+}
+
+vmm_status gate_close(int timeout_ms, vmm_error *err)
+{
+	return gate_close_within(timeout_ms, NULL, NULL, err);
 }
 
 void gate_open(void)

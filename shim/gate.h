@@ -20,6 +20,9 @@ void gate_leave(void);
 /* Stop new submissions and wait (at most timeout_ms; <0 = forever) for those in flight.
  * VMM_E_BUSY on timeout, with the gate reopened. */
 vmm_status gate_close(int timeout_ms, vmm_error *err);
+/* The same, also giving up (VMM_E_BUSY, gate reopened) as soon as stop(arg) says so: it is asked
+ * every few tens of milliseconds while the wait lasts, without the gate's lock held. */
+vmm_status gate_close_within(int timeout_ms, bool (*stop)(void *arg), void *arg, vmm_error *err);
 void gate_open(void);
 bool gate_is_closed(void);
 

@@ -67,23 +67,32 @@ static void destroy_side(vmm_core **core, vmm_app_registry **app, vmm_backend **
 static void at_exit(void)
 {
 	shim_passthrough_stats ps;
+	bool quiet;
 
 	if (atomic_load(&forked_child))
 		return; /* the parent's runtime: not ours to tear down */
+	/* A sleep or wake still running (on the control thread, or another of the program's) is
+	 * cancelled and waited for, bounded; if it does not end in time, nothing it may still use
+	 * is freed: the process's end takes it. */
+	quiet = control_sleep_shutdown();
 	pthread_mutex_lock(&create_lock);
 	/* Hooks that run after this (other exit handlers freeing memory) pass through. */
 	atomic_store(&cuda_state, SIDE_UNAVAILABLE);
 	atomic_store(&acl_state, SIDE_UNAVAILABLE);
-	log_side("cuda", rt.cuda_core);
-	log_side("acl", rt.acl_core);
+	if (quiet) { /* the statistics take the heaps' locks, which the operation may hold */
+		log_side("cuda", rt.cuda_core);
+		log_side("acl", rt.acl_core);
+	}
 	shim_passthrough_stats_get(&ps);
 	vmm_log(VMM_LOG_INFO, "exit: passed through %llu device allocations (%llu bytes), "
 		"%llu managed, %llu host, %llu arrays, %llu acl",
 		(unsigned long long)ps.device_allocs, (unsigned long long)ps.device_bytes,
 		(unsigned long long)ps.managed_allocs, (unsigned long long)ps.host_allocs,
 		(unsigned long long)ps.array_allocs, (unsigned long long)ps.acl_allocs);
-	destroy_side(&rt.cuda_core, &rt.cuda_app, &rt.cuda);
-	destroy_side(&rt.acl_core, NULL, &rt.acl);
+	if (quiet) {
+		destroy_side(&rt.cuda_core, &rt.cuda_app, &rt.cuda);
+		destroy_side(&rt.acl_core, NULL, &rt.acl);
+	}
 	pthread_mutex_unlock(&create_lock);
 }
 

@@ -19,4 +19,11 @@ vmm_status shim_sleep(const vmm_sleep_opts *opts, bool hold, vmm_transfer_result
 		      vmm_error *err);
 vmm_status shim_wake(const vmm_sleep_opts *opts, vmm_transfer_result *res, vmm_error *err);
 
+/* Process exit (the runtime's and the server's exit handlers): stop serving sleep and wake. The
+ * one in progress is cancelled and waited for (at most CONTROL_EXIT_WAIT_MS from the first call, whoever calls) for it to roll back. true: nothing
+ * runs any more (no abandoned device drain either), so the runtime may be freed; false: it must
+ * be left to the end of the process. */
+#define CONTROL_EXIT_WAIT_MS 5000
+bool control_sleep_shutdown(void);
+
 #endif

@@ -18,7 +18,9 @@ typedef struct control_limits {
 } control_limits;
 
 /* shim_sleep / shim_wake with every knob: autowake (a submission while held wakes the process)
- * and the limits (NULL: defaults, nobody to lose). */
+ * and the limits (NULL: the defaults: the gate waits CONTROL_GATE_TIMEOUT_MS for calls in
+ * flight, the drain VMMSHIM_SLEEP_TIMEOUT, the copies as long as they take). An operation that
+ * gives up (deadline, gone, control_cancel) rolls back and answers VMM_E_BUSY with why. */
 vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake,
 			 const control_limits *lim, vmm_transfer_result *res, vmm_error *err);
 vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,
@@ -26,21 +28,21 @@ vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,
 /* Cancel the sleep or wake in progress (it rolls back); VMM_E_INVALID when none runs. */
 vmm_status control_cancel(vmm_error *err);
 
-/* The process's sleep state, for info and status. */
+/* The process's sleep state, for info and status. Answered at once, also while a sleep or wake
+ * is in progress (then `changing`, with what is known without waiting for it). */
 typedef struct control_state {
 	bool held;        /* device work is held until wake */
 	bool autowake;    /* a held submission wakes the process */
 	bool any_asleep;
 	bool all_asleep;  /* something is managed and all of it is asleep */
 	bool changing;    /* a sleep or wake is in progress */
+	bool partial;     /* a failed sleep or wake could not be undone in full: partly asleep,
+	                   * with host copies, until a wake completes it */
 } control_state;
 void control_state_get(control_state *out);
 
 /* VMMSHIM_AUTOWAKE=1: autowake is on for every sleep. */
 void control_set_autowake_default(bool on);
-
-/* Stop serving sleep/wake (process exit): waits (bounded) for one in progress to finish. */
-void control_sleep_shutdown(void);
 
 /* In a forked child: the parent's memory is not the child's to sleep; refuse from now on. */
 void control_sleep_after_fork(void);

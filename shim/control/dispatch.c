@@ -181,7 +181,7 @@ static void put_info(proto_writer *w, shim_runtime *rt, const control_state *cs)
 	proto_put_u64(w, "managed", managed);
 	proto_put_u64(w, "resident", mapped);
 	proto_put_u64(w, "asleep", asleep);
-	proto_put_str(w, "state", cs->changing ? "changing" :
+	proto_put_str(w, "state", cs->changing ? "changing" : cs->partial ? "partial" :
 				   cs->held || (asleep && !mapped) ? "asleep" :
 				   asleep ? "partial" : "awake");
 	proto_put_bool(w, "held", cs->held);

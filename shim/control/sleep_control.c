@@ -1,35 +1,38 @@
-/* Sleep and wake of the whole process, a tag or a device: the order of operations across the
- * submission gate, the core heaps (CUDA, Ascend) and the program's own VMM mappings, with
- * roll-back when a step fails. One sleep or wake at a time (ctl_lock).
+/* Sleep and wake as the shim does them: the submission gate around the core's one sleep/wake of
+ * the process (core/offload/transition.h), the held-sleep policy, cancellation and the exit. One
+ * sleep or wake at a time (ctl_lock); the state that status reads is kept in atomics, so that it
+ * is answered without waiting for an operation in progress.
  *
- * Sleep: close the gate (bounded wait for calls in flight) -> vmm_sleep on each core -> the app
- * mappings (whole-process sleeps only) -> keep the gate closed until wake (hold) or reopen it.
- * Wake: app mappings -> cores -> reopen the gate once no held sleep is left (each held sleep is
- * remembered by what it selected: it ends when a wake covers it or nothing of it is asleep).
- *
- * Cancellation (control_cancel, or a caller whose limits say its client has gone) is checked
- * before the operation and after each part; what was done is then rolled back and the call
- * returns VMM_E_BUSY with a message that starts with "cancelled". */
-#include <errno.h>
+ * Sleep: close the gate (bounded, cancellable) -> vmm_offload_sleep -> keep the gate closed
+ * until wake (a held sleep, or a failure that left the process partly asleep) or reopen it.
+ * Wake: vmm_offload_wake -> reopen the gate once no held sleep is left (each held sleep is
+ * remembered by what it selected: it ends when a wake covers it or nothing of it is asleep). */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "../../core/log.h"
+#include "../../core/offload/drain.h"
+#include "../../core/offload/transition.h"
 #include "../gate.h"
 #include "../runtime.h"
 #include "control.h"
 #include "control_internal.h"
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool held;             /* the gate is closed by a sleep until the matching wake */
-/* A sleep or wake holds ctl_lock (what control_cancel may cancel), and whether it was asked to
- * stop. Read without the lock. */
-static bool op_running;
-static bool cancel_requested;
 
-/* What each held sleep selected. */
+/* Written under ctl_lock, read by control_state_get and the operation's stop test without it. */
+static atomic_bool held;          /* the gate is closed by a sleep until the matching wake */
+static atomic_bool held_autowake; /* ...and a submission that meets it wakes the process */
+static atomic_bool autowake_default; /* VMMSHIM_AUTOWAKE */
+static atomic_bool partial;       /* a failed sleep or wake left the process partly asleep */
+static atomic_bool shut_down;     /* the process is exiting: stop, start nothing */
+static atomic_ullong running_op;  /* the id of the operation in progress; 0: none */
+static atomic_ullong cancel_op;   /* control_cancel asked the operation with this id to stop */
+
+/* Under ctl_lock. */
 struct held_sel {
 	bool all_tags;
 	char tag[VMM_TAG_MAX];
@@ -38,96 +41,19 @@ struct held_sel {
 #define MAX_HELD 16
 static struct held_sel held_list[MAX_HELD];
 static int nheld;
-static bool held_autowake;    /* ...and a submission that meets it wakes the process */
-static bool autowake_default; /* VMMSHIM_AUTOWAKE */
-static bool shut_down;
+static unsigned long long last_op;
 static bool forked_child;
 
-/* One thing that sleeps and wakes: a core heap or the app-mapping registry. */
-struct part {
-	const char *name;
-	vmm_status (*sleep)(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
-			    vmm_error *e);
-	vmm_status (*wake)(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
-			   vmm_error *e);
-	bool (*asleep)(void *obj);
-	void *obj;
+/* One operation in progress: its id and its caller's limits. */
+struct op {
+	unsigned long long id;
+	const control_limits *lim;
+	vmm_limits core_lim;
+	int gate_ms;
+	double t0;
 };
 
-static vmm_status core_sleep(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
-			     vmm_error *e)
-{
-	return vmm_sleep(obj, o, r, e);
-}
-
-static vmm_status core_wake(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
-			    vmm_error *e)
-{
-	return vmm_wake(obj, o, r, e);
-}
-
-static bool core_asleep(void *obj)
-{
-	return vmm_is_asleep(obj, -1, NULL);
-}
-
-static vmm_status app_sleep(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
-			    vmm_error *e)
-{
-	return vmm_app_sleep(obj, o, r, e);
-}
-
-static vmm_status app_wake(void *obj, const vmm_sleep_opts *o, vmm_transfer_result *r,
-			   vmm_error *e)
-{
-	return vmm_app_wake(obj, o, r, e);
-}
-
-static bool app_asleep(void *obj)
-{
-	return vmm_app_is_asleep(obj, -1);
-}
-
-/* The parts in sleep order; wake walks them backwards. App mappings belong to no tag, so only
- * sleeps of every tag include them. */
-static int collect_parts(shim_runtime *rt, bool with_app, struct part *p)
-{
-	int n = 0;
-
-	if (rt->cuda_core)
-		p[n++] = (struct part){ "cuda heap", core_sleep, core_wake, core_asleep,
-					rt->cuda_core };
-	if (rt->acl_core)
-		p[n++] = (struct part){ "acl heap", core_sleep, core_wake, core_asleep,
-					rt->acl_core };
-	if (with_app && rt->cuda_app)
-		p[n++] = (struct part){ "app mappings", app_sleep, app_wake, app_asleep,
-					rt->cuda_app };
-	return n;
-}
-
-/* Keep the parts that have memory on dev (-1: all): a process using CUDA and Ascend has device
- * numbers on each side, and one side lacking dev is not an error of the other. */
-static int parts_with_device(struct part *p, int n, int dev)
-{
-	int k = 0;
-
-	for (int i = 0; i < n; i++) {
-		if (dev >= 0 && p[i].asleep == core_asleep &&
-		    !(vmm_devices_used(p[i].obj) & (1u << dev)))
-			continue;
-		p[k++] = p[i];
-	}
-	/* Only the app registry left: it has memory there only if it says so. */
-	if (k == 1 && dev >= 0 && p[0].asleep == app_asleep) {
-		vmm_app_stats as;
-
-		vmm_app_stats_get(p[0].obj, dev, &as);
-		if (!as.handles)
-			k = 0;
-	}
-	return k;
-}
+static void autowake_fn(void);
 
 static double now_seconds(void)
 {
@@ -137,13 +63,37 @@ static double now_seconds(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static void add_result(vmm_transfer_result *sum, const vmm_transfer_result *r)
+/* Should the operation give up: exit, control_cancel, or its caller gone? */
+static bool op_stop(void *arg)
 {
-	sum->bytes_released += r->bytes_released;
-	sum->bytes_copied += r->bytes_copied;
+	const struct op *op = arg;
+
+	return atomic_load(&shut_down) || (op->id && atomic_load(&cancel_op) == op->id) ||
+	       (op->lim && op->lim->gone && op->lim->gone(op->lim->gone_arg));
 }
 
-static void autowake_fn(void);
+/* The parts of the process: each core heap and the CUDA side's own VMM mappings. */
+static vmm_offload_parts parts_of(const shim_runtime *rt)
+{
+	vmm_offload_parts p = { .app = rt->cuda_app };
+
+	if (rt->cuda_core) {
+		p.heaps[p.nheaps].name = "cuda heap";
+		p.heaps[p.nheaps++].core = rt->cuda_core;
+	}
+	if (rt->acl_core) {
+		p.heaps[p.nheaps].name = "acl heap";
+		p.heaps[p.nheaps++].core = rt->acl_core;
+	}
+	return p;
+}
+
+/* App mappings belong to no tag: only operations on every tag include them. */
+static vmm_selection selection_of(const vmm_sleep_opts *o)
+{
+	return (vmm_selection){ .tag = o->tag, .device = o->device, .app = !o->tag,
+				.discard = o->discard };
+}
 
 static void remember_held(const vmm_sleep_opts *opts)
 {
@@ -167,118 +117,41 @@ static bool covers(const vmm_sleep_opts *opts, const struct held_sel *e)
 	       (opts->device < 0 || opts->device == e->device);
 }
 
-static bool held_still_asleep(shim_runtime *rt, const struct held_sel *e)
+static bool held_still_asleep(const vmm_offload_parts *parts, const struct held_sel *e)
 {
-	const char *tag = e->all_tags ? NULL : e->tag;
-	struct part parts[3];
-	int n = collect_parts(rt, e->all_tags, parts);
+	vmm_selection sel = { .tag = e->all_tags ? NULL : e->tag, .device = e->device,
+			      .app = e->all_tags };
 
-	for (int i = 0; i < n; i++) {
-		bool asleep = parts[i].asleep == core_asleep ?
-				      vmm_is_asleep(parts[i].obj, e->device, tag) :
-				      vmm_app_is_asleep(parts[i].obj, e->device);
-		if (asleep)
-			return true;
-	}
-	return false;
+	return vmm_offload_is_asleep(parts, &sel);
+}
+
+/* Keep the gate closed after this sleep until a wake covers it. */
+static void hold(const vmm_sleep_opts *opts, bool autowake)
+{
+	atomic_store(&held, true);
+	remember_held(opts);
+	if (autowake || atomic_load(&autowake_default))
+		atomic_store(&held_autowake, true);
+	if (atomic_load(&held_autowake))
+		gate_set_autowake(true, autowake_fn);
 }
 
 /* After a wake: forget the held sleeps it ended; reopen the gate when none is left. */
-static void release_held(shim_runtime *rt, const vmm_sleep_opts *opts)
+static void release_held(const vmm_offload_parts *parts, const vmm_sleep_opts *opts)
 {
+	bool dflt = atomic_load(&autowake_default);
 	int k = 0;
 
 	for (int i = 0; i < nheld; i++)
-		if (!covers(opts, &held_list[i]) && held_still_asleep(rt, &held_list[i]))
+		if (!covers(opts, &held_list[i]) && held_still_asleep(parts, &held_list[i]))
 			held_list[k++] = held_list[i];
 	nheld = k;
-	if (held && !nheld) {
-		__atomic_store_n(&held, false, __ATOMIC_RELAXED);
-		held_autowake = false;
-		gate_set_autowake(autowake_default, autowake_default ? autowake_fn : NULL);
+	if (atomic_load(&held) && !nheld) {
+		atomic_store(&held, false);
+		atomic_store(&held_autowake, false);
+		gate_set_autowake(dflt, dflt ? autowake_fn : NULL);
 		gate_open();
 	}
-}
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static bool client_gone(const control_limits *lim)
-{
-	return lim && lim->gone && lim->gone(lim->gone_arg);
-}
-
-/* Has the operation been asked to stop? what: "sleep" or "wake". */
-static vmm_status check_stop(const control_limits *lim, const char *what, vmm_error *err)
-{
-	if (__atomic_load_n(&cancel_requested, __ATOMIC_ACQUIRE))
-		return vmm_fail(err, VMM_E_BUSY, 0, "cancelled: the %s was stopped (vmmctl cancel, "
-				"or a wake)", what);
-	if (client_gone(lim))
-		return vmm_fail(err, VMM_E_BUSY, 0,
-				"cancelled: the client that asked for the %s has gone", what);
-	return VMM_OK;
-}
-
-/* Take ctl_lock, or fail when the process is exiting. Waiting for another sleep or wake ends
- * when the caller's client goes away or its timeout passes (without limits: as long as it
- * takes, as before). */
-static vmm_status lock_control(const control_limits *lim, vmm_error *err, shim_runtime **rt)
-{
-	long long deadline = lim && lim->timeout_ms > 0 ? now_ms() + lim->timeout_ms : 0;
-
-	for (;;) {
-		struct timespec ts;
-
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 50 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		if (!pthread_mutex_timedlock(&ctl_lock, &ts))
-			break;
-		if (client_gone(lim))
-			return vmm_fail(err, VMM_E_BUSY, 0, "cancelled: the client went away "
-					"while another sleep or wake was in progress");
-		if (deadline && now_ms() >= deadline)
-			return vmm_fail(err, VMM_E_BUSY, 0, "another sleep or wake was still in "
-					"progress after %d ms", lim->timeout_ms);
-	}
-	if (shut_down || forked_child) {
-		pthread_mutex_unlock(&ctl_lock);
-		return vmm_fail(err, forked_child ? VMM_E_UNSUPPORTED : VMM_E_BUSY, 0, "%s",
-				forked_child ? "not available in a forked child" :
-					       "the process is exiting");
-	}
-	*rt = shim_runtime_peek();
-	if (!*rt || (!(*rt)->cuda_core && !(*rt)->acl_core)) {
-		pthread_mutex_unlock(&ctl_lock);
-		return vmm_fail(err, VMM_E_INVALID, 0,
-				"no device memory is managed by vmmshim in this process yet");
-	}
-	__atomic_store_n(&cancel_requested, false, __ATOMIC_RELEASE);
-	__atomic_store_n(&op_running, true, __ATOMIC_RELEASE);
-	return VMM_OK;
-}
-
-static void unlock_control(void)
-{
-	__atomic_store_n(&op_running, false, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&ctl_lock);
-}
-
-vmm_status control_cancel(vmm_error *err)
-{
-	if (!__atomic_load_n(&op_running, __ATOMIC_ACQUIRE))
-		return vmm_fail(err, VMM_E_INVALID, 0, "no sleep or wake is in progress");
-	__atomic_store_n(&cancel_requested, true, __ATOMIC_RELEASE);
-	return VMM_OK;
 }
 
 static vmm_status check_opts(const vmm_sleep_opts *opts, vmm_error *err)
@@ -292,6 +165,70 @@ static vmm_status check_opts(const vmm_sleep_opts *opts, vmm_error *err)
 		return vmm_fail(err, VMM_E_INVALID, 0, "a tag has 1 to %d bytes",
 				VMM_TAG_MAX - 1);
 	return VMM_OK;
+}
+
+/* Take ctl_lock for a new operation (waiting for one in progress, as long as the caller is
+ * there and its deadline allows), or fail when the process is exiting or manages nothing. */
+static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtime **rt,
+			   vmm_error *err)
+{
+	int t = lim && lim->timeout_ms > 0 ? lim->timeout_ms : 0;
+
+	memset(op, 0, sizeof(*op));
+	op->lim = lim;
+	op->t0 = now_seconds();
+	while (pthread_mutex_trylock(&ctl_lock)) {
+		struct timespec pause = { 0, 20 * 1000000L };
+
+		if ((t && now_seconds() - op->t0 >= t / 1000.0) || op_stop(op))
+			return vmm_fail(err, VMM_E_BUSY, 0, "another sleep or wake is in progress");
+		nanosleep(&pause, NULL);
+	}
+	if (atomic_load(&shut_down) || forked_child) {
+		pthread_mutex_unlock(&ctl_lock);
+		return vmm_fail(err, forked_child ? VMM_E_UNSUPPORTED : VMM_E_BUSY, 0, "%s",
+				forked_child ? "not available in a forked child" :
+					       "the process is exiting");
+	}
+	*rt = shim_runtime_peek();
+	if (!*rt || (!(*rt)->cuda_core && !(*rt)->acl_core)) {
+		pthread_mutex_unlock(&ctl_lock);
+		return vmm_fail(err, VMM_E_INVALID, 0,
+				"no device memory is managed by vmmshim in this process yet");
+	}
+	op->id = ++last_op;
+	atomic_store(&running_op, op->id);
+	/* A request's timeout bounds everything; without one, the waits have their defaults. */
+	op->core_lim = (vmm_limits){ .cancelled = op_stop, .arg = op };
+	if (t) {
+		double left = t / 1000.0 - (now_seconds() - op->t0);
+
+		op->core_lim.deadline = vmm_now_s() + (left > 0 ? left : 0);
+		op->gate_ms = left > 0 ? (int)(left * 1000) : 0;
+	} else {
+		op->core_lim.drain_s = (*rt)->cfg.sleep_timeout_s;
+		op->gate_ms = CONTROL_GATE_TIMEOUT_MS;
+	}
+	return VMM_OK;
+}
+
+static void op_end(void)
+{
+	atomic_store(&running_op, 0);
+	pthread_mutex_unlock(&ctl_lock);
+}
+
+/* The partial flag follows the outcome: set by a failure that left the process partly asleep,
+ * cleared once an operation on everything succeeds or nothing is asleep any more. */
+static void note_partial(const vmm_offload_parts *parts, const vmm_sleep_opts *o, vmm_status s,
+			 const vmm_transfer_result *r)
+{
+	vmm_selection all = { .device = -1, .app = true };
+
+	if (s && s != VMM_E_ALREADY && r->partial_bytes)
+		atomic_store(&partial, true);
+	else if (!s && ((!o->tag && o->device < 0) || !vmm_offload_is_asleep(parts, &all)))
+		atomic_store(&partial, false);
 }
 
 static void autowake_fn(void)
@@ -310,184 +247,84 @@ static void autowake_fn(void)
 			(unsigned long long)res.bytes_copied, res.seconds);
 }
 
-/* The end of a sleep or a wake, the control lock released: time the summed result, hand it
- * back, and log it; a call that changed nothing is VMM_E_ALREADY (with the `already` text). */
-static vmm_status report_result(vmm_transfer_result *sum, double t0, bool changed,
-				const char *already, const char *done, vmm_transfer_result *res,
-				vmm_error *err)
-{
-	sum->seconds = now_seconds() - t0;
-	sum->already = !changed;
-	if (res)
-		*res = *sum;
-	if (!changed)
-		return vmm_fail(err, VMM_E_ALREADY, 0, "%s: nothing changed", already);
-	vmm_log(VMM_LOG_INFO, "%s %llu bytes, copied %llu in %.3f s", done,
-		(unsigned long long)sum->bytes_released, (unsigned long long)sum->bytes_copied,
-		sum->seconds);
-	return VMM_OK;
-}
-
-vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake,
+vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold_after, bool autowake,
 			 const control_limits *lim, vmm_transfer_result *res, vmm_error *err)
 {
-	vmm_transfer_result sum = { 0 }, part_res;
-	struct part parts[3];
-	bool done[3] = { false };
-	bool changed = false, was_held;
+	vmm_transfer_result r = { 0 };
+	vmm_offload_parts parts;
+	vmm_selection sel;
+	bool was_held;
 	shim_runtime *rt;
+	struct op op;
 	vmm_status s;
-	double t0 = now_seconds();
-	int n, timeout_ms = lim ? lim->timeout_ms : 0;
 
-	if ((s = check_opts(opts, err)))
+	if ((s = check_opts(opts, err)) || (s = op_begin(lim, &op, &rt, err)))
 		return s;
-	if ((s = lock_control(lim, err, &rt)))
-		return s;
-	if ((s = check_stop(lim, "sleep", err))) {
-		unlock_control();
+	was_held = atomic_load(&held);
+	if (!was_held && (s = gate_close_within(op.gate_ms, op_stop, &op, err))) {
+		op_end();
 		return s;
 	}
-	was_held = held;
-	if (!was_held) {
-		s = gate_close(timeout_ms > 0 ? timeout_ms : CONTROL_GATE_TIMEOUT_MS, err);
-		if (s) {
-			unlock_control();
-			return s;
-		}
-	}
-	n = collect_parts(rt, opts->tag == NULL, parts);
-	n = parts_with_device(parts, n, opts->device);
-	if (!n) {
-		if (!was_held)
-			gate_open();
-		unlock_control();
-		return vmm_fail(err, VMM_E_INVALID, 0,
-				"device %d has no memory managed by vmmshim", opts->device);
-	}
-	/* i == n: the check after the last part. */
-	for (int i = 0; i <= n; i++) {
-		bool stopped;
-
-		s = check_stop(lim, "sleep", err);
-		stopped = s != VMM_OK;
-		if (!s && i == n)
-			break;
-		if (!s) {
-			memset(&part_res, 0, sizeof(part_res));
-			s = parts[i].sleep(parts[i].obj, opts, &part_res, err);
-			if (s == VMM_E_ALREADY)
-				continue;
-		}
-		if (s) {
-			vmm_error rb;
-
-			/* Roll back: wake what this call put to sleep. */
-			for (int j = i - 1; j >= 0; j--) {
-				if (!done[j])
-					continue;
-				vmm_error_clear(&rb);
-				if (parts[j].wake(parts[j].obj, opts, &part_res, &rb))
-					vmm_log(VMM_LOG_ERROR, "sleep roll-back: waking the %s "
-						"failed: %s", parts[j].name, rb.msg);
-			}
-			if (!was_held)
-				gate_open();
-			unlock_control();
-			vmm_log(VMM_LOG_WARN, "sleep %s %s%s, rolled back: %s",
-				stopped ? "stopped" : "failed",
-				i == n ? "at the end" : stopped ? "before the " : "in the ",
-				i < n ? parts[i].name : "", err ? err->msg : "");
-			return s;
-		}
-		done[i] = true;
-		changed = true;
-		add_result(&sum, &part_res);
-	}
-	if (changed && hold) {
-		__atomic_store_n(&held, true, __ATOMIC_RELAXED);
-		remember_held(opts);
-		held_autowake = held_autowake || autowake || autowake_default;
-		if (held_autowake)
-			gate_set_autowake(true, autowake_fn);
+	parts = parts_of(rt);
+	sel = selection_of(opts);
+	s = vmm_offload_sleep(&parts, &sel, &op.core_lim, &r, err);
+	note_partial(&parts, opts, s, &r);
+	if (!s && hold_after) {
+		hold(opts, autowake);
+	} else if (s && s != VMM_E_ALREADY && r.partial_bytes) {
+		/* Partly asleep: device work must not reach what sleeps, until a wake completes it.
+		 * A caller that did not ask for a hold (the program itself) gets autowake. */
+		hold(opts, autowake || !hold_after);
 	} else if (!was_held) {
 		gate_open();
 	}
-	unlock_control();
-	return report_result(&sum, t0, changed, "already asleep", "sleep: released", res, err);
+	op_end();
+	r.seconds = now_seconds() - op.t0;
+	if (res)
+		*res = r;
+	return s;
 }
 
 vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,
 			vmm_transfer_result *res, vmm_error *err)
 {
-	vmm_transfer_result sum = { 0 }, part_res;
-	struct part parts[3];
-	bool done[3] = { false };
-	bool changed = false;
+	vmm_transfer_result r = { 0 };
+	vmm_offload_parts parts;
+	vmm_selection sel;
 	shim_runtime *rt;
+	struct op op;
 	vmm_status s;
-	double t0 = now_seconds();
-	int n;
 
-	if ((s = check_opts(opts, err)))
+	/* A wake does not close the gate: it only waits for its own copies. */
+	if ((s = check_opts(opts, err)) || (s = op_begin(lim, &op, &rt, err)))
 		return s;
-	if ((s = lock_control(lim, err, &rt)))
-		return s;
-	n = collect_parts(rt, opts->tag == NULL, parts);
-	n = parts_with_device(parts, n, opts->device);
-	if (!n) {
-		unlock_control();
-		return vmm_fail(err, VMM_E_INVALID, 0,
-				"device %d has no memory managed by vmmshim", opts->device);
-	}
-	/* i == -1: the check after the last part. */
-	for (int i = n - 1; i >= -1; i--) {
-		bool stopped;
-
-		s = check_stop(lim, "wake", err);
-		stopped = s != VMM_OK;
-		if (!s && i < 0)
-			break;
-		if (!s) {
-			memset(&part_res, 0, sizeof(part_res));
-			s = parts[i].wake(parts[i].obj, opts, &part_res, err);
-			if (s == VMM_E_ALREADY)
-				continue;
-		}
-		if (s) {
-			vmm_sleep_opts keep = *opts;
-			vmm_error rb;
-
-			/* Roll back: what this call woke goes back to sleep, contents kept. */
-			keep.discard = false;
-			for (int j = i + 1; j < n; j++) {
-				if (!done[j])
-					continue;
-				vmm_error_clear(&rb);
-				if (parts[j].sleep(parts[j].obj, &keep, &part_res, &rb))
-					vmm_log(VMM_LOG_ERROR, "wake roll-back: the %s stays "
-						"awake: %s", parts[j].name, rb.msg);
-			}
-			unlock_control();
-			vmm_log(VMM_LOG_WARN, "wake %s %s%s (still asleep): %s",
-				stopped ? "stopped" : "failed",
-				i < 0 ? "at the end" : stopped ? "before the " : "in the ",
-				i >= 0 ? parts[i].name : "", err ? err->msg : "");
-			return s;
-		}
-		done[i] = true;
-		changed = true;
-		add_result(&sum, &part_res);
-	}
-	release_held(rt, opts);
-	unlock_control();
-	return report_result(&sum, t0, changed, "already awake", "wake: re-created", res, err);
+	parts = parts_of(rt);
+	sel = selection_of(opts);
+	s = vmm_offload_wake(&parts, &sel, &op.core_lim, &r, err);
+	note_partial(&parts, opts, s, &r);
+	if (!s || s == VMM_E_ALREADY)
+		release_held(&parts, opts);
+	op_end();
+	r.seconds = now_seconds() - op.t0;
+	if (res)
+		*res = r;
+	return s;
 }
 
-vmm_status shim_sleep(const vmm_sleep_opts *opts, bool hold, vmm_transfer_result *res,
+vmm_status control_cancel(vmm_error *err)
+{
+	unsigned long long id = atomic_load(&running_op);
+
+	if (!id)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no sleep or wake is in progress");
+	atomic_store(&cancel_op, id);
+	return VMM_OK;
+}
+
+vmm_status shim_sleep(const vmm_sleep_opts *opts, bool hold_after, vmm_transfer_result *res,
 		      vmm_error *err)
 {
-	return control_sleep(opts, hold, false, NULL, res, err);
+	return control_sleep(opts, hold_after, false, NULL, res, err);
 }
 
 vmm_status shim_wake(const vmm_sleep_opts *opts, vmm_transfer_result *res, vmm_error *err)
@@ -497,53 +334,82 @@ vmm_status shim_wake(const vmm_sleep_opts *opts, vmm_transfer_result *res, vmm_e
 
 void control_state_get(control_state *out)
 {
+	vmm_offload_parts parts;
 	shim_runtime *rt;
-	struct part parts[3];
-	int n, asleep = 0;
+	int n = 0, asleep = 0;
 
 	memset(out, 0, sizeof(*out));
+	out->held = atomic_load(&held);
+	out->partial = atomic_load(&partial);
 	/* A sleep or wake in progress (an in-process one can run beside the server) is reported,
 	 * not waited for. */
 	if (pthread_mutex_trylock(&ctl_lock)) {
 		out->changing = true;
-		out->held = __atomic_load_n(&held, __ATOMIC_RELAXED);
+		out->autowake = atomic_load(&held_autowake);
 		return;
 	}
-	out->held = held;
-	out->autowake = held ? held_autowake : autowake_default;
+	out->held = atomic_load(&held);
+	out->partial = atomic_load(&partial);
+	out->autowake = out->held ? atomic_load(&held_autowake) : atomic_load(&autowake_default);
 	rt = shim_runtime_peek();
-	n = rt && !shut_down ? collect_parts(rt, true, parts) : 0;
-	for (int i = 0; i < n; i++)
-		asleep += parts[i].asleep(parts[i].obj);
+	if (rt && !atomic_load(&shut_down)) {
+		parts = parts_of(rt);
+		for (int i = 0; i < parts.nheaps; i++, n++)
+			asleep += vmm_is_asleep(parts.heaps[i].core, -1, NULL);
+		if (parts.app) {
+			n++;
+			asleep += vmm_app_is_asleep(parts.app, -1);
+		}
+	}
 	pthread_mutex_unlock(&ctl_lock);
 	out->any_asleep = asleep > 0;
-	out->all_asleep = held || (n > 0 && asleep == n);
+	out->all_asleep = out->held || (n > 0 && asleep == n);
 }
 
 void control_set_autowake_default(bool on)
 {
 	pthread_mutex_lock(&ctl_lock);
-	autowake_default = on;
-	if (!held)
+	atomic_store(&autowake_default, on);
+	if (!atomic_load(&held))
 		gate_set_autowake(on, on ? autowake_fn : NULL);
 	pthread_mutex_unlock(&ctl_lock);
 }
 
-void control_sleep_shutdown(void)
-{
-	struct timespec ts;
+static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
+static double exit_until;
 
-	/* A sleep or wake in progress finishes first (bounded: exit must not hang on it). */
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 5;
-	if (pthread_mutex_timedlock(&ctl_lock, &ts)) {
-		vmm_log(VMM_LOG_WARN, "exit: a sleep or wake is still running");
-		return;
+static void exit_begin(void)
+{
+	exit_until = now_seconds() + CONTROL_EXIT_WAIT_MS / 1000.0;
+}
+
+bool control_sleep_shutdown(void)
+{
+	struct timespec pause = { 0, 10 * 1000000L };
+	bool locked;
+
+	/* The operation in progress sees this between its steps and rolls back. */
+	atomic_store(&shut_down, true);
+	pthread_once(&exit_once, exit_begin);
+	while (!(locked = !pthread_mutex_trylock(&ctl_lock)) && now_seconds() < exit_until)
+		nanosleep(&pause, NULL);
+	if (!locked) {
+		vmm_log(VMM_LOG_WARN, "exit: a sleep or wake is still running after %d ms: its memory "
+			"is left to the end of the process", CONTROL_EXIT_WAIT_MS);
+		return false;
 	}
-	shut_down = true;
-	if (held)
+	if (atomic_load(&held) && nheld) {
 		vmm_log(VMM_LOG_INFO, "exit while asleep: the host copy is freed with the process");
+		nheld = 0; /* said once */
+	}
 	pthread_mutex_unlock(&ctl_lock);
+	/* A drain that was given up may still be inside the driver with a backend pointer. */
+	if (!vmm_drain_wait_idle(vmm_now_s() + (exit_until - now_seconds()))) {
+		vmm_log(VMM_LOG_WARN, "exit: a device drain that was given up is still running: "
+			"the device memory is left to the end of the process");
+		return false;
+	}
+	return true;
 }
 
 void control_sleep_after_fork(void)
@@ -551,6 +417,8 @@ void control_sleep_after_fork(void)
 	/* The parent's server thread may have held the lock at fork time. */
 	pthread_mutex_init(&ctl_lock, NULL);
 	forked_child = true;
-	__atomic_store_n(&held, false, __ATOMIC_RELAXED);
+	atomic_store(&held, false);
+	atomic_store(&partial, false);
+	atomic_store(&running_op, 0);
 	nheld = 0;
 }
