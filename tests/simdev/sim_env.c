@@ -1,10 +1,11 @@
-/* simdev's environment (read at first use), call counters, fault injection and the stats file.
- * Device capacity is counted by sim_group.c. */
+/* simdev's environment (read at first use), call counters, fault injection, injected slowness
+ * and the stats file. Device capacity is counted by sim_group.c. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sim_internal.h"
@@ -17,9 +18,17 @@ struct sim_fail {
 	atomic_ulong seen;
 };
 
+/* SIMDEV_DELAY: every call of a function waits this long before it does anything. */
+struct sim_delay {
+	char name[64]; /* an exported name, or a base name matching all its variants */
+	unsigned long ms;
+};
+
 static struct sim_config config;
 static struct sim_fail fails[SIM_MAX_FAILS];
 static int nfails;
+static struct sim_delay delays[SIM_MAX_FAILS];
+static int ndelays;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static _Atomic(struct sim_counter *) counters;
 static atomic_int used;
@@ -87,6 +96,28 @@ static void parse_fails(const char *spec)
 	free(copy);
 }
 
+static void parse_delays(const char *spec)
+{
+	char *copy = strdup(spec), *save = NULL;
+	if (!copy)
+		return;
+	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		char *colon = strchr(tok, ':'), *end;
+		unsigned long ms = colon ? strtoul(colon + 1, &end, 10) : 0;
+		if (!colon || colon == tok || ms == 0 || ms > 600000 || *end ||
+		    ndelays == SIM_MAX_FAILS) {
+			fprintf(stderr, "simdev: SIMDEV_DELAY entry '%s' ignored (want name:MS, "
+				"1 <= MS <= 600000)\n", tok);
+			continue;
+		}
+		*colon = 0;
+		snprintf(delays[ndelays].name, sizeof(delays[ndelays].name), "%s", tok);
+		delays[ndelays].ms = ms;
+		ndelays++;
+	}
+	free(copy);
+}
+
 static void init_once(void)
 {
 	const char *s = getenv("SIMDEV_MEMORY");
@@ -110,6 +141,9 @@ static void init_once(void)
 	s = getenv("SIMDEV_FAIL");
 	if (s && *s)
 		parse_fails(s);
+	s = getenv("SIMDEV_DELAY");
+	if (s && *s)
+		parse_delays(s);
 	s = NULL;
 	if (!strcmp(sim_lib_name, "acl"))
 		s = getenv("SIMDEV_ACL_STATS");
@@ -148,10 +182,18 @@ bool sim_enter(struct sim_counter *c)
 			c->next = head;
 		while (!atomic_compare_exchange_weak(&counters, &head, c));
 	}
-	if (!nfails)
+	if (!nfails && !ndelays)
 		return false;
 	char base[64];
 	base_name(c->name, base, sizeof(base));
+	for (int i = 0; i < ndelays; i++) {
+		if (strcmp(delays[i].name, c->name) && strcmp(delays[i].name, base))
+			continue;
+		struct timespec ts = { (time_t)(delays[i].ms / 1000),
+				       (long)(delays[i].ms % 1000) * 1000000L };
+		while (nanosleep(&ts, &ts) && errno == EINTR)
+			;
+	}
 	bool fail = false;
 	for (int i = 0; i < nfails; i++)
 		if ((!strcmp(fails[i].name, c->name) || !strcmp(fails[i].name, base)) &&

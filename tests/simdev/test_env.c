@@ -1,9 +1,10 @@
-/* simdev's environment knobs: SIMDEV_MEMORY, SIMDEV_FAIL and SIMDEV_STATS (run in children, since
+/* simdev's environment knobs: SIMDEV_MEMORY, SIMDEV_FAIL, SIMDEV_DELAY and SIMDEV_STATS (run in children, since
  * the environment is read once, at first use, and the stats are written at exit). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "test_util.h"
 
@@ -144,4 +145,25 @@ Test(env, exported_names_match_exactly_base_names_match_all_variants)
 	CU_OK(cuStreamSynchronize_ptsz(NULL));
 	CU_OK(cuStreamQuery(NULL));
 	cr_expect_eq(cuStreamQuery_ptsz(NULL), CUDA_ERROR_UNKNOWN, "the base name counts both");
+}
+
+static double seconds(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+Test(env, a_delay_slows_every_call_of_that_function_only)
+{
+	setenv("SIMDEV_DELAY", "cuStreamQuery:150,bogus", 1);
+	su_ctx(0);
+	double t0 = seconds();
+	CU_OK(cuStreamSynchronize(NULL));
+	double t1 = seconds();
+	CU_OK(cuStreamQuery(NULL));
+	CU_OK(cuStreamQuery_ptsz(NULL)); /* the base name covers every variant */
+	double t2 = seconds();
+	cr_expect_lt(t1 - t0, 0.1, "another function is not delayed: %.3f s", t1 - t0);
+	cr_expect_geq(t2 - t1, 0.3, "two delayed calls took %.3f s", t2 - t1);
 }
