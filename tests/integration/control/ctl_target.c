@@ -25,6 +25,11 @@
  *   memused            device memory in use as the program sees it (cudaMemGetInfo)
  *   device N           cudaSetDevice(N): later allocations land there
  *   fork               fork a child that exits at once; answers with the child's status
+ *   spin               a simdev kernel on a non-blocking stream that runs until a flag in device
+ *                      memory turns non-zero (at most 60 s) -> "spinning" once launched
+ *   setflag            on another thread, cuMemcpyHtoD writes the flag -> "flag set" when the
+ *                      copy returned (while a sleep holds device work: after it)
+ *   spinwait           wait for the spinning kernel -> "spin ok" (it saw the flag) or "spin timeout"
  *   quit               exit 0 */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -40,6 +45,8 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "simdev.h"
 
 #define MAX_BUFS 4096
 
@@ -312,6 +319,84 @@ static void cmd_busy(unsigned ms)
 		return;
 	}
 	say("busy launched");
+/* A kernel that cannot finish until the host writes a flag: legal (the flag's copy is issued on
+ * another stream), and it keeps the device busy until then. */
+static struct {
+	CUdeviceptr flag;
+	CUstream stream;
+	int saw;          /* written by the kernel: 1 saw the flag, 2 gave up */
+	void *params[2];
+} spin;
+
+static void spin_kernel(void **params)
+{
+	const volatile int *flag = *(const volatile int **)params[0];
+	int *saw = *(int **)params[1];
+	struct timespec pause = { 0, 1000000L };
+
+	for (int i = 0; i < 60000; i++) {
+		if (simdev_check_access(simdev_current_device(), (const void *)flag, sizeof(int)))
+			break; /* a GPU would fault */
+		if (*flag) {
+			__atomic_store_n(saw, 1, __ATOMIC_RELEASE);
+			return;
+		}
+		nanosleep(&pause, NULL);
+	}
+	__atomic_store_n(saw, 2, __ATOMIC_RELEASE);
+}
+
+static void cmd_spin(void)
+{
+	static int *saw_ptr = &spin.saw;
+	static CUdeviceptr flag_arg;
+
+	if (cudaMalloc((void **)&spin.flag, sizeof(int)) != cudaSuccess ||
+	    cudaMemset((void *)spin.flag, 0, sizeof(int)) != cudaSuccess ||
+	    cudaDeviceSynchronize() != cudaSuccess ||
+	    cuStreamCreate(&spin.stream, CU_STREAM_NON_BLOCKING)) {
+		say("error spin setup");
+		return;
+	}
+	flag_arg = spin.flag;
+	spin.params[0] = &flag_arg;
+	spin.params[1] = &saw_ptr;
+	if (cuLaunchKernel(SIMDEV_KERNEL(spin_kernel), 1, 1, 1, 1, 1, 1, 0, spin.stream,
+			   spin.params, NULL)) {
+		say("error launch");
+		return;
+	}
+	say("spinning");
+}
+
+static void *setflag_main(void *arg)
+{
+	const int one = 1;
+	CUcontext ctx = NULL;
+	CUresult rc;
+
+	(void)arg;
+	rc = cuDevicePrimaryCtxRetain(&ctx, 0);
+	if (!rc)
+		rc = cuCtxSetCurrent(ctx);
+	if (!rc)
+		rc = cuMemcpyHtoD(spin.flag, &one, sizeof(one));
+	if (rc)
+		say("flag error %d", (int)rc);
+	else
+		say("flag set");
+	return NULL;
+}
+
+static void cmd_spinwait(void)
+{
+	CUresult rc = cuStreamSynchronize(spin.stream);
+	int saw = __atomic_load_n(&spin.saw, __ATOMIC_ACQUIRE);
+
+	if (rc)
+		say("spin error %d", (int)rc);
+	else
+		say(saw == 1 ? "spin ok" : "spin timeout");
 }
 
 /* The in-process API, looked up the way ctypes.CDLL(None) would. */
@@ -498,6 +583,15 @@ int main(void)
 				_exit(0);
 			waitpid(p, &st, 0);
 			say("forked %d", WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+		} else if (!strcmp(a, "spin")) {
+			cmd_spin();
+		} else if (!strcmp(a, "setflag")) {
+			pthread_t t;
+
+			pthread_create(&t, NULL, setflag_main, NULL);
+			pthread_detach(t);
+		} else if (!strcmp(a, "spinwait")) {
+			cmd_spinwait();
 		} else if (!strcmp(a, "quit"))
 			break;
 		else

@@ -137,3 +137,25 @@ Test(config, invalid_values_get_a_message_and_the_default, .init = cr_redirect_s
 	fflush(stderr);
 	cr_assert_stderr_neq_str("");
 }
+
+Test(config, the_sleep_timeout_takes_seconds, .init = cr_redirect_stderr)
+{
+	shim_config c;
+
+	clear_env();
+	unsetenv("VMMSHIM_SLEEP_TIMEOUT");
+	shim_config_load(&c);
+	cr_assert_eq(c.sleep_timeout_s, 30);
+	setenv("VMMSHIM_SLEEP_TIMEOUT", "2.5", 1);
+	shim_config_load(&c);
+	cr_assert_eq(c.sleep_timeout_s, 2.5);
+	setenv("VMMSHIM_SLEEP_TIMEOUT", "500ms", 1);
+	shim_config_load(&c);
+	cr_assert_eq(c.sleep_timeout_s, 0.5);
+	setenv("VMMSHIM_SLEEP_TIMEOUT", "-1", 1);
+	shim_config_load(&c);
+	cr_assert_eq(c.sleep_timeout_s, 30, "a bad value gets the default");
+	unsetenv("VMMSHIM_SLEEP_TIMEOUT");
+	fflush(stderr);
+	cr_assert_stderr_neq_str("");
+}

@@ -131,3 +131,59 @@ Test(gate, autowake_wakes_once_for_many_waiters)
 	cr_assert_eq(atomic_load(&wakes), 1, "wake asked %d times", atomic_load(&wakes));
 	gate_set_autowake(false, NULL);
 }
+
+static atomic_int stop_asked, release_holder;
+
+static void *hold_until_released(void *arg)
+{
+	(void)arg;
+	gate_enter();
+	atomic_store(&inside, 1);
+	while (!atomic_load(&release_holder))
+		usleep(1000);
+	gate_leave();
+	return NULL;
+}
+
+static bool stop_now(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&stop_asked, 1);
+	return true;
+}
+
+Test(gate, a_closing_wait_stops_when_asked_and_reopens)
+{
+	vmm_error err;
+	pthread_t t;
+	double t0;
+
+	pthread_create(&t, NULL, hold_until_released, NULL);
+	wait_for(&inside);
+	t0 = now();
+	cr_assert_eq(gate_close_within(5000, stop_now, NULL, &err), VMM_E_BUSY);
+	cr_assert_lt(now() - t0, 2.0, "stopped when asked, not at the timeout");
+	cr_assert(strstr(err.msg, "cancelled"), "%s", err.msg);
+	cr_assert_geq(atomic_load(&stop_asked), 1);
+	cr_assert(!gate_is_closed(), "a stopped close left the gate closed");
+	atomic_store(&release_holder, 1);
+	pthread_join(t, NULL);
+}
+
+static bool never(void *arg)
+{
+	(void)arg;
+	return false;
+}
+
+Test(gate, a_closing_wait_with_a_stop_test_still_waits_for_calls_in_flight)
+{
+	pthread_t t;
+
+	pthread_create(&t, NULL, hold_100ms, NULL);
+	wait_for(&inside);
+	cr_assert_eq(gate_close_within(5000, never, NULL, NULL), VMM_OK);
+	cr_assert(atomic_load(&left), "closed before the call in flight left");
+	gate_open();
+	pthread_join(t, NULL);
+}
