@@ -74,6 +74,7 @@ declare -A jobs=(
 	[graph]="$nv $src/graph.cu -o $bin/graph"
 	[sleep_kernels]="$nv $src/sleep_kernels.cu -o $bin/sleep_kernels"
 	[ctx_sleep]="$nv $src/ctx_sleep.cu -o $bin/ctx_sleep -lcuda"
+	[flag_wait]="$nv $src/flag_wait.cu -o $bin/flag_wait"
 	[hold]="$nv $src/hold.cu -o $bin/hold"
 	[bench_alloc]="$nv $src/bench_alloc.cu -o $bin/bench_alloc"
 	[bench_bw]="$nv $src/bench_bw.cu -o $bin/bench_bw"

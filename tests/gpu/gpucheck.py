@@ -804,6 +804,58 @@ class Matrix:
         self.add(name, not reasons, ("; ".join(reasons) or "the sleep waited, output intact") +
                  detail, native=str(nrc), shim=str(rc), share="-")
 
+    def drain_deadline_row(self):
+        """A kernel that cannot finish until a copy sets its flag, and the copy is issued after
+        the sleep began: it waits at the shim's gate, so the device cannot drain. The sleep must
+        give up within VMMSHIM_SLEEP_TIMEOUT, roll back, let the copy through, and the program
+        finish exactly as natively (the anchor)."""
+        name = "sleep gives up on a kernel waiting for a held copy"
+        if not self.want(name):
+            return
+        if not (self.shim_ok and self.ctl_ok):
+            self.add(name, False, "libvmmshim.so or vmmctl was not built")
+            return
+        argv, limit = [f"{self.a.bin}/flag_wait", "256"], 3.0
+        nat = Proc("flag_wait.native", argv, self.env(False), self.log, self.timeout(60))
+        if nat.wait_for(r"^SPINNING", timeout=60):
+            nat.send("go")
+        nrc = nat.finish()
+        p = Proc("flag_wait.shim", argv, self.env(True, {"VMMSHIM_SLEEP_TIMEOUT": f"{limit:g}"}),
+                 self.log, self.timeout(90))
+        reasons, detail = [], ""
+        if not p.wait_for(r"^SPINNING", timeout=60):
+            reasons.append(f"never printed SPINNING: {p.stderr_tail()}")
+        else:
+            got = {}
+            th = threading.Thread(target=lambda: got.update(r=self.ctl("sleep", p.pid,
+                                                                       timeout=60)))
+            th.start()
+            time.sleep(1.0)  # the sleep holds device work and waits for the device by now
+            p.send("go")     # the flag's copy: it waits at the gate
+            th.join(timeout=90)
+            rc, js, wall, text = got.get("r", ("timeout", None, 90.0, ""))
+            msg = str(pick_str(js, "message") or text) if js is not None else text
+            if rc == 0:
+                reasons.append("the sleep succeeded: the kernel did not keep the device busy, "
+                               "or the copy was not held")
+                self.ctl("wake", p.pid, timeout=60)
+            elif "did not drain" not in msg:
+                reasons.append(f"the sleep failed otherwise (rc {rc}: {msg[:150]})")
+            if wall > limit + 7:
+                reasons.append(f"the sleep answered after {wall:.1f} s, deadline {limit:g} s")
+            detail = f"; the sleep gave up after {wall:.1f} s (deadline {limit:g} s)"
+        rc = p.finish()
+        if nrc != 0:
+            reasons.append(f"native run failed (rc {nrc}: {nat.stderr_tail()})")
+        if rc != 0:
+            reasons.append(f"shim run failed (rc {rc}: {p.stderr_tail()})")
+        rn, rs = nat.results(), p.results()
+        if not rn or rn != rs:
+            reasons.append(f"results differ: {rn[:1]} vs {rs[:1]}"[:200])
+        self.add(name, not reasons, ("; ".join(reasons) or "gave up in time, then finished as "
+                                     "natively") + detail, native=str(nrc), shim=str(rc),
+                 share="-")
+
     # -- benchmarks --
 
     def badd(self, metric, shim, anchor, ratio, goal, note=""):
@@ -1176,6 +1228,7 @@ def main():
         m.sleep_train_row("default", {})
         m.sleep_train_row("expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"})
         m.sleep_kernels_row()
+        m.drain_deadline_row()
         m.ctx_sleep_row("created")
         m.ctx_sleep_row("green")
         m.app_vmm_row()

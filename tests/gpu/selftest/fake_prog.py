@@ -55,6 +55,11 @@ elif name == "sleep_kernels":
         print(f"ITER {i} 0", flush=True)
         time.sleep(0.01)
     print("RESULT sleep_kernels bad_words=0 checksum_changed=1")
+elif name == "flag_wait":
+    print("SPINNING", flush=True)
+    if select.select([sys.stdin], [], [], 120)[0]:
+        sys.stdin.readline()
+    print("RESULT flag_wait saw_flag=1 bad_words=0\nRESULT flag_wait failures=0", flush=True)
 elif name == "hold":
     print(f"HOLD {int(sys.argv[1]) << 30}\nREADY hold", flush=True)
     for line in sys.stdin:

@@ -2,12 +2,14 @@
 """Stands in for vmmctl: status answers in vmmctl's JSON layout; sleep stops the process
 (SIGSTOP) and drops the stand-in device memory to the unmanaged 500 MiB; wake undoes both;
 run starts the program "preloaded" (LD_PRELOAD set), writes --report with 3 cycles and exits
-with the program's status."""
+with the program's status. A flag_wait process cannot drain: its sleep gives up after 1 s, as the
+shim's would."""
 import json
 import os
 import signal
 import subprocess
 import sys
+import time
 
 state = os.environ["FAKE_STATE"]
 cmd = sys.argv[1]
@@ -27,6 +29,12 @@ if cmd == "status":
     print(json.dumps({"status": "ok", "info": {"pid": pid, "managed": 4 << 30, "resident": 4 << 30},
                       "devices": [{"dev": 0, "mapped": 4 << 30, "unmanaged": 500 << 20}],
                       "tags": []}))
+elif cmd == "sleep" and "flag_wait" in open(f"/proc/{pid}/cmdline").read():
+    time.sleep(1.0)
+    print(json.dumps({"status": "error", "error": {
+        "status": "busy", "message": "device 0 did not drain within 1.0 s: work that waits "
+        "for a held submission?"}}))
+    sys.exit(1)
 elif cmd in ("sleep", "wake"):
     os.kill(pid, signal.SIGSTOP if cmd == "sleep" else signal.SIGCONT)
     with open(state, "w") as f:

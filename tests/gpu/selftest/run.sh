@@ -9,7 +9,7 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 mkdir -p "$t/bin" "$t/root/tests/gpu" "$t/path" "$t/log"
 for n in alloc_static alloc_shared alloc_ptds driver_api cublas_gemm graph sleep_kernels hold \
-	bench_alloc bench_bw ckpt app_vmm_sleep ctx_sleep share_facts; do
+	bench_alloc bench_bw ckpt app_vmm_sleep ctx_sleep share_facts flag_wait; do
 	ln -s "$here/fake_prog.py" "$t/bin/$n"
 done
 ln -s "$here/fake_prog.py" "$t/root/tests/gpu/train.py"
@@ -32,8 +32,8 @@ rows = {x["row"]: x["ok"] for x in r["rows"]}
 bench = {b["metric"]: b for b in r["bench"]}
 fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
 bad = [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in rows.items() if v == (k in fail_expected)]
-if len(rows) != 23:
-    bad.append(f"{len(rows)} rows, expected 23")
+if len(rows) != 24:
+    bad.append(f"{len(rows)} rows, expected 24")
 if sys.argv[2] != "1":
     bad.append(f"exit status {sys.argv[2]}, expected 1 (a row failed)")
 for metric, note in (("malloc+free pair 256B (us)", "met"),
