@@ -18,9 +18,10 @@ typedef struct control_limits {
 } control_limits;
 
 /* shim_sleep / shim_wake with every knob: autowake (a submission while held wakes the process)
- * and the limits (NULL: the defaults: the gate waits CONTROL_GATE_TIMEOUT_MS for calls in
- * flight, the drain VMMSHIM_SLEEP_TIMEOUT, the copies as long as they take). An operation that
- * gives up (deadline, gone, control_cancel) rolls back and answers VMM_E_BUSY with why. */
+ * and the limits. Always: the gate waits at most CONTROL_GATE_TIMEOUT_MS for calls in flight,
+ * the device drain at most VMMSHIM_SLEEP_TIMEOUT; lim's timeout bounds the whole operation on
+ * top (NULL or <= 0: the copies take as long as they take). An operation that gives up
+ * (deadline, gone, control_cancel, exit) rolls back and answers VMM_E_BUSY with why. */
 vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake,
 			 const control_limits *lim, vmm_transfer_result *res, vmm_error *err);
 vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,

@@ -198,16 +198,17 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 	}
 	op->id = ++last_op;
 	atomic_store(&running_op, op->id);
-	/* A request's timeout bounds everything; without one, the waits have their defaults. */
-	op->core_lim = (vmm_limits){ .cancelled = op_stop, .arg = op };
+	/* The drain is bounded by VMMSHIM_SLEEP_TIMEOUT, the gate by its default; a request's
+	 * timeout bounds the whole operation on top. */
+	op->core_lim = (vmm_limits){ .cancelled = op_stop, .arg = op,
+				     .drain_s = (*rt)->cfg.sleep_timeout_s };
+	op->gate_ms = CONTROL_GATE_TIMEOUT_MS;
 	if (t) {
 		double left = t / 1000.0 - (now_seconds() - op->t0);
 
 		op->core_lim.deadline = vmm_now_s() + (left > 0 ? left : 0);
-		op->gate_ms = left > 0 ? (int)(left * 1000) : 0;
-	} else {
-		op->core_lim.drain_s = (*rt)->cfg.sleep_timeout_s;
-		op->gate_ms = CONTROL_GATE_TIMEOUT_MS;
+		if (left * 1000 < op->gate_ms)
+			op->gate_ms = left > 0 ? (int)(left * 1000) : 0;
 	}
 	return VMM_OK;
 }
@@ -265,6 +266,7 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold_after, bool autow
 		op_end();
 		return s;
 	}
+	vmm_log(VMM_LOG_DEBUG, "sleep: device work is held; offloading");
 	parts = parts_of(rt);
 	sel = selection_of(opts);
 	s = vmm_offload_sleep(&parts, &sel, &op.core_lim, &r, err);
