@@ -644,44 +644,10 @@ static vmm_status transfer_devices(struct sel *s, const struct filter *f, const 
 	return st;
 }
 
-vmm_status vmm_sleep_within(vmm_core *core, const vmm_sleep_opts *opts, const vmm_limits *lim,
-			    vmm_transfer_result *res, vmm_error *err)
-{
-	struct filter f = filter_of(opts);
-	vmm_transfer_result local;
-	double t0 = vmm_now_s();
-	vmm_status st = VMM_OK;
-	struct sel s;
-
-	if (!res)
-		res = &local;
-	memset(res, 0, sizeof(*res));
-	st = select_devices(core, opts, &s, err);
-	if (st)
-		return st;
-	if (!any_selected(&s, &f, false)) {
-		bool asleep = any_selected(&s, &f, true);
-
-		unlock_all(&s);
-		if (!asleep)
-			return VMM_OK; /* nothing allocated: nothing to do */
-		res->already = true;
-		return vmm_fail(err, VMM_E_ALREADY, 0, "already asleep");
-	}
-	st = transfer_devices(&s, &f, lim, res, sleep_device, wake_device, "wake", err);
-	unlock_all(&s);
-	res->seconds = vmm_now_s() - t0;
-	return st;
-}
-
-vmm_status vmm_sleep(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_result *res,
-		     vmm_error *err)
-{
-	return vmm_sleep_within(core, opts, NULL, res, err);
-}
-
-vmm_status vmm_wake_within(vmm_core *core, const vmm_sleep_opts *opts, const vmm_limits *lim,
-			   vmm_transfer_result *res, vmm_error *err)
+/* The sleep and the wake: select and lock the devices, answer "already" when nothing is to
+ * change, check a wake's device memory first, run the transfer, time it. */
+static vmm_status transfer(vmm_core *core, const vmm_sleep_opts *opts, const vmm_limits *lim,
+			   bool sleeping, vmm_transfer_result *res, vmm_error *err)
 {
 	struct filter f = filter_of(opts);
 	vmm_transfer_result local;
@@ -692,29 +658,53 @@ vmm_status vmm_wake_within(vmm_core *core, const vmm_sleep_opts *opts, const vmm
 	if (!res)
 		res = &local;
 	memset(res, 0, sizeof(*res));
-	f.discard = false;
+	f.discard = sleeping && f.discard;
 	st = select_devices(core, opts, &s, err);
 	if (st)
 		return st;
-	if (!any_selected(&s, &f, true)) {
+	if (!any_selected(&s, &f, !sleeping)) {
+		bool nothing = sleeping && !any_selected(&s, &f, true);
+
 		unlock_all(&s);
+		if (nothing)
+			return VMM_OK; /* nothing allocated: nothing to do */
 		res->already = true;
-		return vmm_fail(err, VMM_E_ALREADY, 0, "already awake");
+		return vmm_fail(err, VMM_E_ALREADY, 0, sleeping ? "already asleep" : "already awake");
 	}
 	/* Every device's memory is checked before any is woken. */
-	for (int d = 0; d < s.n && !st; d++)
+	for (int d = 0; !sleeping && d < s.n && !st; d++)
 		st = wake_fits(s.dh[d], &f, err);
-	if (!st)
+	if (!st && sleeping)
+		st = transfer_devices(&s, &f, lim, res, sleep_device, wake_device, "wake", err);
+	else if (!st)
 		st = transfer_devices(&s, &f, lim, res, wake_device, sleep_device, "sleep", err);
 	unlock_all(&s);
 	res->seconds = vmm_now_s() - t0;
 	return st;
 }
 
+vmm_status vmm_sleep_within(vmm_core *core, const vmm_sleep_opts *opts, const vmm_limits *lim,
+			    vmm_transfer_result *res, vmm_error *err)
+{
+	return transfer(core, opts, lim, true, res, err);
+}
+
+vmm_status vmm_sleep(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_result *res,
+		     vmm_error *err)
+{
+	return transfer(core, opts, NULL, true, res, err);
+}
+
+vmm_status vmm_wake_within(vmm_core *core, const vmm_sleep_opts *opts, const vmm_limits *lim,
+			   vmm_transfer_result *res, vmm_error *err)
+{
+	return transfer(core, opts, lim, false, res, err);
+}
+
 vmm_status vmm_wake(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_result *res,
 		    vmm_error *err)
 {
-	return vmm_wake_within(core, opts, NULL, res, err);
+	return transfer(core, opts, NULL, false, res, err);
 }
 
 /* Undo the last operation on every device: `op` on the arenas it changed. Each device is tried;

@@ -75,45 +75,42 @@ static void base_name(const char *name, char *out, size_t cap)
 		out[i - 2] = 0;
 }
 
-static void parse_fails(const char *spec)
+static bool add_fail(const char *name, unsigned long n)
 {
-	char *copy = strdup(spec), *save = NULL;
-	if (!copy)
-		return;
-	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *colon = strchr(tok, ':'), *end;
-		unsigned long nth = colon ? strtoul(colon + 1, &end, 10) : 0;
-		if (!colon || colon == tok || nth == 0 || *end || nfails == SIM_MAX_FAILS) {
-			fprintf(stderr, "simdev: SIMDEV_FAIL entry '%s' ignored (want name:N, N >= 1)\n",
-				tok);
-			continue;
-		}
-		*colon = 0;
-		snprintf(fails[nfails].name, sizeof(fails[nfails].name), "%s", tok);
-		fails[nfails].nth = nth;
-		nfails++;
-	}
-	free(copy);
+	if (nfails == SIM_MAX_FAILS)
+		return false;
+	snprintf(fails[nfails].name, sizeof(fails[nfails].name), "%s", name);
+	fails[nfails++].nth = n;
+	return true;
 }
 
-static void parse_delays(const char *spec)
+static bool add_delay(const char *name, unsigned long n)
+{
+	if (ndelays == SIM_MAX_FAILS)
+		return false;
+	snprintf(delays[ndelays].name, sizeof(delays[ndelays].name), "%s", name);
+	delays[ndelays++].ms = n;
+	return true;
+}
+
+/* "name:N,name:N": add(name, N) for each entry with 1 <= N <= max; the others are reported on
+ * stderr (as entries of `var`, `want` saying the form) and ignored. */
+static void parse_entries(const char *spec, const char *var, const char *want, unsigned long max,
+			  bool (*add)(const char *name, unsigned long n))
 {
 	char *copy = strdup(spec), *save = NULL;
 	if (!copy)
 		return;
 	for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		char *colon = strchr(tok, ':'), *end;
-		unsigned long ms = colon ? strtoul(colon + 1, &end, 10) : 0;
-		if (!colon || colon == tok || ms == 0 || ms > 600000 || *end ||
-		    ndelays == SIM_MAX_FAILS) {
-			fprintf(stderr, "simdev: SIMDEV_DELAY entry '%s' ignored (want name:MS, "
-				"1 <= MS <= 600000)\n", tok);
-			continue;
+		char *colon = strchr(tok, ':'), *end = NULL;
+		unsigned long n = colon ? strtoul(colon + 1, &end, 10) : 0;
+		if (colon && colon != tok && n >= 1 && n <= max && !*end) {
+			*colon = 0;
+			if (add(tok, n))
+				continue;
+			*colon = ':';
 		}
-		*colon = 0;
-		snprintf(delays[ndelays].name, sizeof(delays[ndelays].name), "%s", tok);
-		delays[ndelays].ms = ms;
-		ndelays++;
+		fprintf(stderr, "simdev: %s entry '%s' ignored (want %s)\n", var, tok, want);
 	}
 	free(copy);
 }
@@ -140,10 +137,10 @@ static void init_once(void)
 	}
 	s = getenv("SIMDEV_FAIL");
 	if (s && *s)
-		parse_fails(s);
+		parse_entries(s, "SIMDEV_FAIL", "name:N, N >= 1", ~0ul, add_fail);
 	s = getenv("SIMDEV_DELAY");
 	if (s && *s)
-		parse_delays(s);
+		parse_entries(s, "SIMDEV_DELAY", "name:MS, 1 <= MS <= 600000", 600000, add_delay);
 	s = NULL;
 	if (!strcmp(sim_lib_name, "acl"))
 		s = getenv("SIMDEV_ACL_STATS");

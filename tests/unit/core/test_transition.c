@@ -153,6 +153,19 @@ Test(transition, every_release_failing_with_its_undo_leaves_a_partial_state, .ti
 		    handles);
 }
 
+/* A core on simdev with one buffer of SZ bytes filled from seed. */
+static vmm_devptr open_with_buffer(struct tctx *t, uint64_t seed)
+{
+	vmm_devptr p;
+	vmm_error err;
+
+	t_simdev_env("512M", NULL, NULL);
+	t_open(t, NULL);
+	cr_assert_eq(vmm_malloc(t->core, 0, SZ, 0, NULL, &p, &err), VMM_OK);
+	t_fill(p, SZ, seed);
+	return p;
+}
+
 Test(transition, a_selection_of_nothing_is_an_error_that_changes_nothing)
 {
 	vmm_selection tag = { .tag = "nosuch", .device = -1 }, dev = { .device = 3 };
@@ -162,10 +175,7 @@ Test(transition, a_selection_of_nothing_is_an_error_that_changes_nothing)
 	vmm_error err;
 	struct tctx t;
 
-	t_simdev_env("512M", NULL, NULL);
-	t_open(&t, NULL);
-	cr_assert_eq(vmm_malloc(t.core, 0, SZ, 0, NULL, &p, &err), VMM_OK);
-	t_fill(p, SZ, 7);
+	p = open_with_buffer(&t, 7);
 	parts = heap_only(t.core);
 	cr_expect_eq(vmm_offload_sleep(&parts, &tag, NULL, &r, &err), VMM_E_INVALID);
 	cr_expect(strstr(err.msg, "no tag \"nosuch\""), "%s", err.msg);
@@ -194,10 +204,7 @@ Test(transition, a_cancelled_sleep_rolls_back)
 	vmm_error err;
 	struct tctx t;
 
-	t_simdev_env("512M", NULL, NULL);
-	t_open(&t, NULL);
-	cr_assert_eq(vmm_malloc(t.core, 0, SZ, 0, NULL, &p, &err), VMM_OK);
-	t_fill(p, SZ, 9);
+	p = open_with_buffer(&t, 9);
 	parts = heap_only(t.core);
 	cr_expect_eq(vmm_offload_sleep(&parts, &all, &lim, &r, &err), VMM_E_BUSY);
 	cr_expect(strstr(err.msg, "cancelled"), "%s", err.msg);
@@ -225,10 +232,7 @@ Test(transition, a_drain_past_its_deadline_gives_up_and_rolls_back, .timeout = 6
 	double t0;
 
 	setenv("SIMDEV_DELAY", "cuCtxSynchronize:1500", 1);
-	t_simdev_env("512M", NULL, NULL);
-	t_open(&t, NULL);
-	cr_assert_eq(vmm_malloc(t.core, 0, SZ, 0, NULL, &p, &err), VMM_OK);
-	t_fill(p, SZ, 11);
+	p = open_with_buffer(&t, 11);
 	parts = heap_only(t.core);
 	t0 = vmm_now_s();
 	cr_expect_eq(vmm_offload_sleep(&parts, &all, &quick, &r, &err), VMM_E_BUSY);
