@@ -141,55 +141,59 @@ static int by_va(const void *a, const void *b)
 	return x->va < y->va ? -1 : x->va > y->va;
 }
 
+/* Copy the backups of hs[0..n) (those that have one) back into their mapped handles. */
+static vmm_status copy_back(struct devheap *dh, struct phandle **hs, size_t n, uint64_t *copied,
+			    bool *issued, vmm_error *err)
+{
+	vmm_copy_range *r = NULL;
+	size_t nr = 0, cap = 0;
+	vmm_copy_stats cs;
+	vmm_status st = VMM_OK;
+
+	for (size_t i = 0; i < n && !st; i++)
+		if (hs[i]->has_backup)
+			st = live_ranges(dh, hs[i], &r, &nr, &cap, err);
+	*issued = !st && nr;
+	if (*issued) {
+		st = engine_of(dh, err);
+		if (!st)
+			st = vmm_copy_in(dh->ce, r, nr, &cs, err);
+		if (!st)
+			*copied += cs.bytes;
+	}
+	free(r);
+	return st;
+}
+
 /* Re-create, map, grant and (unless `no_copy`) fill the handles hs[0..n) that are released. On
  * failure they are released again and stay asleep; the host copies are untouched. */
 static vmm_status restore_handles(struct devheap *dh, struct phandle **hs, size_t n, bool no_copy,
 				  uint64_t *copied, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
-	vmm_copy_range *r = NULL;
-	size_t nr = 0, cap = 0, created = 0, mapped = 0;
-	vmm_copy_stats cs;
+	size_t created = 0, mapped = 0;
+	bool issued = false;
 	vmm_status st = VMM_OK;
 
 	qsort(hs, n, sizeof(*hs), by_va);
-	for (; created < n; created++) {
-		st = be->create(be, dh->dev, hs[created]->size, &hs[created]->h, err);
-		if (st)
-			goto undo;
-	}
-	for (; mapped < n; mapped++) {
-		st = be->map(be, hs[mapped]->va, hs[mapped]->size, hs[mapped]->h, err);
-		if (st)
-			goto undo;
-	}
-	st = grant_runs(dh, hs, n, err);
-	if (st)
-		goto undo;
-	if (!no_copy) {
-		for (size_t i = 0; i < n && !st; i++)
-			if (hs[i]->has_backup)
-				st = live_ranges(dh, hs[i], &r, &nr, &cap, err);
-		if (!st && nr) {
-			st = engine_of(dh, err);
-			if (!st)
-				st = vmm_copy_in(dh->ce, r, nr, &cs, err);
-			if (!st)
-				*copied += cs.bytes;
-		}
-		if (st)
-			goto undo;
-	}
-	free(r);
-	return VMM_OK;
-undo:
-	if (!no_copy && nr)
+	for (; created < n; created++)
+		if ((st = be->create(be, dh->dev, hs[created]->size, &hs[created]->h, err)))
+			break;
+	for (; !st && mapped < n; mapped++)
+		if ((st = be->map(be, hs[mapped]->va, hs[mapped]->size, hs[mapped]->h, err)))
+			break;
+	if (!st)
+		st = grant_runs(dh, hs, n, err);
+	if (!st && !no_copy)
+		st = copy_back(dh, hs, n, copied, &issued, err);
+	if (!st)
+		return VMM_OK;
+	if (issued)
 		be->synchronize(be, dh->dev, NULL); /* a failed copy-in may still be running */
 	for (size_t i = 0; i < mapped; i++)
 		phys_unmap(be, hs[i]->va, hs[i]->size);
 	for (size_t i = 0; i < created; i++)
 		phys_release(be, hs[i]->h);
-	free(r);
 	return st;
 }
 
@@ -514,30 +518,9 @@ static vmm_status wake_fits(struct devheap *dh, const struct filter *f, vmm_erro
 	return VMM_OK;
 }
 
-/* Wake the selected arenas of one device (its lock held): all or nothing. */
-static vmm_status wake_device(struct devheap *dh, const struct filter *f, const vmm_limits *lim,
-			      vmm_transfer_result *res, vmm_error *err)
+/* hs[0..n) are re-created and filled: they are awake. */
+static void commit_awake(struct phandle **hs, size_t n, vmm_transfer_result *res)
 {
-	struct phandle **hs;
-	size_t n = 0;
-	vmm_status st;
-
-	(void)lim; /* nothing to wait for: the copies back are the whole work */
-	for (struct phandle *h = dh->handles; h; h = h->next)
-		if (h->asleep && selected(h->arena, f))
-			n++;
-	hs = calloc(n ? n : 1, sizeof(*hs));
-	if (!hs)
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the wake plan");
-	n = 0;
-	for (struct phandle *h = dh->handles; h; h = h->next)
-		if (h->asleep && selected(h->arena, f))
-			hs[n++] = h;
-	st = restore_handles(dh, hs, n, false, &res->bytes_copied, err);
-	if (st) {
-		free(hs);
-		return st;
-	}
 	for (size_t i = 0; i < n; i++) {
 		struct arena *a = hs[i]->arena;
 
@@ -550,16 +533,40 @@ static vmm_status wake_device(struct devheap *dh, const struct filter *f, const 
 		stats_mapped(a, (int64_t)hs[i]->size);
 		res->bytes_released += hs[i]->size;
 	}
-	for (int i = 0; i < dh->narenas; i++) {
-		struct arena *a = dh->arenas[i];
+}
 
-		if (selected(a, f) && a->asleep) {
-			a->asleep = a->discarded = a->asleep_in_part = false;
-			a->marked = true;
+/* Wake the selected arenas of one device (its lock held): all or nothing. */
+static vmm_status wake_device(struct devheap *dh, const struct filter *f, const vmm_limits *lim,
+			      vmm_transfer_result *res, vmm_error *err)
+{
+	struct phandle **hs;
+	size_t n = 0;
+	vmm_status st;
+
+	(void)lim; /* nothing to wait for: the copies back are the whole work */
+	for (struct phandle *h = dh->handles; h; h = h->next)
+		n += h->asleep && selected(h->arena, f);
+	hs = calloc(n ? n : 1, sizeof(*hs));
+	if (!hs)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the wake plan");
+	n = 0;
+	for (struct phandle *h = dh->handles; h; h = h->next)
+		if (h->asleep && selected(h->arena, f))
+			hs[n++] = h;
+	st = restore_handles(dh, hs, n, false, &res->bytes_copied, err);
+	if (!st) {
+		commit_awake(hs, n, res);
+		for (int i = 0; i < dh->narenas; i++) {
+			struct arena *a = dh->arenas[i];
+
+			if (selected(a, f) && a->asleep) {
+				a->asleep = a->discarded = a->asleep_in_part = false;
+				a->marked = true;
+			}
 		}
 	}
 	free(hs);
-	return VMM_OK;
+	return st;
 }
 
 static void clear_marks(struct sel *s)

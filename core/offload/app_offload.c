@@ -288,6 +288,24 @@ static vmm_status create_like(vmm_app_registry *reg, struct app_handle *h, vmm_e
 	return be->create(be, h->dev, h->size, &h->real, err);
 }
 
+/* Copy back the contents of those of hs[0..n) that have a backup. */
+static vmm_status copy_back(vmm_app_registry *reg, struct app_handle **hs, size_t n,
+			    uint64_t *copied, vmm_error *err)
+{
+	struct app_handle **with = malloc((n ? n : 1) * sizeof(*with));
+	size_t nw = 0;
+	vmm_status st;
+
+	if (!with)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan a copy");
+	for (size_t i = 0; i < n; i++)
+		if (hs[i]->has_backup)
+			with[nw++] = hs[i];
+	st = copy_handles(reg, with, nw, false, copied, err);
+	free(with);
+	return st;
+}
+
 /* Bring back hs[0..n) (asleep: no real handle, nothing mapped): create, map, grant, copy back
  * (when they have a backup and `copy`). All or nothing: on failure they stay asleep, host copies
  * intact. */
@@ -298,31 +316,22 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 	size_t created = 0, mapped = 0;
 	vmm_status st = VMM_OK;
 
-	for (; created < n; created++) {
-		st = create_like(reg, hs[created], err);
-		if (st)
-			goto undo;
-	}
-	for (; mapped < n; mapped++) {
-		st = map_all(reg, hs[mapped], err);
-		if (st)
-			goto undo;
-	}
-	if (copy) {
-		struct app_handle **with = malloc(n * sizeof(*with));
-		size_t nw = 0;
-
-		if (!with) {
-			st = vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan a copy");
-			goto undo;
+	for (; created < n; created++)
+		if ((st = create_like(reg, hs[created], err)))
+			break;
+	for (; !st && mapped < n; mapped++)
+		if ((st = map_all(reg, hs[mapped], err)))
+			break;
+	if (!st && copy)
+		st = copy_back(reg, hs, n, copied, err);
+	if (st) {
+		for (size_t i = 0; i < mapped; i++)
+			unmap_all(reg, hs[i], NULL);
+		for (size_t i = 0; i < created; i++) {
+			be->release(be, hs[i]->real, NULL);
+			hs[i]->real = 0;
 		}
-		for (size_t i = 0; i < n; i++)
-			if (hs[i]->has_backup)
-				with[nw++] = hs[i];
-		st = copy_handles(reg, with, nw, false, copied, err);
-		free(with);
-		if (st)
-			goto undo;
+		return st;
 	}
 	for (size_t i = 0; i < n; i++) {
 		struct app_handle *h = hs[i];
@@ -334,14 +343,6 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 		h->asleep = false;
 	}
 	return VMM_OK;
-undo:
-	for (size_t i = 0; i < mapped; i++)
-		unmap_all(reg, hs[i], NULL);
-	for (size_t i = 0; i < created; i++) {
-		be->release(be, hs[i]->real, NULL);
-		hs[i]->real = 0;
-	}
-	return st;
 }
 
 /* The handles an operation covers: selected, releasable, and asleep or not as asked. */

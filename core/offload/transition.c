@@ -169,16 +169,48 @@ static void say_partial(vmm_error *err, uint64_t bytes, bool sleeping)
 	snprintf(err->msg, sizeof(err->msg), "%s%s", why, tail);
 }
 
+/* Run each part in the operation's order (wake walks the parts back). Returns the first
+ * failure; *ran: the parts that ran or were skipped before it, done[]: which of them changed
+ * something (and so have something to undo). */
+static vmm_status run_parts(struct part *p, const int *order, int n, bool sleeping,
+			    const vmm_sleep_opts *o, const vmm_limits *lim, bool *done, int *ran,
+			    vmm_transfer_result *sum, vmm_error *err)
+{
+	vmm_status st = VMM_OK;
+	int k;
+
+	for (k = 0; k < n; k++) {
+		struct part *q = &p[order[k]];
+		vmm_transfer_result r = { 0 };
+
+		if (k && (st = vmm_limits_check(lim, q->name, err)))
+			break;
+		st = sleeping ? part_sleep(q, o, lim, &r, err) : part_wake(q, o, lim, &r, err);
+		sum->partial_bytes += r.partial_bytes;
+		if (st == VMM_E_ALREADY) {
+			st = VMM_OK;
+			continue;
+		}
+		if (st)
+			break;
+		done[order[k]] = true;
+		sum->bytes_released += r.bytes_released;
+		sum->bytes_copied += r.bytes_copied;
+	}
+	*ran = k;
+	return st;
+}
+
 static vmm_status transition(const vmm_offload_parts *parts, const vmm_selection *sel,
 			     bool sleeping, const vmm_limits *lim, vmm_transfer_result *res,
 			     vmm_error *err)
 {
 	vmm_sleep_opts o = { .tag = sel->tag, .device = sel->device,
 			     .discard = sleeping && sel->discard };
-	vmm_transfer_result sum = { 0 }, r;
+	vmm_transfer_result sum = { 0 };
 	struct part p[MAX_PARTS];
 	bool done[MAX_PARTS] = { false }, changed = false, partial;
-	int order[MAX_PARTS], n, k = 0;
+	int order[MAX_PARTS], n, ran;
 	double t0 = vmm_now_s();
 	vmm_status st;
 
@@ -186,40 +218,24 @@ static vmm_status transition(const vmm_offload_parts *parts, const vmm_selection
 	if (st)
 		return st;
 	for (int i = 0; i < n; i++)
-		order[i] = sleeping ? i : n - 1 - i;   /* wake walks the parts back */
-	for (; k < n && !st; k++) {
-		struct part *q = &p[order[k]];
-
-		if (k)
-			st = vmm_limits_check(lim, q->name, err);
-		memset(&r, 0, sizeof(r));
-		if (!st)
-			st = sleeping ? part_sleep(q, &o, lim, &r, err) : part_wake(q, &o, lim, &r, err);
-		sum.partial_bytes += r.partial_bytes;
-		if (st == VMM_E_ALREADY) {
-			st = VMM_OK;
-			continue;
-		}
-		if (st)
-			break;
-		done[order[k]] = changed = true;
-		sum.bytes_released += r.bytes_released;
-		sum.bytes_copied += r.bytes_copied;
-	}
-	sum.seconds = vmm_now_s() - t0;
+		order[i] = sleeping ? i : n - 1 - i;
+	st = run_parts(p, order, n, sleeping, &o, lim, done, &ran, &sum, err);
+	memset(res, 0, sizeof(*res));
+	res->seconds = vmm_now_s() - t0;
 	if (st) {
-		partial = !undo_done(p, order, k, done, sleeping, &o, lim) || sum.partial_bytes;
-		memset(res, 0, sizeof(*res));
-		res->seconds = sum.seconds;
+		partial = !undo_done(p, order, ran, done, sleeping, &o, lim) || sum.partial_bytes;
 		for (int i = 0; partial && i < n; i++)
 			res->partial_bytes += part_asleep(&p[i], &o);
 		if (partial)
 			say_partial(err, res->partial_bytes, sleeping);
 		vmm_log(VMM_LOG_WARN, "%s failed in the %s, %s: %s", sleeping ? "sleep" : "wake",
-			p[order[k]].name, partial ? "partly undone" : sleeping ? "rolled back" :
+			p[order[ran]].name, partial ? "partly undone" : sleeping ? "rolled back" :
 			"still asleep", err ? err->msg : "");
 		return st;
 	}
+	for (int i = 0; i < n; i++)
+		changed |= done[i];
+	sum.seconds = res->seconds;
 	sum.already = !changed;
 	*res = sum;
 	if (!changed)
