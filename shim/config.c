@@ -50,7 +50,8 @@ static const struct setting settings[] = {
 	{ "VMMSHIM_CONTROL", SET_BOOL, AT(control), "1",
 	  "0: no control socket (vmmctl cannot reach this process)" },
 	{ "VMMSHIM_SLEEP_TIMEOUT", SET_SECONDS, AT(sleep_timeout_s), "30",
-	  "seconds a sleep waits for the device to finish its work before it rolls back" },
+	  "seconds (2.5 or 500ms also) a sleep waits for each device to finish its work before it "
+	  "gives up, rolls back and says why; a request's own timeout bounds the whole sleep too" },
 };
 
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
