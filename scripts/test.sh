@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The tests: builds into build/ and runs every suite on the simulated device (no GPU needed:
 # simdev, unit, integration, install (meson install, pkg-config, man pages), python), then
-# the unit suites again in build-sanitize/ with AddressSanitizer and UndefinedBehaviorSanitizer,
-# the threaded control-plane tests in build-tsan/ with ThreadSanitizer, then the bounded fuzz run.
-# Exits non-zero if anything fails.
+# the unit suites (and the control failure paths, suite 'failure-paths') again in build-sanitize/
+# with AddressSanitizer and UndefinedBehaviorSanitizer, the threaded control-plane tests in
+# build-tsan/ with ThreadSanitizer, then the bounded fuzz run. Exits non-zero if anything fails.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VMMSHIM_SETUP_TESTS=1 source scripts/setup.sh
@@ -43,7 +43,7 @@ run_suites build plain simdev unit integration install python
 echo "== build with ASan+UBSan into build-sanitize/"
 configure build-sanitize -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false
 ninja -C build-sanitize -j "$jobs"
-run_suites build-sanitize sanitize simdev unit
+run_suites build-sanitize sanitize simdev unit failure-paths
 
 # ThreadSanitizer over the threaded paths: the control server (concurrent clients, cancel, clients
 # that go), sleep/wake with the gate holding and releasing the program's threads, eight threads
