@@ -319,6 +319,8 @@ static void cmd_busy(unsigned ms)
 		return;
 	}
 	say("busy launched");
+}
+
 /* A kernel that cannot finish until the host writes a flag: legal (the flag's copy is issued on
  * another stream), and it keeps the device busy until then. */
 static struct {
