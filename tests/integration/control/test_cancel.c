@@ -178,8 +178,12 @@ Test(cancel, a_sleep_whose_vmmctl_timed_out_rolls_back, .timeout = 60)
 	snprintf(cmd, sizeof(cmd), "busy %d", (int)(2500 * ctl_slow()));
 	cmd_ok(t, cmd, "busy launched");
 	vmmctl_run(&o, t->run_dir, -1, "--timeout %g sleep %d", ctl_slow(), (int)t->pid);
-	cr_expect_eq(o.code, 5, "%d %s", o.code, o.err);
-	cr_expect(strstr(o.err, "cancels"), "the message says what happens: %s", o.err);
+	/* Either vmmctl's own deadline ends it first (exit 5: it cancels what it asked for), or the
+	 * drain's share of that deadline runs out in the process first (exit 1, and why). */
+	cr_expect(o.code == 5 || o.code == 1, "%d %s", o.code, o.err);
+	cr_expect(o.code == 5 ? strstr(o.err, "cancels") != NULL :
+				strstr(o.err, "did not drain") != NULL,
+		  "the message says what happens: %s", o.err);
 	for (int i = 0; i < 100; i++) {
 		char s[32];
 
