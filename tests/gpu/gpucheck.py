@@ -5,7 +5,7 @@ which builds everything first. Every process has a timeout; a missing shim featu
 FAIL row with its reason, never as a hang.
 
 Usage: gpucheck.py --root REPO --bin DIR --shim LIB --vmmctl EXE --log DIR --deadline EPOCH
-                   [--only ROW,ROW] [--skip-bench]
+                   [--only ROW,ROW] [--skip ROW,ROW] [--skip-bench]
 """
 import argparse
 import json
@@ -373,6 +373,8 @@ class Matrix:
         print(f"gpucheck: {'PASS' if ok else 'FAIL'} {name}: {reason}", flush=True)
 
     def want(self, name):
+        if any(o in name for o in self.a.skip):
+            return False
         return not self.a.only or any(o in name for o in self.a.only)
 
     def run_measured(self, tag, argv, shim, extra=None, timeout=60):
@@ -1208,6 +1210,7 @@ def main():
     ap.add_argument("--log", required=True)
     ap.add_argument("--deadline", type=float, default=time.time() + 500)
     ap.add_argument("--only", default="", help="comma-separated parts of row names")
+    ap.add_argument("--skip", default="", help="comma-separated parts of row names to leave out")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--train-rounds", type=int, default=5)
     ap.add_argument("--train-steps", type=int, default=12)
@@ -1219,6 +1222,7 @@ def main():
                     help="multiplies every per-process timeout (the self-test uses 0.1)")
     a = ap.parse_args()
     a.only = [o for o in a.only.split(",") if o]
+    a.skip = [o for o in a.skip.split(",") if o]
     a.sleep_sizes = [int(s) for s in a.sleep_sizes.split(",") if s]
     m = Matrix(a)
     try:
