@@ -599,7 +599,8 @@ SIM_API CUresult cuPointerGetAttributes(unsigned int num, CUpointer_attribute *a
 _Static_assert(sizeof(struct sim_ipc) <= sizeof(((CUipcMemHandle *)0)->reserved),
 	       "a legacy IPC handle has 64 bytes");
 
-/* The base of a cuMemAlloc allocation (not VMM, stream-ordered, managed or opened memory). */
+/* A cuMemAlloc allocation, named by any address inside it (not VMM, stream-ordered, managed or
+ * opened memory). */
 SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 {
 	SIM_BEGIN("cuIpcGetMemHandle", CUDA_ERROR_UNKNOWN);
@@ -609,7 +610,8 @@ SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 	if (!handle)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim_lock);
-	struct sim_native *n = sim_native_exact(U(dptr));
+	/* The driver takes any address inside the allocation and names the whole allocation. */
+	struct sim_native *n = sim_native_at(U(dptr));
 	struct sim_ipc h;
 	if (!n || n->kind != SIM_NATIVE_DEVICE || n->ipc || n->pool || n->freeing)
 		r = CUDA_ERROR_INVALID_VALUE;
@@ -623,12 +625,14 @@ SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr dptr)
 	return r;
 }
 
-/* The opened allocation of mem on dev in this process, if any (caller holds sim_lock). */
-static struct sim_native *opened(const struct sim_mem *mem, int dev)
+/* The mapping this process opened from handle h on dev, if any (caller holds sim_lock). */
+static struct sim_native *opened(const struct sim_ipc *h, int dev)
 {
 	for (size_t i = 0; i < sim_native_count(); i++) {
 		struct sim_native *n = sim_native_get(i);
-		if (n->ipc && n->mem == mem && ((struct CUctx_st *)n->ctx)->dev == dev)
+		const struct sim_ipc *f = &n->ipc_from;
+		if (n->ipc && ((struct CUctx_st *)n->ctx)->dev == dev && f->pid == h->pid &&
+		    f->kdev == h->kdev && f->kino == h->kino && f->off == h->off && f->id == h->id)
 			return n;
 	}
 	return NULL;
@@ -653,16 +657,19 @@ SIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
 	if (h.pid == getpid())
 		return CUDA_ERROR_INVALID_CONTEXT; /* the driver refuses to open its own handles */
 	pthread_mutex_lock(&sim_lock);
-	enum sim_err e;
-	struct sim_mem *mem = sim_mem_open_ipc(&h, &e);
-	struct sim_native *n = mem ? opened(mem, c->dev) : NULL;
-	r = !mem ? (e == SIM_E_OOM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_HANDLE)
-	      : n && n->ctx != c ? CUDA_ERROR_ALREADY_MAPPED : CUDA_SUCCESS;
-	if (n || r) {
+	/* A handle this process has open maps again without asking the exporter: the driver
+	 * succeeds here even after the exporter freed the allocation. */
+	struct sim_native *n = opened(&h, c->dev);
+	if (n) {
+		r = n->ctx != c ? CUDA_ERROR_ALREADY_MAPPED : CUDA_SUCCESS;
 		if (!r)
 			n->ipc_opens++;
-		if (mem)
-			sim_mem_put(mem); /* the mapping that exists holds it already */
+		goto out;
+	}
+	enum sim_err e;
+	struct sim_mem *mem = sim_mem_open_ipc(&h, &e);
+	if (!mem) {
+		r = e == SIM_E_OOM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_HANDLE;
 		goto out;
 	}
 	size_t span = mem->size;
@@ -670,7 +677,7 @@ SIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
 	if (va && !sim_mem_map(mem, U(va), span, 0, PROT_READ | PROT_WRITE)) {
 		struct sim_native tmpl = { .va = U(va), .size = (size_t)h.size, .span = span,
 					   .kind = SIM_NATIVE_DEVICE, .dev = mem->dev, .ctx = c,
-					   .mem = mem, .ipc = true, .ipc_opens = 1 };
+					   .mem = mem, .ipc = true, .ipc_opens = 1, .ipc_from = h };
 		n = sim_native_add(&tmpl);
 	}
 	if (!n) {

@@ -203,6 +203,8 @@ struct sim_native {
 	bool freeing;    /* a stream-ordered free is queued */
 	bool ipc;        /* opened with cuIpcOpenMemHandle: closed, not freed */
 	unsigned ipc_opens; /* opens not yet closed (the same context opening it again) */
+	struct sim_ipc ipc_from; /* the handle it was opened with: reopening finds it even after
+				  * the exporter freed the allocation, as on the driver */
 };
 
 /* What an address belongs to. */
