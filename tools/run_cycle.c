@@ -6,6 +6,7 @@
  * [0, cycle/4], then a wake. A moment when the shim manages no device memory in the program yet
  * (no control socket, or no heap) or it is asleep by someone else's doing is skipped. A wake that
  * fails is retried until --timeout has passed since the first try. */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,7 +69,9 @@ static bool program_ended(pid_t pid)
 	siginfo_t si;
 
 	memset(&si, 0, sizeof(si));
-	return !waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT) && si.si_pid == pid;
+	if (waitid(P_PID, (id_t)pid, &si, WEXITED | WNOHANG | WNOWAIT))
+		return errno == ECHILD; /* reaped already: vmmctl run saw it exit */
+	return si.si_pid == pid;
 }
 
 static void series_add(run_series *s, double seconds, uint64_t released, uint64_t copied)

@@ -7,6 +7,8 @@
  *   --ready FILE: written (with the pid) once every buffer is filled, so a driver script knows
  *                 when to act. Prints one line per event; exit status 0 only if all data was intact. */
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
+#include "vmmshim.h"
 
 #include <signal.h>
 #include <stdint.h>
@@ -66,10 +68,29 @@ static int check(cudaError_t e, const char *what)
 	return 0;
 }
 
+/* CPU work only, until the shim says this process is asleep (or `seconds` pass): the program
+ * then ends asleep, as one whose last phase needs no device does. */
+static void wait_until_asleep(double seconds)
+{
+	typedef int (*stats_fn)(const char *, int, vmmshim_stats_t *);
+	stats_fn stats = (stats_fn)dlsym(RTLD_DEFAULT, "vmmshim_stats");
+	vmmshim_stats_t st;
+	double start = now_seconds();
+
+	while (now_seconds() - start < seconds) {
+		if (stats && !stats(NULL, -1, &st) && st.asleep_bytes) {
+			printf("demo_app: exiting asleep\n");
+			return;
+		}
+		usleep(5000);
+	}
+	printf("demo_app: never asleep in %.1f s\n", seconds);
+}
+
 int main(int argc, char **argv)
 {
 	size_t total_mib = 512, sizes[MAX_BUFFERS];
-	double seconds = 0;
+	double seconds = 0, exit_asleep = 0;
 	const char *ready_file = NULL;
 	void *bufs[MAX_BUFFERS];
 	uint64_t sums[MAX_BUFFERS];
@@ -87,8 +108,11 @@ int main(int argc, char **argv)
 			seconds = atof(argv[++i]);
 		else if (!strcmp(argv[i], "--ready") && i + 1 < argc)
 			ready_file = argv[++i];
+		else if (!strcmp(argv[i], "--exit-asleep") && i + 1 < argc)
+			exit_asleep = atof(argv[++i]);
 		else {
-			fprintf(stderr, "usage: %s [--mib TOTAL] [--seconds S] [--ready FILE]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--mib TOTAL] [--seconds S] [--ready FILE] "
+				"[--exit-asleep S]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -155,11 +179,15 @@ int main(int argc, char **argv)
 			return 1;
 		if (fnv1a(host, sizes[i]) != sums[i])
 			bad++;
-		if (check(cudaFree(bufs[i]), "cudaFree"))
+		/* --exit-asleep keeps the memory: the program ends holding it, as many do. */
+		if (exit_asleep <= 0 && check(cudaFree(bufs[i]), "cudaFree"))
 			return 1;
 	}
 	free(host);
 	printf("demo_app: %ld reads, final check of all %d buffers: %s\n", rounds, n,
 	       bad ? "DATA LOST" : "all data intact");
+	fflush(stdout);
+	if (exit_asleep > 0)
+		wait_until_asleep(exit_asleep);
 	return bad ? 1 : 0;
 }

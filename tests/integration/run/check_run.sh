@@ -58,6 +58,18 @@ else
 	fail "no JSON report written"
 fi
 
+# 1b. A program that ends while asleep (its last seconds are CPU work) ends the run at once:
+# nothing is left to wake, and that is no failure.
+began=$(date +%s)
+expect 0 "the program exits while asleep" env VMMSHIM_LOG=info \
+	"$vmmctl" run --cycle 0.2 --seed 3 --min-cycles 0 --report "$t/l.json" -- \
+	"$app" --mib 8 --seconds 0.5 --exit-asleep 10
+took=$(( $(date +%s) - began ))
+grep -q "exiting asleep" "$t/out" || fail "the program never saw itself asleep"
+grep -q "exit while asleep" "$t/err" || fail "the shim did not see an exit while asleep"
+[ "$took" -le 20 ] || fail "exiting asleep held vmmctl run for $took s"
+[ "$(field "$t/l.json" failures)" = 0 ] || fail "exiting asleep counted as a failure"
+
 # 2. Dropping the program's memory at each sleep: it sees the loss and fails; so does run.
 expect 1 "--discard default: the program's own check fails" \
 	"$vmmctl" run --cycle 0.2 --seed 7 --discard default --report "$t/d.json" -- \
