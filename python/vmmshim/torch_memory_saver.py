@@ -26,6 +26,10 @@ and kept across cycles by the shim (retain_cpu_backup is always on); no disk bac
 get_cpu_backup, no memory_margin_bytes (accepted and ignored, with a warning); hook_mode has no
 effect (the shim intercepts every allocation path). An in-process pause does not hold the
 program's device work: do not touch paused memory, as with torch_memory_saver.
+
+Without the shim loaded, `enabled` is False and regions, pause and resume do nothing (one
+warning says so), as torch_memory_saver's calls do when its hooks are not active: the same
+program runs natively, only without releasing memory.
 """
 import contextlib
 import sys
@@ -69,6 +73,23 @@ class TorchMemorySaver:
         self._regions = {}   # tms tag -> {enable_cpu_backup, ...} seen
         self._pools = {}     # (shim tag, device) -> torch.cuda.MemPool
         self._hook_mode = "preload"
+        self._warned_off = False
+
+    @property
+    def enabled(self):
+        """Whether pause() can release anything: the shim is loaded in this process."""
+        return vmmshim.available()
+
+    def _off(self):
+        """True (after one warning) when the shim is not loaded and calls must do nothing."""
+        if vmmshim.available():
+            return False
+        if not self._warned_off:
+            self._warned_off = True
+            warnings.warn("libvmmshim.so is not loaded: torch_memory_saver regions, pause and "
+                          "resume do nothing (run the program under `vmmctl run -- ...`)",
+                          stacklevel=4)
+        return True
 
     # -- regions --
 
@@ -89,6 +110,9 @@ class TorchMemorySaver:
             raise NotImplementedError("vmmshim has no disk backup: use enable_cpu_backup=True")
         del cpu_backup_backend  # the shim's pinned, reused backup serves every backend choice
         name = shim_tag(tag, enable_cpu_backup)
+        if self._off():
+            yield
+            return
         with self._lock:
             self._regions.setdefault(tag, set()).add(bool(enable_cpu_backup))
         with contextlib.ExitStack() as stack:
@@ -102,6 +126,9 @@ class TorchMemorySaver:
     @contextlib.contextmanager
     def disable(self):
         """Allocations inside belong to no region (and, with PyTorch, to a pool of their own)."""
+        if self._off():
+            yield
+            return
         with contextlib.ExitStack() as stack:
             stack.enter_context(vmmshim.tag(None))
             cuda = _torch_cuda()
@@ -137,11 +164,15 @@ class TorchMemorySaver:
     def pause(self, tag=None):
         """Release the memory of tag's regions (None: every region): copied to host memory for
         regions with enable_cpu_backup, dropped otherwise. Addresses stay valid."""
+        if self._off():
+            return
         for name, backup in self._targets(tag):
             vmmshim.sleep(name, discard=not backup)
 
     def resume(self, tag=None):
         """Bring tag's regions back (None: all) at the same addresses."""
+        if self._off():
+            return
         for name, _ in self._targets(tag):
             vmmshim.wake(name)
 

@@ -181,3 +181,30 @@ def test_without_torch_no_pool_is_made(tms, monkeypatch):
     with tms.region("plain"):
         assert vmmshim.get_tag() == "plain"
     assert not tms._pools
+
+
+def test_without_the_shim_regions_pause_and_resume_do_nothing(tms, dev, pattern, monkeypatch):
+    """A program written for torch_memory_saver runs natively too: nothing tagged, nothing
+    released, one warning."""
+    data = pattern(2 * MIB, 7)
+    before = vmmshim.stats().live_bytes
+    monkeypatch.setattr(vmmshim, "available", lambda: False)
+    assert not tms.enabled
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with tms.region(tag="weights", enable_cpu_backup=True):
+            monkeypatch.undo()  # read the thread's tag through the real shim
+            assert vmmshim.get_tag() == "default", "no tag was set"
+            monkeypatch.setattr(vmmshim, "available", lambda: False)
+            p = dev.alloc(len(data))
+        dev.write(p, data)
+        tms.pause()
+        tms.resume()
+    monkeypatch.undo()
+    assert tms.enabled
+    now = vmmshim.stats()
+    assert now.asleep_bytes == 0 and now.live_bytes >= before + len(data), "nothing released"
+    assert vmmshim.stats("weights+cpu").live_bytes == 0
+    assert dev.read(p, len(data)) == data
+    assert len([w for w in seen if "not loaded" in str(w.message)]) == 1
+    dev.free(p)
