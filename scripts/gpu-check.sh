@@ -78,7 +78,7 @@ declare -A jobs=(
 	[flag_wait]="$nv $src/flag_wait.cu -o $bin/flag_wait"
 	[hold]="$nv $src/hold.cu -o $bin/hold"
 	[bench_alloc]="$nv $src/bench_alloc.cu -o $bin/bench_alloc"
-	[bench_bw]="$nv $src/bench_bw.cu -o $bin/bench_bw"
+	[bench_bw]="$nv $src/bench_bw.cu -o $bin/bench_bw -lcuda"
 	[ckpt]="$cc_cuda $src/ckpt.c -o $bin/ckpt -lcuda"
 	[share_facts]="$cc_cuda $src/share_facts.c -o $bin/share_facts -lcuda"
 )

@@ -7,9 +7,13 @@
 //   read:  a kernel that reads the whole buffer (16-byte loads, every thread a strided share)
 //   write: a kernel that writes the whole buffer
 // and "RESULT bw_<size>MiB ok=1" when the copy and the writes left what they should (sampled).
+// BENCH_BW_VMM=PIECE_MIB (run natively) maps the buffers with the driver's VMM API itself, in
+// pieces of that many MiB (0: one handle per buffer): the anchors that tell a cost of VMM memory
+// as such from a cost of the shim's layout.
 // Usage: bench_bw [MiB...]   (default: 512 2048)
 #include <algorithm>
 #include <vector>
+#include <cuda.h>
 #include "common.h"
 
 #define MIB (1ull << 20)
@@ -73,7 +77,46 @@ static bool sampled(const uint4 *p, size_t n4, uint32_t w)
 	return true;
 }
 
-static void measure(size_t mib)
+#define CU(call)                                                                   \
+	do {                                                                       \
+		CUresult r_ = (call);                                              \
+		if (r_ != CUDA_SUCCESS) {                                          \
+			printf("ERROR %s: CUresult %d\n", #call, (int)r_);         \
+			g_failures++;                                              \
+		}                                                                  \
+	} while (0)
+
+// bytes of VMM memory in pieces of `piece` bytes (0: one handle), mapped read-write on device 0.
+static void *vmm_alloc(size_t bytes, size_t piece)
+{
+	CUmemAllocationProp prop = {};
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	prop.location.id = 0;
+	CUdeviceptr va = 0;
+	CUmemAccessDesc acc = {};
+	acc.location = prop.location;
+	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	if (!piece)
+		piece = bytes;
+	CU(cuMemAddressReserve(&va, bytes, 0, 0, 0));
+	for (size_t off = 0; off < bytes; off += piece) {
+		CUmemGenericAllocationHandle h;
+		CU(cuMemCreate(&h, piece, &prop, 0));
+		CU(cuMemMap(va + off, piece, 0, h, 0));
+		CU(cuMemRelease(h)); // the mapping keeps it
+	}
+	CU(cuMemSetAccess(va, bytes, &acc, 1));
+	return (void *)va;
+}
+
+static void vmm_free(void *p, size_t bytes)
+{
+	CU(cuMemUnmap((CUdeviceptr)p, bytes));
+	CU(cuMemAddressFree((CUdeviceptr)p, bytes));
+}
+
+static void measure(size_t mib, long vmm_piece_mib)
 {
 	size_t bytes = mib * MIB, n4 = bytes / sizeof(uint4);
 	uint4 *src = NULL, *dst = NULL;
@@ -81,8 +124,14 @@ static void measure(size_t mib)
 	int sms = 0, ok;
 
 	CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-	CK(cudaMalloc(&src, bytes));
-	CK(cudaMalloc(&dst, bytes));
+	if (vmm_piece_mib >= 0) {
+		CK(cudaFree(0)); // the primary context, current, for the driver calls
+		src = (uint4 *)vmm_alloc(bytes, (size_t)vmm_piece_mib * MIB);
+		dst = (uint4 *)vmm_alloc(bytes, (size_t)vmm_piece_mib * MIB);
+	} else {
+		CK(cudaMalloc(&src, bytes));
+		CK(cudaMalloc(&dst, bytes));
+	}
 	CK(cudaMalloc(&out, sizeof(*out)));
 	if (!src || !dst || !out) {
 		printf("ERROR bench_bw: cannot allocate 2 x %zu MiB\n", mib);
@@ -100,8 +149,13 @@ static void measure(size_t mib)
 	printf("BENCH d2d_%zuMiB %.1f GB/s\nBENCH read_%zuMiB %.1f GB/s\n", mib, d2d, mib, rd);
 	printf("BENCH write_%zuMiB %.1f GB/s\n", mib, wr);
 	printf("RESULT bw_%zuMiB ok=%d\n", mib, ok);
-	CK(cudaFree(src));
-	CK(cudaFree(dst));
+	if (vmm_piece_mib >= 0) {
+		vmm_free(src, bytes);
+		vmm_free(dst, bytes);
+	} else {
+		CK(cudaFree(src));
+		CK(cudaFree(dst));
+	}
 	CK(cudaFree(out));
 }
 
@@ -112,9 +166,11 @@ int main(int argc, char **argv)
 		sizes.push_back(strtoull(argv[i], NULL, 10));
 	if (sizes.empty())
 		sizes = { 512, 2048 };
+	const char *vmm = getenv("BENCH_BW_VMM");
+	long piece = vmm && *vmm ? strtol(vmm, NULL, 10) : -1;
 	for (size_t s : sizes)
 		if (s)
-			measure(s);
+			measure(s, piece);
 	printf("RESULT bench_bw failures=%d\n", g_failures);
 	return g_failures ? 1 : 0;
 }

@@ -905,24 +905,33 @@ class Matrix:
             self.badd("bandwidth d2d/read/write", "not run", "", "", "",
                       "out of time" if self.shim_ok else "libvmmshim.so missing")
             return
-        got = {False: {}, True: {}}
+        # Native cudaMalloc, the shim, and two native VMM layouts (one handle per buffer; 2 MiB
+        # pieces) that say whether a gap is VMM memory's own or the shim's layout.
+        kinds = (("native", False, {}), ("shim", True, {}),
+                 ("vmm1", False, {"BENCH_BW_VMM": "0"}), ("vmm2m", False, {"BENCH_BW_VMM": "2"}))
+        got = {k[0]: {} for k in kinds}
         for rnd in range(3):
-            for shim in ((False, True) if rnd % 2 == 0 else (True, False)):
-                p = Proc(f"bench_bw.{'shim' if shim else 'native'}.{rnd}",
-                         [f"{self.a.bin}/bench_bw"], self.env(shim), self.log, self.timeout(60))
+            for name, shim, extra in (kinds if rnd % 2 == 0 else kinds[::-1]):
+                env = dict(self.env(shim), **extra)
+                p = Proc(f"bench_bw.{name}.{rnd}", [f"{self.a.bin}/bench_bw"], env, self.log,
+                         self.timeout(60))
                 rc = p.finish()
                 if rc != 0:
-                    print(f"gpucheck: bench_bw {'shim' if shim else 'native'} rc {rc} "
-                          f"{p.stderr_tail()}", flush=True)
+                    print(f"gpucheck: bench_bw {name} rc {rc} {p.stderr_tail()}", flush=True)
                     continue
                 for k, v in p.values("BENCH").items():
-                    got[shim].setdefault(k, []).append(float(v))
-        for k in sorted(got[False], key=lambda k: (int(k.split("_")[1][:-3]), k)):
-            n, s = got[False][k], got[True].get(k, [])
-            mn, ms = statistics.median(n), (statistics.median(s) if s else None)
+                    got[name].setdefault(k, []).append(float(v))
+
+        def med(name, k):
+            v = got[name].get(k, [])
+            return statistics.median(v) if v else None
+        for k in sorted(got["native"], key=lambda k: (int(k.split("_")[1][:-3]), k)):
+            mn, ms = med("native", k), med("shim", k)
+            v1, v2 = med("vmm1", k), med("vmm2m", k)
             goal = ">= 0.98x" if not k.startswith("write") else "-"
             note = (verdict(ms, ms and ms >= 0.98 * mn) if goal != "-" else "") + \
-                f" ({len(s)}/{len(n)} runs)"
+                f" ({len(got['shim'].get(k, []))}/{len(got['native'][k])} runs)"
+            note += f"; plain VMM: one handle {ratio(v1, mn)}, 2 MiB pieces {ratio(v2, mn)}"
             self.badd(f"bandwidth {k.replace('_', ' ')} (GB/s)", fmt(ms), f"cudaMalloc {fmt(mn)}",
                       ratio(ms, mn), goal, note.strip())
 
