@@ -2,6 +2,7 @@
  * stream-ordered reuse), lookup, trim, peer access and statistics. The work is done by the
  * layers listed in heap_internal.h. */
 #include "heap_internal.h"
+#include "heap_share.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +142,7 @@ vmm_status vmm_malloc(vmm_core *core, int dev, size_t size, size_t align, const 
 				align, dh->gran);
 	pthread_mutex_lock(&dh->lock);
 	st = alloc_locked(dh, size, align, tag, out, err);
+	share_settle(dh);
 	pthread_mutex_unlock(&dh->lock);
 	return st;
 }
@@ -190,6 +192,9 @@ static struct alloc *stream_reuse(struct arena *a, size_t size, vmm_stream strea
 
 	for (struct alloc *r = a->quar_head; r && scanned < 64; r = r->qnext, scanned++) {
 		if (!r->stream_ordered || r->stream != stream)
+			continue;
+		/* Memory another process maps is never handed out again (heap_share.h). */
+		if (share_touches(dh, r->base, r->usable))
 			continue;
 		if (cls >= 0 ? (r->slab && r->slab->cls == cls) :
 			       (!r->slab && r->usable >= usable && r->usable / 2 <= usable))
@@ -274,6 +279,7 @@ vmm_status vmm_trim(vmm_core *core, int dev, vmm_error *err)
 		for (int i = 0; i < dh->narenas; i++)
 			slab_release_empty(dh, dh->arenas[i]);
 		heap_release_free_handles(dh, 0);
+		share_settle(dh);
 		pthread_mutex_unlock(&dh->lock);
 		if (s && !st)
 			st = s;

@@ -258,6 +258,70 @@ static void absorb(struct devheap *dh, struct blk *l, struct blk *r)
 	blk_put(dh, r);
 }
 
+void blk_retire(struct devheap *dh, struct blk *b)
+{
+	b->state = BLK_RETIRED;
+	b->alloc = NULL;
+	b->slab = NULL;
+	b->arena->st.retired_bytes += b->size;
+	dh->share_check = true;
+}
+
+/* The length of b's first run of memory that is all in shared handles (*shared true) or all
+ * outside them, handle by handle. */
+static size_t first_run(struct devheap *dh, const struct blk *b, bool *shared)
+{
+	vmm_devptr va = b->addr, end = b->addr + b->size;
+	bool first = true;
+
+	while (va < end) {
+		struct phandle *h = page_handle_get(dh, va);
+		bool s = h && h->shared;
+		vmm_devptr next = h ? h->va + h->size : (va & ~(vmm_devptr)(dh->gran - 1)) + dh->gran;
+
+		if (first)
+			*shared = s;
+		else if (s != *shared)
+			break;
+		first = false;
+		va = next < end ? next : end;
+	}
+	return (size_t)(va - b->addr);
+}
+
+/* The parts of b (out of the free index, state free) inside shared handles are retired instead
+ * of freed: such memory is never handed out again while another process may map it. The parts
+ * after b's first run are released on their own. Returns b when its first run is to be freed,
+ * NULL when it was retired. */
+static struct blk *retire_shared(struct devheap *dh, struct blk *b)
+{
+	bool shared = false;
+	size_t run;
+	struct blk *t;
+
+	if (!dh->nshared)
+		return b;
+	run = first_run(dh, b, &shared);
+	if (run < b->size) {
+		t = blk_split(dh, b, run);
+		if (!t) {
+			blk_retire(dh, b); /* no host memory to split: all of it stays out of use */
+			return NULL;
+		}
+		free_index_remove(b->arena, t);
+		t->state = BLK_FREE;
+		/* t's first run is of the other kind; b must not be merged into it meanwhile. */
+		b->state = BLK_RETIRED;
+		blk_release(dh, t);
+		b->state = BLK_FREE;
+	}
+	if (shared) {
+		blk_retire(dh, b);
+		return NULL;
+	}
+	return b;
+}
+
 struct blk *blk_release(struct devheap *dh, struct blk *b)
 {
 	struct arena *a = b->arena;
@@ -265,6 +329,9 @@ struct blk *blk_release(struct devheap *dh, struct blk *b)
 	b->state = BLK_FREE;
 	b->alloc = NULL;
 	b->slab = NULL;
+	b = retire_shared(dh, b);
+	if (!b)
+		return NULL;
 	if (mergeable(b->prev, b)) {
 		struct blk *l = b->prev;
 
@@ -307,6 +374,16 @@ void arena_add_free_range(struct arena *a, vmm_devptr va, size_t size)
 		r->prev = b;
 	page_first_add(dh, b);
 	blk_release(dh, b);
+}
+
+void blk_unlink(struct devheap *dh, struct blk *b)
+{
+	page_first_remove(dh, b);
+	if (b->prev && b->prev->next == b)
+		b->prev->next = NULL;
+	if (b->next && b->next->prev == b)
+		b->next->prev = NULL;
+	blk_put(dh, b);
 }
 
 void arena_take_free_range(struct arena *a, vmm_devptr va, size_t size)

@@ -19,8 +19,15 @@ bool free_index_collect(struct arena *a, struct blk ***out, size_t *n, size_t *c
 /* Split b so that it keeps `size` bytes; the tail becomes a new free block of the same arena,
  * inserted in the index. Returns the tail, or NULL (b stays whole). */
 struct blk *blk_split(struct devheap *dh, struct blk *b, size_t size);
-/* Mark b free, coalesce it with free neighbours of its arena, index it. */
+/* Mark b free, coalesce it with free neighbours of its arena, index it; the parts of it inside
+ * shared handles are retired instead (heap_share.c). Returns the free block, or NULL when all
+ * of b was retired. */
 struct blk *blk_release(struct devheap *dh, struct blk *b);
+/* b (out of the free index) becomes retired memory: never used again (heap_share.c). */
+void blk_retire(struct devheap *dh, struct blk *b);
+/* Take b out of the address list and the page index and recycle it: the memory under it goes
+ * away (its neighbours' links to it are cut, as at the end of a mapped run). */
+void blk_unlink(struct devheap *dh, struct blk *b);
 /* New mapped memory [va, va+size) for arena a: one free block, coalesced. */
 void arena_add_free_range(struct arena *a, vmm_devptr va, size_t size);
 /* Take [va, va+size) out of the arena's free memory (it lies inside one free block). */

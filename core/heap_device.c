@@ -47,6 +47,7 @@ void devheap_destroy(struct devheap *dh)
 		n = b->next;
 		free(b);
 	}
+	free(dh->shared);
 	pthread_mutex_destroy(&dh->lock);
 	free(dh);
 }

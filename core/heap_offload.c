@@ -221,7 +221,7 @@ static vmm_status plan_sleep(struct devheap *dh, const struct filter *f, struct 
 
 	memset(p, 0, sizeof(*p));
 	for (struct phandle *h = dh->handles; h; h = h->next)
-		if (sleeps(h->arena, f) && h->va && !h->asleep)
+		if (sleeps(h->arena, f) && h->va && !h->asleep && !h->shared)
 			n++;
 	p->live = calloc(n ? n : 1, sizeof(*p->live));
 	p->idle = calloc(n ? n : 1, sizeof(*p->idle));
@@ -230,7 +230,8 @@ static vmm_status plan_sleep(struct devheap *dh, const struct filter *f, struct 
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the sleep plan");
 	}
 	for (struct phandle *h = dh->handles; h; h = h->next) {
-		if (!sleeps(h->arena, f) || !h->va || h->asleep)
+		/* Shared handles stay: another process maps them (heap_share.h). */
+		if (!sleeps(h->arena, f) || !h->va || h->asleep || h->shared)
 			continue;
 		if (handle_wholly_free(dh, h)) {
 			p->idle[p->nidle++] = h;

@@ -30,7 +30,7 @@ size_t class_size(int cls)
 
 static void slab_list(struct arena *a, struct slab *s)
 {
-	if (s->listed)
+	if (s->listed || s->frozen)
 		return;
 	s->prev = NULL;
 	s->next = a->partial[s->cls];
@@ -127,8 +127,17 @@ void slab_free_slot(struct devheap *dh, struct alloc *rec)
 	s->free_stack[s->free_top++] = rec->slot;
 	s->nused--;
 	slab_list(a, s);
-	/* Keep one empty slab per class as a cushion; give further ones back to the arena. */
-	if (!s->nused && (s->prev || s->next))
+	/* Keep one empty slab per class as a cushion; give further ones back to the arena. A frozen
+	 * one goes as soon as it is empty (its memory in a shared handle is retired). */
+	if (!s->nused && (s->frozen || s->prev || s->next))
+		slab_destroy(dh, s);
+}
+
+void slab_freeze(struct devheap *dh, struct slab *s)
+{
+	slab_unlist(s->arena, s);
+	s->frozen = true;
+	if (!s->nused)
 		slab_destroy(dh, s);
 }
 

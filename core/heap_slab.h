@@ -19,6 +19,9 @@ void slab_free_struct(struct slab *s);
 void slab_take_slot(struct slab *s, struct alloc *rec);
 /* rec's slot is free again; a second empty slab of its class goes back to the arena. */
 void slab_free_slot(struct devheap *dh, struct alloc *rec);
+/* s lies partly in a shared handle (heap_share.c): it hands out no slot from now on and goes back
+ * to the arena once empty (at once when it is). */
+void slab_freeze(struct devheap *dh, struct slab *s);
 /* Every empty slab of a goes back to the arena as a free block. */
 void slab_release_empty(struct devheap *dh, struct arena *a);
 

@@ -26,7 +26,8 @@
 #define MAX_ARENAS 64
 #define NUM_CLASSES 64
 
-enum blk_state { BLK_FREE, BLK_USED, BLK_QUAR, BLK_SLAB };
+/* BLK_RETIRED: freed memory inside a shared handle (heap_share.c), never used again. */
+enum blk_state { BLK_FREE, BLK_USED, BLK_QUAR, BLK_SLAB, BLK_RETIRED };
 
 struct arena;
 struct slab;
@@ -57,6 +58,7 @@ struct alloc {
 	uint32_t slot;
 	bool quarantined;
 	bool stream_ordered;    /* freed on `stream` (which may be the NULL default stream) */
+	uint64_t share_id;      /* exported to other processes (heap_share.c); 0: not */
 	vmm_stream stream;
 	struct alloc *hnext;    /* hash chain */
 	struct alloc *qprev, *qnext;
@@ -73,6 +75,7 @@ struct slab {
 	struct alloc **slots;
 	struct slab *prev, *next;   /* the class's list of slabs with a free slot */
 	bool listed;
+	bool frozen;                /* inside a shared handle: hands out no slot again */
 };
 
 /* A physical handle of the device, mapped at va (or asleep: released, to be re-created at va). */
@@ -84,6 +87,9 @@ struct phandle {
 	bool asleep;
 	bool has_backup;        /* backup holds the contents while asleep */
 	vmm_host_buf backup;    /* kept across cycles and reused */
+	/* Shared (heap_share.c): another process may map it. Never moved, split, cached or slept;
+	 * the memory in it is never reused; released once everything in it is retired. */
+	bool shared;
 	struct phandle *prev, *next;
 };
 
@@ -107,6 +113,8 @@ struct arena_stats {
 	uint64_t mapped_bytes, asleep_bytes, host_backup_bytes;
 	uint64_t peak_live_bytes, peak_mapped_bytes;
 	uint64_t alloc_calls, free_calls, handles_created, handles_released, syncs;
+	uint64_t shared_bytes;          /* in shared handles (mapped, stay resident) */
+	uint64_t retired_bytes;         /* freed inside shared handles: not reusable */
 };
 
 struct arena {
@@ -152,6 +160,11 @@ struct devheap {
 	vmm_copy_engine *ce;    /* the offload engine's, created at the first sleep */
 	void (*ce_destroy)(vmm_copy_engine *ce);
 	uint64_t live_total, live_req, mapped_total, peak_live, peak_mapped;
+	/* Shared handles (heap_share.c); share_check: a block in one was retired since the last
+	 * look, so one of them may be all retired now. */
+	struct phandle **shared;
+	size_t nshared, cap_shared;
+	bool share_check;
 };
 
 struct vmm_core {
@@ -160,6 +173,7 @@ struct vmm_core {
 	pthread_mutex_t init_lock;
 	struct devheap *_Atomic heaps[VMM_MAX_DEVICES];
 	int ndev;
+	_Atomic uint64_t last_share_id;
 };
 
 static inline size_t align_up(size_t v, size_t a)

@@ -86,6 +86,24 @@ struct vmm_backend {
 				       size_t prop_size, vmm_phys *handle, vmm_error *err);
 	vmm_status (*map_at)(vmm_backend *be, vmm_devptr va, size_t size, size_t offset,
 			     vmm_phys handle, vmm_error *err);
+
+	/* Optional (NULL where a backend lacks them), for memory shared with other processes
+	 * (legacy IPC, a pointer's handle exported by the program) and for giving an allocation
+	 * a handle of its own:
+	 * - shareable: do the handles create() makes on dev export as POSIX file descriptors?
+	 *   (CUDA: asked of the driver once per device, and create() then requests that type;
+	 *   Ascend exports a 64-bit token for listed pids instead, which is not supported);
+	 * - export_fd: a new descriptor for handle, owned by the caller;
+	 * - import_fd: a new handle (reference) for the memory behind fd, which the caller still
+	 *   owns, and the device that memory is on;
+	 * - copy_d2d_async: copy n bytes between device addresses on stream. */
+	bool (*shareable)(vmm_backend *be, int dev);
+	vmm_status (*export_fd)(vmm_backend *be, int dev, vmm_phys handle, int *fd,
+				vmm_error *err);
+	vmm_status (*import_fd)(vmm_backend *be, int fd, vmm_phys *handle, int *dev,
+				vmm_error *err);
+	vmm_status (*copy_d2d_async)(vmm_backend *be, vmm_devptr dst, vmm_devptr src, size_t n,
+				     vmm_stream stream, vmm_error *err);
 };
 
 /* Open the CUDA backend over the real libcuda.so.1 (dlopen, cuInit). VMM_E_UNSUPPORTED when no

@@ -50,6 +50,11 @@ struct cuda_api {
 	DRV(cuMemcpyDtoHAsync_v2);
 	DRV(cuMemcpyHtoDAsync_v2);
 	DRV(cuStreamGetCtx);
+	/* Optional: sharing with other processes, and moving an allocation to a handle of its own. */
+	DRV(cuMemExportToShareableHandle);
+	DRV(cuMemImportFromShareableHandle);
+	DRV(cuMemGetAllocationPropertiesFromHandle);
+	DRV(cuMemcpyDtoDAsync_v2);
 };
 #undef DRV
 
@@ -60,6 +65,7 @@ struct cuda_impl {
 	pthread_mutex_t lock;              /* guards the lazily retained primary contexts */
 	CUcontext primary[VMM_MAX_DEVICES];
 	int rdma_vmm[VMM_MAX_DEVICES];     /* -1 unknown, 0/1: GPUDirect RDMA flag allowed */
+	int posix_fd[VMM_MAX_DEVICES];     /* -1 unknown, 0/1: handles export as POSIX fds */
 };
 
 static struct cuda_impl *impl_of(vmm_backend *be)
@@ -189,24 +195,46 @@ static vmm_status cu_device_count(vmm_backend *be, int *count, vmm_error *err)
 	return VMM_OK;
 }
 
+/* A device attribute that is a yes/no, asked once (-1 in *cache: not asked yet; threads that ask
+ * at the same time get the same answer). */
+static int device_flag(struct cuda_impl *ci, int dev, CUdevice_attribute attr, int *cache)
+{
+	int v = __atomic_load_n(cache, __ATOMIC_RELAXED);
+	CUdevice d;
+
+	if (v >= 0)
+		return v;
+	v = 0;
+	if (ci->api.cuDeviceGet(&d, dev) != CUDA_SUCCESS ||
+	    ci->api.cuDeviceGetAttribute(&v, attr, d) != CUDA_SUCCESS)
+		v = 0;
+	v = v ? 1 : 0;
+	__atomic_store_n(cache, v, __ATOMIC_RELAXED);
+	return v;
+}
+
+/* Every handle the heap makes can be exported as a POSIX file descriptor where the device allows
+ * it, so that any allocation can be shared with another process later (legacy IPC, a program
+ * exporting the handle behind a pointer). Measured on the H200: cuMemCreate costs the same with
+ * and without the request (docs/research.md). */
+static bool fd_exportable(struct cuda_impl *ci, int dev)
+{
+	return ci->api.cuMemExportToShareableHandle &&
+	       device_flag(ci, dev, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED,
+			   &ci->posix_fd[dev]);
+}
+
 static void fill_prop(struct cuda_impl *ci, int dev, CUmemAllocationProp *prop)
 {
 	memset(prop, 0, sizeof(*prop));
 	prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
 	prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 	prop->location.id = dev;
-	if (ci->rdma_vmm[dev] < 0) {
-		int v = 0;
-		CUdevice d;
-
-		if (ci->api.cuDeviceGet(&d, dev) != CUDA_SUCCESS ||
-		    ci->api.cuDeviceGetAttribute(
-			    &v, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, d) !=
-			    CUDA_SUCCESS)
-			v = 0;
-		ci->rdma_vmm[dev] = v ? 1 : 0;
-	}
-	prop->allocFlags.gpuDirectRDMACapable = (unsigned char)ci->rdma_vmm[dev];
+	prop->allocFlags.gpuDirectRDMACapable = (unsigned char)device_flag(
+		ci, dev, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED,
+		&ci->rdma_vmm[dev]);
+	if (fd_exportable(ci, dev))
+		prop->requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 }
 
 static vmm_status cu_granularity(vmm_backend *be, int dev, size_t *bytes, vmm_error *err)
@@ -663,6 +691,83 @@ static vmm_status cu_copy_h2d_async(vmm_backend *be, vmm_devptr dst, const void 
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemcpyHtoDAsync");
 }
 
+static bool cu_shareable(vmm_backend *be, int dev)
+{
+	struct cuda_impl *ci = impl_of(be);
+
+	return dev >= 0 && dev < ci->ndev && fd_exportable(ci, dev);
+}
+
+/* Export and import need no context on the drivers we know; one is made current only when the
+ * driver asks for it (as for release and unmap). */
+static vmm_status cu_export_fd(vmm_backend *be, int dev, vmm_phys handle, int *fd, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	int out = -1;
+	CUresult rc;
+
+	NEED_OPTIONAL(ci, cuMemExportToShareableHandle, err);
+	rc = ci->api.cuMemExportToShareableHandle(&out, (CUmemGenericAllocationHandle)handle,
+						  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+	if (rc == CUDA_ERROR_INVALID_CONTEXT && !ctx_enter(ci, dev, &s, err)) {
+		rc = ci->api.cuMemExportToShareableHandle(
+			&out, (CUmemGenericAllocationHandle)handle,
+			CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+		ctx_leave(ci, &s);
+	}
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuMemExportToShareableHandle");
+	*fd = out;
+	return VMM_OK;
+}
+
+static vmm_status cu_import_fd(vmm_backend *be, int fd, vmm_phys *handle, int *dev,
+			       vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	CUmemGenericAllocationHandle h;
+	CUmemAllocationProp prop;
+	CUresult rc;
+
+	NEED_OPTIONAL(ci, cuMemImportFromShareableHandle, err);
+	NEED_OPTIONAL(ci, cuMemGetAllocationPropertiesFromHandle, err);
+	rc = ci->api.cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+						    CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	if (rc != CUDA_SUCCESS)
+		return drv_fail(ci, err, rc, "cuMemImportFromShareableHandle");
+	rc = ci->api.cuMemGetAllocationPropertiesFromHandle(&prop, h);
+	if (rc != CUDA_SUCCESS || prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+	    check_dev(ci, prop.location.id, NULL)) {
+		ci->api.cuMemRelease(h);
+		if (rc != CUDA_SUCCESS)
+			return drv_fail(ci, err, rc, "cuMemGetAllocationPropertiesFromHandle");
+		return vmm_fail(err, VMM_E_INVALID, 0, "the imported memory is not on a device of "
+				"this process");
+	}
+	*handle = (vmm_phys)h;
+	*dev = prop.location.id;
+	return VMM_OK;
+}
+
+static vmm_status cu_copy_d2d_async(vmm_backend *be, vmm_devptr dst, vmm_devptr src, size_t n,
+				    vmm_stream stream, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	struct ctx_scope s;
+	vmm_status st;
+	CUresult rc;
+
+	NEED_OPTIONAL(ci, cuMemcpyDtoDAsync_v2, err);
+	st = stream_ctx_enter(ci, (CUstream)stream, &s, err);
+	if (st)
+		return st;
+	rc = ci->api.cuMemcpyDtoDAsync_v2((CUdeviceptr)dst, (CUdeviceptr)src, n,
+					  (CUstream)stream);
+	ctx_leave(ci, &s);
+	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemcpyDtoDAsync");
+}
+
 static void cu_close(vmm_backend *be)
 {
 	struct cuda_impl *ci;
@@ -701,7 +806,9 @@ static const struct sym cuda_syms[] = {
 	SYM(cuMemAllocHost_v2, 1), SYM(cuMemFreeHost, 1), SYM(cuMemHostRegister_v2, 1),
 	SYM(cuMemHostUnregister, 1), SYM(cuStreamCreate, 1), SYM(cuStreamDestroy_v2, 1),
 	SYM(cuStreamSynchronize, 1), SYM(cuMemcpyDtoHAsync_v2, 1), SYM(cuMemcpyHtoDAsync_v2, 1),
-	SYM(cuStreamGetCtx, 1),
+	SYM(cuStreamGetCtx, 1), SYM(cuMemExportToShareableHandle, 1),
+	SYM(cuMemImportFromShareableHandle, 1), SYM(cuMemGetAllocationPropertiesFromHandle, 1),
+	SYM(cuMemcpyDtoDAsync_v2, 1),
 };
 #undef SYM
 
@@ -757,7 +864,7 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 	if (ci->ndev > VMM_MAX_DEVICES)
 		ci->ndev = VMM_MAX_DEVICES;
 	for (int d = 0; d < VMM_MAX_DEVICES; d++)
-		ci->rdma_vmm[d] = -1;
+		ci->rdma_vmm[d] = ci->posix_fd[d] = -1;
 	pthread_mutex_init(&ci->lock, NULL);
 
 	be->name = "cuda";
@@ -786,6 +893,10 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 	be->close = cu_close;
 	be->create_with_prop = cu_create_with_prop;
 	be->map_at = cu_map_at;
+	be->shareable = cu_shareable;
+	be->export_fd = cu_export_fd;
+	be->import_fd = cu_import_fd;
+	be->copy_d2d_async = cu_copy_d2d_async;
 	*out = be;
 	return VMM_OK;
 fail:

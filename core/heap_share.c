@@ -1,0 +1,323 @@
+/* Shared handles (heap_share.h) and the exported allocations over them (vmm_share.h). An
+ * allocation another process maps pins the handles under its granules: they stay mapped here
+ * through sleep and trim, and nothing in them is handed out again, so that the other process never
+ * sees this heap put new data where it expects the old. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "heap_internal.h"
+#include "heap_share.h"
+#include "vmm_share.h"
+
+static void span_of(struct devheap *dh, const struct alloc *r, vmm_devptr *lo, vmm_devptr *hi)
+{
+	*lo = r->base & ~(vmm_devptr)(dh->gran - 1);
+	*hi = align_up(r->base + (r->usable ? r->usable : 1), dh->gran);
+}
+
+static bool add_shared(struct devheap *dh, struct phandle *h)
+{
+	if (dh->nshared == dh->cap_shared) {
+		size_t cap = dh->cap_shared ? 2 * dh->cap_shared : 16;
+		struct phandle **n = realloc(dh->shared, cap * sizeof(*n));
+
+		if (!n)
+			return false;
+		dh->shared = n;
+		dh->cap_shared = cap;
+	}
+	dh->shared[dh->nshared++] = h;
+	h->shared = true;
+	h->arena->st.shared_bytes += h->size;
+	return true;
+}
+
+/* h just became shared: its free memory is retired, its slabs hand out no slot again. */
+static void pin_contents(struct devheap *dh, struct phandle *h)
+{
+	vmm_devptr end = h->va + h->size;
+	struct blk *list[64];
+	size_t n;
+
+	/* Collect first: releasing a block changes its neighbours' links. Repeat until no free
+	 * block or unfrozen slab is left in h (each pass takes up to 64). */
+	do {
+		n = 0;
+		for (struct blk *b = blk_containing(dh, h->va); b && b->addr < end && n < 64;
+		     b = b->next)
+			if (b->state == BLK_FREE || (b->state == BLK_SLAB && !b->slab->frozen))
+				list[n++] = b;
+		for (size_t i = 0; i < n; i++) {
+			struct blk *b = list[i];
+
+			if (b->state == BLK_SLAB) {
+				slab_freeze(dh, b->slab);
+			} else {
+				free_index_remove(b->arena, b);
+				blk_release(dh, b);
+			}
+		}
+	} while (n == 64);
+}
+
+vmm_status share_mark(struct devheap *dh, struct alloc *r, vmm_error *err)
+{
+	vmm_devptr lo, hi, va;
+
+	span_of(dh, r, &lo, &hi);
+	for (va = lo; va < hi;) {
+		struct phandle *h = page_handle_get(dh, va);
+
+		if (!h)
+			return vmm_fail(err, VMM_E_INVALID, 0, "0x%llx has no physical memory",
+					(unsigned long long)va);
+		if (!h->shared) {
+			if (!add_shared(dh, h))
+				return vmm_fail(err, VMM_E_HOST_OOM, 0,
+						"no host memory to record a shared handle");
+			pin_contents(dh, h);
+		}
+		va = h->va + h->size;
+	}
+	return VMM_OK;
+}
+
+bool share_touches(struct devheap *dh, vmm_devptr va, size_t size)
+{
+	vmm_devptr end = va + (size ? size : 1);
+
+	while (dh->nshared && va < end) {
+		struct phandle *h = page_handle_get(dh, va);
+
+		if (!h)
+			return false;
+		if (h->shared)
+			return true;
+		va = h->va + h->size;
+	}
+	return false;
+}
+
+static bool all_retired(struct devheap *dh, struct phandle *h)
+{
+	vmm_devptr end = h->va + h->size;
+
+	for (struct blk *b = blk_containing(dh, h->va); b && b->addr < end; b = b->next)
+		if (b->state != BLK_RETIRED)
+			return false;
+	return true;
+}
+
+/* Unmap and release h, all retired: the blocks over it go, the address space is unclaimed. */
+static void release_retired(struct devheap *dh, struct phandle *h)
+{
+	vmm_backend *be = dh->core->be;
+	vmm_devptr end = h->va + h->size;
+	struct arena *a = h->arena;
+	struct blk *b = blk_containing(dh, h->va), *next;
+
+	/* Retired blocks never cross a handle's edge (retire_shared splits at them). */
+	for (; b && b->addr < end; b = next) {
+		next = b->next;
+		a->st.retired_bytes -= b->size;
+		blk_unlink(dh, b);
+	}
+	phys_unmap(be, h->va, h->size);
+	page_handle_set(dh, h->va, h->size, NULL);
+	va_free(dh, h->va, h->size);
+	stats_mapped(a, -(int64_t)h->size);
+	a->st.shared_bytes -= h->size;
+	handle_unlink(dh, h);
+	handle_destroy(dh, h, a);
+}
+
+void share_settle(struct devheap *dh)
+{
+	if (!dh->share_check)
+		return;
+	dh->share_check = false;
+	for (size_t i = 0; i < dh->nshared;) {
+		struct phandle *h = dh->shared[i];
+
+		if (!all_retired(dh, h)) {
+			i++;
+			continue;
+		}
+		dh->shared[i] = dh->shared[--dh->nshared];
+		release_retired(dh, h);
+	}
+}
+
+/* The live allocation containing ptr (caller holds the lock). */
+static struct alloc *alloc_at(struct devheap *dh, vmm_devptr ptr)
+{
+	struct blk *b = blk_containing(dh, ptr);
+	struct alloc *r = NULL;
+
+	if (b && b->state == BLK_USED) {
+		r = b->alloc;
+	} else if (b && b->state == BLK_SLAB) {
+		size_t slot = (ptr - b->addr) / b->slab->slot_size;
+
+		r = slot < b->slab->nslots ? b->slab->slots[slot] : NULL;
+	}
+	if (r && (r->quarantined || ptr - r->base >= r->usable))
+		r = NULL;
+	return r;
+}
+
+static void fill_info(struct devheap *dh, const struct alloc *r, vmm_share_info *out)
+{
+	vmm_devptr lo, hi;
+
+	span_of(dh, r, &lo, &hi);
+	out->device = dh->dev;
+	out->base = r->base;
+	out->size = r->size;
+	out->id = r->share_id;
+	out->span = lo;
+	out->span_size = (size_t)(hi - lo);
+}
+
+static size_t count_pieces(struct devheap *dh, const struct alloc *r)
+{
+	vmm_devptr lo, hi, va;
+	size_t n = 0;
+
+	span_of(dh, r, &lo, &hi);
+	for (va = lo; va < hi; n++) {
+		struct phandle *h = page_handle_get(dh, va);
+
+		if (!h)
+			return SIZE_MAX;
+		va = h->va + h->size;
+	}
+	return n;
+}
+
+vmm_status vmm_share_export(vmm_core *core, vmm_devptr ptr, vmm_share_info *out, vmm_error *err)
+{
+	struct devheap *dh = heap_of_ptr(core, ptr);
+	vmm_backend *be = core->be;
+	struct alloc *r;
+	vmm_status st = VMM_OK;
+
+	if (!dh)
+		return vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx was not allocated by vmmshim",
+				(unsigned long long)ptr);
+	if (!be->export_fd || !be->shareable || !be->shareable(be, dh->dev))
+		return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "device %d's memory cannot be exported "
+				"as file descriptors", dh->dev);
+	pthread_mutex_lock(&dh->lock);
+	r = alloc_at(dh, ptr);
+	if (!r) {
+		st = vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx is in no live allocation",
+			      (unsigned long long)ptr);
+	} else if (r->arena->asleep) {
+		st = vmm_fail(err, VMM_E_BUSY, 0, "the allocation at 0x%llx is asleep",
+			      (unsigned long long)r->base);
+	} else if (!r->share_id) {
+		if (count_pieces(dh, r) > VMM_SHARE_MAX_PIECES)
+			st = vmm_fail(err, VMM_E_UNSUPPORTED, 0, "the allocation at 0x%llx lies in "
+				      "more than %d physical handles", (unsigned long long)r->base,
+				      VMM_SHARE_MAX_PIECES);
+		else
+			st = share_mark(dh, r, err);
+		if (!st)
+			r->share_id = atomic_fetch_add(&core->last_share_id, 1) + 1;
+	}
+	if (!st)
+		fill_info(dh, r, out);
+	pthread_mutex_unlock(&dh->lock);
+	return st;
+}
+
+static void close_pieces(vmm_share_piece *pieces, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		close(pieces[i].fd);
+}
+
+vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share_info *info,
+			 vmm_share_piece *pieces, size_t max, size_t *n, vmm_error *err)
+{
+	struct devheap *dh = heap_of_ptr(core, base);
+	vmm_backend *be = core->be;
+	vmm_devptr lo, hi, va;
+	struct alloc *r;
+	vmm_status st = VMM_OK;
+	size_t k = 0;
+
+	*n = 0;
+	if (!dh || !be->export_fd)
+		return vmm_fail(err, VMM_E_NOT_OURS, 0, "no export at 0x%llx",
+				(unsigned long long)base);
+	pthread_mutex_lock(&dh->lock);
+	r = alloc_at(dh, base);
+	if (!r || r->base != base || !id || r->share_id != id) {
+		pthread_mutex_unlock(&dh->lock);
+		return vmm_fail(err, VMM_E_NOT_OURS, 0, "no live export %llu at 0x%llx (freed?)",
+				(unsigned long long)id, (unsigned long long)base);
+	}
+	fill_info(dh, r, info);
+	span_of(dh, r, &lo, &hi);
+	for (va = lo; va < hi && !st;) {
+		struct phandle *h = page_handle_get(dh, va);
+		vmm_devptr end = h->va + h->size < hi ? h->va + h->size : hi;
+
+		if (k == max) {
+			st = vmm_fail(err, VMM_E_UNSUPPORTED, 0, "more than %zu pieces", max);
+			break;
+		}
+		st = be->export_fd(be, dh->dev, h->h, &pieces[k].fd, err);
+		if (st)
+			break;
+		pieces[k].offset = (size_t)(va - lo);
+		pieces[k].size = (size_t)(end - va);
+		pieces[k].handle_offset = (size_t)(va - h->va);
+		k++;
+		va = end;
+	}
+	pthread_mutex_unlock(&dh->lock);
+	if (st) {
+		close_pieces(pieces, k);
+		return st;
+	}
+	*n = k;
+	return VMM_OK;
+}
+
+size_t vmm_share_list(vmm_core *core, vmm_share_info *out, size_t max)
+{
+	size_t n = 0;
+
+	for (int d = 0; d < core->ndev; d++) {
+		struct devheap *dh = heap_for(core, d, false, NULL);
+
+		if (!dh)
+			continue;
+		pthread_mutex_lock(&dh->lock);
+		for (size_t i = 0; dh->hash && i <= dh->hash_mask; i++)
+			for (struct alloc *r = dh->hash[i]; r; r = r->hnext)
+				if (r->share_id && n++ < max)
+					fill_info(dh, r, &out[n - 1]);
+		pthread_mutex_unlock(&dh->lock);
+	}
+	return n;
+}
+
+void vmm_share_bytes(vmm_core *core, int dev, uint64_t *shared, uint64_t *retired)
+{
+	struct devheap *dh = dev >= 0 && dev < core->ndev ? heap_for(core, dev, false, NULL) : NULL;
+
+	*shared = *retired = 0;
+	if (!dh)
+		return;
+	pthread_mutex_lock(&dh->lock);
+	for (int i = 0; i < dh->narenas; i++) {
+		*shared += dh->arenas[i]->st.shared_bytes;
+		*retired += dh->arenas[i]->st.retired_bytes;
+	}
+	pthread_mutex_unlock(&dh->lock);
+}

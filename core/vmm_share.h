@@ -1,0 +1,51 @@
+/* Allocations of the core that another process maps (legacy CUDA IPC through the shim): the
+ * public side of heap_share.c. An exported allocation keeps its physical memory where it is for
+ * the rest of the process: that memory stays resident through sleep and is never handed out again
+ * by this heap (what is freed there is retired; a handle whose memory is all retired is released,
+ * and the importers' own references keep it alive for them). */
+#ifndef VMM_SHARE_H
+#define VMM_SHARE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "heap.h"
+
+/* An exported allocation. The span is the granule-aligned range around it that an importer maps
+ * (the neighbours' bytes in its edge granules come along, as the driver's legacy IPC shows the
+ * whole underlying allocation). */
+typedef struct vmm_share_info {
+	int device;
+	vmm_devptr base;        /* the allocation's base here */
+	size_t size;            /* its size as asked for */
+	uint64_t id;            /* names it to other processes; never reused in this process */
+	vmm_devptr span;        /* granule-aligned start of what an importer maps */
+	size_t span_size;
+} vmm_share_info;
+
+/* One piece of a span: [offset, offset+size) of the span is [handle_offset, +size) of the handle
+ * behind fd. */
+typedef struct vmm_share_piece {
+	int fd;                 /* owned by the caller after vmm_share_fds */
+	size_t offset, size, handle_offset;
+} vmm_share_piece;
+
+#define VMM_SHARE_MAX_PIECES 64
+
+/* Export the allocation containing ptr (any address in it): its id (the same on every call) and
+ * span. VMM_E_NOT_OURS when ptr is in no live allocation; VMM_E_UNSUPPORTED when the backend
+ * cannot export memory as file descriptors or the span needs more than VMM_SHARE_MAX_PIECES. */
+vmm_status vmm_share_export(vmm_core *core, vmm_devptr ptr, vmm_share_info *out, vmm_error *err);
+
+/* New file descriptors for the pieces of the exported allocation at base with that id (both must
+ * match: a freed allocation's id is gone). VMM_E_NOT_OURS when there is no such export. */
+vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share_info *info,
+			 vmm_share_piece *pieces, size_t max, size_t *n, vmm_error *err);
+
+/* The live exported allocations (up to max); returns how many there are. */
+size_t vmm_share_list(vmm_core *core, vmm_share_info *out, size_t max);
+
+/* Bytes of dev's heap in shared handles, and of those the bytes retired (freed, not reusable). */
+void vmm_share_bytes(vmm_core *core, int dev, uint64_t *shared, uint64_t *retired);
+
+#endif
