@@ -45,6 +45,13 @@ DRIVER_HOOK(cuPointerGetAttributes,
 	(unsigned int numAttributes, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr),
 	(numAttributes, attributes, data, ptr))
 DRIVER_HOOK(cuIpcGetMemHandle, (CUipcMemHandle *pHandle, CUdeviceptr dptr), (pHandle, dptr))
+DRIVER_HOOK(cuIpcOpenMemHandle,
+	(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags),
+	(pdptr, handle, Flags))
+DRIVER_HOOK(cuIpcOpenMemHandle_v2,
+	(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags),
+	(pdptr, handle, Flags))
+DRIVER_HOOK(cuIpcCloseMemHandle, (CUdeviceptr dptr), (dptr))
 DRIVER_HOOK(cuMemCreate,
 	(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop,
 	unsigned long long flags),

@@ -20,6 +20,9 @@
 #undef cuPointerGetAttribute
 #undef cuPointerGetAttributes
 #undef cuIpcGetMemHandle
+#undef cuIpcOpenMemHandle
+#undef cuIpcOpenMemHandle_v2
+#undef cuIpcCloseMemHandle
 #undef cuMemCreate
 #undef cuMemRelease
 #undef cuMemMap

@@ -3,8 +3,6 @@
  * - cuMemGetAddressRange_v2 and the RANGE_START_ADDR / RANGE_SIZE pointer attributes: the bounds
  *   of the allocation the program asked for, as for cuMemAlloc memory (the driver alone would
  *   answer with the core's mapping);
- * - cuIpcGetMemHandle: legacy IPC does not work on VMM memory, so for the core's memory it fails
- *   with CUDA_ERROR_NOT_SUPPORTED and says why, rather than return a handle that cannot be opened.
  * Everything else, and every pointer that is not the core's, is the driver's answer. */
 #include "../core/log.h"
 #include "hooks_common.h"
@@ -82,19 +80,4 @@ CUresult CUDAAPI cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
 			answer_attribute(attributes[i], data[i], &info);
 	}
 	return r;
-}
-
-CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
-{
-	vmm_alloc_info info;
-
-	if (ours(dptr, &info)) {
-		vmm_log(VMM_LOG_ERROR,
-			"cuIpcGetMemHandle(0x%llx): legacy CUDA IPC does not work on the shim's "
-			"virtual-memory allocations; returning CUDA_ERROR_NOT_SUPPORTED (run this "
-			"program with VMMSHIM_DISABLE=1 if it shares device memory this way)",
-			(unsigned long long)dptr);
-		return CUDA_ERROR_NOT_SUPPORTED;
-	}
-	return CALL_REAL(cuIpcGetMemHandle, (pHandle, dptr));
 }

@@ -13,6 +13,7 @@
 
 #include "../core/log.h"
 #include "control/control.h"
+#include "ipc_registry.h"
 #include "shim_internal.h"
 
 enum side_state { SIDE_UNTRIED = 0, SIDE_READY, SIDE_UNAVAILABLE };
@@ -101,6 +102,7 @@ static void in_child(void)
 	atomic_store(&forked_child, true);
 	pthread_mutex_init(&create_lock, NULL);
 	gate_reset_after_fork();
+	ipc_registry_after_fork();
 }
 
 /* Called with create_lock held, once a side is ready. */

@@ -549,6 +549,8 @@ void control_dispatch(const proto_request *req, const control_client *client, pr
 	case PROTO_CANCEL:
 		do_cancel(req, client, w);
 		return;
+	case PROTO_SHARE_OPEN:
+		break; /* the server answers it itself (control_share_open: descriptors go along) */
 	}
 	proto_error_response(w, PROTO_ERR_MALFORMED, "unknown verb");
 }

@@ -32,6 +32,7 @@
 #include "../../core/log.h"
 #include "control.h"
 #include "control_internal.h"
+#include "../protocol/fd_pass.h"
 #include "../protocol/run_dir.h"
 
 #define CONTROL_MAX_CLIENTS 64   /* connections being read (or told why not) at once */
@@ -161,6 +162,8 @@ static void *worker_main(void *arg)
 	struct job *j = arg;
 	control_client client = { .gone = conn_gone, .gone_arg = (void *)(intptr_t)j->fd,
 				  .pid = (long)j->cred.pid };
+	int fds[FD_PASS_MAX];
+	size_t nfds = 0;
 	proto_writer w;
 	bool exiting;
 
@@ -172,14 +175,23 @@ static void *worker_main(void *arg)
 		client.pid);
 	if (exiting)
 		proto_error_response(&w, PROTO_ERR_BUSY, "the process is exiting");
+	else if (j->req.verb == PROTO_SHARE_OPEN)
+		control_share_open(&j->req, j->cred.uid, j->cred.pid, &w, fds, &nfds);
 	else
 		control_dispatch(&j->req, &client, &w);
 	if (w.failed) {
 		proto_writer_free(&w);
 		proto_error_response(&w, PROTO_ERR_INTERNAL, "the reply did not fit in memory");
+		control_share_close_fds(fds, nfds);
+		nfds = 0;
 	}
-	if (!w.failed && w.len)
+	/* Memory descriptors travel with the reply's first bytes (share_open only). */
+	if (!w.failed && w.len && nfds)
+		fd_pass_send(j->fd, w.buf, w.len, fds, nfds,
+			     fd_pass_now_ms() + PROTO_WRITE_DEADLINE_MS);
+	else if (!w.failed && w.len)
 		write_reply(j->fd, w.buf, w.len);
+	control_share_close_fds(fds, nfds);
 	proto_writer_free(&w);
 	drain_and_close(j->fd);
 	free(j);

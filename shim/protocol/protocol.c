@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ const char *proto_verb_name(proto_verb v)
 	case PROTO_SLEEP: return "sleep";
 	case PROTO_WAKE: return "wake";
 	case PROTO_CANCEL: return "cancel";
+	case PROTO_SHARE_OPEN: return "share_open";
 	}
 	return "?";
 }
@@ -302,7 +304,9 @@ static bool valid_tag(const char *s)
 static bool verb_takes(proto_verb v, const char *key)
 {
 	if (!strcmp(key, "tag") || !strcmp(key, "device"))
-		return v != PROTO_HELLO && v != PROTO_CANCEL;
+		return v != PROTO_HELLO && v != PROTO_CANCEL && v != PROTO_SHARE_OPEN;
+	if (!strcmp(key, "export") || !strcmp(key, "base"))
+		return v == PROTO_SHARE_OPEN;
 	if (!strcmp(key, "discard") || !strcmp(key, "autowake"))
 		return v == PROTO_SLEEP;
 	if (!strcmp(key, "timeout_ms"))
@@ -331,6 +335,10 @@ static int apply_field(proto_request *req, const proto_field *f, char *why, size
 		if (f->type != PROTO_T_NUMBER || !parse_integer(f->value, 0, MAX_TIMEOUT_MS, &v))
 			return why_fail(why, whylen, "timeout_ms must be 0..%d", MAX_TIMEOUT_MS);
 		req->timeout_ms = (int)v;
+	} else if (!strcmp(f->key, "export") || !strcmp(f->key, "base")) {
+		if (f->type != PROTO_T_NUMBER || !parse_integer(f->value, 1, LLONG_MAX, &v))
+			return why_fail(why, whylen, "%s must be a positive integer", f->key);
+		*(!strcmp(f->key, "export") ? &req->share_id : &req->share_base) = (uint64_t)v;
 	} else {
 		if (f->type != PROTO_T_BOOL)
 			return why_fail(why, whylen, "%s must be true or false", f->key);
@@ -346,7 +354,7 @@ int proto_parse_request(const char *buf, size_t len, proto_request *out, char *w
 			size_t whylen)
 {
 	static const proto_verb verbs[] = { PROTO_HELLO, PROTO_STATUS, PROTO_SLEEP, PROTO_WAKE,
-					    PROTO_CANCEL };
+					    PROTO_CANCEL, PROTO_SHARE_OPEN };
 	size_t m = strlen(PROTO_MAGIC), n, pos;
 	proto_record rec;
 	bool found = false;
@@ -384,6 +392,8 @@ int proto_parse_request(const char *buf, size_t len, proto_request *out, char *w
 	for (int i = 0; i < rec.nfields; i++)
 		if (apply_field(out, &rec.fields[i], why, whylen))
 			return -1;
+	if (out->verb == PROTO_SHARE_OPEN && (!out->share_id || !out->share_base))
+		return why_fail(why, whylen, "share_open needs export= and base=");
 	return 0;
 }
 
@@ -456,6 +466,12 @@ size_t proto_format_request(const proto_request *req, char *buf, size_t cap)
 			      req->discard ? "true" : "false", req->autowake ? "true" : "false");
 	if (ok && req->timeout_ms > 0 && verb_takes(req->verb, "timeout_ms"))
 		ok = put_text(buf, cap, &len, " timeout_ms=%d", req->timeout_ms);
+	if (ok && req->verb == PROTO_SHARE_OPEN)
+		ok = req->share_id && req->share_base && req->share_id <= LLONG_MAX &&
+		     req->share_base <= LLONG_MAX &&
+		     put_text(buf, cap, &len, " export=%llu base=%llu",
+			      (unsigned long long)req->share_id,
+			      (unsigned long long)req->share_base);
 	if (ok)
 		ok = put_text(buf, cap, &len, "\n");
 	if (!ok || len > PROTO_MAX_REQUEST)

@@ -8,12 +8,15 @@
  *
  *     vmmshim/1 VERB [key=value ...]\n
  *
- *   VERB     hello | status | sleep | wake | cancel
+ *   VERB     hello | status | sleep | wake | cancel | share_open
  *   keys     tag="T" (every tag when absent), device=N (every device when absent or -1),
  *            discard=true|false, autowake=true|false (sleep only), timeout_ms=N (sleep and
  *            wake: the longest the whole operation may take, waiting for another one, the gate
  *            and the drain included, after which it rolls back; cancel: how long to wait for
  *            the cancelled operation to end; 0 or absent: the server's default).
+ *            share_open (another shimmed process of the same uid opening a legacy IPC handle,
+ *            never vmmctl): export=N base=N, both required; the reply's first bytes carry the
+ *            pieces' file descriptors (SCM_RIGHTS, fd_pass.h) and a `piece` record each.
  *   A key may appear once; unknown verbs, keys or versions, bad values and over-long requests are
  *   refused with an error response and change nothing. The server reads a request for at most
  *   PROTO_READ_DEADLINE_MS; a client that is slower is disconnected. A sleep or wake whose
@@ -45,6 +48,8 @@
  *            ended: it ended, how is not known (one the program started itself) | running:
  *            not ended within timeout_ms | none: nothing was in progress, with the word
  *            "already"), seconds
+ *   share    device, base, size, span, span_size, pieces (share_open)
+ *   piece    offset, size, handle_offset (share_open; the n-th record goes with the n-th fd)
  *   error    status (one of the PROTO_ERR_* words), message
  *
  * A reply has at most PROTO_MAX_RESPONSE bytes and PROTO_MAX_RECORDS records; vmmctl refuses a
@@ -92,6 +97,7 @@ typedef enum proto_verb {
 	PROTO_SLEEP,
 	PROTO_WAKE,
 	PROTO_CANCEL,
+	PROTO_SHARE_OPEN,
 } proto_verb;
 
 typedef struct proto_request {
@@ -101,6 +107,8 @@ typedef struct proto_request {
 	bool discard;
 	bool autowake;
 	int timeout_ms;           /* 0 = the server's default */
+	uint64_t share_id;        /* share_open: the export's id and base (both > 0) */
+	uint64_t share_base;
 } proto_request;
 
 const char *proto_verb_name(proto_verb v);

@@ -1,0 +1,78 @@
+/* share_open: another shimmed process opens a legacy IPC handle of ours (shim/hooks_ipc.c on its
+ * side). The export is looked up by id and base (a freed allocation's id is gone), the physical
+ * handles under it are exported as new descriptors that travel with the reply, and the importer's
+ * pid is recorded (shim_share_importers) for whoever needs to know who maps what. Same uid only:
+ * root may drive a process, but memory goes only to its own user's processes. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../../core/log.h"
+#include "../../core/vmm_share.h"
+#include "../ipc_registry.h"
+#include "../runtime.h"
+#include "control_internal.h"
+#include "../protocol/fd_pass.h"
+
+void control_share_close_fds(const int *fds, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		close(fds[i]);
+}
+
+void control_share_open(const proto_request *req, unsigned uid, long pid, proto_writer *w,
+			int *fds, size_t *nfds)
+{
+	shim_runtime *rt = shim_runtime_peek();
+	vmm_share_piece pieces[FD_PASS_MAX];
+	vmm_share_info info;
+	vmm_error err;
+	size_t n = 0;
+	char msg[160];
+
+	*nfds = 0;
+	if (uid != (unsigned)geteuid()) {
+		snprintf(msg, sizeof(msg), "uid %u may not map memory of uid %u", uid,
+			 (unsigned)geteuid());
+		vmm_log(VMM_LOG_WARN, "share_open from pid %ld refused: %s", pid, msg);
+		proto_error_response(w, PROTO_ERR_PERMISSION, msg);
+		return;
+	}
+	if (!rt || !rt->cuda_core) {
+		proto_error_response(w, PROTO_ERR_NOT_READY, "no device memory managed here");
+		return;
+	}
+	vmm_error_clear(&err);
+	if (vmm_share_fds(rt->cuda_core, (vmm_devptr)req->share_base, req->share_id, &info, pieces,
+			  FD_PASS_MAX, &n, &err)) {
+		vmm_log(VMM_LOG_INFO, "share_open of export %llu from pid %ld: %s",
+			(unsigned long long)req->share_id, pid, err.msg);
+		proto_error_response(w, err.status == VMM_E_NOT_OURS ? PROTO_ERR_INVALID :
+				     control_error_word(err.status), err.msg);
+		return;
+	}
+	proto_header(w, "ok");
+	proto_record_begin(w, "share");
+	proto_put_int(w, "device", info.device);
+	proto_put_u64(w, "base", info.base);
+	proto_put_u64(w, "size", info.size);
+	proto_put_u64(w, "span", info.span);
+	proto_put_u64(w, "span_size", info.span_size);
+	proto_put_u64(w, "pieces", n);
+	proto_record_end(w);
+	for (size_t i = 0; i < n; i++) {
+		proto_record_begin(w, "piece");
+		proto_put_u64(w, "offset", pieces[i].offset);
+		proto_put_u64(w, "size", pieces[i].size);
+		proto_put_u64(w, "handle_offset", pieces[i].handle_offset);
+		proto_record_end(w);
+		fds[i] = pieces[i].fd;
+	}
+	proto_end(w);
+	*nfds = n;
+	ipc_registry_importer(req->share_id, (pid_t)pid);
+	vmm_log(VMM_LOG_DEBUG, "share_open: export %llu (0x%llx, %zu bytes) to pid %ld in %zu "
+		"pieces", (unsigned long long)req->share_id, (unsigned long long)info.base,
+		info.size, pid, n);
+}

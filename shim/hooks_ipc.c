@@ -1,0 +1,265 @@
+/* Legacy CUDA IPC (cuIpcGetMemHandle, cuIpcOpenMemHandle/_v2, cuIpcCloseMemHandle) on the shim's
+ * memory, which is VMM memory the driver's legacy IPC refuses. The exporter's handle names it and
+ * the allocation (ipc_handle.h); the importer's shim asks the exporter's control socket for the
+ * physical handles as file descriptors (peer_request.h, share_open.c there), imports them, maps
+ * them in a range it reserves and returns the allocation's base there. Opening a handle again
+ * returns the same pointer and counts an open; the last close unmaps (cuda.h). Pointers that are
+ * not the shim's and handles that are not the shim's are the driver's. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../core/log.h"
+#include "../core/vmm_share.h"
+#include "hooks_common.h"
+#include "ipc_handle.h"
+#include "ipc_registry.h"
+#include "protocol/peer_request.h"
+#include "protocol/protocol.h"
+
+/* How long an open waits for the exporting process to answer. */
+#define IPC_OPEN_TIMEOUT_MS 10000
+
+CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+	vmm_core *core = hook_cuda_core();
+	vmm_share_info si;
+	vmm_alloc_info info;
+	ipc_handle h;
+	vmm_error err;
+	vmm_status st;
+
+	if (!core || !vmm_lookup(core, (vmm_devptr)dptr, &info))
+		return CALL_REAL(cuIpcGetMemHandle, (pHandle, dptr));
+	if (!pHandle)
+		return CUDA_ERROR_INVALID_VALUE;
+	gate_enter();
+	vmm_error_clear(&err);
+	st = vmm_share_export(core, (vmm_devptr)dptr, &si, &err);
+	gate_leave();
+	if (!st && !ipc_handle_make(&h, si.id, si.base, si.size))
+		st = vmm_fail(&err, VMM_E_INVALID, 0, "cannot read this process's start time");
+	if (st) {
+		vmm_log(VMM_LOG_ERROR, "cuIpcGetMemHandle(0x%llx): %s", (unsigned long long)dptr,
+			err.msg);
+		return st == VMM_E_UNSUPPORTED ? CUDA_ERROR_NOT_SUPPORTED : hook_cu_status(st, &err);
+	}
+	memset(pHandle, 0, sizeof(*pHandle));
+	memcpy(pHandle->reserved, &h, sizeof(h));
+	vmm_log(VMM_LOG_DEBUG, "cuIpcGetMemHandle(0x%llx): export %llu of 0x%llx (%zu bytes)",
+		(unsigned long long)dptr, (unsigned long long)si.id,
+		(unsigned long long)si.base, si.size);
+	return CUDA_SUCCESS;
+}
+
+/* What the exporter answered: the span and its pieces (records "share" and "piece"). */
+struct open_reply {
+	uint64_t base, span, span_size, npieces;
+	uint64_t off[IPC_IMPORT_MAX_PIECES], size[IPC_IMPORT_MAX_PIECES],
+		hoff[IPC_IMPORT_MAX_PIECES];
+	char error[200];
+};
+
+static bool parse_reply(char *text, struct open_reply *o)
+{
+	uint64_t k = 0;
+	char *line = text, *nl, why[96];
+	bool ok = false, head = true;
+
+	memset(o, 0, sizeof(*o));
+	for (; line && *line; line = nl ? nl + 1 : NULL) {
+		proto_record rec;
+		const char *word;
+
+		nl = strchr(line, '\n');
+		if (head) {
+			word = proto_parse_header(line, nl ? (size_t)(nl - line) : strlen(line));
+			ok = word && !strcmp(word, "ok");
+			head = false;
+			continue;
+		}
+		if (proto_parse_record(line, nl ? (size_t)(nl - line) : strlen(line), &rec, why,
+				       sizeof(why)))
+			return false;
+		if (!strcmp(rec.kind, "error") && proto_record_str(&rec, "message"))
+			snprintf(o->error, sizeof(o->error), "%s", proto_record_str(&rec, "message"));
+		if (!strcmp(rec.kind, "share") && (!proto_record_u64(&rec, "base", &o->base) ||
+		    !proto_record_u64(&rec, "span", &o->span) ||
+		    !proto_record_u64(&rec, "span_size", &o->span_size) ||
+		    !proto_record_u64(&rec, "pieces", &o->npieces) ||
+		    o->npieces > IPC_IMPORT_MAX_PIECES))
+			return false;
+		if (!strcmp(rec.kind, "piece")) {
+			if (k == IPC_IMPORT_MAX_PIECES || !proto_record_u64(&rec, "offset", &o->off[k]) ||
+			    !proto_record_u64(&rec, "size", &o->size[k]) ||
+			    !proto_record_u64(&rec, "handle_offset", &o->hoff[k]))
+				return false;
+			k++;
+		}
+	}
+	return ok && o->npieces && k == o->npieces && o->base >= o->span &&
+	       o->base < o->span + o->span_size;
+}
+
+/* Undo a partial import: unmap what was mapped, release the handles, give the range back. */
+static void unmap_import(vmm_backend *be, const ipc_import *m, size_t mapped_bytes)
+{
+	if (mapped_bytes)
+		be->unmap(be, m->span, mapped_bytes, NULL);
+	for (size_t i = 0; i < m->nhandles; i++)
+		be->release(be, m->handles[i], NULL);
+	if (m->span)
+		be->unreserve(be, m->device, m->span, m->span_size, NULL);
+}
+
+/* Import the pieces behind fds into a range of our own. */
+static CUresult map_import(vmm_backend *be, const struct open_reply *o, const int *fds,
+			   int cur, unsigned int flags, ipc_import *m)
+{
+	size_t mapped = 0;
+	vmm_error err;
+	int dev = -1, peers[1];
+
+	vmm_error_clear(&err);
+	for (size_t i = 0; i < o->npieces; i++) {
+		int d;
+
+		if (be->import_fd(be, fds[i], &m->handles[i], &d, &err))
+			goto fail;
+		m->nhandles++;
+		if (dev >= 0 && d != dev) {
+			vmm_fail(&err, VMM_E_INVALID, 0, "the pieces are on different devices");
+			goto fail;
+		}
+		dev = d;
+	}
+	m->device = dev;
+	if (be->reserve(be, dev, o->span_size, 0, &m->span, &err)) {
+		m->span = 0;
+		goto fail;
+	}
+	m->span_size = o->span_size;
+	for (size_t i = 0; i < o->npieces; i++) {
+		if (o->off[i] != mapped || be->map_at(be, m->span + o->off[i], o->size[i], o->hoff[i],
+						      m->handles[i], &err))
+			goto fail;
+		mapped += o->size[i];
+	}
+	peers[0] = cur;
+	/* The opener's device gets access too when it is another one (as the lazy peer flag
+	 * asks; without it the driver would need peer access enabled, which we grant). */
+	(void)flags;
+	if (be->set_access(be, dev, m->span, m->span_size, peers, cur != dev ? 1 : 0, &err))
+		goto fail;
+	m->base = m->span + (o->base - o->span);
+	return CUDA_SUCCESS;
+fail:
+	vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: mapping export %llu of pid %d failed: %s",
+		(unsigned long long)m->id, (int)m->exporter, err.msg);
+	unmap_import(be, m, mapped);
+	return err.status == VMM_E_OOM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_MAP_FAILED;
+}
+
+static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int flags)
+{
+	shim_runtime *rt;
+	vmm_backend *be;
+	struct open_reply o;
+	peer_reply reply;
+	ipc_import m;
+	char line[160], why[256];
+	CUresult r;
+	int cur;
+
+	if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
+		return CUDA_ERROR_INVALID_VALUE;
+	if (h->pid == (uint32_t)getpid())
+		return CUDA_ERROR_INVALID_CONTEXT; /* the driver refuses to open its own handles */
+	if (!hook_current_device(&cur))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	rt = shim_runtime_cuda();
+	be = rt ? rt->cuda : NULL;
+	if (!be || !be->import_fd || !be->map_at) {
+		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: a handle of the shim in pid %u, and "
+			"this process cannot import memory (shim disabled?)", h->pid);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	if (ipc_registry_reopen((pid_t)h->pid, h->start_time, h->id, &m)) {
+		*pdptr = (CUdeviceptr)m.base;
+		return CUDA_SUCCESS;
+	}
+	if (ipc_process_start_time((pid_t)h->pid) != h->start_time) {
+		vmm_log(VMM_LOG_INFO, "cuIpcOpenMemHandle: the exporting process %u has ended",
+			h->pid);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu\n", PROTO_MAGIC,
+		 (unsigned long long)h->id, (unsigned long long)h->base);
+	if (peer_request(rt->cfg.run_dir, (pid_t)h->pid, line, IPC_OPEN_TIMEOUT_MS, &reply, why,
+			 sizeof(why))) {
+		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: asking pid %u for its memory: %s",
+			h->pid, why);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	if (!parse_reply(reply.text, &o) || reply.nfds != o.npieces) {
+		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: pid %u did not give its memory: %s",
+			h->pid, o.error[0] ? o.error : "unexpected reply");
+		peer_reply_free(&reply);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	memset(&m, 0, sizeof(m));
+	m.exporter = (pid_t)h->pid;
+	m.start_time = h->start_time;
+	m.id = h->id;
+	m.remote_base = h->base;
+	m.size = h->size;
+	gate_enter();
+	r = map_import(be, &o, reply.fds, cur, flags, &m);
+	gate_leave();
+	peer_reply_free(&reply); /* the descriptors: the imported handles hold the memory now */
+	if (r)
+		return r;
+	if (!ipc_registry_add(&m)) {
+		unmap_import(be, &m, m.span_size);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	vmm_log(VMM_LOG_DEBUG, "cuIpcOpenMemHandle: export %llu of pid %u at 0x%llx (%zu pieces)",
+		(unsigned long long)m.id, h->pid, (unsigned long long)m.base, m.nhandles);
+	*pdptr = (CUdeviceptr)m.base;
+	return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
+				       unsigned int Flags)
+{
+	ipc_handle h;
+
+	if (!ipc_handle_parse(handle.reserved, &h))
+		return CALL_REAL(cuIpcOpenMemHandle_v2, (pdptr, handle, Flags));
+	return open_ours(pdptr, &h, Flags);
+}
+
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags)
+{
+	ipc_handle h;
+
+	if (!ipc_handle_parse(handle.reserved, &h))
+		return CALL_REAL(cuIpcOpenMemHandle, (pdptr, handle, Flags));
+	return open_ours(pdptr, &h, Flags);
+}
+
+CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+	shim_runtime *rt = shim_runtime_peek();
+	ipc_import m;
+	bool last;
+
+	if (!ipc_registry_close((vmm_devptr)dptr, &last, &m))
+		return CALL_REAL(cuIpcCloseMemHandle, (dptr));
+	if (last && rt && rt->cuda) {
+		gate_enter();
+		unmap_import(rt->cuda, &m, m.span_size);
+		gate_leave();
+	}
+	return CUDA_SUCCESS;
+}

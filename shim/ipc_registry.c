@@ -1,0 +1,128 @@
+/* The legacy-IPC registry (ipc_registry.h): two small tables under one lock. */
+#include "ipc_registry.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+
+static struct {
+	uint64_t id;
+	pid_t pid;
+} importers[IPC_REGISTRY_MAX];
+static size_t nimporters;
+
+static ipc_import *imports[IPC_REGISTRY_MAX];
+static size_t nimports;
+
+void ipc_registry_importer(uint64_t id, pid_t pid)
+{
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nimporters; i++) {
+		if (importers[i].id == id && importers[i].pid == pid) {
+			pthread_mutex_unlock(&lock);
+			return;
+		}
+	}
+	if (nimporters < IPC_REGISTRY_MAX) {
+		importers[nimporters].id = id;
+		importers[nimporters++].pid = pid;
+	}
+	pthread_mutex_unlock(&lock);
+}
+
+size_t ipc_registry_importers(uint64_t id, pid_t *out, size_t max)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nimporters; i++)
+		if (importers[i].id == id && n++ < max)
+			out[n - 1] = importers[i].pid;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+bool ipc_registry_reopen(pid_t exporter, uint64_t start_time, uint64_t id, ipc_import *out)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nimports && !found; i++) {
+		ipc_import *m = imports[i];
+
+		if (m->exporter == exporter && m->start_time == start_time && m->id == id) {
+			m->opens++;
+			*out = *m;
+			found = true;
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return found;
+}
+
+bool ipc_registry_add(const ipc_import *imp)
+{
+	ipc_import *m = malloc(sizeof(*m));
+	bool ok = false;
+
+	if (!m)
+		return false;
+	*m = *imp;
+	m->opens = 1;
+	pthread_mutex_lock(&lock);
+	if (nimports < IPC_REGISTRY_MAX) {
+		imports[nimports++] = m;
+		ok = true;
+	}
+	pthread_mutex_unlock(&lock);
+	if (!ok)
+		free(m);
+	return ok;
+}
+
+bool ipc_registry_close(vmm_devptr base, bool *last, ipc_import *out)
+{
+	bool found = false;
+
+	*last = false;
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nimports && !found; i++) {
+		ipc_import *m = imports[i];
+
+		if (m->base != base)
+			continue;
+		found = true;
+		if (--m->opens == 0) {
+			*out = *m;
+			*last = true;
+			imports[i] = imports[--nimports];
+			free(m);
+		}
+	}
+	pthread_mutex_unlock(&lock);
+	return found;
+}
+
+size_t ipc_registry_imports(ipc_import *out, size_t max)
+{
+	size_t n;
+
+	pthread_mutex_lock(&lock);
+	for (n = 0; n < nimports && n < max; n++)
+		out[n] = *imports[n];
+	n = nimports;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+void ipc_registry_after_fork(void)
+{
+	pthread_mutex_init(&lock, NULL);
+	nimporters = 0;
+	/* The mappings were not inherited by the child in any usable way; forget them. */
+	for (size_t i = 0; i < nimports; i++)
+		free(imports[i]);
+	nimports = 0;
+}

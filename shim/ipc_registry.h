@@ -1,0 +1,52 @@
+/* Who shares which memory through legacy CUDA IPC under the shim, queryable by anyone in the
+ * process (status, a group sleep): on the exporting side, which pids opened which export (the
+ * exported allocations themselves are the core's, vmm_share_list); on the importing side, every
+ * handle opened here and where it is mapped. Thread-safe; fixed capacity (IPC_REGISTRY_MAX each). */
+#ifndef VMMSHIM_IPC_REGISTRY_H
+#define VMMSHIM_IPC_REGISTRY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "../core/backend/backend.h"
+
+#define IPC_REGISTRY_MAX 4096
+#define IPC_IMPORT_MAX_PIECES 64
+
+/* Exporting side: pid opened export id (recorded once per pair). */
+void ipc_registry_importer(uint64_t id, pid_t pid);
+/* The pids that opened export id (up to max); returns how many there are. */
+size_t ipc_registry_importers(uint64_t id, pid_t *out, size_t max);
+
+/* Importing side: one opened handle. */
+typedef struct ipc_import {
+	pid_t exporter;
+	uint64_t start_time;        /* the exporter's, to tell a reused pid */
+	uint64_t id;                /* the export's id there */
+	vmm_devptr remote_base;     /* the allocation's base there */
+	int device;                 /* here */
+	vmm_devptr span;            /* reserved and mapped here */
+	size_t span_size;
+	vmm_devptr base;            /* what the program got: span + (remote base - remote span) */
+	size_t size;
+	vmm_phys handles[IPC_IMPORT_MAX_PIECES];
+	size_t nhandles;
+	unsigned opens;             /* cuIpcOpenMemHandle calls not closed yet */
+} ipc_import;
+
+/* Find the import of (exporter, start_time, id) and count one more open: true with *out a copy. */
+bool ipc_registry_reopen(pid_t exporter, uint64_t start_time, uint64_t id, ipc_import *out);
+/* Record a new import (opens = 1). false when the table is full. */
+bool ipc_registry_add(const ipc_import *imp);
+/* One open fewer of the import whose base is base: true when there was one; *last and *out (a
+ * copy, removed from the table) when that was its last open. */
+bool ipc_registry_close(vmm_devptr base, bool *last, ipc_import *out);
+/* The imports (up to max); returns how many there are. */
+size_t ipc_registry_imports(ipc_import *out, size_t max);
+
+/* In a forked child: the parent's imports are not the child's to close. */
+void ipc_registry_after_fork(void);
+
+#endif

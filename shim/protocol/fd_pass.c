@@ -1,0 +1,124 @@
+/* SCM_RIGHTS over a Unix stream socket, with deadlines (fd_pass.h). */
+#include "fd_pass.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+long long fd_pass_now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Wait for events on sock until the deadline: 0 ready, -1 with errno. */
+static int wait_for(int sock, short events, long long deadline_ms)
+{
+	for (;;) {
+		long long left = deadline_ms - fd_pass_now_ms();
+		struct pollfd p = { .fd = sock, .events = events };
+		int r;
+
+		if (left <= 0) {
+			errno = ETIMEDOUT;
+			return -1;
+		}
+		r = poll(&p, 1, left > 1000000 ? 1000000 : (int)left);
+		if (r > 0)
+			return 0;
+		if (r < 0 && errno != EINTR)
+			return -1;
+	}
+}
+
+int fd_pass_send(int sock, const void *buf, size_t len, const int *fds, size_t nfds,
+		 long long deadline_ms)
+{
+	union {
+		struct cmsghdr align;
+		char bytes[CMSG_SPACE(sizeof(int) * FD_PASS_MAX)];
+	} ctl;
+	size_t off = 0;
+
+	if (nfds > FD_PASS_MAX || (nfds && !len)) {
+		errno = EINVAL;
+		return -1;
+	}
+	while (off < len) {
+		struct iovec io = { .iov_base = (char *)buf + off, .iov_len = len - off };
+		struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1 };
+		ssize_t k;
+
+		if (nfds && off == 0) {
+			struct cmsghdr *c;
+
+			memset(&ctl, 0, sizeof(ctl));
+			m.msg_control = ctl.bytes;
+			m.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+			c = CMSG_FIRSTHDR(&m);
+			c->cmsg_level = SOL_SOCKET;
+			c->cmsg_type = SCM_RIGHTS;
+			c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+			memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+		}
+		if (wait_for(sock, POLLOUT, deadline_ms))
+			return -1;
+		k = sendmsg(sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (k < 0) {
+			if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+				continue;
+			return -1;
+		}
+		off += (size_t)k;
+	}
+	return 0;
+}
+
+long fd_pass_recv(int sock, void *buf, size_t cap, int *fds, size_t max, size_t *nfds,
+		  long long deadline_ms)
+{
+	union {
+		struct cmsghdr align;
+		char bytes[CMSG_SPACE(sizeof(int) * FD_PASS_MAX)];
+	} ctl;
+
+	for (;;) {
+		struct iovec io = { .iov_base = buf, .iov_len = cap };
+		struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl.bytes,
+				    .msg_controllen = sizeof(ctl.bytes) };
+		ssize_t k;
+
+		if (wait_for(sock, POLLIN, deadline_ms))
+			return -1;
+		k = recvmsg(sock, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		if (k < 0) {
+			if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
+				continue;
+			return -1;
+		}
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+			size_t n;
+			int *in;
+
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+				continue;
+			n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			in = (int *)CMSG_DATA(c);
+			for (size_t i = 0; i < n; i++) {
+				int fd;
+
+				memcpy(&fd, in + i, sizeof(fd));
+				if (*nfds < max)
+					fds[(*nfds)++] = fd;
+				else
+					close(fd);
+			}
+		}
+		return (long)k;
+	}
+}

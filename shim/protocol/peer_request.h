@@ -1,0 +1,26 @@
+/* A request from one shimmed process to another's control socket, with a deadline: connect to
+ * <run folder>/<pid>.sock, check that the process answering is that pid and runs as our uid
+ * (SO_PEERCRED), send one request line, read the whole reply and the file descriptors that came
+ * with it (fd_pass.h). Pure socket code, no shim state: usable by any shim-to-shim call. */
+#ifndef VMMSHIM_PEER_REQUEST_H
+#define VMMSHIM_PEER_REQUEST_H
+
+#include <stddef.h>
+#include <sys/types.h>
+
+typedef struct peer_reply {
+	char *text;        /* the reply, NUL-terminated (malloc'd; peer_reply_free) */
+	size_t len;
+	int fds[64];       /* descriptors received (close-on-exec), owned by the caller */
+	size_t nfds;
+} peer_reply;
+
+/* 0 with *out filled, or -1 with why: no such socket (the process ended or has no shim),
+ * refused (not our uid, folder not private), timed out (timeout_ms from now), or cut short. */
+int peer_request(const char *run_dir, pid_t pid, const char *line, int timeout_ms,
+		 peer_reply *out, char *why, size_t whylen);
+
+/* Free the text and close every descriptor still in out (set an entry to -1 to keep it). */
+void peer_reply_free(peer_reply *out);
+
+#endif

@@ -1,0 +1,369 @@
+/* Legacy CUDA IPC between two processes, as PyTorch's torch.multiprocessing uses it: the parent
+ * exports a cudaMalloc'd buffer, a child it starts (fork + exec, a fresh process like "spawn")
+ * opens the handle, checks and writes, and the parent sees the write. Modes (argv[1]):
+ *   torch              the pattern above with the runtime API, a large and a small buffer, the
+ *                      handle opened twice (same pointer) and closed twice
+ *   orders             the exporter frees while the child has it open and allocates again: the
+ *                      child still sees its bytes and the new allocations are untouched; open
+ *                      after the free, open in the exporting process: the driver's errors
+ *   killed             the exporter (a child) is killed while this process has its memory open:
+ *                      the memory stays readable and writable here until closed
+ *   noshim             the child runs without the shim: the driver's error, no crash
+ * Prints "name rc" lines for the error codes; the test checks them. */
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "prog_common.h"
+
+#define BIG (6u << 20)
+#define SMALL 1000u
+
+static void to_hex(const void *p, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", ((const unsigned char *)p)[i]);
+}
+
+static void from_hex(const char *s, void *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		unsigned v;
+
+		if (sscanf(s + 2 * i, "%2x", &v) != 1)
+			FAIL("bad handle text");
+		((unsigned char *)p)[i] = (unsigned char)v;
+	}
+}
+
+static void put_pattern(CUdeviceptr d, size_t n, uint32_t seed)
+{
+	void *h = malloc(n);
+
+	pattern_fill(h, n, seed);
+	CHECK_CU(cuMemcpyHtoD(d, h, n));
+	free(h);
+}
+
+static int has_pattern(CUdeviceptr d, size_t n, uint32_t seed)
+{
+	void *h = malloc(n);
+	int ok;
+
+	CHECK_CU(cuMemcpyDtoH(h, d, n));
+	ok = !pattern_check(h, n, seed);
+	free(h);
+	return ok;
+}
+
+static void driver_init(void)
+{
+	CUdevice dev;
+	CUcontext ctx;
+
+	CHECK_CU(cuInit(0));
+	CHECK_CU(cuDeviceGet(&dev, 0));
+	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CHECK_CU(cuCtxSetCurrent(ctx));
+}
+
+/* Start this program again as mode with args; its stdin/stdout are pipes (*to, *from). */
+static pid_t spawn(const char *self, const char *mode, const char *a1, const char *a2,
+		   bool noshim, int *to, int *from)
+{
+	int in[2], out[2];
+	pid_t pid;
+
+	if (pipe(in) || pipe(out))
+		FAIL("pipe");
+	pid = fork();
+	if (pid < 0)
+		FAIL("fork");
+	if (!pid) {
+		dup2(in[0], 0);
+		dup2(out[1], 1);
+		close(in[1]);
+		close(out[0]);
+		unsetenv("SIMDEV_STATS"); /* the parent's counters are the test's */
+		if (noshim)
+			unsetenv("LD_PRELOAD");
+		execl(self, self, mode, a1, a2, (char *)NULL);
+		_exit(127);
+	}
+	close(in[0]);
+	close(out[1]);
+	*to = in[1];
+	*from = out[0];
+	return pid;
+}
+
+static void say(int fd, const char *word)
+{
+	if (write(fd, word, strlen(word)) < 0 || write(fd, "\n", 1) < 0)
+		FAIL("write");
+}
+
+static void expect_line(int fd, const char *word)
+{
+	char buf[256];
+	size_t n = 0;
+
+	while (n + 1 < sizeof(buf) && read(fd, buf + n, 1) == 1 && buf[n] != '\n')
+		n++;
+	buf[n] = '\0';
+	if (strcmp(buf, word))
+		FAIL("expected \"%s\", got \"%s\"", word, buf);
+}
+
+static int wait_child(pid_t pid)
+{
+	int st;
+
+	if (waitpid(pid, &st, 0) != pid)
+		FAIL("waitpid");
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* ---- torch: runtime API ---- */
+
+static int torch_parent(const char *self)
+{
+	void *big, *small, *host = malloc(BIG);
+	cudaIpcMemHandle_t hb, hs;
+	char xb[129], xs[129];
+	int to, from;
+	pid_t pid;
+
+	CHECK_CU(cudaMalloc(&big, BIG));
+	CHECK_CU(cudaMalloc(&small, SMALL));
+	pattern_fill(host, BIG, 1);
+	CHECK_CU(cudaMemcpy(big, host, BIG, cudaMemcpyHostToDevice));
+	pattern_fill(host, SMALL, 2);
+	CHECK_CU(cudaMemcpy(small, host, SMALL, cudaMemcpyHostToDevice));
+	CHECK_CU(cudaIpcGetMemHandle(&hb, big));
+	CHECK_CU(cudaIpcGetMemHandle(&hs, (char *)small + 10)); /* any address in it */
+	to_hex(&hb, sizeof(hb), xb);
+	to_hex(&hs, sizeof(hs), xs);
+	pid = spawn(self, "torch-child", xb, xs, false, &to, &from);
+	if (wait_child(pid))
+		FAIL("the child failed");
+	CHECK_CU(cudaMemcpy(host, big, BIG, cudaMemcpyDeviceToHost));
+	if (pattern_check(host, BIG, 3))
+		FAIL("the parent does not see the child's write to the large buffer");
+	CHECK_CU(cudaMemcpy(host, small, SMALL, cudaMemcpyDeviceToHost));
+	if (pattern_check(host, SMALL, 4))
+		FAIL("the parent does not see the child's write to the small buffer");
+	CHECK_CU(cudaFree(big));
+	CHECK_CU(cudaFree(small));
+	printf("torch ok\n");
+	return 0;
+}
+
+static int torch_child(const char *xb, const char *xs)
+{
+	cudaIpcMemHandle_t hb, hs;
+	void *big, *big2, *small, *host = malloc(BIG);
+
+	from_hex(xb, &hb, sizeof(hb));
+	from_hex(xs, &hs, sizeof(hs));
+	CHECK_CU(cudaSetDevice(0));
+	CHECK_CU(cudaIpcOpenMemHandle(&big, hb, cudaIpcMemLazyEnablePeerAccess));
+	CHECK_CU(cudaIpcOpenMemHandle(&small, hs, cudaIpcMemLazyEnablePeerAccess));
+	CHECK_CU(cudaIpcOpenMemHandle(&big2, hb, cudaIpcMemLazyEnablePeerAccess));
+	if (big2 != big)
+		FAIL("a second open gave another pointer");
+	CHECK_CU(cudaMemcpy(host, big, BIG, cudaMemcpyDeviceToHost));
+	if (pattern_check(host, BIG, 1))
+		FAIL("the child does not see the parent's large buffer");
+	CHECK_CU(cudaMemcpy(host, small, SMALL, cudaMemcpyDeviceToHost));
+	if (pattern_check(host, SMALL, 2))
+		FAIL("the child does not see the parent's small buffer");
+	pattern_fill(host, BIG, 3);
+	CHECK_CU(cudaMemcpy(big, host, BIG, cudaMemcpyHostToDevice));
+	pattern_fill(host, SMALL, 4);
+	CHECK_CU(cudaMemcpy(small, host, SMALL, cudaMemcpyHostToDevice));
+	CHECK_CU(cudaIpcCloseMemHandle(big2));
+	CHECK_CU(cudaMemcpy(host, big, BIG, cudaMemcpyDeviceToHost)); /* still open once */
+	CHECK_CU(cudaIpcCloseMemHandle(big));
+	CHECK_CU(cudaIpcCloseMemHandle(small));
+	return 0;
+}
+
+/* ---- orders: driver API ---- */
+
+static int orders_parent(const char *self)
+{
+	CUdeviceptr a, again[4], c, d;
+	CUipcMemHandle h, hc;
+	char x[129], xc[129];
+	int to, from, rc;
+	pid_t pid;
+
+	driver_init();
+	CHECK_CU(cuMemAlloc(&a, BIG));
+	put_pattern(a, BIG, 1);
+	CHECK_CU(cuIpcGetMemHandle(&h, a));
+	printf("open_in_exporter %d\n", (int)cuIpcOpenMemHandle(&d, h, 0));
+	to_hex(&h, sizeof(h), x);
+	pid = spawn(self, "orders-child", x, "", false, &to, &from);
+	expect_line(from, "opened");
+	/* Free while the child maps it, then allocate the same sizes again. */
+	CHECK_CU(cuMemFree(a));
+	for (int i = 0; i < 4; i++) {
+		CHECK_CU(cuMemAlloc(&again[i], BIG));
+		put_pattern(again[i], BIG, 9);
+	}
+	say(to, "go");
+	rc = wait_child(pid);
+	if (rc)
+		FAIL("the child failed (%d)", rc);
+	for (int i = 0; i < 4; i++) {
+		if (!has_pattern(again[i], BIG, 9))
+			FAIL("a new allocation was changed by the importer of a freed one");
+		CHECK_CU(cuMemFree(again[i]));
+	}
+	/* A handle whose allocation is freed before anyone opened it. */
+	CHECK_CU(cuMemAlloc(&c, SMALL));
+	CHECK_CU(cuIpcGetMemHandle(&hc, c));
+	CHECK_CU(cuMemFree(c));
+	to_hex(&hc, sizeof(hc), xc);
+	pid = spawn(self, "open-rc", xc, "", false, &to, &from);
+	printf("open_after_free child %d\n", wait_child(pid));
+	printf("orders ok\n");
+	return 0;
+}
+
+static int orders_child(const char *x)
+{
+	CUipcMemHandle h;
+	CUdeviceptr p, q;
+
+	driver_init();
+	from_hex(x, &h, sizeof(h));
+	CHECK_CU(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+	if (!has_pattern(p, BIG, 1))
+		FAIL("opened memory lacks the exporter's bytes");
+	say(1, "opened");
+	expect_line(0, "go");
+	if (!has_pattern(p, BIG, 1))
+		FAIL("the exporter's reuse changed memory this process has open");
+	put_pattern(p, BIG, 5);
+	if (!has_pattern(p, BIG, 5))
+		FAIL("write to opened memory lost");
+	CHECK_CU(cuIpcCloseMemHandle(p));
+	if (cuIpcOpenMemHandle(&q, h, 0) != CUDA_ERROR_INVALID_HANDLE)
+		FAIL("a freed allocation's handle opened again");
+	return 0;
+}
+
+/* Exit status: the open's CUresult modulo 256 (0 only when it opened, then closed). */
+static int open_rc(const char *x)
+{
+	CUipcMemHandle h;
+	CUdeviceptr p;
+	CUresult r;
+
+	driver_init();
+	from_hex(x, &h, sizeof(h));
+	r = cuIpcOpenMemHandle(&p, h, 0);
+	if (!r)
+		cuIpcCloseMemHandle(p);
+	return !r ? 0 : r % 256 ? (int)(r % 256) : 255;
+}
+
+/* ---- killed ---- */
+
+static int export_wait(void)
+{
+	CUipcMemHandle h;
+	CUdeviceptr a;
+	char x[129];
+
+	driver_init();
+	CHECK_CU(cuMemAlloc(&a, BIG));
+	put_pattern(a, BIG, 1);
+	CHECK_CU(cuIpcGetMemHandle(&h, a));
+	to_hex(&h, sizeof(h), x);
+	say(1, x);
+	pause();
+	return 0;
+}
+
+static int killed(const char *self)
+{
+	CUipcMemHandle h;
+	CUdeviceptr p;
+	char x[200];
+	size_t n = 0;
+	int to, from;
+	pid_t pid;
+
+	driver_init();
+	pid = spawn(self, "export-wait", "", "", false, &to, &from);
+	while (n + 1 < sizeof(x) && read(from, x + n, 1) == 1 && x[n] != '\n')
+		n++;
+	x[n] = '\0';
+	from_hex(x, &h, sizeof(h));
+	CHECK_CU(cuIpcOpenMemHandle(&p, h, 0));
+	if (!has_pattern(p, BIG, 1))
+		FAIL("opened memory lacks the exporter's bytes");
+	kill(pid, SIGKILL);
+	wait_child(pid);
+	if (!has_pattern(p, BIG, 1))
+		FAIL("the exporter's death changed memory open here");
+	put_pattern(p, BIG, 6);
+	if (!has_pattern(p, BIG, 6))
+		FAIL("write after the exporter died lost");
+	CHECK_CU(cuIpcCloseMemHandle(p));
+	printf("open_after_exit %d\n", (int)cuIpcOpenMemHandle(&p, h, 0));
+	printf("killed ok\n");
+	return 0;
+}
+
+/* ---- noshim ---- */
+
+static int noshim(const char *self)
+{
+	CUipcMemHandle h;
+	CUdeviceptr a;
+	char x[129];
+	int to, from;
+	pid_t pid;
+
+	driver_init();
+	CHECK_CU(cuMemAlloc(&a, BIG));
+	CHECK_CU(cuIpcGetMemHandle(&h, a));
+	to_hex(&h, sizeof(h), x);
+	pid = spawn(self, "open-rc", x, "", true, &to, &from);
+	printf("open_without_shim %d\n", wait_child(pid));
+	CHECK_CU(cuMemFree(a));
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	const char *mode = argc > 1 ? argv[1] : "";
+	const char *a1 = argc > 2 ? argv[2] : "", *a2 = argc > 3 ? argv[3] : "";
+
+	setvbuf(stdout, NULL, _IONBF, 0);
+	if (!strcmp(mode, "torch"))
+		return torch_parent(argv[0]);
+	if (!strcmp(mode, "torch-child"))
+		return torch_child(a1, a2);
+	if (!strcmp(mode, "orders"))
+		return orders_parent(argv[0]);
+	if (!strcmp(mode, "orders-child"))
+		return orders_child(a1);
+	if (!strcmp(mode, "open-rc"))
+		return open_rc(a1);
+	if (!strcmp(mode, "killed"))
+		return killed(argv[0]);
+	if (!strcmp(mode, "export-wait"))
+		return export_wait();
+	if (!strcmp(mode, "noshim"))
+		return noshim(argv[0]);
+	FAIL("unknown mode '%s'", mode);
+}
