@@ -267,8 +267,8 @@ void blk_retire(struct devheap *dh, struct blk *b)
 	dh->share_check = true;
 }
 
-/* The length of b's first run of memory that is all in shared handles (*shared true) or all
- * outside them, handle by handle. */
+/* The length of b's first run: the part of it in its first handle when that handle is shared
+ * (*shared true), else all of it up to the first shared handle. */
 static size_t first_run(struct devheap *dh, const struct blk *b, bool *shared)
 {
 	vmm_devptr va = b->addr, end = b->addr + b->size;
@@ -285,6 +285,8 @@ static size_t first_run(struct devheap *dh, const struct blk *b, bool *shared)
 			break;
 		first = false;
 		va = next < end ? next : end;
+		if (s)
+			break; /* a retired block stays inside one handle (heap_share.c releases it) */
 	}
 	return (size_t)(va - b->addr);
 }

@@ -103,8 +103,14 @@ static bool all_retired(struct devheap *dh, struct phandle *h)
 {
 	vmm_devptr end = h->va + h->size;
 
-	for (struct blk *b = blk_containing(dh, h->va); b && b->addr < end; b = b->next)
-		if (b->state != BLK_RETIRED)
+	struct blk *b = blk_containing(dh, h->va);
+
+	/* Retired blocks stay inside one handle; one that does not (a split that found no host
+	 * memory) keeps its handles until the end. */
+	if (!b)
+		return false;
+	for (; b && b->addr < end; b = b->next)
+		if (b->state != BLK_RETIRED || b->addr < h->va || b->addr + b->size > end)
 			return false;
 	return true;
 }
