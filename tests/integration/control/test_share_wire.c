@@ -1,0 +1,220 @@
+/* The pieces of legacy IPC between shimmed processes, on their own: descriptors passed over a
+ * socket (fd_pass.c), the request to another process's control socket (peer_request.c) and who it
+ * trusts, the share_open request's wire form, and the exporting side's trust rule (share_open.c:
+ * memory goes to the same uid only, even where root may drive the process). */
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "../../../shim/control/control_internal.h"
+#include "../../../shim/protocol/fd_pass.h"
+#include "../../../shim/protocol/peer_request.h"
+#include "../../../shim/protocol/run_dir.h"
+#include "../../../shim/runtime.h"
+
+/* share_open.c's only links to the rest of the shim. */
+shim_runtime *shim_runtime_peek(void)
+{
+	return NULL;
+}
+
+const char *control_error_word(vmm_status s)
+{
+	return s ? PROTO_ERR_INTERNAL : "ok";
+}
+
+Test(share_wire, descriptors_travel_with_the_first_bytes)
+{
+	int sv[2], p[2], got[FD_PASS_MAX];
+	size_t n = 0;
+	char buf[64] = { 0 };
+	long k;
+
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	cr_assert_eq(pipe(p), 0);
+	cr_assert_eq(fd_pass_send(sv[0], "hello", 5, p, 2, fd_pass_now_ms() + 1000), 0);
+	k = fd_pass_recv(sv[1], buf, sizeof(buf), got, FD_PASS_MAX, &n, fd_pass_now_ms() + 1000);
+	cr_assert_eq(k, 5);
+	cr_expect_str_eq(buf, "hello");
+	cr_assert_eq(n, 2);
+	/* The received write end feeds the original read end: the same pipe. */
+	cr_assert_eq(write(got[1], "x", 1), 1);
+	cr_assert_eq(read(p[0], buf, 1), 1);
+	cr_expect_eq(buf[0], 'x');
+	for (size_t i = 0; i < n; i++)
+		close(got[i]);
+	close(p[0]);
+	close(p[1]);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+Test(share_wire, a_silent_peer_costs_the_deadline)
+{
+	int sv[2], got[4];
+	size_t n = 0;
+	char buf[8];
+	long long t0 = fd_pass_now_ms();
+
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	cr_expect_eq(fd_pass_recv(sv[1], buf, sizeof(buf), got, 4, &n, t0 + 200), -1);
+	cr_expect_eq(errno, ETIMEDOUT);
+	cr_expect_lt(fd_pass_now_ms() - t0, 1500);
+	cr_expect_eq(fd_pass_send(sv[0], "x", 1, got, FD_PASS_MAX + 1, t0 + 200), -1);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+/* A one-shot server at dir/<pid>.sock: answers `reply` with a pipe's read end attached, or never
+ * answers when reply is NULL. */
+struct server {
+	int lfd;
+	const char *reply;
+	char path[108];
+	pthread_t t;
+};
+
+static void *serve(void *arg)
+{
+	struct server *s = arg;
+	int c = accept(s->lfd, NULL, NULL), p[2];
+	char buf[512];
+
+	if (c < 0)
+		return NULL;
+	if (read(c, buf, sizeof(buf)) <= 0 || !s->reply) {
+		usleep(1500 * 1000);
+		close(c);
+		return NULL;
+	}
+	if (!pipe(p)) {
+		fd_pass_send(c, s->reply, strlen(s->reply), &p[0], 1, fd_pass_now_ms() + 1000);
+		close(p[0]);
+		close(p[1]);
+	}
+	close(c);
+	return NULL;
+}
+
+static void server_start(struct server *s, const char *dir, pid_t pid, const char *reply)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	cr_assert_eq(run_dir_socket_path(dir, pid, s->path, sizeof(s->path)), 0);
+	s->reply = reply;
+	s->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", s->path);
+	cr_assert_eq(bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(s->lfd, 4), 0);
+	pthread_create(&s->t, NULL, serve, s);
+}
+
+static void server_stop(struct server *s)
+{
+	shutdown(s->lfd, SHUT_RDWR);
+	close(s->lfd);
+	pthread_join(s->t, NULL);
+	unlink(s->path);
+}
+
+Test(share_wire, peer_request_reads_reply_and_descriptors, .timeout = 20)
+{
+	char dir[] = "/tmp/sharewire-XXXXXX", why[256];
+	struct server s;
+	peer_reply r;
+
+	cr_assert(mkdtemp(dir));
+	server_start(&s, dir, getpid(), "vmmshim/1 ok\nend\n");
+	cr_assert_eq(peer_request(dir, getpid(), "vmmshim/1 hello\n", 2000, &r, why, sizeof(why)),
+		     0, "%s", why);
+	cr_expect_str_eq(r.text, "vmmshim/1 ok\nend\n");
+	cr_expect_eq(r.nfds, 1);
+	peer_reply_free(&r);
+	server_stop(&s);
+	rmdir(dir);
+}
+
+Test(share_wire, peer_request_refuses_a_socket_served_by_another_process, .timeout = 20)
+{
+	char dir[] = "/tmp/sharewire-XXXXXX", why[256];
+	struct server s;
+	peer_reply r;
+
+	cr_assert(mkdtemp(dir));
+	/* We listen under our parent's pid: whoever answers there is not that process. */
+	server_start(&s, dir, getppid(), "vmmshim/1 ok\nend\n");
+	cr_expect_eq(peer_request(dir, getppid(), "vmmshim/1 hello\n", 2000, &r, why,
+				  sizeof(why)), -1);
+	cr_expect(strstr(why, "not served by that process"), "%s", why);
+	server_stop(&s);
+	rmdir(dir);
+}
+
+Test(share_wire, peer_request_gives_up_at_its_deadline, .timeout = 20)
+{
+	char dir[] = "/tmp/sharewire-XXXXXX", why[256];
+	long long t0;
+	struct server s;
+	peer_reply r;
+
+	cr_assert(mkdtemp(dir));
+	server_start(&s, dir, getpid(), NULL);
+	t0 = fd_pass_now_ms();
+	cr_expect_eq(peer_request(dir, getpid(), "vmmshim/1 hello\n", 300, &r, why, sizeof(why)),
+		     -1);
+	cr_expect(strstr(why, "timed out"), "%s", why);
+	cr_expect_lt(fd_pass_now_ms() - t0, 1200);
+	cr_expect_eq(peer_request(dir, 1, "vmmshim/1 hello\n", 300, &r, why, sizeof(why)), -1,
+		     "no socket for pid 1 here");
+	server_stop(&s);
+	rmdir(dir);
+}
+
+Test(share_wire, share_open_goes_to_the_same_uid_only)
+{
+	proto_request req = { .verb = PROTO_SHARE_OPEN, .share_id = 1, .share_base = 4096 };
+	int fds[FD_PASS_MAX];
+	size_t n = 7;
+	proto_writer w;
+
+	proto_writer_init(&w);
+	control_share_open(&req, (unsigned)geteuid() + 1, 1234, &w, fds, &n);
+	cr_expect_eq(n, 0);
+	cr_expect(w.buf && strstr(w.buf, "error status=\"permission\""), "%s", w.buf);
+	proto_writer_free(&w);
+	proto_writer_init(&w);
+	control_share_open(&req, 0 == geteuid() ? 1 : 0, 1234, &w, fds, &n);
+	cr_expect(w.buf && strstr(w.buf, "permission"), "root is refused too: %s", w.buf);
+	proto_writer_free(&w);
+	proto_writer_init(&w);
+	control_share_open(&req, (unsigned)geteuid(), 1234, &w, fds, &n);
+	cr_expect_eq(n, 0);
+	cr_expect(w.buf && strstr(w.buf, "not_ready"), "%s", w.buf);
+	proto_writer_free(&w);
+}
+
+Test(share_wire, share_open_request_wire_form)
+{
+	proto_request req = { .verb = PROTO_SHARE_OPEN, .device = -1, .share_id = 7,
+			      .share_base = 0x7f0000200000ull }, back;
+	char line[256], why[128];
+	size_t len = proto_format_request(&req, line, sizeof(line));
+
+	cr_assert_gt(len, 0);
+	cr_assert_eq(proto_parse_request(line, len, &back, why, sizeof(why)), 0, "%s", why);
+	cr_expect_eq(back.verb, PROTO_SHARE_OPEN);
+	cr_expect_eq(back.share_id, 7);
+	cr_expect_eq(back.share_base, 0x7f0000200000ull);
+	strcpy(line, "vmmshim/1 share_open export=7\n");
+	cr_expect_eq(proto_parse_request(line, strlen(line), &back, why, sizeof(why)), -1);
+	strcpy(line, "vmmshim/1 share_open export=0 base=4096\n");
+	cr_expect_eq(proto_parse_request(line, strlen(line), &back, why, sizeof(why)), -1);
+	strcpy(line, "vmmshim/1 status export=1\n");
+	cr_expect_eq(proto_parse_request(line, strlen(line), &back, why, sizeof(why)), -1);
+}
