@@ -231,6 +231,14 @@ void out_status(FILE *f, const client_reply *r)
 			fprintf(f, "  %s of the program's own mappings stay resident while asleep "
 				"(exported handles)\n",
 				out_bytes(u64(d, "app_unreleasable"), b[0], 32));
+		if (u64(d, "ipc_shared"))
+			fprintf(f, "  %s of vmmshim's memory is mapped by other processes (CUDA IPC) "
+				"and stays resident while asleep; %s of it freed, not reusable\n",
+				out_bytes(u64(d, "ipc_shared"), b[0], 32),
+				out_bytes(u64(d, "ipc_retired"), b[1], 32));
+		if (u64(d, "ipc_imported"))
+			fprintf(f, "  %s opened from other processes (CUDA IPC), resident\n",
+				out_bytes(u64(d, "ipc_imported"), b[0], 32));
 		if (proto_record_field(d, "total"))
 			fprintf(f, "  driver: %s used of %s; not managed by vmmshim: %s "
 				"(context, modules, pass-through%s)\n",

@@ -14,6 +14,8 @@
 #include <unistd.h>
 
 #include "../../core/log.h"
+#include "../../core/vmm_share.h"
+#include "../ipc_registry.h"
 #include "../runtime.h"
 #include "control_internal.h"
 
@@ -242,6 +244,26 @@ static void put_tags(proto_writer *w, const struct side *s, int dev, const char 
 	}
 }
 
+/* Legacy IPC: bytes of the heap another process may map (they stay resident through sleep), of
+ * those the bytes freed but not reusable, and bytes this process maps from others on dev. */
+static void put_shared(proto_writer *w, const struct side *s, int dev)
+{
+	ipc_import imp[64];
+	uint64_t shared = 0, retired = 0, imported = 0;
+	size_t n;
+
+	if (strcmp(s->name, "cuda"))
+		return;
+	vmm_share_bytes(s->core, dev, &shared, &retired);
+	n = ipc_registry_imports(imp, 64);
+	for (size_t i = 0; i < n && i < 64; i++)
+		if (imp[i].device == dev)
+			imported += imp[i].span_size;
+	proto_put_u64(w, "ipc_shared", shared);
+	proto_put_u64(w, "ipc_retired", retired);
+	proto_put_u64(w, "ipc_imported", imported);
+}
+
 /* One device: the core's heap, the program's own mappings, and what the driver says is in use.
  * unmanaged = used - (the shim's resident memory): context, modules, pass-through allocations;
  * on a real GPU the driver's figure is device-wide, so other processes are in it too. */
@@ -280,6 +302,7 @@ static void put_device(proto_writer *w, const struct side *s, int dev)
 	proto_put_u64(w, "app_asleep", as.asleep_bytes);
 	proto_put_u64(w, "app_host_backup", as.host_backup_bytes);
 	proto_put_u64(w, "app_unreleasable", as.unreleasable_bytes);
+	put_shared(w, s, dev);
 	if (have_info) {
 		proto_put_u64(w, "free", free_b);
 		proto_put_u64(w, "total", total_b);
