@@ -707,6 +707,59 @@ class Matrix:
                  f"{nchecks} checks passed; weights, KV refill and outputs identical to native",
                  native=str(nrc), shim=str(src), share="-")
 
+    def ipc_row(self):
+        """torch.multiprocessing CUDA-tensor sharing parent->child->parent (legacy CUDA IPC):
+        natively and under the shim (both processes preloaded), the same RESULT lines, rc 0."""
+        name = "torch.multiprocessing CUDA tensor parent->child->parent"
+        if not self.want(name):
+            return
+        if not self.shim_ok:
+            self.add(name, False, "libvmmshim.so was not built")
+            return
+        argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/ipc_torch.py")]
+        runs = {}
+        for shim in (False, True):
+            p = Proc(name + (".shim" if shim else ".native"), argv, self.env(shim), self.log,
+                     self.timeout(120))
+            runs[shim] = (p, p.finish())
+        (nat, nrc), (shm, src) = runs[False], runs[True]
+        reasons = []
+        if nrc != 0:
+            reasons.append(f"native run failed (rc {nrc}: {nat.stderr_tail()})")
+        if src != 0:
+            reasons.append(f"shim run failed (rc {src}: {shm.stderr_tail()})")
+        if not nat.results():
+            reasons.append("no RESULT lines natively")
+        elif nat.results() != shm.results():
+            reasons.append(f"results differ: {nat.results()} vs {shm.results()}"[:250])
+        self.add(name, not reasons, "; ".join(reasons) or
+                 "child saw the parent's tensors, parent saw the child's in-place write",
+                 native=str(nrc), shim=str(src), share="-")
+
+    def bench_ipc(self):
+        """Opening a 1 GiB CUDA tensor in another process (cudaIpcOpenMemHandle through
+        torch.multiprocessing): shim vs native, medians of 5."""
+        if not self.want("bench ipc"):
+            return
+        if self.left() < 60 or not self.shim_ok:
+            self.badd("IPC open of a 1 GiB tensor (ms)", "not run", "", "", "",
+                      "out of time" if self.shim_ok else "libvmmshim.so missing")
+            return
+        got = {}
+        for shim in (False, True):
+            p = Proc("bench_ipc." + ("shim" if shim else "native"),
+                     [sys.executable, os.path.join(self.a.root, "tests/gpu/ipc_torch.py"),
+                      "--bench", "5"], self.env(shim), self.log, self.timeout(180))
+            rc = p.finish()
+            v = p.values("BENCH").get("open_1gib_ms")
+            got[shim] = (rc, float(v) if v is not None else None)
+        s, n = got[True][1], got[False][1]
+        self.badd("IPC open of a 1 GiB tensor (ms)", fmt(s), fmt(n), ratio(s, n), "<= 2x",
+                  verdict(s and n, s and n and s <= 2 * n))
+        for shim, (rc, _) in got.items():
+            if rc != 0:
+                self.bench[-1]["note"] += f"; {'shim' if shim else 'native'} run rc {rc}"
+
     def run_cycle_row(self):
         """`vmmctl run --cycle 2 -- python3 train.py`: the launcher finds the built library
         itself, sleeps and wakes the training at random moments; the losses must equal a plain
@@ -1248,10 +1301,12 @@ def main():
         m.tms_facade_row()
         m.run_cycle_row()
         m.share_facts_row()
+        m.ipc_row()
         if not a.skip_bench:
             m.bench_alloc()
             m.bench_bw()
             m.bench_sleep()
+            m.bench_ipc()
             m.bench_train()
             m.bench_checkpoint()  # an outside anchor: last, it is what a short run drops
     finally:

@@ -46,6 +46,13 @@ elif name == "tms_example.py":
             print(f"CHECK ok cycle {c}: paused weights released with a host copy")
         print(f"RESULT cycle {c} weights 0x1.0p+0 kv 0x1.0p+{c} y 0x1.8p+0")
     print("RESULT outside_end 0x1.0p+2")
+elif name == "ipc_torch.py":
+    if "--bench" in sys.argv:
+        print(f"BENCH open_1gib_ms {2.0 if shim else 1.5}")
+    else:
+        for r in ("child_saw 4950.0 4950", "child_wrote 9901.0 5650",
+                  "parent_sees 9901.0 5650", "parent_sees_child_write True"):
+            print(f"RESULT {r}")
 elif name == "nccl_allreduce.py":
     print("RESULT allreduce sum_ok=1")
     handshake(4 << 30)

@@ -15,6 +15,7 @@ done
 ln -s "$here/fake_prog.py" "$t/root/tests/gpu/train.py"
 ln -s "$here/fake_prog.py" "$t/root/tests/gpu/nccl_allreduce.py"
 ln -s "$here/fake_prog.py" "$t/root/tests/gpu/tms_example.py"
+ln -s "$here/fake_prog.py" "$t/root/tests/gpu/ipc_torch.py"
 ln -s "$here/fake_nvidia_smi.py" "$t/path/nvidia-smi"
 echo 'int vmmshim_selftest_stand_in;' >"$t/s.c"
 cc -shared -fPIC "$t/s.c" -o "$t/libvmmshim.so"
@@ -32,12 +33,13 @@ rows = {x["row"]: x["ok"] for x in r["rows"]}
 bench = {b["metric"]: b for b in r["bench"]}
 fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
 bad = [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in rows.items() if v == (k in fail_expected)]
-if len(rows) != 24:
-    bad.append(f"{len(rows)} rows, expected 24")
+if len(rows) != 25:
+    bad.append(f"{len(rows)} rows, expected 25")
 if sys.argv[2] != "1":
     bad.append(f"exit status {sys.argv[2]}, expected 1 (a row failed)")
 for metric, note in (("malloc+free pair 256B (us)", "met"),
                      ("grow 64 GiB in 1 GiB calls (ms)", "met"),
+                     ("IPC open of a 1 GiB tensor (ms)", "met"),
                      ("bandwidth d2d 512MiB (GB/s)", "met (3/3 runs)"),
                      ("bandwidth read 2048MiB (GB/s)", "not met (3/3 runs)"),
                      ("train NO_CACHING shim vs expandable native: ms/step",

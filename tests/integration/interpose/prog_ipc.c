@@ -158,6 +158,7 @@ static int torch_parent(const char *self)
 		FAIL("the parent does not see the child's write to the small buffer");
 	CHECK_CU(cudaFree(big));
 	CHECK_CU(cudaFree(small));
+	free(host);
 	printf("torch ok\n");
 	return 0;
 }
@@ -189,6 +190,7 @@ static int torch_child(const char *xb, const char *xs)
 	CHECK_CU(cudaMemcpy(host, big, BIG, cudaMemcpyDeviceToHost)); /* still open once */
 	CHECK_CU(cudaIpcCloseMemHandle(big));
 	CHECK_CU(cudaIpcCloseMemHandle(small));
+	free(host);
 	return 0;
 }
 
