@@ -30,7 +30,7 @@ typedef struct vmm_share_piece {
 	size_t offset, size, handle_offset;
 } vmm_share_piece;
 
-#define VMM_SHARE_MAX_PIECES 64
+#define VMM_SHARE_MAX_PIECES 1024   /* a span below 2 GiB in 2 MiB pieces, with room */
 
 /* Export the allocation containing ptr (any address in it): its id (the same on every call) and
  * span. VMM_E_NOT_OURS when ptr is in no live allocation; VMM_E_UNSUPPORTED when the backend

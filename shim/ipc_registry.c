@@ -117,6 +117,18 @@ size_t ipc_registry_imports(ipc_import *out, size_t max)
 	return n;
 }
 
+uint64_t ipc_registry_imported_bytes(int dev)
+{
+	uint64_t bytes = 0;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nimports; i++)
+		if (imports[i]->device == dev)
+			bytes += imports[i]->span_size;
+	pthread_mutex_unlock(&lock);
+	return bytes;
+}
+
 void ipc_registry_after_fork(void)
 {
 	pthread_mutex_init(&lock, NULL);

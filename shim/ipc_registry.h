@@ -13,7 +13,7 @@
 #include "../core/backend/backend.h"
 
 #define IPC_REGISTRY_MAX 4096
-#define IPC_IMPORT_MAX_PIECES 64
+#define IPC_IMPORT_MAX_PIECES 1024  /* VMM_SHARE_MAX_PIECES */
 
 /* Exporting side: pid opened export id (recorded once per pair). */
 void ipc_registry_importer(uint64_t id, pid_t pid);
@@ -45,6 +45,8 @@ bool ipc_registry_add(const ipc_import *imp);
 bool ipc_registry_close(vmm_devptr base, bool *last, ipc_import *out);
 /* The imports (up to max); returns how many there are. */
 size_t ipc_registry_imports(ipc_import *out, size_t max);
+/* Bytes mapped from other processes on dev. */
+uint64_t ipc_registry_imported_bytes(int dev);
 
 /* In a forked child: the parent's imports are not the child's to close. */
 void ipc_registry_after_fork(void);

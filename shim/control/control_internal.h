@@ -63,7 +63,7 @@ void control_dispatch_after_fork(void);
 
 /* Answer share_open (another shimmed process opening a legacy IPC handle of ours, share_open.c)
  * from a client of uid/pid: the reply into w and the pieces' new descriptors into fds (at most
- * FD_PASS_MAX; the caller sends and closes them). Only the same uid is answered. */
+ * VMM_SHARE_MAX_PIECES; the caller sends and closes them). Only the same uid is answered. */
 void control_share_open(const proto_request *req, unsigned uid, long pid, proto_writer *w,
 			int *fds, size_t *nfds);
 void control_share_close_fds(const int *fds, size_t n);

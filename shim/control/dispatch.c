@@ -248,20 +248,14 @@ static void put_tags(proto_writer *w, const struct side *s, int dev, const char 
  * those the bytes freed but not reusable, and bytes this process maps from others on dev. */
 static void put_shared(proto_writer *w, const struct side *s, int dev)
 {
-	ipc_import imp[64];
-	uint64_t shared = 0, retired = 0, imported = 0;
-	size_t n;
+	uint64_t shared = 0, retired = 0;
 
 	if (strcmp(s->name, "cuda"))
 		return;
 	vmm_share_bytes(s->core, dev, &shared, &retired);
-	n = ipc_registry_imports(imp, 64);
-	for (size_t i = 0; i < n && i < 64; i++)
-		if (imp[i].device == dev)
-			imported += imp[i].span_size;
 	proto_put_u64(w, "ipc_shared", shared);
 	proto_put_u64(w, "ipc_retired", retired);
-	proto_put_u64(w, "ipc_imported", imported);
+	proto_put_u64(w, "ipc_imported", ipc_registry_imported_bytes(dev));
 }
 
 /* One device: the core's heap, the program's own mappings, and what the driver says is in use.

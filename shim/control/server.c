@@ -32,6 +32,7 @@
 #include "../../core/log.h"
 #include "control.h"
 #include "control_internal.h"
+#include "../../core/vmm_share.h"
 #include "../protocol/fd_pass.h"
 #include "../protocol/run_dir.h"
 
@@ -162,7 +163,7 @@ static void *worker_main(void *arg)
 	struct job *j = arg;
 	control_client client = { .gone = conn_gone, .gone_arg = (void *)(intptr_t)j->fd,
 				  .pid = (long)j->cred.pid };
-	int fds[FD_PASS_MAX];
+	int fds[VMM_SHARE_MAX_PIECES];
 	size_t nfds = 0;
 	proto_writer w;
 	bool exiting;
@@ -187,8 +188,8 @@ static void *worker_main(void *arg)
 	}
 	/* Memory descriptors travel with the reply's first bytes (share_open only). */
 	if (!w.failed && w.len && nfds)
-		fd_pass_send(j->fd, w.buf, w.len, fds, nfds,
-			     fd_pass_now_ms() + PROTO_WRITE_DEADLINE_MS);
+		fd_pass_send_many(j->fd, w.buf, w.len, fds, nfds,
+				  fd_pass_now_ms() + PROTO_WRITE_DEADLINE_MS);
 	else if (!w.failed && w.len)
 		write_reply(j->fd, w.buf, w.len);
 	control_share_close_fds(fds, nfds);

@@ -25,7 +25,7 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 			int *fds, size_t *nfds)
 {
 	shim_runtime *rt = shim_runtime_peek();
-	vmm_share_piece pieces[FD_PASS_MAX];
+	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
 	vmm_share_info info;
 	vmm_error err;
 	size_t n = 0;
@@ -45,7 +45,7 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 	}
 	vmm_error_clear(&err);
 	if (vmm_share_fds(rt->cuda_core, (vmm_devptr)req->share_base, req->share_id, &info, pieces,
-			  FD_PASS_MAX, &n, &err)) {
+			  VMM_SHARE_MAX_PIECES, &n, &err)) {
 		vmm_log(VMM_LOG_INFO, "share_open of export %llu from pid %ld: %s",
 			(unsigned long long)req->share_id, pid, err.msg);
 		proto_error_response(w, err.status == VMM_E_NOT_OURS ? PROTO_ERR_INVALID :

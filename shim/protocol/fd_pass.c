@@ -79,6 +79,30 @@ int fd_pass_send(int sock, const void *buf, size_t len, const int *fds, size_t n
 	return 0;
 }
 
+int fd_pass_send_many(int sock, const void *buf, size_t len, const int *fds, size_t nfds,
+		      long long deadline_ms)
+{
+	size_t parts = (nfds + FD_PASS_MAX - 1) / FD_PASS_MAX, off = 0;
+
+	if (parts <= 1)
+		return fd_pass_send(sock, buf, len, fds, nfds, deadline_ms);
+	if (len < parts) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (size_t i = 0; i < parts; i++) {
+		size_t n = nfds - i * FD_PASS_MAX < FD_PASS_MAX ? nfds - i * FD_PASS_MAX : FD_PASS_MAX;
+		/* One byte with each batch but the last, which takes the rest of the text. */
+		size_t bytes = i + 1 < parts ? 1 : len - off;
+
+		if (fd_pass_send(sock, (const char *)buf + off, bytes, fds + i * FD_PASS_MAX, n,
+				 deadline_ms))
+			return -1;
+		off += bytes;
+	}
+	return 0;
+}
+
 long fd_pass_recv(int sock, void *buf, size_t cap, int *fds, size_t max, size_t *nfds,
 		  long long deadline_ms)
 {

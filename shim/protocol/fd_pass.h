@@ -14,6 +14,12 @@
 int fd_pass_send(int sock, const void *buf, size_t len, const int *fds, size_t nfds,
 		 long long deadline_ms);
 
+/* The same for any number of descriptors: buf goes in parts of at least one byte, the n-th part
+ * carrying descriptors [n * FD_PASS_MAX, (n + 1) * FD_PASS_MAX); the receiver collects them in
+ * order (fd_pass_recv, called until the end). EINVAL when len is shorter than the parts. */
+int fd_pass_send_many(int sock, const void *buf, size_t len, const int *fds, size_t nfds,
+		      long long deadline_ms);
+
 /* Receive up to cap bytes (one recvmsg, waiting until deadline_ms), and the descriptors that
  * came with them into fds[*nfds..max) (close-on-exec; ones beyond max are closed). Returns the
  * bytes read (0: the peer closed), or -1 with errno (ETIMEDOUT). */

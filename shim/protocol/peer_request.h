@@ -8,10 +8,12 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#define PEER_REPLY_MAX_FDS 1024     /* more are closed on arrival */
+
 typedef struct peer_reply {
 	char *text;        /* the reply, NUL-terminated (malloc'd; peer_reply_free) */
 	size_t len;
-	int fds[64];       /* descriptors received (close-on-exec), owned by the caller */
+	int fds[PEER_REPLY_MAX_FDS]; /* received (close-on-exec), owned by the caller */
 	size_t nfds;
 } peer_reply;
 

@@ -17,6 +17,7 @@
 #include "../../../shim/protocol/peer_request.h"
 #include "../../../shim/protocol/run_dir.h"
 #include "../../../shim/runtime.h"
+#include "../../../core/vmm_share.h"
 
 /* share_open.c's only links to the rest of the shim. */
 shim_runtime *shim_runtime_peek(void)
@@ -51,6 +52,43 @@ Test(share_wire, descriptors_travel_with_the_first_bytes)
 		close(got[i]);
 	close(p[0]);
 	close(p[1]);
+	close(sv[0]);
+	close(sv[1]);
+}
+
+Test(share_wire, more_descriptors_than_one_message_holds_arrive_in_order)
+{
+	int sv[2], p[2 * 80], got[256];
+	const char text[] = "a reply of some length, longer than the number of batches";
+	char buf[128];
+	size_t n = 0, len = 0;
+
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	for (int i = 0; i < 80; i++)
+		cr_assert_eq(pipe(p + 2 * i), 0);
+	cr_assert_eq(fd_pass_send_many(sv[0], text, sizeof(text), p, 160,
+				       fd_pass_now_ms() + 1000), 0);
+	while (len < sizeof(text)) {
+		long k = fd_pass_recv(sv[1], buf + len, sizeof(buf) - len, got, 256, &n,
+				      fd_pass_now_ms() + 1000);
+
+		cr_assert_gt(k, 0);
+		len += (size_t)k;
+	}
+	cr_expect_str_eq(buf, text);
+	cr_assert_eq(n, 160);
+	/* The i-th received descriptor is the i-th sent: each write end feeds its pipe. */
+	for (int i = 0; i < 80; i++) {
+		char c = (char)('A' + i % 26), back = 0;
+
+		cr_assert_eq(write(got[2 * i + 1], &c, 1), 1);
+		cr_assert_eq(read(p[2 * i], &back, 1), 1);
+		cr_expect_eq(back, c, "pipe %d", i);
+	}
+	for (int i = 0; i < 160; i++) {
+		close(got[i]);
+		close(p[i]);
+	}
 	close(sv[0]);
 	close(sv[1]);
 }
@@ -179,7 +217,7 @@ Test(share_wire, peer_request_gives_up_at_its_deadline, .timeout = 20)
 Test(share_wire, share_open_goes_to_the_same_uid_only)
 {
 	proto_request req = { .verb = PROTO_SHARE_OPEN, .share_id = 1, .share_base = 4096 };
-	int fds[FD_PASS_MAX];
+	int fds[VMM_SHARE_MAX_PIECES];
 	size_t n = 7;
 	proto_writer w;
 

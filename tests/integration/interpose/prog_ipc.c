@@ -9,6 +9,7 @@
  *   killed             the exporter (a child) is killed while this process has its memory open:
  *                      the memory stays readable and writable here until closed
  *   noshim             the child runs without the shim: the driver's error, no crash
+ *   large              a 200 MiB buffer: 100 physical pieces, more than one message carries
  * Prints "name rc" lines for the error codes; the test checks them. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -21,6 +22,7 @@
 
 #define BIG (6u << 20)
 #define SMALL 1000u
+#define LARGE (200u << 20)
 
 static void to_hex(const void *p, size_t n, char *out)
 {
@@ -325,6 +327,46 @@ static int killed(const char *self)
 	return 0;
 }
 
+/* ---- large ---- */
+
+static int large_parent(const char *self)
+{
+	CUipcMemHandle h;
+	CUdeviceptr a;
+	char x[129];
+	int to, from;
+	pid_t pid;
+
+	driver_init();
+	CHECK_CU(cuMemAlloc(&a, LARGE));
+	put_pattern(a, LARGE, 11);
+	CHECK_CU(cuIpcGetMemHandle(&h, a));
+	to_hex(&h, sizeof(h), x);
+	pid = spawn(self, "large-child", x, "", false, &to, &from);
+	if (wait_child(pid))
+		FAIL("the child failed");
+	if (!has_pattern(a, LARGE, 12))
+		FAIL("the parent does not see the child's write");
+	CHECK_CU(cuMemFree(a));
+	printf("large ok\n");
+	return 0;
+}
+
+static int large_child(const char *x)
+{
+	CUipcMemHandle h;
+	CUdeviceptr p;
+
+	driver_init();
+	from_hex(x, &h, sizeof(h));
+	CHECK_CU(cuIpcOpenMemHandle(&p, h, 0));
+	if (!has_pattern(p, LARGE, 11))
+		FAIL("the child does not see the parent's bytes");
+	put_pattern(p, LARGE, 12);
+	CHECK_CU(cuIpcCloseMemHandle(p));
+	return 0;
+}
+
 /* ---- noshim ---- */
 
 static int noshim(const char *self)
@@ -365,6 +407,10 @@ int main(int argc, char **argv)
 		return killed(argv[0]);
 	if (!strcmp(mode, "export-wait"))
 		return export_wait();
+	if (!strcmp(mode, "large"))
+		return large_parent(argv[0]);
+	if (!strcmp(mode, "large-child"))
+		return large_child(a1);
 	if (!strcmp(mode, "noshim"))
 		return noshim(argv[0]);
 	FAIL("unknown mode '%s'", mode);

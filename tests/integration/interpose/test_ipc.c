@@ -64,6 +64,17 @@ Test(ipc, exporter_killed_while_open)
 	run_free(r);
 }
 
+Test(ipc, large_buffer_in_many_pieces)
+{
+	struct run *r = run_mode("large");
+
+	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "large ok"), "%s", r->out);
+	/* 200 MiB in 2 MiB pieces: one descriptor each, over several messages. */
+	cr_expect_geq(run_stat(r, "cuMemExportToShareableHandle"), 100, "%s", r->stats);
+	run_free(r);
+}
+
 Test(ipc, importer_without_shim_gets_driver_error)
 {
 	struct run *r = run_mode("noshim");
