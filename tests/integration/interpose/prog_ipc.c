@@ -9,7 +9,7 @@
  *   killed             the exporter (a child) is killed while this process has its memory open:
  *                      the memory stays readable and writable here until closed
  *   noshim             the child runs without the shim: the driver's error, no crash
- *   large              a 200 MiB buffer: 100 physical pieces, more than one message carries
+ *   large              a 136 MiB buffer: 68 physical pieces, more than one message carries
  * Prints "name rc" lines for the error codes; the test checks them. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -22,7 +22,7 @@
 
 #define BIG (6u << 20)
 #define SMALL 1000u
-#define LARGE (200u << 20)
+#define LARGE (136u << 20)
 
 static void to_hex(const void *p, size_t n, char *out)
 {
