@@ -176,8 +176,11 @@ static struct alloc *alloc_at(struct devheap *dh, vmm_devptr ptr)
 static void fill_info(struct devheap *dh, const struct alloc *r, vmm_share_info *out)
 {
 	vmm_devptr lo, hi;
+	struct phandle *h;
 
 	span_of(dh, r, &lo, &hi);
+	h = page_handle_get(dh, lo);
+	out->own_handle = h && h->va == r->base && h->va + h->size == hi;
 	out->device = dh->dev;
 	out->base = r->base;
 	out->size = r->size;

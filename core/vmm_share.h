@@ -21,6 +21,10 @@ typedef struct vmm_share_info {
 	uint64_t id;            /* names it to other processes; never reused in this process */
 	vmm_devptr span;        /* granule-aligned start of what an importer maps */
 	size_t span_size;
+	/* The allocation starts at offset 0 of one physical handle that covers the span: the
+	 * handle behind its base is the allocation's own (what cuMemRetainAllocationHandle users
+	 * such as NCCL expect). */
+	bool own_handle;
 } vmm_share_info;
 
 /* One piece of a span: [offset, offset+size) of the span is [handle_offset, +size) of the handle

@@ -5,7 +5,10 @@
  * (create, import, retain) are counted by the registry; the driver sees only the last release.
  * The core's own VMM calls go through its backend, never through these hooks. Peer access
  * enabled between contexts is extended to the core's heaps, as it would cover cuMemAlloc memory. */
+#include <stdatomic.h>
+
 #include "../core/log.h"
+#include "../core/vmm_share.h"
 #include "hooks_common.h"
 
 DRIVER_EXTRA_SLOT(cuMemGetAccess);
@@ -202,6 +205,34 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
 	return r;
 }
 
+/* A retain inside the shim's own heap: the handle the driver returns may be exported and mapped
+ * by another process, so the memory under the allocation is pinned as for legacy IPC (never
+ * slept, moved or reused: vmm_share.h); the driver then answers. Where the allocation does not
+ * own the handle at its base (it shares 2 MiB pieces with neighbours or spans several), the
+ * handle covers other bytes than the program expects: said once in the log. */
+static void pin_heap_memory(void *addr)
+{
+	vmm_core *core = hook_cuda_core();
+	static _Atomic bool warned;
+	vmm_alloc_info info;
+	vmm_share_info si;
+	vmm_error err;
+
+	if (!core || !vmm_lookup(core, (vmm_devptr)(uintptr_t)addr, &info))
+		return;
+	vmm_error_clear(&err);
+	if (vmm_share_export(core, (vmm_devptr)(uintptr_t)addr, &si, &err)) {
+		vmm_log(VMM_LOG_WARN, "cuMemRetainAllocationHandle(%p): the shim's memory could not "
+			"be pinned (%s); a sleep may release what the handle names", addr, err.msg);
+		return;
+	}
+	if (!si.own_handle && !atomic_exchange(&warned, true))
+		vmm_log(VMM_LOG_WARN, "cuMemRetainAllocationHandle(%p): this allocation of %zu bytes "
+			"does not own the physical handle at its base (allocations below 1 GiB are "
+			"made of 2 MiB pieces); the handle covers other bytes than the allocation",
+			addr, info.size);
+}
+
 /* A retain of a tracked mapping is the registry's reference: the driver is asked only when the
  * program had released every reference (app_vmm.h), so that one cuMemRelease of the program's
  * matches one reference, before and after a wake. */
@@ -216,6 +247,8 @@ CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
 	reg = registry_peek();
 	if (reg && handle)
 		app = vmm_app_retained(reg, (vmm_devptr)(uintptr_t)addr, &driver_ref);
+	if (!app && handle)
+		pin_heap_memory(addr);
 	if (!app || driver_ref)
 		r = CALL_REAL(cuMemRetainAllocationHandle, (handle, addr));
 	if (app) {

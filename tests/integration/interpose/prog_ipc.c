@@ -9,6 +9,10 @@
  *   killed             the exporter (a child) is killed while this process has its memory open:
  *                      the memory stays readable and writable here until closed
  *   noshim             the child runs without the shim: the driver's error, no crash
+ *   retain             NCCL's way: cuMemRetainAllocationHandle at a 1 GiB allocation's base, its
+ *                      properties, the handle exported as a descriptor; a child imports and maps
+ *                      it, sees the parent's bytes and writes; the parent sees the write. Then a
+ *                      retain inside a small allocation (the shim logs that it shares its handle)
  *   large              a 136 MiB buffer: 68 physical pieces, more than one message carries
  * Prints "name rc" lines for the error codes; the test checks them. */
 #include <cuda.h>
@@ -367,6 +371,71 @@ static int large_child(const char *x)
 	return 0;
 }
 
+/* ---- retain ---- */
+
+#define HUGE (1ull << 30)
+#define PROBE (1u << 20)
+
+static int retain_parent(const char *self)
+{
+	CUmemGenericAllocationHandle h, hs;
+	CUmemAllocationProp prop;
+	CUdeviceptr a, s, s2;
+	char arg[32];
+	int fd = -1, to, from;
+	pid_t pid;
+
+	driver_init();
+	CHECK_CU(cuMemAlloc(&a, HUGE));
+	put_pattern(a, PROBE, 21);
+	put_pattern(a + HUGE - PROBE, PROBE, 22);
+	CHECK_CU(cuMemRetainAllocationHandle(&h, (void *)a));
+	CHECK_CU(cuMemGetAllocationPropertiesFromHandle(&prop, h));
+	if (!(prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR))
+		FAIL("the retained handle cannot be exported as a descriptor");
+	CHECK_CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	snprintf(arg, sizeof(arg), "%d", fd);
+	pid = spawn(self, "retain-child", arg, "", false, &to, &from);
+	if (wait_child(pid))
+		FAIL("the child failed");
+	close(fd);
+	if (!has_pattern(a, PROBE, 23) || !has_pattern(a + HUGE - PROBE, PROBE, 22))
+		FAIL("the parent does not see the child's write through the exported handle");
+	CHECK_CU(cuMemRelease(h));
+	/* The second of two small allocations lies inside a shared 2 MiB piece. */
+	CHECK_CU(cuMemAlloc(&s, 4096));
+	CHECK_CU(cuMemAlloc(&s2, 4096));
+	CHECK_CU(cuMemRetainAllocationHandle(&hs, (void *)(s2 + 100)));
+	CHECK_CU(cuMemRelease(hs));
+	CHECK_CU(cuMemFree(s));
+	CHECK_CU(cuMemFree(s2));
+	CHECK_CU(cuMemFree(a));
+	printf("retain ok\n");
+	return 0;
+}
+
+static int retain_child(const char *arg)
+{
+	CUmemGenericAllocationHandle h;
+	CUmemAccessDesc acc = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+				.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUdeviceptr va;
+
+	driver_init();
+	CHECK_CU(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)atoi(arg),
+						CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	CHECK_CU(cuMemAddressReserve(&va, HUGE, 0, 0, 0));
+	CHECK_CU(cuMemMap(va, HUGE, 0, h, 0));
+	CHECK_CU(cuMemSetAccess(va, HUGE, &acc, 1));
+	if (!has_pattern(va, PROBE, 21) || !has_pattern(va + HUGE - PROBE, PROBE, 22))
+		FAIL("the imported handle does not hold the allocation from its start");
+	put_pattern(va, PROBE, 23);
+	CHECK_CU(cuMemUnmap(va, HUGE));
+	CHECK_CU(cuMemAddressFree(va, HUGE));
+	CHECK_CU(cuMemRelease(h));
+	return 0;
+}
+
 /* ---- noshim ---- */
 
 static int noshim(const char *self)
@@ -407,6 +476,10 @@ int main(int argc, char **argv)
 		return killed(argv[0]);
 	if (!strcmp(mode, "export-wait"))
 		return export_wait();
+	if (!strcmp(mode, "retain"))
+		return retain_parent(argv[0]);
+	if (!strcmp(mode, "retain-child"))
+		return retain_child(a1);
 	if (!strcmp(mode, "large"))
 		return large_parent(argv[0]);
 	if (!strcmp(mode, "large-child"))

@@ -15,7 +15,7 @@
 static struct run *run_mode(const char *mode)
 {
 	return run_program(shim_path(), ARGV(bin_path("prog_ipc"), mode),
-			   (const char *const[]){ "SIMDEV_MEMORY=1G", NULL });
+			   (const char *const[]){ "SIMDEV_MEMORY=2G", NULL });
 }
 
 /* The number after "name " in the program's output; -1 when absent. */
@@ -72,6 +72,18 @@ Test(ipc, large_buffer_in_many_pieces)
 	cr_expect(strstr(r->out, "large ok"), "%s", r->out);
 	/* 136 MiB in 2 MiB pieces: one descriptor each, over two messages. */
 	cr_expect_geq(run_stat(r, "cuMemExportToShareableHandle"), 68, "%s", r->stats);
+	run_free(r);
+}
+
+Test(ipc, retained_handle_of_a_large_allocation_exports_it_whole)
+{
+	struct run *r = run_mode("retain");
+
+	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "retain ok"), "%s", r->out);
+	cr_expect_eq(run_stat(r, "cuMemAlloc_v2"), 0, "the shim served the memory\n%s", r->stats);
+	/* The small allocation shares its 2 MiB piece: the log says so. */
+	cr_expect(strstr(r->err, "does not own the physical handle at its base"), "%s", r->err);
 	run_free(r);
 }
 
