@@ -4,8 +4,9 @@
  *   torch              the pattern above with the runtime API, a large and a small buffer, the
  *                      handle opened twice (same pointer) and closed twice
  *   orders             the exporter frees while the child has it open and allocates again: the
- *                      child still sees its bytes and the new allocations are untouched; open
- *                      after the free, open in the exporting process: the driver's errors
+ *                      child still sees its bytes and the new allocations are untouched; an
+ *                      importer exits without closing; open after the free, open in the
+ *                      exporting process: the driver's errors
  *   killed             the exporter (a child) is killed while this process has its memory open:
  *                      the memory stays readable and writable here until closed
  *   noshim             the child runs without the shim: the driver's error, no crash
@@ -233,6 +234,17 @@ static int orders_parent(const char *self)
 			FAIL("a new allocation was changed by the importer of a freed one");
 		CHECK_CU(cuMemFree(again[i]));
 	}
+	/* An importer that exits without closing: the exporter's memory is as it was. */
+	CHECK_CU(cuMemAlloc(&c, BIG));
+	put_pattern(c, BIG, 13);
+	CHECK_CU(cuIpcGetMemHandle(&hc, c));
+	to_hex(&hc, sizeof(hc), xc);
+	pid = spawn(self, "open-exit", xc, "", false, &to, &from);
+	if (wait_child(pid))
+		FAIL("the importer that exits without closing failed");
+	if (!has_pattern(c, BIG, 14))
+		FAIL("the write of an importer that exited is lost");
+	CHECK_CU(cuMemFree(c));
 	/* A handle whose allocation is freed before anyone opened it. */
 	CHECK_CU(cuMemAlloc(&c, SMALL));
 	CHECK_CU(cuIpcGetMemHandle(&hc, c));
@@ -280,6 +292,21 @@ static int open_rc(const char *x)
 	if (!r)
 		cuIpcCloseMemHandle(p);
 	return !r ? 0 : r % 256 ? (int)(r % 256) : 255;
+}
+
+/* Opens, writes and exits without closing. */
+static int open_exit(const char *x)
+{
+	CUipcMemHandle h;
+	CUdeviceptr p;
+
+	driver_init();
+	from_hex(x, &h, sizeof(h));
+	CHECK_CU(cuIpcOpenMemHandle(&p, h, 0));
+	if (!has_pattern(p, BIG, 13))
+		FAIL("opened memory lacks the exporter's bytes");
+	put_pattern(p, BIG, 14);
+	exit(0);
 }
 
 /* ---- killed ---- */
@@ -470,6 +497,8 @@ int main(int argc, char **argv)
 		return orders_parent(argv[0]);
 	if (!strcmp(mode, "orders-child"))
 		return orders_child(a1);
+	if (!strcmp(mode, "open-exit"))
+		return open_exit(a1);
 	if (!strcmp(mode, "open-rc"))
 		return open_rc(a1);
 	if (!strcmp(mode, "killed"))
