@@ -117,6 +117,23 @@ size_t ipc_registry_imports(ipc_import *out, size_t max)
 	return n;
 }
 
+size_t ipc_registry_summaries(ipc_import_summary *out, size_t max)
+{
+	size_t n;
+
+	pthread_mutex_lock(&lock);
+	for (n = 0; n < nimports && n < max; n++)
+		out[n] = (ipc_import_summary){ .exporter = imports[n]->exporter,
+					       .id = imports[n]->id,
+					       .device = imports[n]->device,
+					       .base = imports[n]->base,
+					       .span_size = imports[n]->span_size,
+					       .opens = imports[n]->opens };
+	n = nimports;
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
 uint64_t ipc_registry_imported_bytes(int dev)
 {
 	uint64_t bytes = 0;

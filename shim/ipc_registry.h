@@ -45,6 +45,16 @@ bool ipc_registry_add(const ipc_import *imp);
 bool ipc_registry_close(vmm_devptr base, bool *last, ipc_import *out);
 /* The imports (up to max); returns how many there are. */
 size_t ipc_registry_imports(ipc_import *out, size_t max);
+/* The same without the handles (small enough for a reply's stack). */
+typedef struct ipc_import_summary {
+	pid_t exporter;
+	uint64_t id;
+	int device;
+	vmm_devptr base;
+	size_t span_size;
+	unsigned opens;
+} ipc_import_summary;
+size_t ipc_registry_summaries(ipc_import_summary *out, size_t max);
 /* Bytes mapped from other processes on dev. */
 uint64_t ipc_registry_imported_bytes(int dev);
 

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -135,6 +136,10 @@ static uint32_t side_devices(const struct side *s)
 				mask |= 1u << d;
 		}
 	}
+	/* Memory opened from another process is on a device too (legacy IPC). */
+	for (int d = 0; !strcmp(s->name, "cuda") && d < VMM_MAX_DEVICES; d++)
+		if (ipc_registry_imported_bytes(d))
+			mask |= 1u << d;
 	return mask;
 }
 
@@ -306,6 +311,57 @@ static void put_device(proto_writer *w, const struct side *s, int dev)
 	proto_record_end(w);
 }
 
+#define IPC_RECORDS 64   /* exports (and imports) listed in one reply; the rest are counted */
+
+/* Who shares what through legacy IPC (for a sleep of several processes): an `ipc_export` record
+ * per exported allocation of this process (with the pids that opened it, some of which may have
+ * closed it since) and an `ipc_import` record per handle opened here. */
+static void put_ipc_records(proto_writer *w, shim_runtime *rt)
+{
+	vmm_share_info ex[IPC_RECORDS];
+	ipc_import_summary imports[IPC_RECORDS];
+	size_t n, nex;
+
+	if (!rt || !rt->cuda_core)
+		return;
+	n = nex = vmm_share_list(rt->cuda_core, ex, sizeof(ex) / sizeof(ex[0]));
+	for (size_t i = 0; i < n && i < sizeof(ex) / sizeof(ex[0]); i++) {
+		pid_t pids[32];
+		size_t np = ipc_registry_importers(ex[i].id, pids, 32);
+		char list[32 * 12] = "";
+		size_t len = 0;
+
+		for (size_t k = 0; k < np && k < 32; k++)
+			len += (size_t)snprintf(list + len, sizeof(list) - len, "%s%d", k ? "," : "",
+						(int)pids[k]);
+		proto_record_begin(w, "ipc_export");
+		proto_put_int(w, "dev", ex[i].device);
+		proto_put_u64(w, "id", ex[i].id);
+		proto_put_u64(w, "base", ex[i].base);
+		proto_put_u64(w, "size", ex[i].size);
+		proto_put_u64(w, "span_size", ex[i].span_size);
+		proto_put_str(w, "opened_by", list);
+		proto_record_end(w);
+	}
+	n = ipc_registry_summaries(imports, IPC_RECORDS);
+	for (size_t i = 0; i < n && i < IPC_RECORDS; i++) {
+		proto_record_begin(w, "ipc_import");
+		proto_put_int(w, "dev", imports[i].device);
+		proto_put_int(w, "exporter", imports[i].exporter);
+		proto_put_u64(w, "id", imports[i].id);
+		proto_put_u64(w, "base", imports[i].base);
+		proto_put_u64(w, "span_size", imports[i].span_size);
+		proto_put_u64(w, "opens", imports[i].opens);
+		proto_record_end(w);
+	}
+	if (nex || n) {
+		proto_record_begin(w, "ipc");
+		proto_put_u64(w, "exports", nex);
+		proto_put_u64(w, "imports", n);
+		proto_record_end(w);
+	}
+}
+
 static void put_figures(const proto_request *req, proto_writer *w, shim_runtime *rt)
 {
 	struct side sides[2];
@@ -321,6 +377,7 @@ static void put_figures(const proto_request *req, proto_writer *w, shim_runtime 
 			put_tags(w, &sides[i], d, req->tag[0] ? req->tag : NULL);
 		}
 	}
+	put_ipc_records(w, rt);
 }
 
 /* hello and status: the figures when no sleep or wake runs, else what can be said without

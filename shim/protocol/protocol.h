@@ -43,6 +43,10 @@
  *            and when the driver answers: free, total, used,
  *            unmanaged
  *   tag      backend, dev, name, live, count, mapped, cached, asleep, host_backup
+ *   ipc_export  dev, id, base, size, span_size, opened_by ("pid,pid": who opened it, some may
+ *            have closed it since); ipc_import  dev, exporter, id, base, span_size, opens;
+ *            ipc  exports, imports (the totals; at most 64 of each kind are listed). Legacy
+ *            CUDA IPC through the shim, in status replies.
  *   result   released, copied, seconds, gbps, already
  *   cancel   operation (sleep | wake | unknown | none), outcome (rolled_back: it stopped and
  *            undid its work | finished: it had done its work before it saw the cancel |

@@ -20,6 +20,8 @@
 #include <cuda_runtime_api.h>
 #include <signal.h>
 #include <stdbool.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -134,6 +136,33 @@ static int wait_child(pid_t pid)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* Ask this process's own control socket for its status and print the legacy-IPC records
+ * ("STATUS ipc_export ..."), as vmmctl would see them. */
+static void print_ipc_status(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *dir = getenv("VMMSHIM_RUN_DIR");
+	static char reply[1 << 16];
+	size_t len = 0;
+	ssize_t k;
+	int fd;
+
+	if (!dir)
+		return;
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%d.sock", dir, (int)getpid());
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    write(fd, "vmmshim/1 status\n", 17) != 17)
+		FAIL("cannot ask the control socket");
+	while (len + 1 < sizeof(reply) && (k = read(fd, reply + len, sizeof(reply) - 1 - len)) > 0)
+		len += (size_t)k;
+	reply[len] = '\0';
+	close(fd);
+	for (char *l = strtok(reply, "\n"); l; l = strtok(NULL, "\n"))
+		if (!strncmp(l, "ipc", 3) || strstr(l, "ipc_shared"))
+			printf("STATUS %s\n", l);
+}
+
 /* ---- torch: runtime API ---- */
 
 static int torch_parent(const char *self)
@@ -219,6 +248,8 @@ static int orders_parent(const char *self)
 	to_hex(&h, sizeof(h), x);
 	pid = spawn(self, "orders-child", x, "", false, &to, &from);
 	expect_line(from, "opened");
+	printf("importer %d\n", (int)pid);
+	print_ipc_status();
 	/* Free while the child maps it, then allocate the same sizes again. */
 	CHECK_CU(cuMemFree(a));
 	for (int i = 0; i < 4; i++) {
@@ -345,6 +376,8 @@ static int killed(const char *self)
 	CHECK_CU(cuIpcOpenMemHandle(&p, h, 0));
 	if (!has_pattern(p, BIG, 1))
 		FAIL("opened memory lacks the exporter's bytes");
+	printf("exporter %d\n", (int)pid);
+	print_ipc_status();
 	kill(pid, SIGKILL);
 	wait_child(pid);
 	if (!has_pattern(p, BIG, 1))

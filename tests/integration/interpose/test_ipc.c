@@ -45,10 +45,16 @@ Test(ipc, torch_pattern_parent_child_parent)
 Test(ipc, free_while_open_and_open_after_free)
 {
 	struct run *r = run_mode("orders");
+	char want[64];
 
 	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
 	cr_expect(strstr(r->out, "orders ok"), "%s", r->out);
 	cr_expect_eq(printed(r, "open_in_exporter"), CUDA_ERROR_INVALID_CONTEXT_NUM, "%s", r->out);
+	/* status names the export and the pid that opened it. */
+	snprintf(want, sizeof(want), "opened_by=\"%d\"", printed(r, "importer"));
+	cr_expect(strstr(r->out, "STATUS ipc_export dev=0") && strstr(r->out, want), "%s\n%s",
+		  want, r->out);
+	cr_expect(strstr(r->out, "STATUS ipc exports=1 imports=0"), "%s", r->out);
 	cr_expect_eq(printed(r, "open_after_free child"), CUDA_ERROR_INVALID_HANDLE_NUM % 256,
 		     "%s", r->out);
 	run_free(r);
@@ -57,10 +63,16 @@ Test(ipc, free_while_open_and_open_after_free)
 Test(ipc, exporter_killed_while_open)
 {
 	struct run *r = run_mode("killed");
+	char want[64];
 
 	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
 	cr_expect(strstr(r->out, "killed ok"), "%s", r->out);
 	cr_expect_eq(printed(r, "open_after_exit"), CUDA_ERROR_INVALID_HANDLE_NUM, "%s", r->out);
+	snprintf(want, sizeof(want), "STATUS ipc_import dev=0 exporter=%d ",
+		 printed(r, "exporter"));
+	cr_expect(strstr(r->out, want), "%s\n%s", want, r->out);
+	cr_expect(strstr(r->out, "ipc_imported=6291456"), "the opened bytes are reported\n%s",
+		  r->out);
 	run_free(r);
 }
 
