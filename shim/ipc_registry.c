@@ -1,7 +1,9 @@
 /* The legacy-IPC registry (ipc_registry.h): two small tables under one lock. */
 #include "ipc_registry.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -37,9 +39,15 @@ size_t ipc_registry_importers(uint64_t id, pid_t *out, size_t max)
 	size_t n = 0;
 
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < nimporters; i++)
+	for (size_t i = 0; i < nimporters; i++) {
+		/* A process that has ended maps nothing any more: forget it. */
+		if (kill(importers[i].pid, 0) && errno == ESRCH) {
+			importers[i--] = importers[--nimporters];
+			continue;
+		}
 		if (importers[i].id == id && n++ < max)
 			out[n - 1] = importers[i].pid;
+	}
 	pthread_mutex_unlock(&lock);
 	return n;
 }

@@ -17,7 +17,8 @@
 
 /* Exporting side: pid opened export id (recorded once per pair). */
 void ipc_registry_importer(uint64_t id, pid_t pid);
-/* The pids that opened export id (up to max); returns how many there are. */
+/* The living pids that opened export id (up to max; some may have closed it since); returns how
+ * many there are. */
 size_t ipc_registry_importers(uint64_t id, pid_t *out, size_t max);
 
 /* Importing side: one opened handle. */
