@@ -24,6 +24,9 @@ void cli_usage(FILE *f)
 	      "  wake PID [--tag T] [--device N]\n"
 	      "      re-create the memory at the same addresses and copy it back (a sleep in\n"
 	      "      progress that this wake covers is cancelled first)\n"
+	      "  sleep PID PID... [--autowake] | wake PID PID...\n"
+	      "      one operation on a group (e.g. the ranks of a job): all of them or none;\n"
+	      "      retried while a collective holds one member's drain, within --timeout\n"
 	      "  cancel PID\n"
 	      "      stop the sleep or wake in progress: it rolls back; waits until it has\n"
 	      "      ended\n"
@@ -88,7 +91,7 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 		{ "status", CMD_STATUS }, { "sleep", CMD_SLEEP }, { "wake", CMD_WAKE },
 		{ "cancel", CMD_CANCEL },
 	};
-	const char *words[4];
+	const char *words[VMMCTL_MAX_GROUP + 1];
 	int nwords = 0;
 	bool have_tag = false, have_dev = false, have_discard = false, have_autowake = false;
 
@@ -101,7 +104,7 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 		const char *eq = strchr(a, '=');
 
 		if (a[0] != '-' || !strcmp(a, "-")) {
-			if (nwords == 4)
+			if (nwords == VMMCTL_MAX_GROUP + 1)
 				return fail(why, whylen, "too many arguments", a);
 			words[nwords++] = a;
 			continue;
@@ -180,14 +183,26 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 		return fail(why, whylen, "--discard and --autowake go with sleep", NULL);
 	if (out->cmd == CMD_STATUS || out->cmd == CMD_SLEEP || out->cmd == CMD_WAKE ||
 	    out->cmd == CMD_CANCEL) {
-		long pid;
+		bool group = out->cmd == CMD_SLEEP || out->cmd == CMD_WAKE;
 
-		if (nwords != 2)
-			return fail(why, whylen, nwords < 2 ? "which process? (give its PID)" :
-							      "too many arguments", NULL);
-		if (!parse_long(words[1], 1, 0x7fffffff, &pid))
-			return fail(why, whylen, "not a process id", words[1]);
-		out->pid = (pid_t)pid;
+		if (nwords < 2)
+			return fail(why, whylen, "which process? (give its PID)", NULL);
+		if (nwords > 2 && !group)
+			return fail(why, whylen, "too many arguments", words[2]);
+		for (int k = 1; k < nwords; k++) {
+			long pid;
+
+			if (!parse_long(words[k], 1, 0x7fffffff, &pid))
+				return fail(why, whylen, "not a process id", words[k]);
+			for (int j = 0; j < out->npids; j++)
+				if (out->pids[j] == (pid_t)pid)
+					return fail(why, whylen, "a process is named twice", words[k]);
+			out->pids[out->npids++] = (pid_t)pid;
+		}
+		out->pid = out->pids[0];
+		if (out->npids > 1 && (have_tag || have_dev || have_discard))
+			return fail(why, whylen, "a group sleep or wake covers whole processes "
+				    "(no --tag, --device or --discard)", NULL);
 	} else if (nwords != 1) {
 		return fail(why, whylen, "too many arguments", words[1]);
 	}

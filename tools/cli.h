@@ -30,9 +30,14 @@ typedef enum vmmctl_cmd {
 	CMD_CANCEL,
 } vmmctl_cmd;
 
+/* sleep and wake take several processes: one group operation (group.h). */
+#define VMMCTL_MAX_GROUP 64
+
 typedef struct vmmctl_args {
 	vmmctl_cmd cmd;
-	pid_t pid;
+	pid_t pid;                 /* the first (or only) process */
+	pid_t pids[VMMCTL_MAX_GROUP];
+	int npids;
 	char tag[PROTO_TAG_MAX];   /* "" = every tag */
 	int device;                /* -1 = every device */
 	bool discard, autowake, json;

@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "client.h"
+#include "group.h"
 #include "output.h"
 #include "run.h"
 #include "vmmshim_version.h"
@@ -237,8 +238,8 @@ int main(int argc, char **argv)
 	if (cli_parse(argc, argv, &a, why, sizeof(why))) {
 		fprintf(stderr, "vmmctl: %s\n", out_safe(why));
 		fprintf(stderr, "usage: vmmctl [--json] [--timeout S] list | status PID | "
-			"sleep PID [--tag T] [--device N] [--discard] [--autowake] | "
-			"wake PID [--tag T] [--device N] | cancel PID   (vmmctl --help)\n");
+			"sleep PID [PID...] [--tag T] [--device N] [--discard] [--autowake] | "
+			"wake PID [PID...] [--tag T] [--device N] | cancel PID   (vmmctl --help)\n");
 		return EXIT_USAGE;
 	}
 	switch (a.cmd) {
@@ -250,6 +251,11 @@ int main(int argc, char **argv)
 		return EXIT_OK;
 	case CMD_LIST:
 		return list(&a);
+	case CMD_SLEEP:
+	case CMD_WAKE:
+		if (a.npids > 1)
+			return group_run(&a);
+		return one_process(&a);
 	default:
 		return one_process(&a);
 	}

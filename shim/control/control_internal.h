@@ -13,6 +13,7 @@
 /* How long a sleep or wake may take and how it learns that nobody waits for it any more. */
 typedef struct control_limits {
 	int timeout_ms;              /* the whole operation, gate and drain included; <= 0: defaults */
+	int drain_ms;                /* the drain alone, when shorter than VMMSHIM_SLEEP_TIMEOUT */
 	bool (*gone)(void *arg);     /* polled between steps and while waiting; true: roll back */
 	void *gone_arg;
 } control_limits;

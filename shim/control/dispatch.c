@@ -455,7 +455,8 @@ static bool op_gone(void *arg)
 	       ow->client->gone(ow->client->gone_arg);
 }
 
-static void do_transfer(const proto_request *req, const control_client *client, proto_writer *w)
+static void do_transfer(const proto_request *req, const control_client *client, proto_writer *w,
+			shim_runtime *rt)
 {
 	vmm_sleep_opts opts = {
 		.tag = req->tag[0] ? req->tag : NULL,
@@ -471,6 +472,13 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 	vmm_status s;
 
 	vmm_error_clear(&err);
+	/* Nothing to sleep or wake yet (the socket exists from the first device call on, a moment
+	 * before the heap): say not_ready, which a caller may retry, rather than invalid. */
+	if (!rt || (!rt->cuda_core && !rt->acl_core)) {
+		proto_error_response(w, PROTO_ERR_NOT_READY,
+				     "no device memory is managed by vmmshim in this process yet");
+		return;
+	}
 	/* Wait for the operation in progress (a covering wake cancels it first). */
 	pthread_mutex_lock(&op_lock);
 	while (op.running) {
@@ -515,6 +523,7 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 	pthread_rwlock_unlock(&figures_lock);
 
 	lim.timeout_ms = deadline ? (int)(deadline - now_ms()) : 0;
+	lim.drain_ms = req->drain_ms;
 	if (deadline && lim.timeout_ms < 1)
 		lim.timeout_ms = 1;
 	/* A sleep from outside holds the program's device work until wake: the program does not
@@ -618,7 +627,7 @@ void control_dispatch(const proto_request *req, const control_client *client, pr
 		return;
 	case PROTO_SLEEP:
 	case PROTO_WAKE:
-		do_transfer(req, client, w);
+		do_transfer(req, client, w, rt);
 		return;
 	case PROTO_CANCEL:
 		do_cancel(req, client, w);

@@ -202,6 +202,10 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 	 * timeout bounds the whole operation on top. */
 	op->core_lim = (vmm_limits){ .cancelled = op_stop, .arg = op,
 				     .drain_s = (*rt)->cfg.sleep_timeout_s };
+	/* A group sleep asks for a short drain and retries (tools/group.c). */
+	if (lim && lim->drain_ms > 0 &&
+	    (op->core_lim.drain_s <= 0 || lim->drain_ms / 1000.0 < op->core_lim.drain_s))
+		op->core_lim.drain_s = lim->drain_ms / 1000.0;
 	op->gate_ms = CONTROL_GATE_TIMEOUT_MS;
 	if (t) {
 		double left = t / 1000.0 - (now_seconds() - op->t0);

@@ -311,6 +311,8 @@ static bool verb_takes(proto_verb v, const char *key)
 		return v == PROTO_SLEEP;
 	if (!strcmp(key, "timeout_ms"))
 		return v == PROTO_SLEEP || v == PROTO_WAKE || v == PROTO_CANCEL;
+	if (!strcmp(key, "drain_ms"))
+		return v == PROTO_SLEEP;
 	return false;
 }
 
@@ -339,6 +341,10 @@ static int apply_field(proto_request *req, const proto_field *f, char *why, size
 		if (f->type != PROTO_T_NUMBER || !parse_integer(f->value, 1, LLONG_MAX, &v))
 			return why_fail(why, whylen, "%s must be a positive integer", f->key);
 		*(!strcmp(f->key, "export") ? &req->share_id : &req->share_base) = (uint64_t)v;
+	} else if (!strcmp(f->key, "drain_ms")) {
+		if (f->type != PROTO_T_NUMBER || !parse_integer(f->value, 0, MAX_TIMEOUT_MS, &v))
+			return why_fail(why, whylen, "drain_ms must be 0..%d", MAX_TIMEOUT_MS);
+		req->drain_ms = (int)v;
 	} else {
 		if (f->type != PROTO_T_BOOL)
 			return why_fail(why, whylen, "%s must be true or false", f->key);
@@ -472,6 +478,8 @@ size_t proto_format_request(const proto_request *req, char *buf, size_t cap)
 		     put_text(buf, cap, &len, " export=%llu base=%llu",
 			      (unsigned long long)req->share_id,
 			      (unsigned long long)req->share_base);
+	if (ok && req->drain_ms > 0 && verb_takes(req->verb, "drain_ms"))
+		ok = put_text(buf, cap, &len, " drain_ms=%d", req->drain_ms);
 	if (ok)
 		ok = put_text(buf, cap, &len, "\n");
 	if (!ok || len > PROTO_MAX_REQUEST)

@@ -13,7 +13,11 @@
  *            discard=true|false, autowake=true|false (sleep only), timeout_ms=N (sleep and
  *            wake: the longest the whole operation may take, waiting for another one, the gate
  *            and the drain included, after which it rolls back; cancel: how long to wait for
- *            the cancelled operation to end; 0 or absent: the server's default).
+ *            the cancelled operation to end; 0 or absent: the server's default),
+ *            drain_ms=N (sleep: the longest wait for the device to finish its work, below
+ *            VMMSHIM_SLEEP_TIMEOUT; a group sleep asks for short drains and retries, so that
+ *            a collective half-launched across the group never holds it; 0 or absent: the
+ *            server's setting).
  *            share_open (another shimmed process of the same uid opening a legacy IPC handle,
  *            never vmmctl): export=N base=N, both required; the reply's first bytes carry the
  *            pieces' file descriptors (SCM_RIGHTS, fd_pass.h) and a `piece` record each.
@@ -93,7 +97,7 @@
 #define PROTO_ERR_BUSY "busy"                /* exiting, too many clients, a wait timed out */
 #define PROTO_ERR_CANCELLED "cancelled"      /* vmmctl cancel (or a wake) stopped it; rolled back */
 #define PROTO_ERR_UNSUPPORTED "unsupported"
-#define PROTO_ERR_NOT_READY "not_ready"      /* no device memory managed yet */
+#define PROTO_ERR_NOT_READY "not_ready"      /* sleep or wake before any device memory is managed */
 #define PROTO_ERR_INTERNAL "internal"
 
 typedef enum proto_verb {
@@ -114,6 +118,7 @@ typedef struct proto_request {
 	int timeout_ms;           /* 0 = the server's default */
 	uint64_t share_id;        /* share_open: the export's id and base (both > 0) */
 	uint64_t share_base;
+	int drain_ms;             /* sleep: 0 = the server's VMMSHIM_SLEEP_TIMEOUT */
 } proto_request;
 
 const char *proto_verb_name(proto_verb v);

@@ -1,0 +1,270 @@
+/* vmmctl sleep PID PID... / wake PID PID...: a group of processes as one operation, end to end on
+ * simdev. The members draw on one device capacity (SIMDEV_SHARED), as processes on one GPU do,
+ * so that an awake observer in the same group sees what the driver got back. Checked: the bytes
+ * after wake, the memory given back while all sleep, and that a member failing half way (its
+ * sleep, its wake, or the undo of the others) leaves every process as it was, with its data. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+TestSuite(group, .fini = harness_cleanup);
+
+static struct ctl_out o; /* large: static, one test per process */
+static char group_env[96];
+
+static const char *the_group(void)
+{
+	snprintf(group_env, sizeof(group_env), "SIMDEV_SHARED=vmmgrp-%d", (int)getpid());
+	return group_env;
+}
+
+/* A member of this test's simdev group, with extra settings (may be NULL). */
+static struct target *member(const char *extra)
+{
+	const char *env[] = { the_group(), "SIMDEV_MEMORY=2G", extra, NULL };
+	struct target *t = target_start(env);
+
+	cr_assert(t, "ctl_target did not start under the shim");
+	return t;
+}
+
+static void cmd_ok(struct target *t, const char *cmd, const char *want)
+{
+	char reply[256];
+
+	cr_assert_eq(target_cmd(t, cmd, reply, sizeof(reply), 30000), 0, "no reply to '%s'", cmd);
+	cr_assert(!strncmp(reply, want, strlen(want)), "'%s' answered '%s', expected '%s...'",
+		  cmd, reply, want);
+}
+
+/* Device memory in use in the group, as an awake member's cudaMemGetInfo says. */
+static long long used(struct target *observer)
+{
+	char reply[128];
+	long long u = -1;
+
+	cr_assert_eq(target_cmd(observer, "memused", reply, sizeof(reply), 30000), 0);
+	cr_assert_eq(sscanf(reply, "used %lld", &u), 1, "memused: %s", reply);
+	return u;
+}
+
+static void state_is(struct target *t, const char *want)
+{
+	char s[32];
+
+	vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
+	cr_assert_eq(o.code, 0, "status: exit %d %s", o.code, o.err);
+	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, want),
+		  "pid %d: state %s expected: %s", (int)t->pid, want, o.out);
+}
+
+static long long managed(struct target *t)
+{
+	vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
+	cr_assert_eq(o.code, 0, "status: exit %d %s", o.code, o.err);
+	return json_num(o.out, "\"info\"", "managed");
+}
+
+/* "vmmctl [--json] sleep|wake PID PID ..." for ts[0..n). */
+static int group(const char *verb, struct target **ts, int n, bool json)
+{
+	char pids[512] = "";
+	size_t len = 0;
+
+	for (int i = 0; i < n; i++)
+		len += (size_t)snprintf(pids + len, sizeof(pids) - len, " %d", (int)ts[i]->pid);
+	return vmmctl_run(&o, ts[0]->run_dir, -1, "%s--timeout 60 %s%s", json ? "--json " : "",
+			  verb, pids);
+}
+
+/* Each member allocates (the heap and a mapping of its own), the group sleeps: the observer
+ * sees every managed byte given back; the group wakes: every byte is back. */
+static void sleep_and_wake(int n)
+{
+	struct target *ts[3], *observer = member(NULL);
+	long long before, asleep, sum = 0;
+
+	cmd_ok(observer, "alloc 1 1000000", "ok");
+	for (int i = 0; i < n; i++) {
+		ts[i] = member(NULL);
+		cmd_ok(ts[i], "alloc 6 3000000", "ok");
+		cmd_ok(ts[i], "appvmm 8388608", "ok");
+		sum += managed(ts[i]);
+	}
+	cr_assert_geq(sum, n * 26000000LL, "status reports what each manages");
+	before = used(observer);
+	cr_assert_eq(group("sleep", ts, n, true), 0, "group sleep: %s %s", o.out, o.err);
+	cr_expect(strstr(o.out, "\"status\": \"ok\""), "%s", o.out);
+	asleep = used(observer);
+	cr_expect_geq(before - asleep, sum,
+		      "the driver got back all %lld managed bytes: %lld in use before, %lld asleep",
+		      sum, before, asleep);
+	for (int i = 0; i < n; i++)
+		state_is(ts[i], "asleep");
+	cr_assert_eq(group("wake", ts, n, false), 0, "group wake: %s %s", o.out, o.err);
+	cr_expect(strstr(o.out, "group of"), "a group line: %s", o.out);
+	for (int i = 0; i < n; i++) {
+		state_is(ts[i], "awake");
+		cmd_ok(ts[i], "check", "ok 7"); /* six buffers and the mapping */
+	}
+	cr_expect_geq(used(observer), before, "all of it is back on the device");
+	for (int i = 0; i < n; i++)
+		target_stop(ts[i], 10000);
+	target_stop(observer, 10000);
+}
+
+Test(group, two_processes_sleep_and_wake_as_one, .timeout = 120)
+{
+	sleep_and_wake(2);
+}
+
+Test(group, three_processes_sleep_and_wake_as_one, .timeout = 120)
+{
+	sleep_and_wake(3);
+}
+
+/* The second member's sleep fails half way (its second copy to the host): the first, asleep by
+ * then or not, is woken again; both end awake with their data, device work not held. */
+Test(group, a_member_failing_its_sleep_leaves_every_member_awake, .timeout = 120)
+{
+	struct target *ts[2] = { member(NULL), member("SIMDEV_FAIL=cuMemcpyDtoHAsync:2") };
+
+	for (int i = 0; i < 2; i++)
+		cmd_ok(ts[i], "alloc 6 3000000", "ok");
+	cr_expect_eq(group("sleep", ts, 2, true), 1, "the group sleep fails: %s", o.out);
+	cr_expect(strstr(o.out, "\"status\": \"error\""), "%s", o.out);
+	cr_expect(strstr(o.out, "\"outcome\": \"undone\""), "the first member was put back: %s",
+		  o.out);
+	for (int i = 0; i < 2; i++) {
+		state_is(ts[i], "awake");
+		cmd_ok(ts[i], "check", "ok 6"); /* answers: the gates are open */
+	}
+	/* And the group still sleeps and wakes once nothing fails. */
+	cr_expect_eq(group("sleep", ts, 2, false), 0, "%s %s", o.out, o.err);
+	cr_expect_eq(group("wake", ts, 2, false), 0, "%s %s", o.out, o.err);
+	for (int i = 0; i < 2; i++)
+		cmd_ok(ts[i], "check", "ok 6");
+}
+
+/* How many cuMemCreate calls "alloc 6 3000000" makes in a fresh process. */
+static long long creates_for_setup(void)
+{
+	struct target *t = member(NULL);
+	long long n;
+
+	cmd_ok(t, "alloc 6 3000000", "ok");
+	vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
+	n = json_num(o.out, "\"devices\": [", "handles_created");
+	target_stop(t, 10000);
+	return n;
+}
+
+/* The second member cannot re-create its memory at wake: it stays asleep (its own rollback), the
+ * first, awake by then or not, is put back to sleep; a later wake brings every byte back. */
+Test(group, a_member_failing_its_wake_leaves_every_member_asleep, .timeout = 120)
+{
+	long long h = creates_for_setup();
+	char fail[64];
+
+	cr_assert_gt(h, 0);
+	snprintf(fail, sizeof(fail), "SIMDEV_FAIL=cuMemCreate:%lld", h + 1);
+	struct target *ts[2] = { member(NULL), member(fail) };
+
+	for (int i = 0; i < 2; i++)
+		cmd_ok(ts[i], "alloc 6 3000000", "ok");
+	cr_assert_eq(group("sleep", ts, 2, false), 0, "%s %s", o.out, o.err);
+	cr_expect_eq(group("wake", ts, 2, true), 1, "the group wake fails: %s", o.out);
+	cr_expect(strstr(o.out, "\"outcome\": \"undone\""), "the first member was put back: %s",
+		  o.out);
+	for (int i = 0; i < 2; i++)
+		state_is(ts[i], "asleep");
+	cr_assert_eq(group("wake", ts, 2, false), 0, "%s %s", o.out, o.err);
+	for (int i = 0; i < 2; i++)
+		cmd_ok(ts[i], "check", "ok 6");
+}
+
+/* The undo itself fails: the first member slept, the second failed its sleep, and waking the
+ * first back fails (no device memory for it). The first stays asleep with its host copy and is
+ * named; `vmmctl wake` of it completes it; no byte is lost anywhere. */
+Test(group, an_undo_that_fails_leaves_the_member_asleep_and_named, .timeout = 120)
+{
+	long long h = creates_for_setup();
+	char fail[64], cmd[64];
+
+	cr_assert_gt(h, 0);
+	snprintf(fail, sizeof(fail), "SIMDEV_FAIL=cuMemCreate:%lld", h + 1);
+	struct target *ts[2] = { member(fail), member("SIMDEV_FAIL=cuMemcpyDtoHAsync:2") };
+
+	for (int i = 0; i < 2; i++)
+		cmd_ok(ts[i], "alloc 6 3000000", "ok");
+	cr_expect_eq(group("sleep", ts, 2, true), 1, "%s", o.out);
+	cr_expect(strstr(o.out, "\"outcome\": \"undo_failed\""), "the failed undo is named: %s",
+		  o.out);
+	state_is(ts[0], "asleep");
+	state_is(ts[1], "awake");
+	cmd_ok(ts[1], "check", "ok 6");
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)ts[0]->pid);
+	cr_expect_eq(vmmctl_run(&o, ts[0]->run_dir, -1, "%s", cmd), 0, "%s", o.err);
+	cmd_ok(ts[0], "check", "ok 6");
+}
+
+/* A collective half launched: member 0 runs a kernel that ends only when its host thread's copy
+ * sets a flag, and that copy meets the closed gate. The first attempt cannot drain; the group
+ * puts everyone back (the copy goes through, the kernel ends) and the next attempt succeeds,
+ * all within the deadline, where a single sleep would wait its whole drain timeout and fail. */
+Test(group, a_drain_held_by_a_gated_launch_is_retried_not_deadlocked, .timeout = 120)
+{
+	struct target *ts[2] = { member(NULL), member(NULL) };
+	char reply[64], pids[64], s[32];
+	pid_t ctl;
+
+	for (int i = 0; i < 2; i++)
+		cmd_ok(ts[i], "alloc 2 3000000", "ok");
+	cmd_ok(ts[0], "spin", "spinning");
+	snprintf(pids, sizeof(pids), "%d %d", (int)ts[0]->pid, (int)ts[1]->pid);
+	ctl = vmmctl_spawn(ts[0]->run_dir, "--json --timeout 60 sleep %s", pids);
+	cr_assert_gt(ctl, 0);
+	/* Once member 0's sleep runs (its gate closes first thing), its host thread copies. */
+	for (double end = now_s() + 20; now_s() < end; usleep(5000)) {
+		vmmctl_run(&o, ts[0]->run_dir, -1, "--json status %d", (int)ts[0]->pid);
+		if (json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "changing"))
+			break;
+	}
+	usleep(50000);
+	cr_assert_eq(target_send(ts[0], "setflag"), 0);
+	cr_assert_eq(vmmctl_wait(ctl, &o, 60000), 0, "the group slept: %s %s", o.out, o.err);
+	cr_expect_geq(json_num(o.out, NULL, "attempts"), 2, "after a retry: %s", o.out);
+	cr_assert_eq(target_read(ts[0], reply, sizeof(reply), 30000), 0);
+	cr_expect(!strncmp(reply, "flag set", 8), "%s", reply);
+	cmd_ok(ts[0], "spinwait", "spin ok");
+	cr_assert_eq(group("wake", ts, 2, false), 0, "%s %s", o.out, o.err);
+	for (int i = 0; i < 2; i++)
+		cmd_ok(ts[i], "check", "ok 2");
+}
+
+/* Bad input changes nothing: a pid that is not under the shim, a pid named twice. */
+Test(group, a_group_with_a_stranger_changes_nothing, .timeout = 60)
+{
+	struct target *t = member(NULL);
+	pid_t child = fork();
+
+	if (child == 0) {
+		pause();
+		_exit(0);
+	}
+	cmd_ok(t, "alloc 2 3000000", "ok");
+	vmmctl_run(&o, t->run_dir, -1, "sleep %d %d", (int)t->pid, (int)child);
+	cr_expect_eq(o.code, 3, "not under the shim: %d %s", o.code, o.err);
+	cr_expect(strstr(o.err, "nothing was changed"), "%s", o.err);
+	state_is(t, "awake");
+	vmmctl_run(&o, t->run_dir, -1, "sleep %d %d", (int)t->pid, (int)t->pid);
+	cr_expect_eq(o.code, 2, "named twice: %d %s", o.code, o.err);
+	kill(child, SIGKILL);
+	waitpid(child, NULL, 0);
+	cmd_ok(t, "check", "ok 2");
+}

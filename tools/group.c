@@ -1,0 +1,288 @@
+/* vmmctl sleep PID PID... / wake PID PID...: several processes (the ranks of a job, a trainer and
+ * its inference engine) as one operation, all of them or none, over their control sockets.
+ *
+ * Two phases. Prepare: every member is asked at once to sleep (its gate closed, its device
+ * drained, its memory copied out and released, everything kept: its host copy and its addresses,
+ * so that a wake brings it back exactly). Commit: when every member has answered ok the group is
+ * asleep. Abort: when one fails, the members that went to sleep in this attempt are woken again
+ * (each failed member has rolled itself back); a member whose undo fails stays in the partial
+ * state its own sleep defines (asleep with its host copy; `vmmctl wake PID` completes it) and is
+ * named. A group wake is the same with the roles swapped: a member that fails stays asleep, the
+ * others are put back to sleep.
+ *
+ * Collectives. A rank whose launch waits at its closed gate while its peers' kernels wait for it
+ * in a collective would hold their drains forever. Each member's drain is therefore bounded
+ * (drain_ms, short at first) and a sleep that could not drain is aborted on every member, which
+ * reopens every gate so the collective completes, then retried with a longer drain, until the
+ * group's deadline. Requests go out to all members at once, so that the gates close together. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "client.h"
+#include "group.h"
+#include "output.h"
+
+/* An undo is tried even when the deadline has passed: it gets at least this long. */
+#define GROUP_UNDO_MIN_S 10.0
+
+struct member {
+	pid_t pid;
+	client_target t;
+	/* The last request's outcome. */
+	int rc;                 /* 0: a reply came (it may be an error reply) */
+	client_reply reply;
+	client_error e;
+	bool changed;           /* this operation put it in the asked state (answered ok) */
+	bool undone;            /* ...and it was put back (abort) */
+	bool undo_failed;       /* ...and putting it back failed: it is left as its undo left it */
+	char undo_msg[512];
+	/* Filled for the call. */
+	proto_request req;
+	double timeout;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The process's share of the client's time (vmmctl.c: server_ms): it must roll back and answer
+ * before vmmctl stops waiting. */
+static int server_ms(double timeout)
+{
+	double ms = timeout * 1000, margin = ms / 10 < 1000 ? ms / 10 : 1000;
+
+	ms -= margin;
+	return ms < 1 ? 1 : ms > 3600000 ? 3600000 : (int)ms;
+}
+
+static void *call_one(void *arg)
+{
+	struct member *m = arg;
+
+	client_reply_free(&m->reply);
+	memset(&m->e, 0, sizeof(m->e));
+	m->rc = client_call(&m->t, &m->req, m->timeout, false, false, &m->reply, &m->e);
+	if (!m->rc)
+		m->rc = client_reply_error(&m->reply, &m->e);
+	return NULL;
+}
+
+/* Send each selected member its request, all at once, and wait for every answer. */
+static void call_all(struct member *ms, int n, const bool *sel)
+{
+	pthread_t th[VMMCTL_MAX_GROUP];
+	bool started[VMMCTL_MAX_GROUP] = { false };
+
+	for (int i = 0; i < n; i++)
+		if (sel[i])
+			started[i] = !pthread_create(&th[i], NULL, call_one, &ms[i]);
+	for (int i = 0; i < n; i++) {
+		if (started[i])
+			pthread_join(th[i], NULL);
+		else if (sel[i])
+			call_one(&ms[i]);
+	}
+}
+
+static bool answered(const struct member *m, const char *word)
+{
+	return !m->rc && m->reply.word && !strcmp(m->reply.word, word);
+}
+
+/* A failure worth another attempt: the member gave up waiting (its drain or gate, another
+ * operation in progress) and rolled back. */
+static bool retryable(const struct member *m)
+{
+	return m->rc == EXIT_REPORTED && !strcmp(m->e.status, PROTO_ERR_BUSY);
+}
+
+/* Put the members this attempt changed back: wake them after a failed sleep, sleep them
+ * (held) after a failed wake. */
+static void undo(struct member *ms, int n, proto_verb verb, bool autowake, double deadline)
+{
+	bool sel[VMMCTL_MAX_GROUP];
+	double left = deadline - now();
+
+	if (left < GROUP_UNDO_MIN_S)
+		left = GROUP_UNDO_MIN_S;
+	for (int i = 0; i < n; i++) {
+		sel[i] = ms[i].changed;
+		if (!sel[i])
+			continue;
+		ms[i].req = (proto_request){ .verb = verb == PROTO_SLEEP ? PROTO_WAKE : PROTO_SLEEP,
+					     .device = -1, .autowake = autowake,
+					     .timeout_ms = server_ms(left) };
+		ms[i].timeout = left;
+	}
+	call_all(ms, n, sel);
+	for (int i = 0; i < n; i++) {
+		if (!sel[i])
+			continue;
+		ms[i].changed = false;
+		if (answered(&ms[i], "ok") || answered(&ms[i], "already")) {
+			ms[i].undone = true;
+		} else {
+			ms[i].undo_failed = true;
+			snprintf(ms[i].undo_msg, sizeof(ms[i].undo_msg), "%s", ms[i].e.message);
+		}
+	}
+}
+
+static bool ms_any_undo_failed(const struct member *ms, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (ms[i].undo_failed)
+			return true;
+	return false;
+}
+
+static void print_json(const struct member *ms, int n, const char *verb, bool ok, int attempts,
+		       double secs)
+{
+	printf("{\"status\": \"%s\", \"operation\": \"%s\", \"attempts\": %d, \"seconds\": %.6f, "
+	       "\"members\": [", ok ? "ok" : "error", verb, attempts, secs);
+	for (int i = 0; i < n; i++) {
+		const struct member *m = &ms[i];
+		const proto_record *res = m->rc ? NULL : client_reply_find(&m->reply, "result");
+		const char *outcome = m->undo_failed ? "undo_failed" : m->undone ? "undone" :
+				      m->rc ? "error" : m->reply.word ? m->reply.word : "error";
+
+		printf("%s{\"pid\": %ld, \"outcome\": \"%s\"", i ? ", " : "", (long)m->pid, outcome);
+		if (m->rc || m->undo_failed) {
+			fputs(", \"status\": ", stdout);
+			out_json_string(stdout, m->undo_failed ? "undo_failed" : m->e.status);
+			fputs(", \"message\": ", stdout);
+			out_json_string(stdout, m->undo_failed ? m->undo_msg : m->e.message);
+		}
+		if (res && !m->undone && !m->undo_failed) {
+			fputs(", \"result\": ", stdout);
+			out_json_record(stdout, res);
+		}
+		fputs("}", stdout);
+	}
+	puts("]}");
+}
+
+static void print_text(const struct member *ms, int n, const char *verb, bool ok, int attempts,
+		       double secs)
+{
+	bool sleeping = !strcmp(verb, "sleep");
+	uint64_t released = 0, copied = 0;
+	char what[32], b1[32], b2[32];
+
+	for (int i = 0; i < n; i++) {
+		const struct member *m = &ms[i];
+		const proto_record *res = m->rc ? NULL : client_reply_find(&m->reply, "result");
+		uint64_t v;
+
+		snprintf(what, sizeof(what), "pid %ld", (long)m->pid);
+		if (m->undo_failed)
+			fprintf(stderr, "vmmctl: %s: putting it back failed (%s): it stays %s; "
+				"`vmmctl %s %ld` completes it\n", what, out_safe(m->undo_msg),
+				sleeping ? "asleep (with its host copy)" : "awake",
+				sleeping ? "wake" : "sleep", (long)m->pid);
+		else if (m->undone)
+			fprintf(stderr, "vmmctl: %s: put back (%s again)\n", what,
+				sleeping ? "awake" : "asleep");
+		else if (m->rc)
+			fprintf(stderr, "vmmctl: %s: %s failed: %s\n", what, verb,
+				out_safe(m->e.message));
+		else if (ok)
+			out_transfer(stdout, verb, what, &m->reply);
+		if (res && proto_record_u64(res, "released", &v))
+			released += v;
+		if (res && proto_record_u64(res, "copied", &v))
+			copied += v;
+	}
+	if (ok)
+		printf("group of %d: %s. %s %s, copied %s in %.3f s (%d attempt%s)\n", n,
+		       sleeping ? "asleep" : "awake", sleeping ? "released" : "re-created",
+		       out_bytes(released, b1, sizeof(b1)), out_bytes(copied, b2, sizeof(b2)), secs,
+		       attempts, attempts == 1 ? "" : "s");
+	else
+		fprintf(stderr, "vmmctl: group %s of %d processes failed after %d attempt%s: every "
+			"process is as it was%s\n", verb, n, attempts, attempts == 1 ? "" : "s",
+			ms_any_undo_failed(ms, n) ? ", except those named above" : "");
+}
+
+int group_run(const vmmctl_args *a)
+{
+	static struct member ms[VMMCTL_MAX_GROUP];
+	int n = a->npids, attempts = 0, code = EXIT_OK;
+	proto_verb verb = a->cmd == CMD_SLEEP ? PROTO_SLEEP : PROTO_WAKE;
+	double t0 = now(), deadline = t0 + (a->timeout > 0 ? a->timeout : GROUP_DEFAULT_TIMEOUT);
+	int drain_ms = GROUP_DRAIN_FIRST_MS;
+	bool ok = false, sel[VMMCTL_MAX_GROUP];
+
+	memset(ms, 0, sizeof(ms));
+	/* Every member must be there before anything changes. */
+	for (int i = 0; i < n; i++) {
+		ms[i].pid = a->pids[i];
+		sel[i] = true;
+		if ((code = client_find_socket(ms[i].pid, &ms[i].t, &ms[i].e))) {
+			if (a->json)
+				out_json_error(stdout, &ms[i].e);
+			else
+				fprintf(stderr, "vmmctl: %s; nothing was changed\n",
+					out_safe(ms[i].e.message));
+			return code;
+		}
+	}
+	for (;;) {
+		double left = deadline - now();
+		bool again = true, failed = false;
+
+		attempts++;
+		for (int i = 0; i < n; i++) {
+			ms[i].req = (proto_request){ .verb = verb, .device = -1,
+						     .autowake = a->autowake,
+						     .timeout_ms = server_ms(left) };
+			if (verb == PROTO_SLEEP)
+				ms[i].req.drain_ms = drain_ms < left * 1000 ? drain_ms :
+						     (int)(left * 1000) + 1;
+			ms[i].timeout = left;
+			ms[i].changed = ms[i].undone = false;
+		}
+		call_all(ms, n, sel);
+		for (int i = 0; i < n; i++) {
+			if (answered(&ms[i], "ok")) {
+				ms[i].changed = true;
+			} else if (!answered(&ms[i], "already")) {
+				failed = true;
+				again = again && retryable(&ms[i]);
+				if (!code)
+					code = ms[i].rc;
+			}
+		}
+		if (!failed) {
+			ok = true;
+			code = EXIT_OK;
+			break;
+		}
+		undo(ms, n, verb, a->autowake, deadline);
+		for (int i = 0; i < n; i++)
+			again = again && !ms[i].undo_failed;
+		/* Retry only a sleep that could not drain, while the deadline leaves room. */
+		left = deadline - now();
+		if (verb != PROTO_SLEEP || !again || left < 2 * drain_ms / 1000.0 + 0.5)
+			break;
+		code = EXIT_OK;
+		drain_ms = drain_ms * 2 > GROUP_DRAIN_MAX_MS ? GROUP_DRAIN_MAX_MS : drain_ms * 2;
+		nanosleep(&(struct timespec){ 0, 50 * 1000000L * (attempts < 10 ? attempts : 10) },
+			  NULL);
+	}
+	if (a->json)
+		print_json(ms, n, verb == PROTO_SLEEP ? "sleep" : "wake", ok, attempts, now() - t0);
+	else
+		print_text(ms, n, verb == PROTO_SLEEP ? "sleep" : "wake", ok, attempts, now() - t0);
+	for (int i = 0; i < n; i++)
+		client_reply_free(&ms[i].reply);
+	return ok ? EXIT_OK : code ? code : EXIT_REPORTED;
+}
