@@ -117,7 +117,8 @@ static enum outcome request(run_cycler *c, proto_verb verb, const char *tag, boo
 		rc = client_reply_error(&reply, e);
 	if (rc) {
 		client_reply_free(&reply);
-		return FAILED;
+		/* Its heap is not there yet: nothing to sleep, the same as no socket. */
+		return !strcmp(e->status, PROTO_ERR_NOT_READY) ? NO_SOCKET : FAILED;
 	}
 	if (reply.word && !strcmp(reply.word, "already")) {
 		client_reply_free(&reply);
@@ -138,8 +139,9 @@ static enum outcome request(run_cycler *c, proto_verb verb, const char *tag, boo
 	return DONE;
 }
 
-/* How many bytes the shim manages in the program (resident or asleep), from a hello request:
- * its socket exists from the first device allocation on, a moment before the heap does. */
+/* How many bytes the shim manages in the program (resident or asleep), from a hello request: a
+ * heap that exists but holds nothing has nothing to sleep either (a sleep before the heap exists
+ * is answered not_ready: request()). */
 static enum outcome managed_bytes(run_cycler *c, uint64_t *managed, client_error *e)
 {
 	proto_request req = { .verb = PROTO_HELLO, .device = -1 };

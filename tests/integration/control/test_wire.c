@@ -26,8 +26,9 @@ Test(wire, a_full_sleep_request)
 	proto_request r;
 
 	cr_assert_eq(parse("vmmshim/1 sleep tag=\"a%20b\" device=2 discard=true autowake=true "
-			   "timeout_ms=500\n", &r), 0);
+			   "timeout_ms=500 drain_ms=250\n", &r), 0);
 	cr_expect_eq(r.verb, PROTO_SLEEP);
+	cr_expect_eq(r.drain_ms, 250);
 	cr_expect_str_eq(r.tag, "a b");
 	cr_expect_eq(r.device, 2);
 	cr_expect(r.discard && r.autowake);
@@ -71,6 +72,8 @@ Test(wire, refusals_say_why)
 		{ "vmmshim/1 hello\nvmmshim/1 hello\n", "after" },
 		{ "vmmshim/1 cancel tag=\"x\"\n", "does not take" },
 		{ "vmmshim/1 cancel device=0\n", "does not take" },
+		{ "vmmshim/1 wake drain_ms=100\n", "does not take" },
+		{ "vmmshim/1 sleep drain_ms=-1\n", "drain_ms" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		proto_request r;
@@ -241,6 +244,12 @@ Test(cli, commands_and_options)
 	cr_expect_eq(a.cmd, CMD_LIST);
 	cr_assert_eq(cli("status 1 --help", &a), 0);
 	cr_expect_eq(a.cmd, CMD_HELP);
+	cr_assert_eq(cli("sleep 7 8 9 --autowake", &a), 0);
+	cr_expect_eq(a.cmd, CMD_SLEEP);
+	cr_expect_eq(a.npids, 3);
+	cr_expect(a.pid == 7 && a.pids[1] == 8 && a.pids[2] == 9 && a.autowake);
+	cr_assert_eq(cli("wake 7 8", &a), 0);
+	cr_expect_eq(a.npids, 2);
 	cr_assert_eq(cli("cancel 9 --timeout 3", &a), 0);
 	cr_expect_eq(a.cmd, CMD_CANCEL);
 	cr_expect_eq(a.pid, 9);
@@ -249,7 +258,9 @@ Test(cli, commands_and_options)
 Test(cli, usage_errors)
 {
 	static const char *const bad[] = {
-		"", "sleep", "sleep 0", "sleep -4", "sleep 12x", "sleep 1 2", "list 5",
+		"", "sleep", "sleep 0", "sleep -4", "sleep 12x", "status 1 2", "cancel 1 2",
+		"sleep 1 1", "sleep 1 2 --tag x", "sleep 1 2 --device 0", "sleep 1 2 --discard",
+		"wake 1 2x", "list 5",
 		"wake 1 --discard", "list --tag x", "status 1 --device 16", "status 1 --device",
 		"status 1 --timeout 0", "status 1 --timeout abc", "sleep 1 --tag=",
 		"sleep 1 --json=yes", "sleep 1 --frob", "dance 1",
