@@ -552,6 +552,99 @@ class Matrix:
                  f"rc {rc}: {p.stderr_tail()} {' | '.join(l for _, l in p.lines[-2:])}"[:300],
                  native="-", shim=str(rc), share="-")
 
+    def nccl_group_rows(self):
+        """Two NCCL ranks, one GPU each, slept and woken as one group (vmmctl sleep P0 P1):
+        sums, per-GPU memory while asleep against the native context, nvidia-smi's per-process
+        list at every stage, and group vs single-process sleep/wake of the same bytes. Skipped
+        (no row) with fewer than two GPUs (tests/gpu/nccl_group.py)."""
+        name = "two-rank NCCL group sleep/wake (x2)"
+        mem_name = "two-rank NCCL asleep <= ctx+64MiB (x2)"
+        if not (self.want(name) or self.want(mem_name)):
+            return
+        try:
+            smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                                 timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            smi = ""
+        gpus = sum(1 for l in smi.splitlines() if l.startswith("GPU "))
+        if gpus < 2:
+            print(f"gpucheck: SKIP {name}: {gpus} GPU(s), the rows need 2", flush=True)
+            return
+        if not self.shim_ok or not self.ctl_ok:
+            self.add(name, False, "libvmmshim.so or vmmctl was not built")
+            return
+        if self.left() < 120:
+            self.add(name, False, "not run: out of time")
+            return
+        script = os.path.join(self.a.root, "tests/gpu/nccl_group.py")
+        try:
+            cp = subprocess.run([sys.executable, script, "--shim", self.a.shim, "--vmmctl",
+                                 self.a.vmmctl, "--log", self.log], env=self.base,
+                                capture_output=True, text=True, timeout=self.timeout(400))
+            out = cp.stdout
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (e.stdout or "")
+        skip = [l for l in out.splitlines() if l.startswith("NCCLGROUP_SKIP")]
+        if skip:
+            print(f"gpucheck: SKIP {name}: {skip[0][len('NCCLGROUP_SKIP '):]}", flush=True)
+            return
+        got = [l for l in out.splitlines() if l.startswith("NCCLGROUP ")]
+        if not got:
+            self.add(name, False, f"no report from nccl_group.py: {out[-200:]!r}")
+            return
+        nat, shm = json.loads(got[0][len("NCCLGROUP "):])
+        reasons = []
+        for rep in (nat, shm):
+            if rep.get("error"):
+                reasons.append(f"{rep['mode']}: {rep['error']}")
+            for r, res in (rep.get("results") or {}).items():
+                if len(res) != 2 or any(not l.endswith("=1") for l in res):
+                    reasons.append(f"{rep['mode']} rank {r}: {res}")
+            if any(rc != 0 for rc in (rep.get("rc") or {"-": "none"}).values()):
+                reasons.append(f"{rep['mode']} exit {rep.get('rc')}")
+        ctl = shm.get("ctl", {})
+        for k in ("group_sleep", "group_wake"):
+            if ctl.get(k, {}).get("rc") != 0:
+                reasons.append(f"{k}: rc {ctl.get(k, {}).get('rc')} "
+                               f"{str(ctl.get(k, {}).get('json'))[:150]}")
+        # No rank may hold memory on a GPU it does not use natively, at any stage.
+        own = {r: set(g.keys()) for r, g in nat["stages"].get("after_nccl", {}).items()}
+        for st, ranks in shm["stages"].items():
+            for r, gpus in ranks.items():
+                extra = set(gpus.keys()) - own.get(r, set())
+                if extra:
+                    reasons.append(f"{st}: rank {r} holds memory on GPU {sorted(extra)}")
+        lists = "; ".join(f"{m['mode']} {st} {ranks}" for m in (nat, shm)
+                          for st, ranks in m["stages"].items())
+        self.add(name, not reasons, ("; ".join(reasons) or "sums correct, group sleep/wake ok, "
+                 "no process on a GPU it does not use") + f" | per-process MiB: {lists}"[:900],
+                 native="0" if not nat.get("error") else "err",
+                 shim="0" if not shm.get("error") else "err", share="-")
+        # While asleep, per GPU: at most the native context + 64 MiB; the breakdown says why.
+        mem_reasons, parts = [], []
+        for r, gpus in shm["stages"].get("asleep", {}).items():
+            g = str(r)
+            asleep = gpus.get(g, gpus.get(int(r), 0)) if gpus else 0
+            ctx_map = nat["stages"].get("after_context", {}).get(r, {})
+            ctx = ctx_map.get(g, ctx_map.get(int(r), 0))
+            st = ctl.get(f"status_asleep_{r}", {}).get("json") or {}
+            devs = [d for d in st.get("devices", []) if str(d.get("dev")) == g]
+            f = lambda k: sum(d.get(k, 0) for d in devs) // MIB  # noqa: E731
+            parts.append(f"GPU {g}: asleep {asleep} MiB vs native context {ctx} MiB "
+                         f"(shim: resident heap {f('mapped')}, shared/unreleasable "
+                         f"{f('app_unreleasable')}, app resident "
+                         f"{max(0, f('app_bytes') - f('app_asleep'))}, unmanaged {f('unmanaged')})")
+            if asleep > ctx + 64:
+                mem_reasons.append(f"GPU {g} {asleep - ctx} MiB above the context")
+        self.add(mem_name, bool(parts) and not mem_reasons,
+                 ("; ".join(mem_reasons) or "within context + 64 MiB") + " | " + "; ".join(parts),
+                 native="-", shim="-", share="-")
+        gs = sum(ctl.get(k, {}).get("wall", 0) for k in ("group_sleep", "group_wake"))
+        ss = sum(ctl.get(k, {}).get("wall", 0) for k in ctl if k.startswith("single_"))
+        self.badd("group sleep+wake of 2 NCCL ranks vs one rank at a time (s)", fmt(gs),
+                  fmt(ss) + " (single, same bytes)", ratio(gs, ss), "~1x",
+                  "vmmctl wall time, both ranks' bytes")
+
     def share_facts_row(self):
         """The driver's answers that simdev's cross-process sharing copies (export/import,
         retain, an open descriptor keeping memory, legacy IPC): natively only, no shim."""
@@ -1302,6 +1395,7 @@ def main():
         m.run_cycle_row()
         m.share_facts_row()
         m.ipc_row()
+        m.nccl_group_rows()
         if not a.skip_bench:
             m.bench_alloc()
             m.bench_bw()
