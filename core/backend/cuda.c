@@ -66,7 +66,19 @@ struct cuda_impl {
 	CUcontext primary[VMM_MAX_DEVICES];
 	int rdma_vmm[VMM_MAX_DEVICES];     /* -1 unknown, 0/1: GPUDirect RDMA flag allowed */
 	int posix_fd[VMM_MAX_DEVICES];     /* -1 unknown, 0/1: handles export as POSIX fds */
+	/* The first device the program's own threads were seen on (-1: none yet): where calls
+	 * from a thread without a context (the control thread) go, so that a process never gains
+	 * a context on a device it does not use (device 0 for every rank of a job otherwise). */
+	int home_dev;
 };
+
+/* Where a thread without a current context works: the program's device, else device 0. */
+static int home_dev(struct cuda_impl *ci)
+{
+	int d = __atomic_load_n(&ci->home_dev, __ATOMIC_ACQUIRE);
+
+	return d >= 0 ? d : 0;
+}
 
 static struct cuda_impl *impl_of(vmm_backend *be)
 {
@@ -131,8 +143,14 @@ static vmm_status ctx_enter(struct cuda_impl *ci, int dev, struct ctx_scope *s, 
 	if (check_dev(ci, dev, err))
 		return VMM_E_INVALID;
 	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
-	    ci->api.cuCtxGetDevice(&cur_dev) == CUDA_SUCCESS && (int)cur_dev == dev)
+	    ci->api.cuCtxGetDevice(&cur_dev) == CUDA_SUCCESS && (int)cur_dev == dev) {
+		int none = -1;
+
+		/* The calling thread's own context is on dev: the program uses it. */
+		__atomic_compare_exchange_n(&ci->home_dev, &none, dev, false, __ATOMIC_ACQ_REL,
+					    __ATOMIC_ACQUIRE);
 		return VMM_OK;
+	}
 	st = primary_ctx(ci, dev, &prim, err);
 	if (st)
 		return st;
@@ -143,8 +161,8 @@ static vmm_status ctx_enter(struct cuda_impl *ci, int dev, struct ctx_scope *s, 
 	return VMM_OK;
 }
 
-/* For calls that name no device (map, unmap, release): any context will do; the primary context
- * of device 0 is made current only when the thread has none. */
+/* For calls that name no device (map, unmap, release): any context will do; when the thread has
+ * none, the primary context of the program's device (home_dev) is made current. */
 static vmm_status ctx_enter_any(struct cuda_impl *ci, struct ctx_scope *s, vmm_error *err)
 {
 	CUcontext cur = NULL;
@@ -152,7 +170,7 @@ static vmm_status ctx_enter_any(struct cuda_impl *ci, struct ctx_scope *s, vmm_e
 	s->pushed = 0;
 	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur)
 		return VMM_OK;
-	return ctx_enter(ci, 0, s, err);
+	return ctx_enter(ci, home_dev(ci), s, err);
 }
 
 static void ctx_leave(struct cuda_impl *ci, struct ctx_scope *s)
@@ -550,14 +568,19 @@ static vmm_status cu_synchronize(vmm_backend *be, int dev, vmm_error *err)
 					"the CUDA driver does not export " #fn);          \
 	} while (0)
 
-/* Pinned host memory belongs to a context: the thread's device's, or device 0's when the thread
- * has none. */
+/* Pinned host memory belongs to a context: the thread's device's, or the program's device's
+ * (home_dev) when the thread has none, such as the control thread during a sleep. */
 static vmm_status host_ctx_enter(vmm_backend *be, struct ctx_scope *s, vmm_error *err)
 {
-	int dev = 0;
+	struct cuda_impl *ci = impl_of(be);
+	CUcontext cur = NULL;
+	CUdevice d;
+	int dev = home_dev(ci);
 
-	cu_current_device(be, &dev, err);
-	return ctx_enter(impl_of(be), dev, s, err);
+	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
+	    ci->api.cuCtxGetDevice(&d) == CUDA_SUCCESS)
+		dev = (int)d;
+	return ctx_enter(ci, dev, s, err);
 }
 
 static vmm_status cu_host_alloc_pinned(vmm_backend *be, size_t size, void **ptr, vmm_error *err)
@@ -865,6 +888,7 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 		ci->ndev = VMM_MAX_DEVICES;
 	for (int d = 0; d < VMM_MAX_DEVICES; d++)
 		ci->rdma_vmm[d] = ci->posix_fd[d] = -1;
+	ci->home_dev = -1;
 	pthread_mutex_init(&ci->lock, NULL);
 
 	be->name = "cuda";

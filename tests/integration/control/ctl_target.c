@@ -24,6 +24,7 @@
  *   threads N SECS     N threads allocating, filling, checking and freeing for SECS seconds
  *   memused            device memory in use as the program sees it (cudaMemGetInfo)
  *   device N           cudaSetDevice(N): later allocations land there
+ *   primary N          whether device N's primary context is active -> "primary N active 0|1"
  *   fork               fork a child that exits at once; answers with the child's status
  *   spin               a simdev kernel on a non-blocking stream that runs until a flag in device
  *                      memory turns non-zero (at most 60 s) -> "spinning" once launched
@@ -520,7 +521,9 @@ int main(void)
 	char line[256];
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (cudaSetDevice(0) != cudaSuccess) {
+	/* CTL_DEVICE: the device it starts on (default 0), for tests of a program that never
+	 * touches device 0. */
+	if (cudaSetDevice(getenv("CTL_DEVICE") ? atoi(getenv("CTL_DEVICE")) : 0) != cudaSuccess) {
 		say("error no device");
 		return 1;
 	}
@@ -575,6 +578,12 @@ int main(void)
 
 			cudaMemGetInfo(&fr, &tot);
 			say("used %zu", tot - fr);
+		} else if (!strcmp(a, "primary") && n == 2) {
+			unsigned flags = 0;
+			int active = -1;
+
+			cuDevicePrimaryCtxGetState(atoi(b), &flags, &active);
+			say("primary %d active %d", atoi(b), active);
 		} else if (!strcmp(a, "device") && n == 2) {
 			say(cudaSetDevice(atoi(b)) == cudaSuccess ? "ok" : "error device");
 		} else if (!strcmp(a, "fork")) {

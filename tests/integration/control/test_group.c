@@ -268,3 +268,24 @@ Test(group, a_group_with_a_stranger_changes_nothing, .timeout = 60)
 	waitpid(child, NULL, 0);
 	cmd_ok(t, "check", "ok 2");
 }
+
+/* A process that uses device 1 only gains no context on device 0 when it is slept and woken
+ * from outside (the control thread has no context of its own: the shim uses the program's
+ * device, where each rank of a job would otherwise get one on device 0). */
+Test(group, a_sleep_makes_no_context_on_a_device_the_program_does_not_use, .timeout = 60)
+{
+	const char *env[] = { "SIMDEV_DEVICES=2", "CTL_DEVICE=1", NULL };
+	struct target *t = target_start(env);
+	char cmd[64];
+
+	cr_assert(t);
+	cmd_ok(t, "alloc 4 3000000", "ok");
+	cmd_ok(t, "primary 0", "primary 0 active 0");
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	cr_assert_eq(vmmctl_run(&o, t->run_dir, -1, "%s", cmd), 0, "%s", o.err);
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	cr_assert_eq(vmmctl_run(&o, t->run_dir, -1, "%s", cmd), 0, "%s", o.err);
+	cmd_ok(t, "check", "ok 4");
+	cmd_ok(t, "primary 0", "primary 0 active 0");
+	cmd_ok(t, "primary 1", "primary 1 active 1");
+}
