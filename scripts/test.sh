@@ -54,7 +54,8 @@ run_suites build-sanitize sanitize simdev unit failure-paths
 # target the harness kills still leaves its report) and fail the pass.
 echo "== build with ThreadSanitizer into build-tsan/"
 configure build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false
-tsan_tests=(simdev_race_primary control_sleep control_cancel control_protocol control_trust)
+tsan_tests=(simdev_race_primary control_sleep control_cancel control_protocol control_trust
+  control_group)
 # What the drivers start is named here: ninja builds only the targets it is given, and the
 # drivers find these through the environment, not as link dependencies.
 ninja -C build-tsan -j "$jobs" tests/simdev/race_primary $(for t in "${tsan_tests[@]:1}"; do

@@ -227,10 +227,16 @@ void out_status(FILE *f, const client_reply *r)
 				out_bytes(u64(t, "asleep"), b[3], 32),
 				out_bytes(u64(t, "host_backup"), b[4], 32));
 		}
-		if (u64(d, "app_unreleasable"))
-			fprintf(f, "  %s of the program's own mappings stay resident while asleep "
-				"(exported handles)\n",
-				out_bytes(u64(d, "app_unreleasable"), b[0], 32));
+		if (u64(d, "app_shared"))
+			fprintf(f, "  %s of the program's own mappings stay resident while asleep: "
+				"shared with other processes (exported or imported handles; the "
+				"driver frees them only when every holder has let go)\n",
+				out_bytes(u64(d, "app_shared"), b[0], 32));
+		if (u64(d, "app_unreleasable") > u64(d, "app_shared"))
+			fprintf(f, "  %s of the program's own mappings stay resident while asleep: "
+				"mapped in part, which this backend cannot map again\n",
+				out_bytes(u64(d, "app_unreleasable") - u64(d, "app_shared"), b[0],
+					  32));
 		if (u64(d, "ipc_shared"))
 			fprintf(f, "  %s of vmmshim's memory is mapped by other processes (CUDA IPC) "
 				"and stays resident while asleep; %s of it freed, not reusable\n",

@@ -521,6 +521,8 @@ void vmm_app_stats_get(vmm_app_registry *reg, int dev, vmm_app_stats *out)
 			out->host_backup_bytes += h->backup.size;
 		if (app_unreleasable(reg, h))
 			out->unreleasable_bytes += h->size;
+		if (h->exported)   /* imported handles are marked exported too */
+			out->shared_bytes += h->size;
 	}
 	for (size_t i = 0; i < reg->nm; i++)
 		if ((dev < 0 || reg->maps[i].h->dev == dev) && !reg->maps[i].h->asleep)

@@ -96,6 +96,9 @@ typedef struct vmm_app_stats {
 	uint64_t mapped_bytes;
 	uint64_t asleep_bytes, host_backup_bytes;
 	uint64_t unreleasable_bytes;         /* exported and imported handles: stay while asleep */
+	uint64_t shared_bytes;               /* ...of which shared with other processes (exported or
+	                                      * imported); the rest is mapped in part where the
+	                                      * backend cannot map part of a handle again */
 } vmm_app_stats;
 void vmm_app_stats_get(vmm_app_registry *reg, int dev, vmm_app_stats *out);
 

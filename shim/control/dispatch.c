@@ -301,6 +301,7 @@ static void put_device(proto_writer *w, const struct side *s, int dev)
 	proto_put_u64(w, "app_asleep", as.asleep_bytes);
 	proto_put_u64(w, "app_host_backup", as.host_backup_bytes);
 	proto_put_u64(w, "app_unreleasable", as.unreleasable_bytes);
+	proto_put_u64(w, "app_shared", as.shared_bytes);
 	put_shared(w, s, dev);
 	if (have_info) {
 		proto_put_u64(w, "free", free_b);

@@ -43,8 +43,9 @@
  *            say what is going on.
  *   device   backend, dev, live, count, mapped, cached, reserved, asleep, host_backup, peak_live,
  *            handles_created, handles_released, app_handles, app_bytes, app_mapped, app_asleep,
- *            app_host_backup, app_unreleasable, ipc_shared, ipc_retired, ipc_imported (CUDA),
- *            and when the driver answers: free, total, used,
+ *            app_host_backup, app_unreleasable, app_shared (the part of app_unreleasable that
+ *            other processes share: exported or imported), ipc_shared, ipc_retired,
+ *            ipc_imported (CUDA), and when the driver answers: free, total, used,
  *            unmanaged
  *   tag      backend, dev, name, live, count, mapped, cached, asleep, host_backup
  *   ipc_export  dev, id, base, size, span_size, opened_by ("pid,pid": who opened it, some may
