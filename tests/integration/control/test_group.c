@@ -28,10 +28,22 @@ static const char *the_group(void)
 	return group_env;
 }
 
-/* A member of this test's simdev group, with extra settings (may be NULL). */
-static struct target *member(const char *extra)
+/* A member of this test's simdev group (one device capacity, so that an observer sees what the
+ * group gives back), with extra settings (may be NULL). */
+static struct target *shared_member(const char *extra)
 {
 	const char *env[] = { the_group(), "SIMDEV_MEMORY=2G", SAN_ENV, extra, NULL };
+	struct target *t = target_start(env);
+
+	cr_assert(t, "ctl_target did not start under the shim");
+	return t;
+}
+
+/* A process of its own device (no simdev group: ThreadSanitizer cannot follow the group's
+ * process-shared lock, so the threaded tests use these). */
+static struct target *member(const char *extra)
+{
+	const char *env[] = { "SIMDEV_MEMORY=2G", SAN_ENV, extra, NULL };
 	struct target *t = target_start(env);
 
 	cr_assert(t, "ctl_target did not start under the shim");
@@ -91,12 +103,12 @@ static int group(const char *verb, struct target **ts, int n, bool json)
  * sees every managed byte given back; the group wakes: every byte is back. */
 static void sleep_and_wake(int n)
 {
-	struct target *ts[3], *observer = member(NULL);
+	struct target *ts[3], *observer = shared_member(NULL);
 	long long before, asleep, sum = 0;
 
 	cmd_ok(observer, "alloc 1 1000000", "ok");
 	for (int i = 0; i < n; i++) {
-		ts[i] = member(NULL);
+		ts[i] = shared_member(NULL);
 		cmd_ok(ts[i], "alloc 6 3000000", "ok");
 		cmd_ok(ts[i], "appvmm 8388608", "ok");
 		sum += managed(ts[i]);
