@@ -1,0 +1,411 @@
+/* soak_target: the program the randomized soak (soak.c) runs under the shim. Threads allocate,
+ * free, copy and check device memory at random, each keeping a host mirror of every buffer it
+ * owns, while the soak sleeps and wakes it from outside, injects driver faults and kills its
+ * clients. A buffer whose contents differ from its mirror after a successful copy is a
+ * mismatch: data lost. A call that fails (an injected fault) is an error, not a mismatch: the
+ * buffer it touched is marked stale and rewritten from its mirror before it is checked again.
+ * It reads commands on stdin and answers each with one line on stdout:
+ *
+ *   base N BYTES           N long-lived buffers (they live through every cycle) -> "ok"
+ *   check                  compare the long-lived buffers -> "ok N", "corrupt I" or "error I"
+ *   work T SECS SEED       T threads for SECS seconds -> "work started", then, when they end,
+ *                          "work ops=.. copies=.. kernels=.. mismatches=.. errors=.." (each
+ *                          thread frees what it allocated first)
+ *   quit                   exit 0 */
+#include <cuda_runtime_api.h>
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_THREADS 16
+#define BUFS_PER_THREAD 8
+#define MAX_BASE 16
+
+struct buf {
+	unsigned char *dev;
+	unsigned char *mirror; /* what the device memory must hold */
+	size_t size;
+	bool stale;            /* a failed call touched it: the device copy is unknown */
+};
+
+struct worker {
+	pthread_t thread;
+	int id;
+	unsigned seed;
+	double until;
+	cudaStream_t stream;
+	struct buf bufs[BUFS_PER_THREAD];
+	int nbufs;
+	long ops, copies, kernels, errors;
+	int mismatches;
+};
+
+static struct buf base[MAX_BASE];
+static int nbase;
+static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void say(const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&out_lock);
+	va_start(ap, fmt);
+	vprintf(fmt, ap);
+	va_end(ap);
+	putchar('\n');
+	fflush(stdout);
+	pthread_mutex_unlock(&out_lock);
+}
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void fill_random(unsigned char *p, size_t n, unsigned *seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = (unsigned char)(rand_r(seed) >> 7);
+}
+
+/* Write the mirror to the device; a failure leaves the buffer stale. */
+static bool push(struct buf *b)
+{
+	b->stale = cudaMemcpy(b->dev, b->mirror, b->size, cudaMemcpyHostToDevice) != cudaSuccess;
+	return !b->stale;
+}
+
+/* 1 equal, 0 differs (reported on stderr), -1 the copy failed. */
+static int compare(const struct buf *b, const char *who, int id)
+{
+	unsigned char *h = malloc(b->size);
+	int rc = -1;
+
+	if (!h)
+		return -1;
+	if (cudaMemcpy(h, b->dev, b->size, cudaMemcpyDeviceToHost) == cudaSuccess) {
+		rc = memcmp(h, b->mirror, b->size) == 0;
+		if (!rc) {
+			size_t at = 0;
+
+			while (h[at] == b->mirror[at])
+				at++;
+			fprintf(stderr, "soak_target: MISMATCH %s %d: %zu-byte buffer at %p differs "
+				"from byte %zu\n", who, id, b->size, (void *)b->dev, at);
+		}
+	}
+	free(h);
+	return rc;
+}
+
+/* The in-process API, looked up as a Python user would; absent when not under the shim. */
+static void set_tag(int id)
+{
+	int (*fn)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "vmmshim_set_tag");
+	char tag[16];
+
+	snprintf(tag, sizeof(tag), "t%d", id % 3);
+	if (fn)
+		fn(tag);
+}
+
+static size_t random_size(unsigned *seed)
+{
+	int r = rand_r(seed) % 100;
+
+	if (r < 70)
+		return 4096 + (size_t)(rand_r(seed) % (252 * 1024));
+	if (r < 95)
+		return 256 * 1024 + (size_t)(rand_r(seed) % (768 * 1024));
+	return 1536 * 1024 + (size_t)(rand_r(seed) % (1536 * 1024)); /* past one 2 MiB piece */
+}
+
+static void op_alloc(struct worker *w)
+{
+	struct buf *b = &w->bufs[w->nbufs];
+
+	b->size = random_size(&w->seed);
+	b->mirror = malloc(b->size);
+	if (!b->mirror)
+		return;
+	if (cudaMalloc((void **)&b->dev, b->size) != cudaSuccess) {
+		free(b->mirror);
+		w->errors++;
+		return;
+	}
+	fill_random(b->mirror, b->size, &w->seed);
+	if (!push(b))
+		w->errors++;
+	w->nbufs++;
+}
+
+static void op_free(struct worker *w, int i)
+{
+	struct buf *b = &w->bufs[i];
+
+	if (cudaFree(b->dev) != cudaSuccess) {
+		w->errors++; /* it stays ours: freed again later */
+		return;
+	}
+	free(b->mirror);
+	w->bufs[i] = w->bufs[--w->nbufs];
+}
+
+static void op_check(struct worker *w, struct buf *b)
+{
+	int rc;
+
+	if (b->stale) {
+		if (!push(b))
+			w->errors++;
+		return;
+	}
+	rc = compare(b, "thread", w->id);
+	if (rc < 0)
+		w->errors++;
+	if (rc == 0) {
+		w->mismatches++;
+		push(b); /* count it once */
+	}
+}
+
+/* A device-to-device copy between two of the thread's buffers. */
+static void op_copy(struct worker *w, struct buf *a, struct buf *b)
+{
+	size_t n, from, to;
+
+	if (a == b || a->stale || b->stale)
+		return;
+	n = 1 + (size_t)rand_r(&w->seed) % (a->size < b->size ? a->size : b->size);
+	from = (size_t)rand_r(&w->seed) % (a->size - n + 1);
+	to = (size_t)rand_r(&w->seed) % (b->size - n + 1);
+	if (cudaMemcpy(b->dev + to, a->dev + from, n, cudaMemcpyDeviceToDevice) != cudaSuccess) {
+		b->stale = true;
+		w->errors++;
+		return;
+	}
+	memcpy(b->mirror + to, a->mirror + from, n);
+	w->copies++;
+}
+
+struct kernel_check {
+	const unsigned char *dev, *want;
+	size_t size;
+	int equal;
+};
+
+/* A host function on the stream reads device memory as a kernel would (simdev runs it on the
+ * stream's worker, where device memory is addressable). */
+static void CUDART_CB kernel_compare(void *p)
+{
+	struct kernel_check *k = p;
+
+	k->equal = memcmp(k->dev, k->want, k->size) == 0;
+}
+
+/* Stream-ordered work: an async upload and memset, then a "kernel" that compares the buffer
+ * with what those leave; the sleep's drain must let all of it finish before it copies. */
+static void op_stream(struct worker *w, struct buf *b)
+{
+	struct kernel_check k = { .dev = b->dev, .want = b->mirror, .size = b->size, .equal = -1 };
+	size_t n = 1 + (size_t)rand_r(&w->seed) % b->size;
+	size_t at = (size_t)rand_r(&w->seed) % (b->size - n + 1);
+	int value = rand_r(&w->seed) & 0xff;
+	unsigned char *src = malloc(n);
+	bool ok;
+
+	if (!src || b->stale) {
+		free(src);
+		return;
+	}
+	fill_random(src, n, &w->seed);
+	ok = cudaMemcpyAsync(b->dev + at, src, n, cudaMemcpyHostToDevice, w->stream) ==
+	     cudaSuccess;
+	ok = ok && cudaMemsetAsync(b->dev, value, n / 2, w->stream) == cudaSuccess;
+	if (ok) {
+		memcpy(b->mirror + at, src, n);
+		memset(b->mirror, value, n / 2);
+		ok = cudaLaunchHostFunc(w->stream, kernel_compare, &k) == cudaSuccess;
+	}
+	/* Always wait, until the wait itself succeeds (a fault fails it without waiting): src and
+	 * k must outlive what was queued. */
+	for (int tries = 0; cudaStreamSynchronize(w->stream) != cudaSuccess; tries++) {
+		ok = false;
+		if (tries == 5) {
+			cudaDeviceSynchronize();
+			break;
+		}
+	}
+	if (!ok) {
+		b->stale = true;
+		w->errors++;
+	} else if (k.equal == 0) {
+		fprintf(stderr, "soak_target: MISMATCH thread %d: a kernel read a %zu-byte buffer "
+			"at %p that differs\n", w->id, b->size, (void *)b->dev);
+		w->mismatches++;
+		push(b);
+	} else {
+		w->kernels++;
+	}
+	free(src);
+}
+
+static void *worker_main(void *p)
+{
+	struct worker *w = p;
+
+	set_tag(w->id);
+	if (cudaStreamCreateWithFlags(&w->stream, cudaStreamNonBlocking) != cudaSuccess)
+		w->stream = NULL; /* the legacy stream then */
+	while (now() < w->until) {
+		int r = rand_r(&w->seed) % 100;
+		struct buf *a = w->nbufs ? &w->bufs[rand_r(&w->seed) % w->nbufs] : NULL;
+		struct buf *b = w->nbufs ? &w->bufs[rand_r(&w->seed) % w->nbufs] : NULL;
+
+		if (!w->nbufs || (r < 25 && w->nbufs < BUFS_PER_THREAD))
+			op_alloc(w);
+		else if (r < 40)
+			op_free(w, (int)(a - w->bufs));
+		else if (r < 65)
+			op_check(w, a);
+		else if (r < 85)
+			op_copy(w, a, b);
+		else
+			op_stream(w, a);
+		w->ops++;
+	}
+	/* Everything it still owns is checked, then freed (a failed free is retried). */
+	for (int i = 0; i < w->nbufs; i++)
+		op_check(w, &w->bufs[i]);
+	for (int tries = 0; w->nbufs && tries < 20; tries++)
+		op_free(w, w->nbufs - 1);
+	if (w->stream)
+		cudaStreamDestroy(w->stream);
+	return NULL;
+}
+
+static void *work_main(void *p)
+{
+	struct worker *w = p;
+	long ops = 0, copies = 0, kernels = 0, errors = 0;
+	int mismatches = 0, left = 0;
+
+	for (int i = 0; i < w[0].id; i++)
+		pthread_create(&w[i + 1].thread, NULL, worker_main, &w[i + 1]);
+	for (int i = 1; i <= w[0].id; i++) {
+		pthread_join(w[i].thread, NULL);
+		ops += w[i].ops;
+		copies += w[i].copies;
+		kernels += w[i].kernels;
+		errors += w[i].errors;
+		mismatches += w[i].mismatches;
+		left += w[i].nbufs;
+	}
+	say("work ops=%ld copies=%ld kernels=%ld mismatches=%d errors=%ld unfreed=%d", ops,
+	    copies, kernels, mismatches, errors, left);
+	free(w);
+	return NULL;
+}
+
+/* w[0].id holds the thread count; w[1..] are the threads. */
+static void cmd_work(int threads, double secs, unsigned seed)
+{
+	struct worker *w = calloc(MAX_THREADS + 1, sizeof(*w));
+	pthread_t t;
+
+	if (!w || threads < 1 || threads > MAX_THREADS) {
+		free(w);
+		say("error work");
+		return;
+	}
+	w[0].id = threads;
+	for (int i = 1; i <= threads; i++)
+		w[i] = (struct worker){ .id = i - 1, .seed = seed * 7919u + (unsigned)i,
+					.until = now() + secs };
+	say("work started");
+	pthread_create(&t, NULL, work_main, w);
+	pthread_detach(t);
+}
+
+static void cmd_base(int n, size_t size)
+{
+	unsigned seed = 12345;
+
+	for (int i = 0; i < n && nbase < MAX_BASE; i++) {
+		struct buf *b = &base[nbase];
+
+		b->size = size;
+		b->mirror = malloc(size);
+		if (!b->mirror || cudaMalloc((void **)&b->dev, size) != cudaSuccess) {
+			say("error alloc");
+			return;
+		}
+		fill_random(b->mirror, size, &seed);
+		nbase++;
+		/* A fault may hit the upload: try again, it is injected once. */
+		for (int tries = 0; tries < 4 && !push(b); tries++)
+			;
+		if (b->stale) {
+			say("error upload");
+			return;
+		}
+	}
+	say("ok");
+}
+
+static void cmd_check(void)
+{
+	for (int i = 0; i < nbase; i++) {
+		int rc = compare(&base[i], "base", i);
+
+		for (int tries = 0; rc < 0 && tries < 3; tries++)
+			rc = compare(&base[i], "base", i);
+		if (rc <= 0) {
+			say("%s %d", rc ? "error" : "corrupt", i);
+			return;
+		}
+	}
+	say("ok %d", nbase);
+}
+
+int main(void)
+{
+	char line[256];
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (cudaSetDevice(0) != cudaSuccess) {
+		say("error no device");
+		return 1;
+	}
+	say("ready");
+	while (fgets(line, sizeof(line), stdin)) {
+		char a[32] = "", b[32] = "", c[32] = "", d[32] = "";
+		int n = sscanf(line, "%31s %31s %31s %31s", a, b, c, d);
+
+		if (n <= 0)
+			continue;
+		if (!strcmp(a, "base") && n == 3)
+			cmd_base(atoi(b), strtoull(c, NULL, 10));
+		else if (!strcmp(a, "check"))
+			cmd_check();
+		else if (!strcmp(a, "work") && n == 4)
+			cmd_work(atoi(b), atof(c), (unsigned)strtoul(d, NULL, 10));
+		else if (!strcmp(a, "quit"))
+			break;
+		else
+			say("error unknown command");
+	}
+	return 0;
+}
