@@ -571,7 +571,9 @@ int client_reply_error(const client_reply *r, client_error *e)
 	er = client_reply_find(r, "error");
 	status = er ? proto_record_str(er, "status") : NULL;
 	msg = er ? proto_record_str(er, "message") : NULL;
+	/* not_ready: nothing to sleep yet, as with no socket at all (exit 3). */
 	return set_error(e, status && !strcmp(status, PROTO_ERR_PERMISSION) ? EXIT_PERMISSION :
+		       status && !strcmp(status, PROTO_ERR_NOT_READY) ? EXIT_NO_PROCESS :
 		       EXIT_REPORTED, status ? status : "error", "%s",
 		       msg ? msg : "the process reported an error");
 }

@@ -226,3 +226,23 @@ Test(trust, list_is_not_held_up_by_bad_sockets, .timeout = 60)
 	cr_expect_eq(target_stop(t, 10000), 0);
 	target_free(t);
 }
+
+/* A process that manages no device memory yet answers sleep and wake with not_ready: vmmctl
+ * says so and exits 3, as when there is no socket yet (nothing to sleep), not 1. */
+Test(trust, not_ready_is_exit_3, .timeout = 30)
+{
+	static const char not_ready[] = "vmmshim/1 error\nerror status=\"not_ready\" message=\"no"
+					"%20device%20memory%20is%20managed%20yet\"\nend\n";
+	char dir[] = "/tmp/ctltrust-XXXXXX";
+
+	make_dir(dir);
+	cr_assert_eq(fake_start(&fk, dir, 0, -1, FAKE_REPLY, not_ready, sizeof(not_ready) - 1), 0);
+	vmmctl_run(&o, dir, -1, "--timeout 5 sleep %ld", fk.name_pid);
+	cr_expect_eq(o.code, 3, "%d %s %s", o.code, o.out, o.err);
+	cr_expect(strstr(o.err, "no device memory is managed yet"), "%s", o.err);
+	vmmctl_run(&o, dir, -1, "--json --timeout 5 wake %ld", fk.name_pid);
+	cr_expect_eq(o.code, 3, "%d %s %s", o.code, o.out, o.err);
+	cr_expect(strstr(o.out, "\"not_ready\""), "%s", o.out);
+	fake_stop(&fk);
+	remove_dir(dir);
+}
