@@ -47,21 +47,24 @@ run_suites build-sanitize sanitize simdev unit failure-paths
 
 # ThreadSanitizer over the threaded paths: the control server (concurrent clients, cancel, clients
 # that go), sleep/wake with the gate holding and releasing the program's threads, eight threads
-# allocating through the heap during sleep/wake cycles, vmmctl's concurrent list. Criterion cannot
-# start under TSan, so the test drivers are built without it (tests/integration/control) and what
-# they drive is built with it: libvmmshim.so, ctl_target, simdev and vmmctl; simdev's own
-# threaded test (no Criterion) runs as it is. Races are written to build-tsan/tsan-reports/ (a
-# target the harness kills still leaves its report) and fail the pass.
+# allocating through the heap during sleep/wake cycles, vmmctl's concurrent list, and the
+# randomized soak (threads, faults, killed clients, malformed requests against sleep/wake).
+# Criterion cannot start under TSan, so the test drivers are built without it
+# (tests/integration/control) and what they drive is built with it: libvmmshim.so, ctl_target,
+# soak_target, simdev and vmmctl; simdev's own threaded test (no Criterion) runs as it is. Races
+# are written to build-tsan/tsan-reports/ (a target the harness kills still leaves its report)
+# and fail the pass.
 echo "== build with ThreadSanitizer into build-tsan/"
 configure build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false
 tsan_tests=(simdev_race_primary control_sleep control_cancel control_protocol control_trust
-  control_group)
+  control_group control_soak)
 # What the drivers start is named here: ninja builds only the targets it is given, and the
 # drivers find these through the environment, not as link dependencies.
 ninja -C build-tsan -j "$jobs" tests/simdev/race_primary $(for t in "${tsan_tests[@]:1}"; do
   echo "tests/integration/control/test_$t"; done) shim/libvmmshim.so tools/vmmctl \
   tests/simdev/libcuda.so.1 tests/simdev/libcudart.so.13 tests/simdev/libascendcl.so \
-  tests/integration/control/ctl_target tests/integration/control/acl_target
+  tests/integration/control/ctl_target tests/integration/control/acl_target \
+  tests/integration/control/soak_target
 rm -rf build-tsan/tsan-reports && mkdir -p build-tsan/tsan-reports
 declare -A tsan_filter=(
   [simdev_race_primary]=''
@@ -75,6 +78,8 @@ declare -A tsan_filter=(
   # simdev group lock is shared between processes (TSan cannot follow it), nor the retry test,
   # whose "kernel" polls a flag that a copy writes, by design.
   [control_group]='@(group/a_member*|group/an_undo*|group/a_group_with*|group/a_sleep_makes*)'
+  # The randomized soak (not Criterion: no filter), 60 s with its fixed seed.
+  [control_soak]=''
 )
 tsan_ok=0; tsan_bad=0
 for t in "${tsan_tests[@]}"; do

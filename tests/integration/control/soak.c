@@ -31,8 +31,9 @@
 
 /* Driver functions a fault can hit, and about how often an epoch of 12 s calls them on this
  * machine (simdev's runtime copies with cuMemcpy; the shim sleeps and wakes with the async
- * copies and drains with cuCtxSynchronize): the call number is drawn below 60% of that, so most
- * faults are hit, some in the sleep/wake path and some in the program's own work. */
+ * copies and drains with cuCtxSynchronize): the call number is drawn below 60% of that (less
+ * under a sanitizer, CTL_SLOW), so most faults are hit, some in the sleep/wake path and some
+ * in the program's own work. */
 static const struct {
 	const char *name;
 	unsigned calls;
@@ -354,13 +355,17 @@ static void epoch(double secs)
 	bool killed = false;
 
 	n.epochs++;
-	for (int i = 0; i < k; i++) {
+	for (int i = 0, used = 0; i < k; i++) {
 		size_t at = strlen(armed);
 		unsigned j = rnd(NPOINTS);
 
+		while (used & (1 << j)) /* one entry per function */
+			j = (j + 1) % NPOINTS;
+		used |= 1 << j;
+
 		snprintf(armed + at, sizeof(armed) - at, "%s%s:%u", at ? "," : "",
 			 fault_points[j].name,
-			 1 + rnd((unsigned)(fault_points[j].calls * 0.6 * secs / 12)));
+			 1 + rnd((unsigned)(fault_points[j].calls * 0.6 * secs / 12 / ctl_slow())));
 	}
 	faults_on = k > 0;
 	snprintf(stats_path, sizeof(stats_path), "/tmp/vmmshim-soak-%d-%ld.stats", (int)getpid(),
