@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The randomized soak for manual runs (issue 8; CI runs it for 60 s with a fixed seed as the
+# The randomized soak for manual runs (issue 8; CI runs it for 50 s with a fixed seed as the
 # meson test control_soak): threads allocate, copy and check device memory on simdev while the
 # soak sleeps and wakes the program (whole, per tag, per device), kills vmmctl mid-request,
 # cancels, sends malformed requests, injects driver faults and kills the program mid-sleep.

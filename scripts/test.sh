@@ -78,7 +78,7 @@ declare -A tsan_filter=(
   # simdev group lock is shared between processes (TSan cannot follow it), nor the retry test,
   # whose "kernel" polls a flag that a copy writes, by design.
   [control_group]='@(group/a_member*|group/an_undo*|group/a_group_with*|group/a_sleep_makes*)'
-  # The randomized soak (not Criterion: no filter), 60 s with its fixed seed.
+  # The randomized soak (not Criterion: no filter), 50 s with its fixed seed.
   [control_soak]=''
 )
 tsan_ok=0; tsan_bad=0
