@@ -11,6 +11,7 @@
 #include "copy_engine.h"
 #include "../log.h"
 #include "offload_internal.h"
+#include "progress.h"
 
 #define CE_DEFAULT_STREAMS 4
 #define CE_MAX_STREAMS 8
@@ -275,6 +276,13 @@ static vmm_status transfer(vmm_copy_engine *ce, enum dir d, const vmm_copy_range
 		pthread_mutex_unlock(&ce->lock);
 		return st;
 	}
+	{
+		uint64_t total = 0; /* what this transfer adds to the operation's bytes to copy */
+
+		for (size_t i = 0; i < n; i++)
+			total += rg[i].size;
+		vmm_progress_plan(total);
+	}
 	for (size_t i = 0; i < n && !st; i++) {
 		struct hb_rec *r = rg[i].size ? hb_find(rg[i].host) : NULL;
 		size_t off = 0;
@@ -298,8 +306,10 @@ static vmm_status transfer(vmm_copy_engine *ce, enum dir d, const vmm_copy_range
 			}
 			st = issue(ce, d, k, rg[i].dev + off, host, len, staged, &staged_bytes,
 				   err);
-			if (!st)
+			if (!st) {
 				bytes += len;
+				vmm_progress_advance(len);
+			}
 			off += len;
 		}
 	}

@@ -7,6 +7,7 @@
 
 #include "../heap_offload.h"
 #include "../log.h"
+#include "progress.h"
 
 #define MAX_PARTS (VMM_OFFLOAD_MAX_HEAPS + 1)
 #define MAX_TAGS 64   /* a heap has at most this many tags per device (MAX_ARENAS) */
@@ -127,6 +128,35 @@ static vmm_status collect(const vmm_offload_parts *parts, const vmm_selection *s
 	return vmm_fail(err, VMM_E_INVALID, 0, "no device memory is managed by vmmshim");
 }
 
+/* What the operation will copy, as far as the figures say before it starts (the progress
+ * record's first total; the copy engine's plan corrects it as the copies start). */
+static uint64_t expected_bytes(const struct part *p, int n, const vmm_sleep_opts *o, bool sleeping)
+{
+	uint64_t sum = 0;
+
+	if (sleeping && o->discard)
+		return 0;
+	for (int i = 0; i < n; i++) {
+		if (p[i].core) {
+			vmm_stats st;
+
+			if (vmm_stats_get(p[i].core, o->device, o->tag, &st, NULL))
+				continue;
+			sum += sleeping ? (st.mapped_bytes > st.cached_bytes ?
+					   st.mapped_bytes - st.cached_bytes : 0) :
+					  st.asleep_bytes;
+		} else {
+			vmm_app_stats as;
+
+			vmm_app_stats_get(p[i].app, o->device, &as);
+			sum += sleeping ? (as.handle_bytes > as.asleep_bytes ?
+					   as.handle_bytes - as.asleep_bytes : 0) :
+					  as.asleep_bytes;
+		}
+	}
+	return sum;
+}
+
 /* Undo the done parts (those with done[i]) in the reverse of the run's order. Returns whether
  * every undo succeeded. */
 static bool undo_done(const struct part *p, const int *order, int ran, const bool *done,
@@ -219,10 +249,12 @@ static vmm_status transition(const vmm_offload_parts *parts, const vmm_selection
 		return st;
 	for (int i = 0; i < n; i++)
 		order[i] = sleeping ? i : n - 1 - i;
+	vmm_progress_begin(sleeping, expected_bytes(p, n, &o, sleeping));
 	st = run_parts(p, order, n, sleeping, &o, lim, done, &ran, &sum, err);
 	memset(res, 0, sizeof(*res));
 	res->seconds = vmm_now_s() - t0;
 	if (st) {
+		vmm_progress_phase_set(VMM_PHASE_ROLLING_BACK);
 		partial = !undo_done(p, order, ran, done, sleeping, &o, lim) || sum.partial_bytes;
 		for (int i = 0; partial && i < n; i++)
 			res->partial_bytes += part_asleep(&p[i], &o);
@@ -231,6 +263,7 @@ static vmm_status transition(const vmm_offload_parts *parts, const vmm_selection
 		vmm_log(VMM_LOG_WARN, "%s failed in the %s, %s: %s", sleeping ? "sleep" : "wake",
 			p[order[ran]].name, partial ? "partly undone" : sleeping ? "rolled back" :
 			"still asleep", err ? err->msg : "");
+		vmm_progress_end(NULL);
 		return st;
 	}
 	for (int i = 0; i < n; i++)
@@ -238,6 +271,7 @@ static vmm_status transition(const vmm_offload_parts *parts, const vmm_selection
 	sum.seconds = res->seconds;
 	sum.already = !changed;
 	*res = sum;
+	vmm_progress_end(&sum);
 	if (!changed)
 		return vmm_fail(err, VMM_E_ALREADY, 0, "%s: nothing changed",
 				sleeping ? "already asleep" : "already awake");
