@@ -74,6 +74,35 @@ VMMSHIM_API int vmmshim_wake_device(const char *tag, int device);
 /* Statistics of tag (NULL = all) on device (-1 = all); out is filled with zeros first. */
 VMMSHIM_API int vmmshim_stats(const char *tag, int device, vmmshim_stats_t *out);
 
+/* Progress of a sleep or wake: the in-process ones and those vmmctl asks for. */
+enum vmmshim_phase {
+	VMMSHIM_PHASE_NONE = 0,       /* no sleep or wake in progress */
+	VMMSHIM_PHASE_PREPARING = 1,  /* draining devices, allocating or re-creating memory */
+	VMMSHIM_PHASE_COPYING = 2,    /* contents move between device and host */
+	VMMSHIM_PHASE_ROLLING_BACK = 3, /* it failed or was cancelled and is being undone */
+	VMMSHIM_PHASE_DONE = 4,       /* it ended (the callback's last call) */
+};
+
+typedef struct vmmshim_progress_t {
+	uint64_t bytes_done;          /* handed to the copy streams so far */
+	uint64_t bytes_total;         /* to copy: an estimate until the copies start; >= bytes_done */
+	double seconds;               /* since the operation began */
+	double gbps;                  /* copy rate so far, 10^9 bytes per second (0 before copying) */
+	int sleeping;                 /* 1: a sleep, 0: a wake */
+	int phase;                    /* enum vmmshim_phase */
+} vmmshim_progress_t;
+
+/* Called on begin, at most every interval_s seconds while bytes move, on each phase change and
+ * once at the end (phase VMMSHIM_PHASE_DONE; bytes_total is then what was copied). It runs on the
+ * thread doing the sleep or wake, in the middle of it: return quickly, and call no vmmshim
+ * function and no device function from it (setting the callback from inside it is refused with
+ * VMMSHIM_E_BUSY). fn NULL removes it. Once this returns, the previous callback is not running
+ * and will not be called again, so its arg may be freed. */
+typedef void (*vmmshim_progress_fn)(const vmmshim_progress_t *progress, void *arg);
+VMMSHIM_API int vmmshim_set_progress_callback(vmmshim_progress_fn fn, void *arg, double interval_s);
+/* The sleep or wake in progress, from any thread; phase VMMSHIM_PHASE_NONE when none runs. */
+VMMSHIM_API int vmmshim_get_progress(vmmshim_progress_t *out);
+
 /* The calling thread's message for its last failed call ("" when none). */
 VMMSHIM_API const char *vmmshim_last_error(void);
 

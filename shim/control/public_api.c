@@ -1,9 +1,11 @@
 /* shim/vmmshim.h: the in-process API, a thin layer over the orchestration (sleep_control.c) and
  * the core's statistics. Tags are thread-local: the runtime's memory hooks read them with
  * shim_thread_tag(). */
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "../../core/offload/progress.h"
 #include "../runtime.h"
 #include "../vmmshim.h"
 #include "control.h"
@@ -158,6 +160,72 @@ VMMSHIM_API int vmmshim_stats(const char *tag, int device, vmmshim_stats_t *out)
 			return result(s, &err);
 		add_stats(out, &st);
 	}
+	return result(VMM_OK, NULL);
+}
+
+_Static_assert((int)VMMSHIM_PHASE_NONE == (int)VMM_PHASE_NONE &&
+	       (int)VMMSHIM_PHASE_PREPARING == (int)VMM_PHASE_PREPARING &&
+	       (int)VMMSHIM_PHASE_COPYING == (int)VMM_PHASE_COPYING &&
+	       (int)VMMSHIM_PHASE_ROLLING_BACK == (int)VMM_PHASE_ROLLING_BACK &&
+	       (int)VMMSHIM_PHASE_DONE == (int)VMM_PHASE_DONE, "the public phases are the core's");
+
+static void public_progress(const vmm_progress *p, vmmshim_progress_t *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->bytes_done = p->bytes_done;
+	out->bytes_total = p->bytes_total;
+	out->seconds = p->seconds;
+	out->gbps = p->copy_seconds > 0 ? (double)p->bytes_done / p->copy_seconds / 1e9 : 0;
+	out->sleeping = p->sleeping;
+	out->phase = (int)p->phase;
+}
+
+/* The program's callback, called through the core's: replaced only while the core has none, so
+ * that no call can read it half-written (progress_set_lock orders the setters). */
+static pthread_mutex_t progress_set_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	vmmshim_progress_fn fn;
+	void *arg;
+} user_progress;
+
+static void call_user_progress(const vmm_progress *p, void *arg)
+{
+	vmmshim_progress_t pub;
+
+	(void)arg;
+	public_progress(p, &pub);
+	user_progress.fn(&pub, user_progress.arg);
+}
+
+VMMSHIM_API int vmmshim_set_progress_callback(vmmshim_progress_fn fn, void *arg, double interval_s)
+{
+	vmm_error err;
+	vmm_status s;
+
+	vmm_error_clear(&err);
+	if (!(interval_s >= 0) || interval_s > 3600)
+		return invalid("the progress interval is 0 to 3600 seconds");
+	pthread_mutex_lock(&progress_set_lock);
+	/* From inside the callback the core refuses, before anything is changed. */
+	s = vmm_progress_set_callback(NULL, NULL, interval_s, &err);
+	if (!s) {
+		user_progress.fn = fn;
+		user_progress.arg = arg;
+		if (fn)
+			s = vmm_progress_set_callback(call_user_progress, NULL, interval_s, &err);
+	}
+	pthread_mutex_unlock(&progress_set_lock);
+	return result(s, &err);
+}
+
+VMMSHIM_API int vmmshim_get_progress(vmmshim_progress_t *out)
+{
+	vmm_progress p;
+
+	if (!out)
+		return invalid("no place for the progress (out is NULL)");
+	vmm_progress_get(&p);
+	public_progress(&p, out);
 	return result(VMM_OK, NULL);
 }
 
