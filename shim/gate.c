@@ -23,6 +23,9 @@ static _Thread_local int depth;     /* this thread's nesting inside the gate */
 
 #define STOP_POLL_MS 50             /* how often a closing wait asks whether to stop */
 
+/* Calls that met the gate closed and waited (each counted once): for metrics. */
+static atomic_ullong held_calls;
+
 static void deadline_in(struct timespec *ts, long ms)
 {
 	clock_gettime(CLOCK_REALTIME, ts);
@@ -82,6 +85,8 @@ static void wait_open(void)
 
 void gate_enter(void)
 {
+	bool counted = false;
+
 	if (depth > 0) {
 		depth++;
 		return;
@@ -93,8 +98,16 @@ void gate_enter(void)
 			return;
 		}
 		leave_count();
+		if (!counted)
+			atomic_fetch_add(&held_calls, 1);
+		counted = true;
 		wait_open();
 	}
+}
+
+unsigned long long gate_held_calls(void)
+{
+	return atomic_load(&held_calls);
 }
 
 void gate_leave(void)

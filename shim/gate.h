@@ -25,6 +25,8 @@ vmm_status gate_close(int timeout_ms, vmm_error *err);
 vmm_status gate_close_within(int timeout_ms, bool (*stop)(void *arg), void *arg, vmm_error *err);
 void gate_open(void);
 bool gate_is_closed(void);
+/* Device calls that met the gate closed and waited for it, since the start. */
+unsigned long long gate_held_calls(void);
 
 /* With autowake, a submission that meets a closed gate calls wake_fn (once, whoever comes first)
  * instead of only waiting. */

@@ -15,7 +15,9 @@
 #include <unistd.h>
 
 #include "../../core/log.h"
+#include "../../core/offload/progress.h"
 #include "../../core/vmm_share.h"
+#include "../gate.h"
 #include "../ipc_registry.h"
 #include "../runtime.h"
 #include "control_internal.h"
@@ -223,6 +225,46 @@ static void put_info_changing(proto_writer *w, const char *operation, long long 
 	proto_record_end(w);
 }
 
+/* What the sleeps and wakes did so far: read without waiting for one in progress. */
+static void put_counters(proto_writer *w)
+{
+	vmm_offload_counters c;
+
+	vmm_progress_counters(&c);
+	proto_record_begin(w, "counters");
+	proto_put_u64(w, "sleeps", c.sleeps);
+	proto_put_u64(w, "wakes", c.wakes);
+	proto_put_u64(w, "failures", c.failures);
+	proto_put_u64(w, "bytes_out", c.bytes_out);
+	proto_put_u64(w, "bytes_in", c.bytes_in);
+	proto_put_double(w, "sleep_seconds", c.sleep_seconds);
+	proto_put_double(w, "wake_seconds", c.wake_seconds);
+	proto_put_u64(w, "held_calls", gate_held_calls());
+	proto_record_end(w);
+}
+
+/* The sleep or wake in progress as the core's progress record has it (none: nothing). */
+static void put_progress(proto_writer *w)
+{
+	vmm_progress p;
+	double gbps;
+
+	if (!vmm_progress_get(&p))
+		return;
+	gbps = p.copy_seconds > 0 ? (double)p.bytes_done / p.copy_seconds / 1e9 : 0;
+	proto_record_begin(w, "progress");
+	proto_put_str(w, "operation", p.sleeping ? "sleep" : "wake");
+	proto_put_str(w, "phase", vmm_progress_phase_name(p.phase));
+	proto_put_u64(w, "bytes_done", p.bytes_done);
+	proto_put_u64(w, "bytes_total", p.bytes_total);
+	proto_put_double(w, "seconds", p.seconds);
+	proto_put_double(w, "gbps", gbps);
+	/* Time left at the rate so far; -1: not known yet. */
+	proto_put_double(w, "eta_seconds", gbps > 0 ? (double)(p.bytes_total - p.bytes_done) /
+						      (gbps * 1e9) : -1);
+	proto_record_end(w);
+}
+
 static void put_tags(proto_writer *w, const struct side *s, int dev, const char *only)
 {
 	char names[MAX_TAGS][VMM_TAG_MAX];
@@ -409,8 +451,11 @@ static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
 		}
 		pthread_rwlock_unlock(&figures_lock);
 	}
-	if (operation)
+	if (operation) {
 		put_info_changing(w, operation, ms);
+		put_progress(w);
+	}
+	put_counters(w);
 	proto_end(w);
 }
 
