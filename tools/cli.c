@@ -12,16 +12,21 @@ void cli_usage(FILE *f)
 	      "Drive processes running under vmmshim (LD_PRELOAD=libvmmshim.so).\n"
 	      "\n"
 	      "commands:\n"
-	      "  list\n"
+	      "  list [--watch [--interval S] [--count N]]\n"
 	      "      shimmed processes you may drive: pid, state, memory, devices, command\n"
+	      "      (--json: one document; with --watch one per line, a refresh each)\n"
+	      "  metrics [--output FILE] [--watch [--interval S] [--count N]]\n"
+	      "      Prometheus text exposition of every process list shows: memory per\n"
+	      "      device and tag, sleep/wake counters, progress; --output writes FILE\n"
+	      "      atomically (for node-exporter's textfile collector)\n"
 	      "  status PID [--tag T] [--device N]\n"
 	      "      memory per device and tag: live, mapped, cached, asleep, host backup,\n"
 	      "      and device memory the shim does not manage\n"
-	      "  sleep PID [--tag T] [--device N] [--discard] [--autowake]\n"
+	      "  sleep PID [--tag T] [--device N] [--discard] [--autowake] [--progress]\n"
 	      "      copy device memory to host (or drop it: --discard) and give it back to\n"
 	      "      the driver; addresses stay valid and the program's device work waits\n"
 	      "      until wake (--autowake: its next device call wakes it)\n"
-	      "  wake PID [--tag T] [--device N]\n"
+	      "  wake PID [--tag T] [--device N] [--progress]\n"
 	      "      re-create the memory at the same addresses and copy it back (a sleep in\n"
 	      "      progress that this wake covers is cancelled first)\n"
 	      "  sleep PID PID... [--autowake] | wake PID PID...\n"
@@ -45,6 +50,10 @@ void cli_usage(FILE *f)
 	      "                  process rolls it back\n"
 	      "  --tag T         only memory allocated under tag T (vmmshim_set_tag)\n"
 	      "  --device N      only device N\n"
+	      "  --progress      sleep/wake: bytes copied, GB/s and time left on stderr\n"
+	      "                  (shown on a terminal anyway; lines when not a terminal)\n"
+	      "  --watch         list/metrics/status: refresh every --interval S (default 2,\n"
+	      "                  0.2..3600) until interrupted or --count N refreshes\n"
 	      "\n"
 	      "exit codes: 0 done (or already so; cancel: rolled back or nothing to cancel),\n"
 	      "  1 the process reported an error (cancel: the operation had finished), 2 usage,\n"
@@ -81,6 +90,12 @@ static bool takes(vmmctl_cmd c, const char *opt)
 		return c == CMD_STATUS || c == CMD_SLEEP || c == CMD_WAKE;
 	if (!strcmp(opt, "--discard") || !strcmp(opt, "--autowake"))
 		return c == CMD_SLEEP;
+	if (!strcmp(opt, "--progress"))
+		return c == CMD_SLEEP || c == CMD_WAKE;
+	if (!strcmp(opt, "--watch"))
+		return c == CMD_LIST || c == CMD_METRICS || c == CMD_STATUS;
+	if (!strcmp(opt, "--output"))
+		return c == CMD_METRICS;
 	return true;
 }
 
@@ -89,11 +104,12 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 	static const struct { const char *name; vmmctl_cmd cmd; } cmds[] = {
 		{ "help", CMD_HELP }, { "version", CMD_VERSION }, { "list", CMD_LIST },
 		{ "status", CMD_STATUS }, { "sleep", CMD_SLEEP }, { "wake", CMD_WAKE },
-		{ "cancel", CMD_CANCEL },
+		{ "cancel", CMD_CANCEL }, { "metrics", CMD_METRICS },
 	};
 	const char *words[VMMCTL_MAX_GROUP + 1];
 	int nwords = 0;
 	bool have_tag = false, have_dev = false, have_discard = false, have_autowake = false;
+	bool have_progress = false, have_output = false, have_every = false;
 
 	memset(out, 0, sizeof(*out));
 	out->device = -1;
@@ -120,18 +136,24 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 		/* --opt=value and --opt value */
 		snprintf(opt, sizeof(opt), "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
 		if (!strcmp(opt, "--json") || !strcmp(opt, "--discard") ||
-		    !strcmp(opt, "--autowake")) {
+		    !strcmp(opt, "--autowake") || !strcmp(opt, "--progress") ||
+		    !strcmp(opt, "--watch")) {
 			if (eq)
 				return fail(why, whylen, "option takes no value", a);
 			if (!strcmp(opt, "--json"))
 				out->json = true;
 			else if (!strcmp(opt, "--discard"))
 				have_discard = out->discard = true;
+			else if (!strcmp(opt, "--progress"))
+				have_progress = out->progress = true;
+			else if (!strcmp(opt, "--watch"))
+				out->watch = true;
 			else
 				have_autowake = out->autowake = true;
 			continue;
 		}
-		if (strcmp(opt, "--tag") && strcmp(opt, "--device") && strcmp(opt, "--timeout"))
+		if (strcmp(opt, "--tag") && strcmp(opt, "--device") && strcmp(opt, "--timeout") &&
+		    strcmp(opt, "--output") && strcmp(opt, "--interval") && strcmp(opt, "--count"))
 			return fail(why, whylen, "unknown option", a);
 		if (eq)
 			val = eq + 1;
@@ -139,7 +161,25 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 			val = argv[++i];
 		else
 			return fail(why, whylen, "option needs a value", a);
-		if (!strcmp(opt, "--tag")) {
+		if (!strcmp(opt, "--output")) {
+			if (!val[0])
+				return fail(why, whylen, "--output wants a file name", NULL);
+			out->output = val;
+			have_output = true;
+		} else if (!strcmp(opt, "--interval")) {
+			char *end;
+			double t = strtod(val, &end);
+
+			if (!*val || *end || !(t >= 0.2) || t > 3600)
+				return fail(why, whylen, "--interval wants seconds (0.2 <= S <= 3600)",
+					    val);
+			out->interval = t;
+			have_every = true;
+		} else if (!strcmp(opt, "--count")) {
+			if (!parse_long(val, 1, 1000000000L, &out->count))
+				return fail(why, whylen, "--count wants 1 or more", val);
+			have_every = true;
+		} else if (!strcmp(opt, "--tag")) {
 			size_t n = strlen(val);
 
 			if (n == 0 || n >= PROTO_TAG_MAX)
@@ -181,6 +221,16 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 		return fail(why, whylen, "--tag and --device go with status, sleep and wake", NULL);
 	if ((have_discard || have_autowake) && !takes(out->cmd, "--discard"))
 		return fail(why, whylen, "--discard and --autowake go with sleep", NULL);
+	if (have_progress && !takes(out->cmd, "--progress"))
+		return fail(why, whylen, "--progress goes with sleep and wake", NULL);
+	if (out->watch && !takes(out->cmd, "--watch"))
+		return fail(why, whylen, "--watch goes with list, metrics and status", NULL);
+	if (have_every && !out->watch)
+		return fail(why, whylen, "--interval and --count go with --watch", NULL);
+	if (have_output && !takes(out->cmd, "--output"))
+		return fail(why, whylen, "--output goes with metrics", NULL);
+	if (out->interval <= 0)
+		out->interval = 2.0;
 	if (out->cmd == CMD_STATUS || out->cmd == CMD_SLEEP || out->cmd == CMD_WAKE ||
 	    out->cmd == CMD_CANCEL) {
 		bool group = out->cmd == CMD_SLEEP || out->cmd == CMD_WAKE;

@@ -28,6 +28,7 @@ typedef enum vmmctl_cmd {
 	CMD_SLEEP,
 	CMD_WAKE,
 	CMD_CANCEL,
+	CMD_METRICS,
 } vmmctl_cmd;
 
 /* sleep and wake take several processes: one group operation (group.h). */
@@ -41,6 +42,11 @@ typedef struct vmmctl_args {
 	char tag[PROTO_TAG_MAX];   /* "" = every tag */
 	int device;                /* -1 = every device */
 	bool discard, autowake, json;
+	bool progress;             /* sleep/wake: a progress line on stderr even off a terminal */
+	bool watch;                /* list/metrics/status: again every `interval` seconds */
+	double interval;           /* --watch's period (default 2 s) */
+	long count;                /* --watch: stop after this many (0: until interrupted) */
+	const char *output;        /* metrics: write this file atomically instead of stdout */
 	double timeout;            /* seconds; <= 0: the command's default */
 } vmmctl_args;
 

@@ -425,8 +425,28 @@ static int cut_short(pid_t pid, const char *how, client_error *e)
 			 (long)pid, how ? ": " : "", how ? how : "");
 }
 
+/* The default tick: the time waited, on the same line. */
+static void show_waiting(const client_target *t, const proto_request *req, double waited,
+			 bool done, void *arg)
+{
+	(void)t;
+	(void)arg;
+	if (done)
+		fprintf(stderr, "\r%40s\r", "");
+	else
+		fprintf(stderr, "\r%s: waiting %.1f s ", proto_verb_name(req->verb), waited);
+}
+
 int client_call(const client_target *t, const proto_request *req, double timeout,
 		bool progress, bool remove_stale, client_reply *out, client_error *e)
+{
+	return client_call_tick(t, req, timeout, progress ? show_waiting : NULL, NULL,
+				remove_stale, out, e);
+}
+
+int client_call_tick(const client_target *t, const proto_request *req, double timeout,
+		     client_tick_fn tick, void *tick_arg, bool remove_stale, client_reply *out,
+		     client_error *e)
 {
 	char line[PROTO_MAX_REQUEST + 1], why[256];
 	size_t n = proto_format_request(req, line, sizeof(line)), len = 0, cap = 0, sent = 0;
@@ -467,11 +487,10 @@ int client_call(const client_target *t, const proto_request *req, double timeout
 		}
 		if (deadline && (deadline - tn) * 1000 < wait_ms)
 			wait_ms = (int)((deadline - tn) * 1000) + 1;
-		if (progress && tn - start >= 1.0 && tn - last_shown >= 0.5) {
-			fprintf(stderr, "\r%s: waiting %.1f s ", proto_verb_name(req->verb),
-				tn - start);
+		if (tick && tn - start >= 1.0 && tn - last_shown >= 0.5) {
+			tick(t, req, tn - start, false, tick_arg);
 			shown = true;
-			last_shown = tn;
+			last_shown = now();
 		}
 		if (poll(&p, 1, wait_ms) < 0 && errno != EINTR) {
 			rc = set_error(e, EXIT_REPORTED, "internal", "poll: %s", strerror(errno));
@@ -532,7 +551,7 @@ int client_call(const client_target *t, const proto_request *req, double timeout
 	}
 	close(fd);
 	if (shown)
-		fprintf(stderr, "\r%40s\r", "");
+		tick(t, req, now() - start, true, tick_arg);
 	if (!rc && eof && (len < 4 || memcmp(buf + len - 4, "end\n", 4)))
 		rc = cut_short(t->pid, NULL, e);
 	if (!rc)

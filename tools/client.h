@@ -47,6 +47,15 @@ int client_find_socket(pid_t pid, client_target *t, client_error *e);
 int client_call(const client_target *t, const proto_request *req, double timeout,
 		bool progress, bool remove_stale, client_reply *out, client_error *e);
 
+/* client_call with a function called while the reply is awaited: every half second or so after
+ * the first second (waited: seconds so far, done false), and once more after the reply when it
+ * had been called (done true), so that it can clear what it showed. NULL: none. */
+typedef void (*client_tick_fn)(const client_target *t, const proto_request *req, double waited,
+			       bool done, void *arg);
+int client_call_tick(const client_target *t, const proto_request *req, double timeout,
+		     client_tick_fn tick, void *tick_arg, bool remove_stale, client_reply *out,
+		     client_error *e);
+
 /* An error reply as an exit code and message; 0 when the reply is not an error. */
 int client_reply_error(const client_reply *r, client_error *e);
 

@@ -194,8 +194,21 @@ void out_status(FILE *f, const client_reply *r)
 	const proto_record *info = client_reply_find(r, "info");
 	char b[6][32];
 
+	const proto_record *pr = client_reply_find(r, "progress");
 	if (info)
 		print_info(f, info);
+	if (pr) {
+		double gbps = 0, eta = -1;
+
+		proto_record_double(pr, "gbps", &gbps);
+		proto_record_double(pr, "eta_seconds", &eta);
+		fprintf(f, "  progress: %s %s, %s of %s copied, %.2f GB/s", str(pr, "operation"),
+			str(pr, "phase"), out_bytes(u64(pr, "bytes_done"), b[0], 32),
+			out_bytes(u64(pr, "bytes_total"), b[1], 32), gbps);
+		if (eta >= 0)
+			fprintf(f, ", %.1f s left", eta);
+		fputc('\n', f);
+	}
 	for (int i = 0; i < r->nrecords; i++) {
 		const proto_record *d = r->records[i];
 

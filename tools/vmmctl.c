@@ -1,8 +1,7 @@
-/* vmmctl: list, inspect, sleep, wake and cancel processes running under vmmshim. A thin client:
+/* vmmctl: list, inspect, measure, sleep, wake and cancel processes running under vmmshim. A thin client:
  * every decision is taken inside the process (shim/control); this only finds the socket, checks
  * who answers on it, sends one request and prints the reply. Usage and exit codes: cli.c and
  * docs/vmmctl.md. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,14 +10,17 @@
 #include "cli.h"
 #include "client.h"
 #include "group.h"
+#include "metrics.h"
 #include "output.h"
+#include "progress_line.h"
 #include "run.h"
+#include "survey.h"
+#include "watch.h"
 #include "vmmshim_version.h"
 
 #define DEFAULT_QUERY_TIMEOUT 10.0
 #define DEFAULT_CANCEL_TIMEOUT 30.0
 #define DEFAULT_LIST_TIMEOUT 3.0   /* per process: one that hangs must not stall the list */
-#define LIST_THREADS 32            /* processes asked at once by list */
 #define MAX_SERVER_MS 3600000      /* the protocol's bound on timeout_ms */
 
 static int report(const vmmctl_args *a, const client_error *e)
@@ -86,8 +88,17 @@ static int one_process(const vmmctl_args *a)
 	snprintf(req.tag, sizeof(req.tag), "%s", a->tag);
 	if ((rc = client_find_socket(a->pid, &t, &e)))
 		return report(a, &e);
-	rc = client_call(&t, &req, timeout, !a->json && isatty(STDERR_FILENO), false, &reply,
-			 &e);
+	if (a->cmd == CMD_SLEEP || a->cmd == CMD_WAKE) {
+		/* On a terminal, or asked for: what is copied, how fast, how long is left. */
+		struct progress_line pl = { .tty = isatty(STDERR_FILENO) };
+		bool show = a->progress || (!a->json && pl.tty);
+
+		rc = client_call_tick(&t, &req, timeout, show ? progress_line_tick : NULL, &pl,
+				      false, &reply, &e);
+	} else {
+		rc = client_call(&t, &req, timeout, !a->json && isatty(STDERR_FILENO), false,
+				 &reply, &e);
+	}
 	if (!rc)
 		rc = client_reply_error(&reply, &e);
 	if (rc) {
@@ -109,46 +120,6 @@ static int one_process(const vmmctl_args *a)
 	return rc;
 }
 
-/* list: every socket asked at once (LIST_THREADS at a time), each within its own deadline, so
- * that a process that does not answer costs the list one timeout, not one each. */
-struct list_item {
-	client_target t;
-	client_reply reply;
-	client_error e;
-	int rc;
-};
-
-struct list_run {
-	struct list_item *items;
-	int n, next;
-	double timeout;
-	pthread_mutex_t lock;
-};
-
-static void *list_worker(void *arg)
-{
-	struct list_run *lr = arg;
-	proto_request req = { .verb = PROTO_HELLO, .device = -1 };
-
-	for (;;) {
-		struct list_item *it;
-
-		pthread_mutex_lock(&lr->lock);
-		it = lr->next < lr->n ? &lr->items[lr->next++] : NULL;
-		pthread_mutex_unlock(&lr->lock);
-		if (!it)
-			return NULL;
-		it->rc = client_call(&it->t, &req, lr->timeout, false, true, &it->reply, &it->e);
-		if (!it->rc)
-			it->rc = client_reply_error(&it->reply, &it->e);
-		if (!it->rc && !client_reply_find(&it->reply, "info")) {
-			snprintf(it->e.message, sizeof(it->e.message), "pid %ld sent no info",
-				 (long)it->t.pid);
-			it->rc = EXIT_REPORTED;
-		}
-	}
-}
-
 static void list_note(const char *msg, void *arg)
 {
 	const vmmctl_args *a = arg;
@@ -157,74 +128,103 @@ static void list_note(const char *msg, void *arg)
 		fprintf(stderr, "vmmctl: %s\n", out_safe(msg));
 }
 
-static int by_pid(const void *x, const void *y)
+/* Every socket asked at once (survey.c); verb: hello for list, status for metrics. */
+static int survey(const vmmctl_args *a, proto_verb verb, survey_item **items)
 {
-	const struct list_item *a = x, *b = y;
+	int n = survey_run(verb, a->timeout > 0 ? a->timeout : DEFAULT_LIST_TIMEOUT, list_note,
+			   (void *)a, items);
 
-	return (a->t.pid > b->t.pid) - (a->t.pid < b->t.pid);
+	if (n < 0)
+		fprintf(stderr, "vmmctl: out of memory\n");
+	return n;
+}
+
+/* Say on stderr which sockets were not answered (people only: JSON and metrics say it their
+ * way). */
+static void report_skipped(const vmmctl_args *a, const survey_item *items, int n)
+{
+	for (int i = 0; i < n && !a->json; i++)
+		if (items[i].rc)
+			fprintf(stderr, "vmmctl: %s: %s\n", strcmp(items[i].e.status, "stale") ?
+				"skipped" : "cleaned up", out_safe(items[i].e.message));
 }
 
 static int list(const vmmctl_args *a)
 {
-	struct list_run lr = { .timeout = a->timeout > 0 ? a->timeout : DEFAULT_LIST_TIMEOUT };
-	pthread_t threads[LIST_THREADS];
-	client_target *targets;
-	int n = client_list_sockets(&targets, list_note, (void *)a), nthreads = 0, count = 0;
+	survey_item *items;
+	int n = survey(a, PROTO_HELLO, &items), count = 0;
 
-	if (n < 0) {
-		fprintf(stderr, "vmmctl: out of memory\n");
+	if (n < 0)
 		return EXIT_REPORTED;
-	}
-	lr.items = calloc(n ? (size_t)n : 1, sizeof(*lr.items));
-	if (!lr.items) {
-		free(targets);
-		fprintf(stderr, "vmmctl: out of memory\n");
-		return EXIT_REPORTED;
-	}
-	for (int i = 0; i < n; i++)
-		lr.items[i].t = targets[i];
-	free(targets);
-	qsort(lr.items, (size_t)n, sizeof(*lr.items), by_pid);
-	lr.n = n;
-	pthread_mutex_init(&lr.lock, NULL);
-	for (int i = 0; i < LIST_THREADS && i < n; i++)
-		if (!pthread_create(&threads[nthreads], NULL, list_worker, &lr))
-			nthreads++;
-	if (!nthreads)
-		list_worker(&lr);
-	for (int i = 0; i < nthreads; i++)
-		pthread_join(threads[i], NULL);
-	pthread_mutex_destroy(&lr.lock);
-
+	report_skipped(a, items, n);
 	if (a->json)
 		fputs("{\"status\": \"ok\", \"processes\": [", stdout);
 	for (int i = 0; i < n; i++) {
-		struct list_item *it = &lr.items[i];
+		const proto_record *info = items[i].rc ? NULL :
+					   client_reply_find(&items[i].reply, "info");
 
-		if (it->rc) {
-			/* Not one we can drive (gone meanwhile, not answering, not trusted): say
-			 * so on stderr. */
-			if (!a->json)
-				fprintf(stderr, "vmmctl: %s: %s\n", strcmp(it->e.status, "stale") ?
-					"skipped" : "cleaned up", out_safe(it->e.message));
-		} else if (a->json) {
+		if (!info)
+			continue;
+		if (a->json) {
 			fputs(count ? ", " : "", stdout);
-			out_json_record(stdout, client_reply_find(&it->reply, "info"));
-			count++;
+			out_json_record(stdout, info);
 		} else {
 			if (!count)
 				out_list_header(stdout);
-			out_list_row(stdout, client_reply_find(&it->reply, "info"));
-			count++;
+			out_list_row(stdout, info);
 		}
-		client_reply_free(&it->reply);
+		count++;
 	}
-	free(lr.items);
+	survey_free(items, n);
 	if (a->json)
 		fputs("]}\n", stdout);
 	else if (!count)
 		printf("no process under vmmshim (that you may drive) has a control socket\n");
 	return EXIT_OK;
+}
+
+struct metrics_run {
+	survey_item *items;
+	int n;
+};
+
+static void print_metrics(FILE *f, void *arg)
+{
+	struct metrics_run *mr = arg;
+
+	metrics_print(f, mr->items, mr->n);
+}
+
+static int metrics(const vmmctl_args *a)
+{
+	struct metrics_run mr;
+	char why[600];
+	int rc = EXIT_OK;
+
+	mr.n = survey(a, PROTO_STATUS, &mr.items);
+	if (mr.n < 0)
+		return EXIT_REPORTED;
+	if (!a->output) {
+		metrics_print(stdout, mr.items, mr.n);
+	} else if (metrics_write_file(a->output, print_metrics, &mr, why, sizeof(why))) {
+		fprintf(stderr, "vmmctl: %s\n", out_safe(why));
+		rc = EXIT_REPORTED;
+	}
+	survey_free(mr.items, mr.n);
+	return rc;
+}
+
+/* One run of the command (--watch runs it again and again). */
+static int run_once(const vmmctl_args *a)
+{
+	switch (a->cmd) {
+	case CMD_LIST:
+		return list(a);
+	case CMD_METRICS:
+		return metrics(a);
+	default:
+		return one_process(a);
+	}
 }
 
 int main(int argc, char **argv)
@@ -237,7 +237,7 @@ int main(int argc, char **argv)
 		return run_main(argc - 1, argv + 1);
 	if (cli_parse(argc, argv, &a, why, sizeof(why))) {
 		fprintf(stderr, "vmmctl: %s\n", out_safe(why));
-		fprintf(stderr, "usage: vmmctl [--json] [--timeout S] list | status PID | "
+		fprintf(stderr, "usage: vmmctl [--json] [--timeout S] list | metrics | status PID | "
 			"sleep PID [PID...] [--tag T] [--device N] [--discard] [--autowake] | "
 			"wake PID [PID...] [--tag T] [--device N] | cancel PID   (vmmctl --help)\n");
 		return EXIT_USAGE;
@@ -249,14 +249,14 @@ int main(int argc, char **argv)
 	case CMD_VERSION:
 		printf("vmmctl %s (protocol %s)\n", VMMSHIM_VERSION, PROTO_MAGIC);
 		return EXIT_OK;
-	case CMD_LIST:
-		return list(&a);
 	case CMD_SLEEP:
 	case CMD_WAKE:
 		if (a.npids > 1)
 			return group_run(&a);
 		return one_process(&a);
 	default:
-		return one_process(&a);
+		if (a.watch)
+			return watch_run(&a, run_once);
+		return run_once(&a);
 	}
 }
