@@ -2,7 +2,8 @@
 # Installs what building and testing vmmshim needs on a Debian machine, only what is missing:
 # meson, ninja, pkg-config, Criterion, clang with its fuzzer runtime; for the Python package's
 # tests Debian's python3 with pytest, setuptools, wheel and pip (pip install --no-build-isolation,
-# offline); man-db to render the man pages. Sourced by demo.sh and test.sh.
+# offline); python3-prometheus-client, whose parser checks `vmmctl metrics`; man-db to render
+# the man pages. Sourced by demo.sh and test.sh.
 # The CUDA toolkit's headers are not installed here: they are found through CUDA_HOME, nvcc on
 # PATH or /usr/local/cuda (scripts/find-cuda.sh), with a clear error when absent.
 set -euo pipefail
@@ -19,7 +20,7 @@ if [ "${VMMSHIM_SETUP_TESTS:-0}" = 1 ]; then
     || need+=(libclang-rt-14-dev)
   # Debian's own interpreter: its packages are what the Python tests and the offline pip use.
   for m in pytest:python3-pytest setuptools:python3-setuptools wheel:python3-wheel \
-           pip:python3-pip; do
+           pip:python3-pip prometheus_client:python3-prometheus-client; do
     /usr/bin/python3 -c "import ${m%%:*}" 2>/dev/null || need+=("${m#*:}")
   done
   command -v man >/dev/null || need+=(man-db)
