@@ -15,10 +15,11 @@ void cli_usage(FILE *f)
 	      "  list [--watch [--interval S] [--count N]]\n"
 	      "      shimmed processes you may drive: pid, state, memory, devices, command\n"
 	      "      (--json: one document; with --watch one per line, a refresh each)\n"
-	      "  metrics [--output FILE] [--watch [--interval S] [--count N]]\n"
+	      "  metrics [--output FILE] [--label NAME=VALUE]... [--watch ...]\n"
 	      "      Prometheus text exposition of every process list shows: memory per\n"
 	      "      device and tag, sleep/wake counters, progress; --output writes FILE\n"
-	      "      atomically (for node-exporter's textfile collector)\n"
+	      "      atomically (for node-exporter's textfile collector); --label adds a\n"
+	      "      label to every sample (pod=..., job=...: pids repeat across containers)\n"
 	      "  status PID [--tag T] [--device N]\n"
 	      "      memory per device and tag: live, mapped, cached, asleep, host backup,\n"
 	      "      and device memory the shim does not manage\n"
@@ -84,6 +85,31 @@ static bool parse_long(const char *s, long lo, long hi, long *out)
 	return true;
 }
 
+/* A Prometheus label: NAME=VALUE with NAME [a-zA-Z_][a-zA-Z0-9_]*, not reserved (__*) and not
+ * one vmmctl sets itself; VALUE any printable ASCII (escaped when written). */
+static bool valid_label(const char *s)
+{
+	static const char *const ours[] = { "pid", "backend", "device", "tag", "operation",
+					    "phase", "direction", "command", "version", "state",
+					    "held" };
+	const char *eq = strchr(s, '=');
+	size_t n = eq ? (size_t)(eq - s) : 0;
+
+	if (!n || n > 64 || (s[0] >= '0' && s[0] <= '9') || !strncmp(s, "__", 2))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!((s[i] >= 'a' && s[i] <= 'z') || (s[i] >= 'A' && s[i] <= 'Z') ||
+		      (s[i] >= '0' && s[i] <= '9') || s[i] == '_'))
+			return false;
+	for (size_t i = 0; i < sizeof(ours) / sizeof(ours[0]); i++)
+		if (strlen(ours[i]) == n && !strncmp(s, ours[i], n))
+			return false;
+	for (const char *v = eq + 1; *v; v++)
+		if ((unsigned char)*v < 0x20 || (unsigned char)*v > 0x7e)
+			return false;
+	return strlen(eq + 1) <= 256;
+}
+
 static bool takes(vmmctl_cmd c, const char *opt)
 {
 	if (!strcmp(opt, "--tag") || !strcmp(opt, "--device"))
@@ -94,7 +120,7 @@ static bool takes(vmmctl_cmd c, const char *opt)
 		return c == CMD_SLEEP || c == CMD_WAKE;
 	if (!strcmp(opt, "--watch"))
 		return c == CMD_LIST || c == CMD_METRICS || c == CMD_STATUS;
-	if (!strcmp(opt, "--output"))
+	if (!strcmp(opt, "--output") || !strcmp(opt, "--label"))
 		return c == CMD_METRICS;
 	return true;
 }
@@ -153,7 +179,8 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 			continue;
 		}
 		if (strcmp(opt, "--tag") && strcmp(opt, "--device") && strcmp(opt, "--timeout") &&
-		    strcmp(opt, "--output") && strcmp(opt, "--interval") && strcmp(opt, "--count"))
+		    strcmp(opt, "--output") && strcmp(opt, "--interval") && strcmp(opt, "--count") &&
+		    strcmp(opt, "--label"))
 			return fail(why, whylen, "unknown option", a);
 		if (eq)
 			val = eq + 1;
@@ -161,7 +188,16 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 			val = argv[++i];
 		else
 			return fail(why, whylen, "option needs a value", a);
-		if (!strcmp(opt, "--output")) {
+		if (!strcmp(opt, "--label")) {
+			if (out->nlabels == CLI_MAX_LABELS)
+				return fail(why, whylen, "at most 8 --label", val);
+			if (!valid_label(val))
+				return fail(why, whylen, "--label wants NAME=VALUE, NAME of letters, "
+					    "digits and _ (not starting with a digit or __), not pid, "
+					    "backend, device, tag, operation, phase or direction", val);
+			out->labels[out->nlabels++] = val;
+			have_output = true;
+		} else if (!strcmp(opt, "--output")) {
 			if (!val[0])
 				return fail(why, whylen, "--output wants a file name", NULL);
 			out->output = val;
@@ -228,7 +264,7 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 	if (have_every && !out->watch)
 		return fail(why, whylen, "--interval and --count go with --watch", NULL);
 	if (have_output && !takes(out->cmd, "--output"))
-		return fail(why, whylen, "--output goes with metrics", NULL);
+		return fail(why, whylen, "--output and --label go with metrics", NULL);
 	if (out->interval <= 0)
 		out->interval = 2.0;
 	if (out->cmd == CMD_STATUS || out->cmd == CMD_SLEEP || out->cmd == CMD_WAKE ||

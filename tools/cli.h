@@ -33,6 +33,7 @@ typedef enum vmmctl_cmd {
 
 /* sleep and wake take several processes: one group operation (group.h). */
 #define VMMCTL_MAX_GROUP 64
+#define CLI_MAX_LABELS 8   /* metrics --label */
 
 typedef struct vmmctl_args {
 	vmmctl_cmd cmd;
@@ -47,6 +48,8 @@ typedef struct vmmctl_args {
 	double interval;           /* --watch's period (default 2 s) */
 	long count;                /* --watch: stop after this many (0: until interrupted) */
 	const char *output;        /* metrics: write this file atomically instead of stdout */
+	const char *labels[CLI_MAX_LABELS]; /* metrics: NAME=VALUE added to every sample */
+	int nlabels;
 	double timeout;            /* seconds; <= 0: the command's default */
 } vmmctl_args;
 

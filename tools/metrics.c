@@ -112,6 +112,23 @@ static const char *number(const proto_record *r, const char *key)
 	return fl->value[0] == '+' ? fl->value + 1 : fl->value;
 }
 
+/* The caller's constant labels, for this print. */
+static const char *const *extra_labels;
+static int n_extra_labels;
+
+/* ",name=\"value\"" for each of the caller's labels. */
+static void put_extra(FILE *f)
+{
+	for (int i = 0; i < n_extra_labels; i++) {
+		const char *eq = strchr(extra_labels[i], '=');
+		char name[65];
+
+		snprintf(name, sizeof(name), "%.*s", (int)(eq - extra_labels[i]), extra_labels[i]);
+		fputc(',', f);
+		put_label(f, name, eq + 1);
+	}
+}
+
 static void put_sample(FILE *f, const struct family *fm, const survey_item *it,
 		       const proto_record *r)
 {
@@ -141,6 +158,7 @@ static void put_sample(FILE *f, const struct family *fm, const survey_item *it,
 	}
 	if (fm->extra_label)
 		fprintf(f, ",%s", fm->extra_label);
+	put_extra(f);
 	fprintf(f, "} %s\n", v);
 }
 
@@ -197,21 +215,45 @@ static void put_info(FILE *f, const survey_item *items, int n)
 		put_label(f, "state", proto_record_str(info, "state"));
 		fputc(',', f);
 		put_label(f, "held", held ? "true" : "false");
+		put_extra(f);
 		fputs("} 1\n", f);
 	}
 }
 
-void metrics_print(FILE *f, const survey_item *items, int n)
+/* A family of one sample without per-process labels. */
+static void put_scalar(FILE *f, const char *name, const char *help, int v)
+{
+	fprintf(f, "# HELP %s %s\n# TYPE %s gauge\n%s", name, help, name, name);
+	if (n_extra_labels) {
+		fputc('{', f);
+		/* put_extra starts each label with a comma: the first one without. */
+		for (int i = 0; i < n_extra_labels; i++) {
+			const char *eq = strchr(extra_labels[i], '=');
+			char lname[65];
+
+			snprintf(lname, sizeof(lname), "%.*s", (int)(eq - extra_labels[i]),
+				 extra_labels[i]);
+			if (i)
+				fputc(',', f);
+			put_label(f, lname, eq + 1);
+		}
+		fputc('}', f);
+	}
+	fprintf(f, " %d\n", v);
+}
+
+void metrics_print(FILE *f, const survey_item *items, int n, const char *const *labels,
+		   int nlabels)
 {
 	int answered = 0;
 
+	extra_labels = labels;
+	n_extra_labels = nlabels;
 	for (int i = 0; i < n; i++)
 		answered += !items[i].rc;
-	fprintf(f, "# HELP vmmshim_processes Processes under vmmshim that answered.\n"
-		"# TYPE vmmshim_processes gauge\nvmmshim_processes %d\n", answered);
-	fprintf(f, "# HELP vmmshim_processes_skipped Control sockets that did not answer, or "
-		"whose process may not be driven.\n# TYPE vmmshim_processes_skipped gauge\n"
-		"vmmshim_processes_skipped %d\n", n - answered);
+	put_scalar(f, "vmmshim_processes", "Processes under vmmshim that answered.", answered);
+	put_scalar(f, "vmmshim_processes_skipped", "Control sockets that did not answer, or whose "
+		   "process may not be driven.", n - answered);
 	put_info(f, items, n);
 	for (size_t k = 0; k < sizeof(families) / sizeof(families[0]); k++) {
 		bool headed;

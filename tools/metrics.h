@@ -8,8 +8,10 @@
 #include "survey.h"
 
 /* Every metric family of the processes that answered (items with rc 0); skipped: those that
- * did not (a gauge of its own). */
-void metrics_print(FILE *f, const survey_item *items, int n);
+ * did not (a gauge of its own). labels: nlabels "NAME=VALUE" (checked by cli.c) added to every
+ * sample. */
+void metrics_print(FILE *f, const survey_item *items, int n, const char *const *labels,
+		   int nlabels);
 
 /* Write what print() writes into path atomically: a temporary file beside it (not ending in
  * .prom, so that the collector never reads it half-written), flushed, then renamed over path.

@@ -186,18 +186,19 @@ static int list(const vmmctl_args *a)
 struct metrics_run {
 	survey_item *items;
 	int n;
+	const vmmctl_args *a;
 };
 
 static void print_metrics(FILE *f, void *arg)
 {
 	struct metrics_run *mr = arg;
 
-	metrics_print(f, mr->items, mr->n);
+	metrics_print(f, mr->items, mr->n, mr->a->labels, mr->a->nlabels);
 }
 
 static int metrics(const vmmctl_args *a)
 {
-	struct metrics_run mr;
+	struct metrics_run mr = { .a = a };
 	char why[600];
 	int rc = EXIT_OK;
 
@@ -205,7 +206,7 @@ static int metrics(const vmmctl_args *a)
 	if (mr.n < 0)
 		return EXIT_REPORTED;
 	if (!a->output) {
-		metrics_print(stdout, mr.items, mr.n);
+		metrics_print(stdout, mr.items, mr.n, a->labels, a->nlabels);
 	} else if (metrics_write_file(a->output, print_metrics, &mr, why, sizeof(why))) {
 		fprintf(stderr, "vmmctl: %s\n", out_safe(why));
 		rc = EXIT_REPORTED;

@@ -211,6 +211,16 @@ try:
     if r.returncode != 1 or "cannot" not in r.stderr:
         fail("--output into a missing folder: exit %d %r" % (r.returncode, r.stderr))
 
+    # --label: on every sample (pids repeat across containers); a label of ours is refused.
+    fams = parse(vmmctl("metrics", "--label", "pod=trainer-0", "--label", 'note=a"b').stdout)
+    for fam in fams.values():
+        for smp in fam.samples:
+            if smp.labels.get("pod") != "trainer-0" or smp.labels.get("note") != 'a"b':
+                fail("sample without the --label labels: %s" % (smp,))
+    r = vmmctl("metrics", "--label", "pid=1", check=False)
+    if r.returncode != 2 or "--label" not in r.stderr:
+        fail("--label pid=1 accepted: exit %d" % r.returncode)
+
     # list --json --watch: one document per refresh, then exit 0.
     r = vmmctl("list", "--json", "--watch", "--interval", "0.2", "--count", "2")
     docs = [json.loads(l) for l in r.stdout.splitlines()]
