@@ -853,6 +853,82 @@ class Matrix:
             if rc != 0:
                 self.bench[-1]["note"] += f"; {'shim' if shim else 'native'} run rc {rc}"
 
+    def progress_row(self):
+        """A long sleep shows its progress: `vmmctl sleep PID --progress` on a hold of
+        --progress-gib GiB prints lines with the bytes copied of the total and GB/s while it
+        copies, `vmmctl metrics` polled meanwhile shows the transfer (a note), and the contents
+        survive. Shim only: there is no native anchor for a sleep."""
+        gib = self.a.progress_gib
+        name = f"progress line during a {gib} GiB sleep"
+        if not self.want(name):
+            return
+        if not (self.shim_ok and self.ctl_ok):
+            self.add(name, False, "libvmmshim.so or vmmctl missing")
+            return
+        if self.left() < 60 + gib:
+            self.add(name, False, "not run: out of time")
+            return
+        p = self.hold_proc(gib, True, "progress")
+        if p is None:
+            self.add(name, False, "hold did not get ready")
+            return
+        seen, stop = {}, threading.Event()
+
+        def poll_metrics():
+            rx = re.compile(r'^vmmshim_progress_bytes_(done|total)\{pid="%d",.*\} (\S+)$' % p.pid)
+            while not stop.is_set():
+                try:
+                    out = subprocess.run([self.a.vmmctl, "metrics"], env=self.ctl.env,
+                                         capture_output=True, text=True, timeout=10).stdout
+                except (subprocess.TimeoutExpired, OSError):
+                    out = ""
+                got = {m.group(1): float(m.group(2)) for m in map(rx.match, out.splitlines())
+                       if m}
+                if not seen and 0 < got.get("done", 0) < got.get("total", 0):
+                    seen.update(got)
+                stop.wait(0.25)
+
+        poller = threading.Thread(target=poll_metrics, daemon=True)
+        poller.start()
+        argv = [self.a.vmmctl, "sleep", str(p.pid), "--progress", "--timeout", "170"]
+        try:
+            r = subprocess.run(argv, env=self.ctl.env, capture_output=True, text=True,
+                               timeout=self.timeout(180))
+            rc, err = r.returncode, r.stderr
+        except subprocess.TimeoutExpired as e:
+            rc, err = "timeout", (e.stderr or b"").decode(errors="replace") \
+                if isinstance(e.stderr, bytes) else (e.stderr or "")
+        stop.set()
+        poller.join(timeout=15)
+        with open(os.path.join(self.log, "progress.sleep.err"), "w") as f:
+            f.write(f"$ {' '.join(argv)} -> rc {rc}\n{err}")
+        # "sleep: copying 12.50 GiB of 60.00 GiB (20%), 24.31 GB/s, 2.0 s left, 3.1 s"
+        lines = [m for m in (re.match(r"^sleep: (\w+) (\S+ \S+) of (\S+ \S+) \((\d+)%\), "
+                                      r"(\S+) GB/s", l) for l in err.splitlines()) if m]
+        mid = [m for m in lines if m.group(1) == "copying" and 0 < int(m.group(4)) < 100
+               and float(m.group(5)) > 0]
+        wrc, wj, _, wtext = self.ctl("wake", p.pid, timeout=180)
+        chk = self.command(p, "check", r"^CHECK (\w+)", timeout=120)
+        self.command(p, "quit", r"^RESULT hold", timeout=60)
+        p.finish()
+        reasons = []
+        if rc != 0:
+            reasons.append(f"sleep rc {rc}: {err.strip()[-150:]}")
+        if not mid:
+            reasons.append(f"no progress line while copying ({len(lines)} progress lines)")
+        if wrc != 0:
+            reasons.append(f"wake rc {wrc}: {pick_str(wj, 'message') or wtext}")
+        if not (chk and chk.group(1) == "ok"):
+            reasons.append("CONTENTS LOST" if chk else "no answer to check")
+        metrics_note = (f"metrics mid-transfer {seen['done'] / GIB:.1f} of "
+                        f"{seen['total'] / GIB:.1f} GiB" if seen else
+                        "metrics never caught the transfer")
+        if reasons:
+            self.add(name, False, "; ".join(reasons) + f"; {metrics_note}", shim=str(rc))
+        else:
+            self.add(name, True, f"{len(mid)} line(s) mid-copy, first: "
+                     f"{mid[0].group(0)}; {metrics_note}; contents intact", shim="0")
+
     def run_cycle_row(self):
         """`vmmctl run --cycle 2 -- python3 train.py`: the launcher finds the built library
         itself, sleeps and wakes the training at random moments; the losses must equal a plain
@@ -1371,6 +1447,8 @@ def main():
     ap.add_argument("--train-steps", type=int, default=12)
     ap.add_argument("--sleep-sizes", default="1,16,64")
     ap.add_argument("--ckpt-gib", type=int, default=16)
+    ap.add_argument("--progress-gib", type=int, default=60,
+                    help="size of the sleep whose progress line is checked")
     ap.add_argument("--run-cycle-steps", type=int, default=300,
                     help="training steps of the vmmctl run --cycle row (long enough for cycles)")
     ap.add_argument("--timeout-scale", type=float, default=1.0,
@@ -1393,6 +1471,7 @@ def main():
         m.app_vmm_row()
         m.tms_facade_row()
         m.run_cycle_row()
+        m.progress_row()
         m.share_facts_row()
         m.ipc_row()
         m.nccl_group_rows()

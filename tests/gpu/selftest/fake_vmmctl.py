@@ -2,7 +2,8 @@
 """Stands in for vmmctl: status answers in vmmctl's JSON layout; sleep stops the process
 (SIGSTOP) and drops the stand-in device memory to the unmanaged 500 MiB; wake undoes both;
 run starts the program "preloaded" (LD_PRELOAD set), writes --report with 3 cycles and exits
-with the program's status. A flag_wait process cannot drain: its sleep gives up after 1 s, as the
+with the program's status; sleep --progress prints progress lines for a second while metrics
+shows the transfer. A flag_wait process cannot drain: its sleep gives up after 1 s, as the
 shim's would."""
 import json
 import os
@@ -24,6 +25,14 @@ if cmd == "run":
                        "sleep": {"count": 3, "copied": 3 << 30, "seconds_median": 0.1},
                        "wake": {"count": 3, "copied": 3 << 30, "seconds_median": 0.08}}, f)
     sys.exit(rc)
+if cmd == "metrics":
+    # Only what the progress row reads: the transfer in progress, if one runs.
+    if os.path.exists(state + ".sleeping"):
+        spid = open(state + ".sleeping").read()
+        print(f'vmmshim_progress_bytes_done{{pid="{spid}",operation="sleep",phase="copying"}} '
+              f'{1 << 29}\nvmmshim_progress_bytes_total{{pid="{spid}",operation="sleep"}} '
+              f'{1 << 30}')
+    sys.exit(0)
 pid = int(sys.argv[2])
 if cmd == "status":
     print(json.dumps({"status": "ok", "info": {"pid": pid, "managed": 4 << 30, "resident": 4 << 30},
@@ -36,6 +45,15 @@ elif cmd == "sleep" and "flag_wait" in open(f"/proc/{pid}/cmdline").read():
         "for a held submission?"}}))
     sys.exit(1)
 elif cmd in ("sleep", "wake"):
+    if "--progress" in sys.argv:
+        # As vmmctl shows a copy in progress, for a second, then the sleep itself.
+        with open(state + ".sleeping", "w") as f:
+            f.write(str(pid))
+        for done in (256, 512, 768):
+            print(f"{cmd}: copying {done}.00 MiB of 1.00 GiB ({done * 100 // 1024}%), "
+                  f"10.00 GB/s, 0.1 s left, 1.0 s", file=sys.stderr, flush=True)
+            time.sleep(0.4)
+        os.unlink(state + ".sleeping")
     os.kill(pid, signal.SIGSTOP if cmd == "sleep" else signal.SIGCONT)
     with open(state, "w") as f:
         f.write("500" if cmd == "sleep" else str(4096 + 500))

@@ -23,7 +23,7 @@ export FAKE_STATE=$t/state GPUCHECK_NO_NVML=1 PATH=$t/path:$PATH FAKE_HANG=alloc
 	FAKE_DIFFER=graph
 python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmmshim.so" \
 	--vmmctl "$here/fake_vmmctl.py" --log "$t/log" --deadline $(( $(date +%s) + 300 )) \
-	--train-rounds 2 --sleep-sizes 1,2 --ckpt-gib 1 --timeout-scale 0.1 >"$t/out.txt" 2>&1 &&
+	--train-rounds 2 --sleep-sizes 1,2 --ckpt-gib 1 --progress-gib 1 --timeout-scale 0.1 >"$t/out.txt" 2>&1 &&
 	rc=0 || rc=$?
 tail -40 "$t/out.txt"
 python3 - "$t/log/results.json" "$rc" <<'PY'
@@ -33,8 +33,8 @@ rows = {x["row"]: x["ok"] for x in r["rows"]}
 bench = {b["metric"]: b for b in r["bench"]}
 fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
 bad = [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in rows.items() if v == (k in fail_expected)]
-if len(rows) != 25:
-    bad.append(f"{len(rows)} rows, expected 25")
+if len(rows) != 26:
+    bad.append(f"{len(rows)} rows, expected 26")
 if sys.argv[2] != "1":
     bad.append(f"exit status {sys.argv[2]}, expected 1 (a row failed)")
 for metric, note in (("malloc+free pair 256B (us)", "met"),
