@@ -253,6 +253,20 @@ Test(cli, commands_and_options)
 	cr_assert_eq(cli("cancel 9 --timeout 3", &a), 0);
 	cr_expect_eq(a.cmd, CMD_CANCEL);
 	cr_expect_eq(a.pid, 9);
+	cr_assert_eq(cli("metrics --output /x/y.prom --label pod=p-1 --label job=7", &a), 0);
+	cr_expect_eq(a.cmd, CMD_METRICS);
+	cr_expect_str_eq(a.output, "/x/y.prom");
+	cr_assert_eq(a.nlabels, 2);
+	cr_expect_str_eq(a.labels[1], "job=7");
+	cr_expect(!a.watch);
+	cr_assert_eq(cli("list --json --watch --interval 0.5 --count 3", &a), 0);
+	cr_expect(a.watch && a.json);
+	cr_expect_eq(a.interval, 0.5);
+	cr_expect_eq(a.count, 3);
+	cr_assert_eq(cli("status 5 --watch", &a), 0);
+	cr_expect_eq(a.interval, 2.0);
+	cr_assert_eq(cli("wake 5 --progress", &a), 0);
+	cr_expect(a.progress);
 }
 
 Test(cli, usage_errors)
@@ -266,6 +280,13 @@ Test(cli, usage_errors)
 		"sleep 1 --json=yes", "sleep 1 --frob", "dance 1",
 		"sleep 1 --tag 0123456789012345678901234567890123",
 		"cancel", "cancel 1 --tag x", "cancel 1 --device 0", "cancel 1 --discard",
+		"list --progress", "status 1 --progress", "sleep 1 --watch", "cancel 1 --watch",
+		"list --interval 1", "list --watch --interval 0.1", "list --watch --count 0",
+		"list --output f", "metrics --output", "metrics --output=", "metrics --label x",
+		"metrics --label pid=1", "metrics --label 9a=1", "metrics --label __a=1",
+		"metrics --label =v", "metrics 4",
+		"metrics --label a=1 --label b=1 --label c=1 --label d=1 --label e=1 --label f=1 "
+		"--label g=1 --label h=1 --label i=1",
 	};
 	vmmctl_args a;
 
