@@ -25,7 +25,8 @@ from . import _native
 
 __version__ = "0.1.0"
 
-__all__ = ["tag", "set_tag", "get_tag", "sleep", "wake", "stats", "Stats", "available",
+__all__ = ["tag", "set_tag", "get_tag", "sleep", "wake", "stats", "Stats", "progress",
+           "Progress", "available",
            "VmmshimError", "NotUnderShimError", "InvalidError", "DeviceOutOfMemoryError",
            "HostOutOfMemoryError", "DriverError", "BusyError", "UnsupportedError"]
 
@@ -93,6 +94,17 @@ class Stats:
     peak_live_bytes: int
     alloc_calls: int
     free_calls: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """The sleep or wake in progress in this process (from any thread, or from vmmctl)."""
+    operation: str           # "sleep" or "wake"
+    phase: str               # "preparing", "copying" or "rolling_back"
+    bytes_done: int          # handed to the copy streams so far
+    bytes_total: int         # to copy: an estimate until the copies start; >= bytes_done
+    seconds: float           # since it began
+    gbps: float              # copy rate so far (10**9 bytes/s); 0 before copying
 
 
 def available():
@@ -182,3 +194,19 @@ def stats(tag=None, device=None):
     out = _native.CStats()
     _check(lib, lib.vmmshim_stats(_tag_arg(tag), _device_arg(device), out))
     return Stats(*(getattr(out, f) for f in _native.STATS_FIELDS))
+
+
+def progress():
+    """The sleep or wake running now, as a Progress, or None when none runs. Poll it from another
+    thread (a sleep or wake returns only when it is done)."""
+    lib = _lib()
+    if not hasattr(lib, "vmmshim_get_progress"):
+        raise UnsupportedError(_native.E_UNSUPPORTED,
+                               "this libvmmshim.so has no progress API (older than the package)")
+    out = _native.CProgress()
+    _check(lib, lib.vmmshim_get_progress(out))
+    phase = _native.PHASES[out.phase] if 0 <= out.phase < len(_native.PHASES) else "none"
+    if phase in ("none", "done"):
+        return None
+    return Progress("sleep" if out.sleeping else "wake", phase, out.bytes_done, out.bytes_total,
+                    out.seconds, out.gbps)

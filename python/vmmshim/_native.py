@@ -31,6 +31,17 @@ class CStats(ctypes.Structure):
     _fields_ = [(name, ctypes.c_uint64) for name in STATS_FIELDS]
 
 
+# enum vmmshim_phase, by number
+PHASES = ("none", "preparing", "copying", "rolling_back", "done")
+
+
+class CProgress(ctypes.Structure):
+    """vmmshim_progress_t."""
+    _fields_ = [("bytes_done", ctypes.c_uint64), ("bytes_total", ctypes.c_uint64),
+                ("seconds", ctypes.c_double), ("gbps", ctypes.c_double),
+                ("sleeping", ctypes.c_int), ("phase", ctypes.c_int)]
+
+
 NOT_LOADED = ("libvmmshim.so is not loaded in this process. Start the program under the shim: "
               "`vmmctl run -- python3 ...`, or LD_PRELOAD=/path/to/libvmmshim.so python3 ... "
               "(loading it after start would not catch the program's allocations)")
@@ -50,6 +61,10 @@ def _prototype(lib):
             ("vmmshim_last_error", c_char_p, [])):
         fn = getattr(lib, name)
         fn.restype, fn.argtypes = restype, argtypes
+    # Newer than the rest: a shim without it still serves everything else.
+    if hasattr(lib, "vmmshim_get_progress"):
+        lib.vmmshim_get_progress.restype = c_int
+        lib.vmmshim_get_progress.argtypes = [ctypes.POINTER(CProgress)]
 
 
 def find():

@@ -180,8 +180,8 @@ def test_a_wake_without_device_memory_stays_asleep_and_says_why(dev, pattern):
     dev.free(p)
 
 
-def _python(code, preload):
-    env = dict(os.environ)
+def _python(code, preload, extra_env=None):
+    env = dict(os.environ, **(extra_env or {}))
     if not preload:
         env.pop("LD_PRELOAD", None)
     return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
@@ -218,3 +218,42 @@ def test_sleep_and_wake_signatures_are_the_documented_ones():
     assert str(inspect.signature(vmmshim.sleep)) == "(tag=None, discard=False, device=None)"
     assert str(inspect.signature(vmmshim.wake)) == "(tag=None, device=None)"
     assert str(inspect.signature(vmmshim.stats)) == "(tag=None, device=None)"
+
+
+def test_progress_is_none_when_nothing_runs(dev, pattern):
+    assert vmmshim.progress() is None
+    p = dev.alloc(4 << 20)
+    with vmmshim.tag("idle"):
+        q = dev.alloc(4 << 20)
+    assert vmmshim.sleep("idle") and vmmshim.progress() is None
+    assert vmmshim.wake("idle") and vmmshim.progress() is None
+    dev.free(p)
+    dev.free(q)
+
+
+def test_progress_is_seen_from_another_thread_during_a_sleep():
+    """A slowed sleep (simdev delays each device-to-host copy call) polled from a thread."""
+    r = _python("import sys, threading, time\n"
+                "sys.path.insert(0, %r)\n"
+                "import simcuda, vmmshim\n"
+                "dev = simcuda.Device()\n"
+                "with vmmshim.tag('slow'):\n"
+                "    ptrs = [dev.alloc(4 << 20) for _ in range(4)]\n"
+                "seen, done = [], threading.Event()\n"
+                "def poll():\n"
+                "    while not done.is_set():\n"
+                "        p = vmmshim.progress()\n"
+                "        if p and p.phase == 'copying':\n"
+                "            seen.append(p)\n"
+                "        time.sleep(0.005)\n"
+                "t = threading.Thread(target=poll)\n"
+                "t.start()\n"
+                "vmmshim.sleep('slow')\n"
+                "done.set()\n"
+                "t.join()\n"
+                "print(len(seen), seen[-1] if seen else None)\n"
+                "assert seen and all(0 <= p.bytes_done <= p.bytes_total for p in seen)\n"
+                "assert any(p.bytes_done > 0 for p in seen) and seen[0].operation == 'sleep'\n"
+                "assert vmmshim.progress() is None\n" % os.path.dirname(os.path.abspath(__file__)),
+                preload=True, extra_env={"SIMDEV_DELAY": "cuMemcpyDtoHAsync:30"})
+    assert r.returncode == 0, r.stdout + r.stderr
