@@ -20,6 +20,7 @@ static vmm_offload_counters counters;
 static pthread_rwlock_t cb_lock = PTHREAD_RWLOCK_INITIALIZER;
 static vmm_progress_fn cb_fn;
 static void *cb_arg;
+static atomic_bool cb_set;    /* a callback is set: the hot path looks only at this */
 static double cb_interval = 0.5;
 static _Atomic double cb_last_s;
 static pthread_mutex_t cb_call_lock = PTHREAD_MUTEX_INITIALIZER; /* one call at a time */
@@ -67,9 +68,12 @@ bool vmm_progress_get(vmm_progress *out)
 static void notify(vmm_progress_phase ph, bool force)
 {
 	vmm_progress p;
-	double now = vmm_now_s();
+	double now;
 
-	if (in_callback || pthread_rwlock_rdlock(&cb_lock))
+	if (!atomic_load_explicit(&cb_set, memory_order_relaxed) || in_callback)
+		return;
+	now = vmm_now_s();
+	if (pthread_rwlock_rdlock(&cb_lock))
 		return;
 	if (cb_fn && (force || now - atomic_load(&cb_last_s) >= cb_interval) &&
 	    !(force ? pthread_mutex_lock(&cb_call_lock) : pthread_mutex_trylock(&cb_call_lock))) {
@@ -179,6 +183,7 @@ vmm_status vmm_progress_set_callback(vmm_progress_fn fn, void *arg, double inter
 	cb_fn = fn;
 	cb_arg = arg;
 	cb_interval = interval_s;
+	atomic_store(&cb_set, fn != NULL);
 	pthread_rwlock_unlock(&cb_lock);
 	return VMM_OK;
 }
