@@ -170,6 +170,11 @@ void vmm_progress_counters(vmm_offload_counters *out)
 	pthread_mutex_unlock(&counters_lock);
 }
 
+bool vmm_progress_in_callback(void)
+{
+	return in_callback;
+}
+
 vmm_status vmm_progress_set_callback(vmm_progress_fn fn, void *arg, double interval_s,
 				     vmm_error *err)
 {

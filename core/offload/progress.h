@@ -60,5 +60,8 @@ const char *vmm_progress_phase_name(vmm_progress_phase phase);
 typedef void (*vmm_progress_fn)(const vmm_progress *p, void *arg);
 vmm_status vmm_progress_set_callback(vmm_progress_fn fn, void *arg, double interval_s,
 				     vmm_error *err);
+/* Is the calling thread inside the callback? (A caller with locks of its own checks this before
+ * taking them: the callback may not wait for them.) */
+bool vmm_progress_in_callback(void);
 
 #endif

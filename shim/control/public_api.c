@@ -205,8 +205,12 @@ VMMSHIM_API int vmmshim_set_progress_callback(vmmshim_progress_fn fn, void *arg,
 	vmm_error_clear(&err);
 	if (!(interval_s >= 0) || interval_s > 3600)
 		return invalid("the progress interval is 0 to 3600 seconds");
+	/* Refused from inside the callback before any lock is taken: another thread may hold
+	 * progress_set_lock while it waits for this very call to return. */
+	if (vmm_progress_in_callback())
+		return result(vmm_fail(&err, VMM_E_BUSY, 0, "the progress callback cannot be "
+				       "replaced from inside itself"), &err);
 	pthread_mutex_lock(&progress_set_lock);
-	/* From inside the callback the core refuses, before anything is changed. */
 	s = vmm_progress_set_callback(NULL, NULL, interval_s, &err);
 	if (!s) {
 		user_progress.fn = fn;
