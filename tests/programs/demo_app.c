@@ -68,17 +68,21 @@ static int check(cudaError_t e, const char *what)
 	return 0;
 }
 
-/* CPU work only, until the shim says this process is asleep (or `seconds` pass): the program
- * then ends asleep, as one whose last phase needs no device does. */
+/* CPU work only, until the shim says this process is asleep and the sleep has ended (or
+ * `seconds` pass): the program then ends asleep, as one whose last phase needs no device does. */
 static void wait_until_asleep(double seconds)
 {
 	typedef int (*stats_fn)(const char *, int, vmmshim_stats_t *);
+	typedef int (*progress_fn)(vmmshim_progress_t *);
 	stats_fn stats = (stats_fn)dlsym(RTLD_DEFAULT, "vmmshim_stats");
+	progress_fn progress = (progress_fn)dlsym(RTLD_DEFAULT, "vmmshim_get_progress");
 	vmmshim_stats_t st;
+	vmmshim_progress_t pr;
 	double start = now_seconds();
 
 	while (now_seconds() - start < seconds) {
-		if (stats && !stats(NULL, -1, &st) && st.asleep_bytes) {
+		if (stats && progress && !stats(NULL, -1, &st) && st.asleep_bytes &&
+		    !progress(&pr) && pr.phase == VMMSHIM_PHASE_NONE) {
 			printf("demo_app: exiting asleep\n");
 			return;
 		}
