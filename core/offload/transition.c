@@ -199,14 +199,33 @@ static void say_partial(vmm_error *err, uint64_t bytes, bool sleeping)
 	snprintf(err->msg, sizeof(err->msg), "%s%s", why, tail);
 }
 
+/* Give the free physical memory every heap of the process keeps in its cache (and quarantine)
+ * back to the driver, on dev (-1: every device): that memory is free for the process's own wake,
+ * which the driver's free figure alone does not show. Returns whether any heap could be asked. */
+static bool trim_caches(const vmm_offload_parts *parts, int dev)
+{
+	bool any = false;
+
+	for (int i = 0; i < parts->nheaps && i < VMM_OFFLOAD_MAX_HEAPS; i++) {
+		vmm_core *core = parts->heaps[i].core;
+
+		if (!core || (dev >= 0 && !(vmm_devices_used(core) & (1u << dev))))
+			continue;
+		vmm_trim(core, dev, NULL); /* what could not be trimmed stays cached */
+		any = true;
+	}
+	return any;
+}
+
 /* Run each part in the operation's order (wake walks the parts back). Returns the first
  * failure; *ran: the parts that ran or were skipped before it, done[]: which of them changed
  * something (and so have something to undo). */
-static vmm_status run_parts(struct part *p, const int *order, int n, bool sleeping,
-			    const vmm_sleep_opts *o, const vmm_limits *lim, bool *done, int *ran,
+static vmm_status run_parts(const vmm_offload_parts *parts, struct part *p, const int *order,
+			    int n, bool sleeping, const vmm_sleep_opts *o, const vmm_limits *lim, bool *done, int *ran,
 			    vmm_transfer_result *sum, vmm_error *err)
 {
 	vmm_status st = VMM_OK;
+	bool trimmed = false;
 	int k;
 
 	for (k = 0; k < n; k++) {
@@ -216,6 +235,16 @@ static vmm_status run_parts(struct part *p, const int *order, int n, bool sleepi
 		if (k && (st = vmm_limits_check(lim, q->name, err)))
 			break;
 		st = sleeping ? part_sleep(q, o, lim, &r, err) : part_wake(q, o, lim, &r, err);
+		/* A wake refused for lack of device memory while the process's own caches hold
+		 * some: give those back and try once more (a part's failed wake changed nothing). */
+		if (st == VMM_E_OOM && !sleeping && !trimmed && !r.partial_bytes) {
+			trimmed = true;
+			if (trim_caches(parts, o->device)) {
+				memset(&r, 0, sizeof(r));
+				vmm_error_clear(err);
+				st = part_wake(q, o, lim, &r, err);
+			}
+		}
 		sum->partial_bytes += r.partial_bytes;
 		if (st == VMM_E_ALREADY) {
 			st = VMM_OK;
@@ -250,7 +279,7 @@ static vmm_status transition(const vmm_offload_parts *parts, const vmm_selection
 	for (int i = 0; i < n; i++)
 		order[i] = sleeping ? i : n - 1 - i;
 	vmm_progress_begin(sleeping, expected_bytes(p, n, &o, sleeping));
-	st = run_parts(p, order, n, sleeping, &o, lim, done, &ran, &sum, err);
+	st = run_parts(parts, p, order, n, sleeping, &o, lim, done, &ran, &sum, err);
 	memset(res, 0, sizeof(*res));
 	res->seconds = vmm_now_s() - t0;
 	if (st) {

@@ -284,3 +284,33 @@ Test(transition, an_undo_brings_back_only_what_the_operation_changed)
 	vmm_app_registry_destroy(reg);
 	t_close(&t);
 }
+
+/* The wake of a tag finds the device's memory in the process's own cache (freed by another tag,
+ * maybe still quarantined): it gives that back to the driver and wakes, rather than refusing for
+ * lack of device memory that it holds itself. */
+Test(transition, a_wake_takes_back_the_memory_of_its_own_cache)
+{
+	vmm_selection a = { .tag = "a", .device = 0 };
+	vmm_transfer_result r;
+	vmm_offload_parts parts;
+	vmm_devptr pa, pb;
+	vmm_error err;
+	vmm_stats s;
+	struct tctx t;
+
+	t_simdev_env("512M", NULL, NULL);
+	t_open(&t, NULL);
+	parts = heap_only(t.core);
+	cr_assert_eq(vmm_malloc(t.core, 0, 160 * MiB, 0, "a", &pa, &err), VMM_OK);
+	t_fill(pa, 160 * MiB, 21);
+	cr_assert_eq(vmm_offload_sleep(&parts, &a, NULL, &r, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(vmm_malloc(t.core, 0, 400 * MiB, 0, "b", &pb, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(vmm_free(t.core, pb, &err), VMM_OK);
+	s = t_stats(&t, 0, NULL);
+	cr_assert_geq(s.cached_bytes, 400 * MiB, "the freed memory is cached, not given back");
+	cr_assert_eq(vmm_offload_wake(&parts, &a, NULL, &r, &err), VMM_OK, "%s", err.msg);
+	cr_expect(t_check(pa, 160 * MiB, 21));
+	cr_expect_not(vmm_is_asleep(t.core, -1, NULL));
+	vmm_free(t.core, pa, NULL);
+	t_close(&t);
+}
