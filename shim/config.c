@@ -11,7 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-enum setting_kind { SET_BOOL, SET_SIZE, SET_LOG, SET_STRING, SET_SECONDS };
+enum setting_kind { SET_BOOL, SET_SIZE, SET_LOG, SET_STRING, SET_SECONDS, SET_INT };
 
 struct setting {
 	const char *env;
@@ -52,6 +52,24 @@ static const struct setting settings[] = {
 	{ "VMMSHIM_SLEEP_TIMEOUT", SET_SECONDS, AT(sleep_timeout_s), "30",
 	  "seconds (2.5 or 500ms also) a sleep waits for each device to finish its work before it "
 	  "gives up, rolls back and says why; a request's own timeout bounds the whole sleep too" },
+	{ "VMMSHIM_SHARE", SET_BOOL, AT(share), "0",
+	  "1: share the GPU with the other VMMSHIM_SHARE=1 processes of this user: an allocation "
+	  "that finds no device memory sleeps eligible ones (their memory to host) and they wake "
+	  "by themselves at their next device work" },
+	{ "VMMSHIM_PRIORITY", SET_INT, AT(priority), "0",
+	  "sharing priority (-1000..1000): a process sleeps lower priorities first, equal ones only "
+	  "when idle or past their time slice, never higher ones" },
+	{ "VMMSHIM_SHARE_IDLE", SET_SECONDS, AT(share_idle_s), "2",
+	  "seconds without device work after which an equal-priority sharing process counts as "
+	  "idle (may be slept)" },
+	{ "VMMSHIM_SHARE_SLICE", SET_SECONDS, AT(share_slice_s), "10",
+	  "seconds a sharing process may keep the GPU resident while an equal-priority one waits" },
+	{ "VMMSHIM_SHARE_RESIDENCY", SET_SECONDS, AT(share_residency_s), "1",
+	  "seconds a sharing process stays resident after a wake before equal or lower "
+	  "priorities may sleep it again (against thrashing; higher priorities need not wait)" },
+	{ "VMMSHIM_SHARE_WAIT", SET_SECONDS, AT(share_wait_s), "15",
+	  "the longest an allocation of a sharing process waits for memory (a time slice to end, "
+	  "a peer to sleep) before it gets the driver's out-of-memory error" },
 };
 
 #define NSETTINGS (sizeof(settings) / sizeof(settings[0]))
@@ -150,6 +168,22 @@ static bool parse_seconds(const char *s, double *out)
 	return true;
 }
 
+/* An integer within -1000..1000 (the sharing priority). */
+static bool parse_int(const char *s, int *out)
+{
+	long v;
+	char *end;
+
+	if (!s || !*s)
+		return false;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < -1000 || v > 1000)
+		return false;
+	*out = (int)v;
+	return true;
+}
+
 static void default_run_dir(char *dst, size_t n)
 {
 	const char *xdg = getenv("XDG_RUNTIME_DIR");
@@ -174,6 +208,8 @@ static bool apply(shim_config *cfg, const struct setting *s, const char *v)
 		return parse_log(v, field);
 	case SET_SECONDS:
 		return parse_seconds(v, field);
+	case SET_INT:
+		return parse_int(v, field);
 	case SET_STRING:
 		if (v[0] != '/' || strlen(v) >= SHIM_RUN_DIR_MAX)
 			return false; /* an absolute path that fits */
@@ -200,6 +236,7 @@ static void reset_field(shim_config *cfg, const struct setting *s)
 	static const size_t widths[] = { [SET_BOOL] = sizeof(bool), [SET_SIZE] = sizeof(size_t),
 					 [SET_LOG] = sizeof(vmm_log_level),
 					 [SET_SECONDS] = sizeof(double),
+					 [SET_INT] = sizeof(int),
 					 [SET_STRING] = SHIM_RUN_DIR_MAX };
 	shim_config d;
 
@@ -265,6 +302,9 @@ void shim_config_describe(const shim_config *cfg, shim_config_line_fn fn, void *
 			break;
 		case SET_SECONDS:
 			snprintf(val, sizeof(val), "%g", *(const double *)field);
+			break;
+		case SET_INT:
+			snprintf(val, sizeof(val), "%d", *(const int *)field);
 			break;
 		}
 		snprintf(line, sizeof(line), "%s=%s  (%s)", s->env, val, s->help);

@@ -24,6 +24,12 @@ typedef struct shim_config {
 	double sleep_timeout_s;    /* VMMSHIM_SLEEP_TIMEOUT: the longest a sleep waits for the device
 	                            * to finish its work before it gives up (a request's timeout
 	                            * replaces it) */
+	bool share;                /* VMMSHIM_SHARE: take part in GPU sharing (shim/share*) */
+	int priority;              /* VMMSHIM_PRIORITY */
+	double share_idle_s;       /* VMMSHIM_SHARE_IDLE */
+	double share_slice_s;      /* VMMSHIM_SHARE_SLICE */
+	double share_residency_s;  /* VMMSHIM_SHARE_RESIDENCY */
+	double share_wait_s;       /* VMMSHIM_SHARE_WAIT */
 } shim_config;
 
 /* Fill cfg from the environment (defaults for what is unset or invalid). Sets the log level first,
