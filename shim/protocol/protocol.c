@@ -36,6 +36,7 @@ const char *proto_verb_name(proto_verb v)
 	case PROTO_WAKE: return "wake";
 	case PROTO_CANCEL: return "cancel";
 	case PROTO_SHARE_OPEN: return "share_open";
+	case PROTO_TRIM: return "trim";
 	}
 	return "?";
 }
@@ -300,13 +301,26 @@ static bool valid_tag(const char *s)
 	return true;
 }
 
+static bool printable(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || (unsigned char)*s > 0x7e)
+			return false;
+	return true;
+}
+
 /* Which keys each verb accepts. */
 static bool verb_takes(proto_verb v, const char *key)
 {
-	if (!strcmp(key, "tag") || !strcmp(key, "device"))
+	if (!strcmp(key, "tag"))
+		return v != PROTO_HELLO && v != PROTO_CANCEL && v != PROTO_SHARE_OPEN &&
+		       v != PROTO_TRIM;
+	if (!strcmp(key, "device"))
 		return v != PROTO_HELLO && v != PROTO_CANCEL && v != PROTO_SHARE_OPEN;
 	if (!strcmp(key, "export") || !strcmp(key, "base"))
 		return v == PROTO_SHARE_OPEN;
+	if (!strcmp(key, "reason"))
+		return v == PROTO_SLEEP;
 	if (!strcmp(key, "discard") || !strcmp(key, "autowake"))
 		return v == PROTO_SLEEP;
 	if (!strcmp(key, "timeout_ms"))
@@ -345,6 +359,13 @@ static int apply_field(proto_request *req, const proto_field *f, char *why, size
 		if (f->type != PROTO_T_NUMBER || !parse_integer(f->value, 0, MAX_TIMEOUT_MS, &v))
 			return why_fail(why, whylen, "drain_ms must be 0..%d", MAX_TIMEOUT_MS);
 		req->drain_ms = (int)v;
+	} else if (!strcmp(f->key, "reason")) {
+		if (f->type != PROTO_T_STRING || !f->value[0] ||
+		    strlen(f->value) >= PROTO_REASON_MAX || !printable(f->value))
+			return why_fail(why, whylen,
+					"reason must be a string of 1 to %d printable ASCII bytes",
+					PROTO_REASON_MAX - 1);
+		snprintf(req->reason, sizeof(req->reason), "%s", f->value);
 	} else {
 		if (f->type != PROTO_T_BOOL)
 			return why_fail(why, whylen, "%s must be true or false", f->key);
@@ -360,7 +381,7 @@ int proto_parse_request(const char *buf, size_t len, proto_request *out, char *w
 			size_t whylen)
 {
 	static const proto_verb verbs[] = { PROTO_HELLO, PROTO_STATUS, PROTO_SLEEP, PROTO_WAKE,
-					    PROTO_CANCEL, PROTO_SHARE_OPEN };
+					    PROTO_CANCEL, PROTO_SHARE_OPEN, PROTO_TRIM };
 	size_t m = strlen(PROTO_MAGIC), n, pos;
 	proto_record rec;
 	bool found = false;
@@ -480,6 +501,9 @@ size_t proto_format_request(const proto_request *req, char *buf, size_t cap)
 			      (unsigned long long)req->share_base);
 	if (ok && req->drain_ms > 0 && verb_takes(req->verb, "drain_ms"))
 		ok = put_text(buf, cap, &len, " drain_ms=%d", req->drain_ms);
+	if (ok && req->reason[0] && verb_takes(req->verb, "reason"))
+		ok = put_text(buf, cap, &len, " reason=") &&
+		     put_quoted(buf, cap, &len, req->reason);
 	if (ok)
 		ok = put_text(buf, cap, &len, "\n");
 	if (!ok || len > PROTO_MAX_REQUEST)

@@ -8,7 +8,9 @@
  *
  *     vmmshim/1 VERB [key=value ...]\n
  *
- *   VERB     hello | status | sleep | wake | cancel | share_open
+ *   VERB     hello | status | sleep | wake | cancel | share_open | trim (give the
+ *            device's cached free memory back to the driver: GPU sharing asks this of its
+ *            peers)
  *   keys     tag="T" (every tag when absent), device=N (every device when absent or -1),
  *            discard=true|false, autowake=true|false (sleep only), timeout_ms=N (sleep and
  *            wake: the longest the whole operation may take, waiting for another one, the gate
@@ -21,6 +23,7 @@
  *            share_open (another shimmed process of the same uid opening a legacy IPC handle,
  *            never vmmctl): export=N base=N, both required; the reply's first bytes carry the
  *            pieces' file descriptors (SCM_RIGHTS, fd_pass.h) and a `piece` record each.
+ *            reason="..." (sleep only: a sharing peer's sleep, why; shown by status).
  *   A key may appear once; unknown verbs, keys or versions, bad values and over-long requests are
  *   refused with an error response and change nothing. The server reads a request for at most
  *   PROTO_READ_DEADLINE_MS; a client that is slower is disconnected. A sleep or wake whose
@@ -108,7 +111,10 @@ typedef enum proto_verb {
 	PROTO_WAKE,
 	PROTO_CANCEL,
 	PROTO_SHARE_OPEN,
+	PROTO_TRIM,
 } proto_verb;
+
+#define PROTO_REASON_MAX 128       /* bytes with the NUL */
 
 typedef struct proto_request {
 	proto_verb verb;
@@ -120,6 +126,7 @@ typedef struct proto_request {
 	uint64_t share_id;        /* share_open: the export's id and base (both > 0) */
 	uint64_t share_base;
 	int drain_ms;             /* sleep: 0 = the server's VMMSHIM_SLEEP_TIMEOUT */
+	char reason[PROTO_REASON_MAX]; /* sleep: "" = not a sharing peer's */
 } proto_request;
 
 const char *proto_verb_name(proto_verb v);

@@ -1,0 +1,267 @@
+/* The shim-to-shim control client (peer_client.h): one request per connection, a deadline over
+ * connect, send and the whole reply, and the peer checked with SO_PEERCRED before anything is
+ * sent (a socket in our private folder that answers as another pid or user is refused). */
+#include "peer_client.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "run_dir.h"
+
+static long long now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int fail(char *why, size_t whylen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int fail(char *why, size_t whylen, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (why && whylen) {
+		va_start(ap, fmt);
+		vsnprintf(why, whylen, fmt, ap);
+		va_end(ap);
+	}
+	return -1;
+}
+
+/* Wait until fd is ready for events, at most until deadline. */
+static bool wait_fd(int fd, short events, long long deadline)
+{
+	for (;;) {
+		long long left = deadline - now_ms();
+		struct pollfd p = { .fd = fd, .events = events };
+		int rc;
+
+		if (left <= 0)
+			return false;
+		rc = poll(&p, 1, (int)left);
+		if (rc > 0)
+			return true;
+		if (rc < 0 && errno != EINTR)
+			return false;
+	}
+}
+
+static int connect_peer(const char *dir, pid_t pid, long long deadline, char *why, size_t whylen)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct ucred cred;
+	socklen_t cl = sizeof(cred);
+	int fd;
+
+	if (run_dir_socket_path(dir, pid, sa.sun_path, sizeof(sa.sun_path)))
+		return fail(why, whylen, "socket path too long");
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return fail(why, whylen, "socket: %s", strerror(errno));
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		int e = errno;
+
+		/* A full queue (EAGAIN) is worth waiting for; anything else is not there. */
+		if (e != EAGAIN && e != EINPROGRESS) {
+			close(fd);
+			return fail(why, whylen, "pid %ld: connect: %s", (long)pid, strerror(e));
+		}
+		if (!wait_fd(fd, POLLOUT, deadline)) {
+			close(fd);
+			return fail(why, whylen, "pid %ld: connect timed out", (long)pid);
+		}
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cl != sizeof(cred) ||
+	    cred.pid != pid || cred.uid != geteuid()) {
+		close(fd);
+		return fail(why, whylen, "pid %ld: the socket is not that process of our user",
+			    (long)pid);
+	}
+	return fd;
+}
+
+static bool send_all(int fd, const char *buf, size_t len, long long deadline)
+{
+	while (len) {
+		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+
+		if (n > 0) {
+			buf += n;
+			len -= (size_t)n;
+		} else if (n < 0 && errno == EINTR) {
+			continue;
+		} else if (n < 0 && errno == EAGAIN) {
+			if (!wait_fd(fd, POLLOUT, deadline))
+				return false;
+		} else {
+			return false;
+		}
+	}
+	return true;
+}
+
+/* Read the whole reply (up to "end" or EOF) into a malloc'd buffer. */
+static char *read_reply(int fd, long long deadline, size_t *len)
+{
+	size_t cap = 4096, n = 0;
+	char *buf = malloc(cap);
+
+	while (buf) {
+		ssize_t k;
+
+		if (n + 1 >= cap) {
+			char *nb = cap >= PROTO_MAX_RESPONSE ? NULL : realloc(buf, cap * 2);
+
+			if (!nb)
+				break;
+			buf = nb;
+			cap *= 2;
+		}
+		k = recv(fd, buf + n, cap - 1 - n, 0);
+		if (k > 0) {
+			n += (size_t)k;
+			buf[n] = '\0';
+			if (n >= 4 && !strcmp(buf + n - 4, "end\n"))
+				break;
+			continue;
+		}
+		if (k == 0)
+			break;
+		if (errno == EINTR)
+			continue;
+		if (errno == EAGAIN && wait_fd(fd, POLLIN, deadline))
+			continue;
+		free(buf);
+		return NULL;
+	}
+	if (buf)
+		buf[n] = '\0';
+	*len = n;
+	return buf;
+}
+
+static int parse_reply(char *buf, size_t len, peer_reply *out, char *why, size_t whylen)
+{
+	char *line = buf, *nl;
+	const char *word;
+	bool ended = false;
+
+	nl = memchr(line, '\n', len);
+	if (!nl)
+		return fail(why, whylen, "empty reply");
+	word = proto_parse_header(line, (size_t)(nl - line));
+	if (!word)
+		return fail(why, whylen, "not a vmmshim reply");
+	snprintf(out->word, sizeof(out->word), "%s", word);
+	out->records = calloc(PEER_MAX_RECORDS, sizeof(proto_record));
+	if (!out->records)
+		return fail(why, whylen, "out of memory");
+	for (line = nl + 1; line < buf + len; line = nl + 1) {
+		nl = memchr(line, '\n', (size_t)(buf + len - line));
+		if (!nl)
+			break;
+		if (nl - line == 3 && !memcmp(line, "end", 3)) {
+			ended = true;
+			break;
+		}
+		if (out->nrecords < PEER_MAX_RECORDS &&
+		    !proto_parse_record(line, (size_t)(nl - line), &out->records[out->nrecords],
+					NULL, 0))
+			out->nrecords++;
+	}
+	if (!ended) {
+		peer_reply_free(out);
+		return fail(why, whylen, "reply cut short");
+	}
+	return 0;
+}
+
+int peer_call(const char *dir, pid_t pid, const proto_request *req, int timeout_ms,
+	      peer_reply *out, char *why, size_t whylen)
+{
+	long long deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
+	char line[PROTO_MAX_REQUEST + 1], *reply;
+	size_t n, rlen = 0;
+	int fd, rc;
+
+	memset(out, 0, sizeof(*out));
+	n = proto_format_request(req, line, sizeof(line));
+	if (!n)
+		return fail(why, whylen, "request cannot be written");
+	fd = connect_peer(dir, pid, deadline, why, whylen);
+	if (fd < 0)
+		return -1;
+	if (!send_all(fd, line, n, deadline)) {
+		close(fd);
+		return fail(why, whylen, "pid %ld: sending the request failed", (long)pid);
+	}
+	reply = read_reply(fd, deadline, &rlen);
+	close(fd);
+	if (!reply)
+		return fail(why, whylen, "pid %ld: no reply within %d ms", (long)pid, timeout_ms);
+	rc = parse_reply(reply, rlen, out, why, whylen);
+	free(reply);
+	return rc;
+}
+
+const proto_record *peer_reply_nth(const peer_reply *r, const char *kind, int n)
+{
+	for (int i = 0; i < r->nrecords; i++)
+		if (!strcmp(r->records[i].kind, kind) && n-- == 0)
+			return &r->records[i];
+	return NULL;
+}
+
+const proto_record *peer_reply_find(const peer_reply *r, const char *kind)
+{
+	return peer_reply_nth(r, kind, 0);
+}
+
+const char *peer_reply_error(const peer_reply *r)
+{
+	const proto_record *e;
+
+	if (strcmp(r->word, "error"))
+		return NULL;
+	e = peer_reply_find(r, "error");
+	return e && proto_record_str(e, "message") ? proto_record_str(e, "message") : "error";
+}
+
+void peer_reply_free(peer_reply *r)
+{
+	free(r->records);
+	r->records = NULL;
+	r->nrecords = 0;
+}
+
+int peer_list(const char *dir, pid_t self, pid_t *out, int max)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return 0;
+	while (n < max && (e = readdir(d))) {
+		char *end;
+		long pid = strtol(e->d_name, &end, 10);
+
+		if (end != e->d_name && !strcmp(end, ".sock") && pid > 0 && pid != self)
+			out[n++] = (pid_t)pid;
+	}
+	closedir(d);
+	return n;
+}
