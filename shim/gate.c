@@ -20,6 +20,33 @@ static void (*wake_fn)(void);
 static bool wake_running;
 
 static _Thread_local int depth;     /* this thread's nesting inside the gate */
+static atomic_bool track;           /* remember when device work was last submitted */
+static atomic_llong last_entry_ms;  /* CLOCK_MONOTONIC_COARSE */
+
+static void note_entry(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	atomic_store_explicit(&last_entry_ms, (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000,
+			      memory_order_relaxed);
+}
+
+void gate_track_entries(bool on)
+{
+	if (on)
+		note_entry();
+	atomic_store(&track, on);
+}
+
+long long gate_idle_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 -
+	       atomic_load_explicit(&last_entry_ms, memory_order_relaxed);
+}
 
 #define STOP_POLL_MS 50             /* how often a closing wait asks whether to stop */
 
@@ -87,6 +114,8 @@ void gate_enter(void)
 {
 	bool counted = false;
 
+	if (atomic_load_explicit(&track, memory_order_relaxed))
+		note_entry();
 	if (depth > 0) {
 		depth++;
 		return;

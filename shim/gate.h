@@ -28,6 +28,11 @@ bool gate_is_closed(void);
 /* Device calls that met the gate closed and waited for it, since the start. */
 unsigned long long gate_held_calls(void);
 
+/* GPU sharing's idle rule: with tracking on, each entry stamps the time (a coarse clock read);
+ * gate_idle_ms says how long ago the last one was. Off: one relaxed load per entry. */
+void gate_track_entries(bool on);
+long long gate_idle_ms(void);
+
 /* With autowake, a submission that meets a closed gate calls wake_fn (once, whoever comes first)
  * instead of only waiting. */
 void gate_set_autowake(bool on, void (*wake_fn)(void));

@@ -10,6 +10,7 @@
 
 #include "../core/log.h"
 #include "hooks_common.h"
+#include "share/share.h"
 
 DRIVER_EXTRA_SLOT(cuDeviceGetAttribute);
 DRIVER_EXTRA_SLOT(cuDeviceGetDefaultMemPool);
@@ -52,7 +53,8 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	gate_enter();
 	vmm_error_clear(&err);
 	if (want_core(dptr, bytesize, &rt, &dev)) {
-		if (!vmm_malloc(rt->cuda_core, dev, bytesize, 0, shim_thread_tag(), &p, &err)) {
+		/* share_malloc: vmm_malloc, and with VMMSHIM_SHARE=1 room made by sleeping peers. */
+		if (!share_malloc(rt->cuda_core, dev, bytesize, shim_thread_tag(), &p, &err)) {
 			*dptr = (CUdeviceptr)p;
 			gate_leave();
 			return CUDA_SUCCESS;

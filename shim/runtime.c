@@ -14,6 +14,7 @@
 #include "../core/log.h"
 #include "control/control.h"
 #include "ipc_registry.h"
+#include "share/share.h"
 #include "shim_internal.h"
 
 enum side_state { SIDE_UNTRIED = 0, SIDE_READY, SIDE_UNAVAILABLE };
@@ -122,6 +123,11 @@ static void side_ready_locked(void)
 		vmm_error_clear(&err);
 		if (shim_control_start(&rt, &err))
 			vmm_log(VMM_LOG_WARN, "control server not started: %s", err.msg);
+		else
+			share_init(&rt); /* peers reach a sharing process through its socket */
+	} else if (!control_started && rt.cfg.share) {
+		vmm_log(VMM_LOG_WARN, "VMMSHIM_SHARE=1 needs the control socket (VMMSHIM_CONTROL=1): "
+			"not sharing");
 	}
 }
 

@@ -20,6 +20,7 @@
 #include "../runtime.h"
 #include "control.h"
 #include "control_internal.h"
+#include "../share/share.h"
 
 static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -238,6 +239,10 @@ static void note_partial(const vmm_offload_parts *parts, const vmm_sleep_opts *o
 
 static void autowake_fn(void)
 {
+	if (share_enabled()) {
+		share_autowake(); /* waits for memory under the sharing rules */
+		return;
+	}
 	vmm_sleep_opts all = { .tag = NULL, .device = -1, .discard = false };
 	vmm_transfer_result res;
 	vmm_error err;
@@ -310,6 +315,8 @@ vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,
 	note_partial(&parts, opts, s, &r);
 	if (!s || s == VMM_E_ALREADY)
 		release_held(&parts, opts);
+	if (!s && !atomic_load(&held))
+		share_note_woken(); /* resident again: its time slice starts now */
 	op_end();
 	r.seconds = now_seconds() - op.t0;
 	if (res)

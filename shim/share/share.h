@@ -1,0 +1,54 @@
+/* GPU sharing (VMMSHIM_SHARE=1): an allocation that finds no device memory, after the heap's own
+ * cache and quarantine, asks the other sharing processes of this user on the same GPU to give
+ * back their cached memory, then sleeps eligible ones (lower priority first; equal priority only
+ * when idle or past their time slice; never higher), and retries; a process slept this way wakes
+ * by itself at its next device work, waiting (bounded, without spinning) for memory under the same
+ * rules. One decision at a time per GPU: a lock file per GPU UUID in the control folder (flock,
+ * dropped by the kernel when a holder dies). docs: README "Sharing a GPU". */
+#ifndef VMMSHIM_SHARE_H
+#define VMMSHIM_SHARE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../../core/heap.h"
+#include "../protocol/protocol.h"
+#include "../runtime.h"
+
+/* Called once the runtime exists (rt->cfg read): turns sharing on when VMMSHIM_SHARE=1. */
+void share_init(const shim_runtime *rt);
+bool share_enabled(void);
+
+/* An attempt to serve what needed the memory (an allocation, a wake); true when it succeeded. */
+typedef bool (*share_try_fn)(void *arg);
+
+/* patient: wait the whole VMMSHIM_SHARE_WAIT even when no peer can be slept (a wake: memory may
+ * come back by itself); otherwise fail at once then (an allocation).
+ * Make room for need bytes on device dev (a driver ordinal) and call attempt, within the
+ * sharing rules and VMMSHIM_SHARE_WAIT; what: for the log ("an allocation of 4 GiB"). VMM_OK once
+ * attempt succeeded, else VMM_E_OOM with why in err. The caller must not be inside the
+ * submission gate (others may sleep this process while it waits). */
+vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *arg,
+			   const char *what, bool patient, vmm_error *err);
+
+/* Allocation with sharing: vmm_malloc, and on VMM_E_OOM share_make_room then again. Called from
+ * the hooks inside the gate (it leaves and re-enters the gate around the wait). */
+vmm_status share_malloc(vmm_core *core, int dev, size_t size, const char *tag, vmm_devptr *out,
+			vmm_error *err);
+
+/* The autowake of a process with sharing on: wake, waiting for memory under the rules. */
+void share_autowake(void);
+
+/* The control server: a sharing peer slept this process (why), or a wake brought it back. */
+void share_note_slept(long by_pid, const char *reason);
+void share_note_woken(void);
+
+/* The info record's sharing fields (share, priority, gpus, idle_ms, resident_ms, slept_by,
+ * slept_why, asleep_ms, waiting, waited_ms). */
+void share_put_info(proto_writer *w);
+
+/* The UUID string of a driver ordinal ("GPU-..."); false when the driver does not say. */
+bool share_gpu_uuid(int dev, char *out, size_t cap);
+
+#endif

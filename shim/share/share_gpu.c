@@ -1,0 +1,104 @@
+/* Which GPU a device ordinal is (its UUID: ordinals differ between processes under
+ * CUDA_VISIBLE_DEVICES) and the per-GPU decision lock: <run dir>/share-<UUID>.lock, held with
+ * flock, so that the kernel drops it when its holder dies at any moment. */
+#include "share_internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../core/real_dlsym.h"
+
+typedef int (*device_get_fn)(int *dev, int ordinal);
+typedef int (*uuid_fn)(unsigned char uuid[16], int dev);
+
+bool share_gpu_uuid(int dev, char *out, size_t cap)
+{
+	static device_get_fn device_get;
+	static uuid_fn get_uuid;
+	unsigned char u[16];
+	int d;
+
+	if (!get_uuid) {
+		void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+
+		if (!lib)
+			return false;
+		device_get = (device_get_fn)vmm_real_dlsym(lib, "cuDeviceGet");
+		get_uuid = (uuid_fn)vmm_real_dlsym(lib, "cuDeviceGetUuid_v2");
+		if (!get_uuid)
+			get_uuid = (uuid_fn)vmm_real_dlsym(lib, "cuDeviceGetUuid");
+		dlclose(lib); /* still loaded: the program uses it */
+		if (!device_get || !get_uuid)
+			return false;
+	}
+	if (device_get(&d, dev) || get_uuid(u, d))
+		return false;
+	snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
+		 u[13], u[14], u[15]);
+	return true;
+}
+
+/* This thread's hold of each GPU lock (a thread that holds one and meets it again, e.g. its own
+ * autowake inside an allocation, does not wait for itself). */
+static _Thread_local struct {
+	char uuid[SHARE_UUID_MAX];
+	int fd;
+	int depth;
+} held;
+
+int share_lock(const char *dir, const char *uuid, long long deadline_ms)
+{
+	char path[512];
+	long pause_us = 1000;
+	int fd;
+
+	if (held.depth && !strcmp(held.uuid, uuid)) {
+		held.depth++;
+		return 0;
+	}
+	if (held.depth)
+		return -1; /* one GPU at a time per thread: never two locks, never a cycle */
+	if (snprintf(path, sizeof(path), "%s/share-%s.lock", dir, uuid) >= (int)sizeof(path))
+		return -1;
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return -1;
+	while (flock(fd, LOCK_EX | LOCK_NB)) {
+		struct timespec ts;
+
+		if ((errno != EWOULDBLOCK && errno != EINTR) || share_now_ms() >= deadline_ms) {
+			close(fd);
+			return -1;
+		}
+		ts.tv_sec = 0;
+		ts.tv_nsec = pause_us * 1000;
+		nanosleep(&ts, NULL);
+		if (pause_us < 50000)
+			pause_us *= 2;
+	}
+	snprintf(held.uuid, sizeof(held.uuid), "%s", uuid);
+	held.fd = fd;
+	held.depth = 1;
+	return 0;
+}
+
+void share_unlock(void)
+{
+	if (!held.depth || --held.depth)
+		return;
+	flock(held.fd, LOCK_UN);
+	close(held.fd);
+	held.fd = -1;
+}
+
+bool share_lock_held(void)
+{
+	return held.depth > 0;
+}

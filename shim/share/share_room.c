@@ -1,0 +1,420 @@
+/* Making room on a GPU for a sharing process (share.h): under the GPU's lock, first the caller's
+ * own caches, then the peers' caches (trim), then eligible peers put to sleep one by one (lower
+ * priority first, then the longest idle), each followed by an attempt. When nothing is eligible
+ * now but a peer will be within the wait (its time slice or minimum residency ends, or it may turn
+ * idle), the lock is let go and the caller waits with backoff (at most 200 ms between looks) and
+ * tries again; when nothing ever could free enough, it fails at once. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../core/log.h"
+#include "../control/control_internal.h"
+#include "../gate.h"
+#include "../protocol/peer_client.h"
+#include "share_internal.h"
+
+#define PEER_TIMEOUT_MS 2000       /* hello, status, trim */
+#define SLEEP_TIMEOUT_MIN_MS 10000 /* a peer's sleep: at least this long */
+#define MAX_PAUSE_MS 200
+
+struct peer {
+	pid_t pid;
+	int priority, ordinal;
+	long long idle_ms, resident_ms;
+	uint64_t resident, cached;
+	bool awake;
+};
+
+static int by_preference(const void *a, const void *b)
+{
+	const struct peer *x = a, *y = b;
+
+	if (x->priority != y->priority)
+		return x->priority < y->priority ? -1 : 1;
+	if (x->idle_ms != y->idle_ms)
+		return x->idle_ms > y->idle_ms ? -1 : 1;
+	return x->resident > y->resident ? -1 : x->resident < y->resident;
+}
+
+/* The peer's ordinal for uuid in its "gpus" list, or -1. */
+static int ordinal_of(const char *gpus, const char *uuid)
+{
+	size_t ul = strlen(uuid);
+	int i = 0;
+
+	for (const char *p = gpus; p && *p; i++) {
+		const char *c = strchr(p, ',');
+		size_t n = c ? (size_t)(c - p) : strlen(p);
+
+		if (n == ul && !memcmp(p, uuid, n))
+			return i;
+		p = c ? c + 1 : NULL;
+	}
+	return -1;
+}
+
+static bool record_i64(const proto_record *r, const char *key, long long *out)
+{
+	double v;
+
+	if (!proto_record_double(r, key, &v))
+		return false;
+	*out = (long long)v;
+	return true;
+}
+
+/* What a peer is on this GPU (hello, then status of its device); false when it does not share
+ * this GPU or does not answer. */
+static bool look_at(pid_t pid, const char *uuid, struct peer *out)
+{
+	const share_settings *ss = share_settings_get();
+	proto_request req = { .verb = PROTO_HELLO, .device = -1 };
+	const proto_record *info, *dev;
+	peer_reply r;
+	char why[160];
+	long long prio;
+	bool share = false;
+	const char *gpus, *state;
+	uint64_t mapped = 0, app_bytes = 0, app_asleep = 0;
+
+	memset(out, 0, sizeof(*out));
+	out->pid = pid;
+	if (peer_call(ss->run_dir, pid, &req, PEER_TIMEOUT_MS, &r, why, sizeof(why)))
+		return false;
+	info = peer_reply_find(&r, "info");
+	if (!info || !proto_record_bool(info, "share", &share) || !share ||
+	    !record_i64(info, "priority", &prio) || !(gpus = proto_record_str(info, "gpus")) ||
+	    (out->ordinal = ordinal_of(gpus, uuid)) < 0) {
+		peer_reply_free(&r);
+		return false;
+	}
+	out->priority = (int)prio;
+	record_i64(info, "idle_ms", &out->idle_ms);
+	record_i64(info, "resident_ms", &out->resident_ms);
+	state = proto_record_str(info, "state");
+	out->awake = state && !strcmp(state, "awake");
+	peer_reply_free(&r);
+	req.verb = PROTO_STATUS;
+	req.device = out->ordinal;
+	if (peer_call(ss->run_dir, pid, &req, PEER_TIMEOUT_MS, &r, why, sizeof(why)))
+		return false;
+	dev = peer_reply_find(&r, "device");
+	if (dev) {
+		proto_record_u64(dev, "mapped", &mapped);
+		proto_record_u64(dev, "cached", &out->cached);
+		proto_record_u64(dev, "app_bytes", &app_bytes);
+		proto_record_u64(dev, "app_asleep", &app_asleep);
+	}
+	out->resident = mapped + (app_bytes > app_asleep ? app_bytes - app_asleep : 0);
+	peer_reply_free(&r);
+	return true;
+}
+
+/* May we sleep p now? If not, *later: the monotonic time it may become eligible (0: never). */
+static bool eligible(const struct peer *p, long long now, long long *later)
+{
+	const share_settings *ss = share_settings_get();
+	long long t;
+
+	*later = 0;
+	if (!p->awake || !p->resident || p->priority > ss->priority)
+		return false;
+	if (p->priority < ss->priority)
+		return true;
+	if (p->resident_ms < ss->residency_ms) {
+		*later = now + ss->residency_ms - p->resident_ms;
+		return false;
+	}
+	if (p->idle_ms >= ss->idle_ms || p->resident_ms >= ss->slice_ms)
+		return true;
+	/* It may turn idle any time; at the latest its slice ends. */
+	t = now + ss->slice_ms - p->resident_ms;
+	*later = t;
+	return false;
+}
+
+static uint64_t device_free(int dev)
+{
+	shim_runtime *rt = shim_runtime_peek();
+	size_t fr = 0, tot = 0;
+
+	if (!rt || !rt->cuda || rt->cuda->mem_info(rt->cuda, dev, &fr, &tot, NULL))
+		return 0;
+	return fr;
+}
+
+static void trim_own(int dev)
+{
+	shim_runtime *rt = shim_runtime_peek();
+
+	if (rt && rt->cuda_core)
+		vmm_trim(rt->cuda_core, dev, NULL);
+}
+
+static void ask_trim(const struct peer *p)
+{
+	proto_request req = { .verb = PROTO_TRIM, .device = p->ordinal };
+	peer_reply r;
+	char why[160];
+
+	if (!peer_call(share_settings_get()->run_dir, p->pid, &req, PEER_TIMEOUT_MS, &r, why,
+		       sizeof(why)))
+		peer_reply_free(&r);
+}
+
+/* Sleep p's memory on this GPU; true when it is asleep. */
+static bool put_to_sleep(const struct peer *p, const char *uuid, uint64_t need, const char *what,
+			 long long deadline)
+{
+	const share_settings *ss = share_settings_get();
+	proto_request req = { .verb = PROTO_SLEEP, .device = p->ordinal, .autowake = true };
+	long long left = deadline - share_now_ms(), t0 = share_now_ms();
+	const proto_record *res;
+	const char *msg;
+	uint64_t released = 0;
+	peer_reply r;
+	char why[200];
+
+	req.timeout_ms = (int)(left > SLEEP_TIMEOUT_MIN_MS ? left : SLEEP_TIMEOUT_MIN_MS);
+	snprintf(req.reason, sizeof(req.reason), "pid %ld (priority %d) needed %llu bytes on %s",
+		 (long)getpid(), ss->priority, (unsigned long long)need, uuid);
+	if (peer_call(ss->run_dir, p->pid, &req, req.timeout_ms + PEER_TIMEOUT_MS, &r, why,
+		      sizeof(why))) {
+		vmm_log(VMM_LOG_INFO, "share: could not sleep pid %ld: %s", (long)p->pid, why);
+		return false;
+	}
+	if ((msg = peer_reply_error(&r))) {
+		vmm_log(VMM_LOG_INFO, "share: pid %ld refused to sleep: %s", (long)p->pid, msg);
+		peer_reply_free(&r);
+		return false;
+	}
+	res = peer_reply_find(&r, "result");
+	if (res)
+		proto_record_u64(res, "released", &released);
+	vmm_log(VMM_LOG_INFO, "share: slept pid %ld (priority %d, %s) for %s on %s: %llu bytes "
+		"released in %.3f s", (long)p->pid, p->priority,
+		p->priority < ss->priority ? "lower" : p->idle_ms >= ss->idle_ms ? "idle" :
+		"past its time slice", what, uuid, (unsigned long long)released,
+		(share_now_ms() - t0) / 1000.0);
+	peer_reply_free(&r);
+	return true;
+}
+
+/* One round under the lock. Returns 1: attempt succeeded; 0: not now, *later says when a peer
+ * may become eligible (0: never); -1: the lock could not be had before the deadline. */
+static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn attempt, void *arg,
+		     const char *what, long long deadline, long long *later)
+{
+	const share_settings *ss = share_settings_get();
+	pid_t pids[SHARE_MAX_PEERS];
+	struct peer peers[SHARE_MAX_PEERS];
+	int npids, n = 0, rc = 0;
+	uint64_t could = 0;
+	long long now;
+
+	*later = 0;
+	if (share_lock(ss->run_dir, uuid, deadline))
+		return -1;
+	trim_own(dev);
+	if (attempt(arg)) {
+		rc = 1;
+		goto out;
+	}
+	npids = peer_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
+	for (int i = 0; i < npids; i++)
+		if (look_at(pids[i], uuid, &peers[n]))
+			n++;
+	/* Memory a peer keeps only in its cache counts as free: it goes back first. */
+	for (int i = 0; i < n; i++) {
+		if (peers[i].cached) {
+			ask_trim(&peers[i]);
+			peers[i].resident -= peers[i].resident > peers[i].cached ?
+						     peers[i].cached : peers[i].resident;
+		}
+	}
+	if (attempt(arg)) {
+		rc = 1;
+		goto out;
+	}
+	qsort(peers, (size_t)n, sizeof(peers[0]), by_preference);
+	now = share_now_ms();
+	for (int i = 0; i < n; i++) {
+		long long t;
+
+		if (eligible(&peers[i], now, &t))
+			could += peers[i].resident;
+		else if (t && (!*later || t < *later))
+			*later = t;
+	}
+	/* Sleep only when it can be enough: a sleep that cannot make room is pure loss. */
+	if (device_free(dev) + could < need)
+		goto out;
+	for (int i = 0; i < n && rc == 0; i++) {
+		long long t;
+
+		if (!eligible(&peers[i], now, &t) || !put_to_sleep(&peers[i], uuid, need, what,
+								  deadline))
+			continue;
+		if (attempt(arg))
+			rc = 1;
+	}
+out:
+	share_unlock();
+	return rc;
+}
+
+vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *arg,
+			   const char *what, bool patient, vmm_error *err)
+{
+	const share_settings *ss = share_settings_get();
+	long long t0 = share_now_ms(), deadline = t0 + ss->wait_ms, pause = 10;
+	char uuid[SHARE_UUID_MAX];
+	bool waited = false;
+	int rc;
+
+	if (!share_enabled() || !share_gpu_uuid(dev, uuid, sizeof(uuid)))
+		return vmm_fail(err, VMM_E_OOM, 0, "device %d has too little free memory", dev);
+	for (;;) {
+		long long later = 0, now;
+
+		rc = one_round(dev, uuid, need, attempt, arg, what, deadline, &later);
+		if (rc == 1)
+			break;
+		now = share_now_ms();
+		/* Nothing will become eligible before the deadline: the answer is out of memory
+		 * now, not after a wait that cannot help. */
+		if (rc == 0 && !patient && (!later || later > deadline))
+			break;
+		if (now >= deadline)
+			break;
+		if (!waited) {
+			waited = true;
+			share_wait_begin();
+		}
+		struct timespec ts = { 0, 0 };
+		long long p = pause;
+
+		if (later && later - now < p)
+			p = later - now > 1 ? later - now : 1;
+		if (deadline - now < p)
+			p = deadline - now;
+		ts.tv_sec = p / 1000;
+		ts.tv_nsec = (p % 1000) * 1000000L;
+		nanosleep(&ts, NULL);
+		if (pause < MAX_PAUSE_MS)
+			pause *= 2;
+	}
+	if (waited)
+		share_wait_end();
+	if (rc == 1) {
+		if (share_now_ms() - t0 > 100)
+			vmm_log(VMM_LOG_INFO, "share: %s on %s served after %.3f s", what, uuid,
+				(share_now_ms() - t0) / 1000.0);
+		return VMM_OK;
+	}
+	return vmm_fail(err, VMM_E_OOM, 0, "%s on %s: no sharing process could make room within "
+			"%.1f s", what, uuid, (share_now_ms() - t0) / 1000.0);
+}
+
+/* An allocation's attempt: inside the gate, as every allocation. */
+struct alloc_try {
+	vmm_core *core;
+	int dev;
+	size_t size;
+	const char *tag;
+	vmm_devptr *out;
+	vmm_error *err;
+};
+
+static bool try_alloc(void *arg)
+{
+	struct alloc_try *a = arg;
+	vmm_status st;
+
+	gate_enter();
+	vmm_error_clear(a->err);
+	st = vmm_malloc(a->core, a->dev, a->size, 0, a->tag, a->out, a->err);
+	gate_leave();
+	return st == VMM_OK;
+}
+
+#define PIECE (2u << 20)
+
+vmm_status share_malloc(vmm_core *core, int dev, size_t size, const char *tag, vmm_devptr *out,
+			vmm_error *err)
+{
+	struct alloc_try a = { core, dev, size, tag, out, err };
+	vmm_status st = vmm_malloc(core, dev, size, 0, tag, out, err);
+	char what[96];
+
+	/* A thread already deciding for this GPU (its own autowake inside) does not recurse. */
+	if (st != VMM_E_OOM || !share_enabled() || share_lock_held())
+		return st;
+	snprintf(what, sizeof(what), "an allocation of %zu bytes", size);
+	/* Wait outside the gate: a peer may have to sleep this process meanwhile. */
+	gate_leave();
+	st = share_make_room(dev, (size + PIECE - 1) / PIECE * PIECE, try_alloc, &a, what, false,
+			     err);
+	gate_enter();
+	return st;
+}
+
+/* The autowake's attempt: only when the driver has the memory (a wake that cannot fit would
+ * only log its refusal). */
+struct wake_try {
+	int dev;
+	uint64_t need;
+};
+
+static bool try_wake(void *arg)
+{
+	const struct wake_try *w = arg;
+	vmm_sleep_opts all = { .tag = NULL, .device = -1 };
+	vmm_transfer_result res;
+	vmm_error err;
+	vmm_status s;
+
+	if (device_free(w->dev) < w->need)
+		return false;
+	vmm_error_clear(&err);
+	s = control_wake(&all, NULL, &res, &err);
+	if (s == VMM_OK)
+		vmm_log(VMM_LOG_INFO, "share: woke by itself: %llu bytes back in %.3f s",
+			(unsigned long long)res.bytes_copied, res.seconds);
+	return s == VMM_OK || s == VMM_E_ALREADY;
+}
+
+void share_autowake(void)
+{
+	shim_runtime *rt = shim_runtime_peek();
+	struct wake_try w = { .dev = -1 };
+	vmm_error err;
+
+	for (int d = 0; rt && rt->cuda_core && d < VMM_MAX_DEVICES && w.dev < 0; d++) {
+		vmm_stats st;
+		vmm_app_stats as = { 0 };
+
+		if (!(vmm_devices_used(rt->cuda_core) & (1u << d)) ||
+		    vmm_stats_get(rt->cuda_core, d, NULL, &st, NULL))
+			continue;
+		if (rt->cuda_app)
+			vmm_app_stats_get(rt->cuda_app, d, &as);
+		if (st.asleep_bytes + as.asleep_bytes) {
+			w.dev = d;
+			w.need = st.asleep_bytes + as.asleep_bytes;
+		}
+	}
+	vmm_error_clear(&err);
+	if (w.dev < 0) {
+		w.need = 0;
+		w.dev = 0;
+		try_wake(&w);
+		return;
+	}
+	if (share_make_room(w.dev, w.need, try_wake, &w, "a wake", true, &err))
+		vmm_log(VMM_LOG_INFO, "share: still asleep (will retry at the next device work): %s",
+			err.msg);
+}
