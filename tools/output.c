@@ -157,6 +157,25 @@ static const char *str(const proto_record *r, const char *key)
 	return s ? out_safe(s) : "?";
 }
 
+/* GPU sharing (VMMSHIM_SHARE=1): one line, or nothing for a process that does not share. */
+static void print_share(FILE *f, const char *indent, const proto_record *info)
+{
+	bool share = false, waiting = false;
+	double prio = 0;
+
+	if (!proto_record_bool(info, "share", &share) || !share)
+		return;
+	proto_record_double(info, "priority", &prio);
+	proto_record_bool(info, "waiting", &waiting);
+	fprintf(f, "%ssharing: priority %d, idle %.1f s, resident %.1f s", indent, (int)prio,
+		u64(info, "idle_ms") / 1000.0, u64(info, "resident_ms") / 1000.0);
+	if (u64(info, "slept_by"))
+		fprintf(f, "; asleep by pid %" PRIu64 " for %.1f s (%s)", u64(info, "slept_by"),
+			u64(info, "asleep_ms") / 1000.0, str(info, "slept_why"));
+	fprintf(f, "; waited for memory %.1f s%s\n", u64(info, "waited_ms") / 1000.0,
+		waiting ? " (waiting now)" : "");
+}
+
 static void print_info(FILE *f, const proto_record *info)
 {
 	char b1[32], b2[32], b3[32];
@@ -185,6 +204,7 @@ static void print_info(FILE *f, const proto_record *info)
 		" device allocations passed through (%s)\n", str(info, "version"),
 		u64(info, "protocol"), u64(info, "passthrough_allocs"),
 		out_bytes(u64(info, "passthrough_bytes"), b1, sizeof(b1)));
+	print_share(f, "  ", info);
 }
 
 #define COLS "%-10s %12s %12s %12s %12s %12s\n"
@@ -314,6 +334,7 @@ void out_list_row(FILE *f, const proto_record *info)
 	fprintf(f, "%-8" PRIu64 " %-8s %12s %12s %-10s %s\n", u64(info, "pid"),
 		str(info, "state"), b1, b2, dev[0] && strcmp(dev, "?") ? dev : "-",
 		str(info, "command"));
+	print_share(f, "         ", info);
 }
 
 int out_cancel(FILE *f, const char *what, const client_reply *r)

@@ -31,6 +31,7 @@
  *   setflag            on another thread, cuMemcpyHtoD writes the flag -> "flag set" when the
  *                      copy returned (while a sleep holds device work: after it)
  *   spinwait           wait for the spinning kernel -> "spin ok" (it saw the flag) or "spin timeout"
+ *   freeall            cudaFree every buffer -> "freed N"
  *   quit               exit 0 */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -603,6 +604,13 @@ int main(void)
 			pthread_detach(t);
 		} else if (!strcmp(a, "spinwait")) {
 			cmd_spinwait();
+		} else if (!strcmp(a, "freeall")) {
+			int k = 0;
+
+			for (int i = 0; i < nbufs; i++)
+				k += cudaFree(bufs[i].dev) == cudaSuccess;
+			say("freed %d", k);
+			nbufs = 0;
 		} else if (!strcmp(a, "quit"))
 			break;
 		else

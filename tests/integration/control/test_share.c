@@ -1,0 +1,196 @@
+/* GPU sharing end to end (VMMSHIM_SHARE=1): unmodified ctl_target processes under the shim in one
+ * simdev group (SIMDEV_SHARED: one 256 MiB device for all of them) and one control folder. Each
+ * phase needs most of the device; an allocation that does not fit sleeps an eligible peer, which
+ * wakes by itself at its next device work. Every process checks its data after every switch. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+TestSuite(share, .fini = harness_cleanup);
+
+static struct ctl_out o; /* large: static, one test per process */
+static char dir[64], group[64];
+
+/* A shared control folder and simdev group for this test. */
+static void setup_group(void)
+{
+	snprintf(dir, sizeof(dir), "/tmp/vmmshim-sharetest-XXXXXX");
+	cr_assert(mkdtemp(dir));
+	snprintf(group, sizeof(group), "sharetest%ld_%ld", (long)getpid(), (long)time(NULL));
+}
+
+static void teardown_group(void)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'; rm -f /dev/shm/simdev-cuda-%u-%s*", dir,
+		 (unsigned)getuid(), group);
+	if (system(cmd))
+		fprintf(stderr, "could not clean %s\n", dir);
+}
+
+/* A sharing ctl_target with priority prio and the extra setting extra (may be NULL). */
+static struct target *start(int prio, const char *extra)
+{
+	static char envs[8][8][160];
+	static int k;
+	char (*e)[160] = envs[k++ % 8];
+	const char *env[8];
+	struct target *t;
+	int n = 0;
+
+	snprintf(e[0], 160, "VMMSHIM_RUN_DIR=%s", dir);
+	snprintf(e[1], 160, "SIMDEV_SHARED=%s", group);
+	snprintf(e[2], 160, "SIMDEV_MEMORY=256M");
+	snprintf(e[3], 160, "VMMSHIM_SHARE=1");
+	snprintf(e[4], 160, "VMMSHIM_PRIORITY=%d", prio);
+	snprintf(e[5], 160, "VMMSHIM_LOG=info");
+	snprintf(e[6], 160, "%s", extra ? extra : "VMMSHIM_SHARE_IDLE=200ms");
+	for (n = 0; n < 7; n++)
+		env[n] = e[n];
+	env[n] = NULL;
+	t = target_start(env);
+	cr_assert(t, "ctl_target did not start under the shim");
+	return t;
+}
+
+static void cmd_ok(struct target *t, const char *cmd, const char *want)
+{
+	char reply[256], log[8192];
+
+	cr_assert_eq(target_cmd(t, cmd, reply, sizeof(reply), 60000), 0, "pid %ld: no reply to '%s'",
+		     (long)t->pid, cmd);
+	if (strncmp(reply, want, strlen(want))) {
+		target_log(t, log, sizeof(log));
+		cr_assert_fail("pid %ld: '%s' answered '%s', expected '%s...'\nlog:\n%s",
+			       (long)t->pid, cmd, reply, want, log);
+	}
+}
+
+/* vmmctl status --json of t. */
+static void status_of(struct target *t)
+{
+	vmmctl_run(&o, dir, -1, "status --json %ld", (long)t->pid);
+	cr_assert_eq(o.code, 0, "vmmctl status: %d\n%s%s", o.code, o.out, o.err);
+}
+
+#define PHASE "alloc 6 25000000" /* 150 MB of the group's 256 MiB */
+
+Test(share, two_processes_alternate_phases_with_data_intact, .timeout = 120)
+{
+	struct target *a, *b;
+
+	setup_group();
+	a = start(0, NULL);
+	b = start(0, NULL);
+	cmd_ok(a, PHASE, "ok");
+	for (int round = 0; round < 3; round++) {
+		usleep(300000); /* a turns idle */
+		cmd_ok(b, PHASE, "ok");
+		cmd_ok(b, "check", "ok");
+		status_of(a);
+		cr_expect(strstr(o.out, "\"slept_by\": ") && json_num(o.out, NULL, "slept_by") ==
+			  b->pid, "a is asleep by b:\n%s", o.out);
+		cmd_ok(b, "freeall", "freed 6");
+		cmd_ok(a, "check", "ok"); /* wakes a by itself */
+		cmd_ok(a, "freeall", "freed 6");
+		cmd_ok(a, PHASE, "ok");
+		cmd_ok(a, "check", "ok");
+	}
+	cr_expect_eq(target_stop(a, 10000), 0);
+	cr_expect_eq(target_stop(b, 10000), 0);
+	teardown_group();
+}
+
+Test(share, three_processes_take_turns, .timeout = 120)
+{
+	struct target *t[3];
+
+	setup_group();
+	for (int i = 0; i < 3; i++)
+		t[i] = start(0, NULL);
+	cmd_ok(t[0], PHASE, "ok");
+	for (int round = 1; round <= 6; round++) {
+		struct target *now = t[round % 3];
+
+		usleep(300000);
+		cmd_ok(now, "check", "ok");  /* wakes it if it sleeps, or checks nothing */
+		cmd_ok(now, "freeall", "freed");
+		cmd_ok(now, PHASE, "ok");
+		cmd_ok(now, "check", "ok");
+	}
+	for (int i = 0; i < 3; i++) {
+		usleep(300000);
+		cmd_ok(t[i], "check", "ok");
+		cr_expect_eq(target_stop(t[i], 10000), 0);
+	}
+	teardown_group();
+}
+
+Test(share, strict_priority_never_sleeps_a_higher_one, .timeout = 120)
+{
+	struct target *hi, *lo, *top;
+	struct timespec t0, t1;
+
+	setup_group();
+	hi = start(1, NULL);
+	lo = start(0, NULL);
+	top = start(2, NULL);
+	cmd_ok(hi, PHASE, "ok");
+	usleep(300000);
+	/* A lower priority gets the driver's out-of-memory error at once. */
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	cmd_ok(lo, "alloc 1 150000000", "error cudaMalloc");
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	cr_expect_lt(t1.tv_sec - t0.tv_sec, 3, "the refusal did not wait for nothing");
+	status_of(hi);
+	cr_expect(strstr(o.out, "\"state\": \"awake\""), "%s", o.out);
+	/* A higher one sleeps it, busy or not. */
+	cmd_ok(hi, "check", "ok");
+	cmd_ok(top, PHASE, "ok");
+	status_of(hi);
+	cr_expect_eq(json_num(o.out, NULL, "slept_by"), top->pid, "%s", o.out);
+	cmd_ok(top, "check", "ok");
+	cmd_ok(top, "freeall", "freed");
+	cmd_ok(hi, "check", "ok");
+	for (int i = 0; i < 3; i++)
+		cr_expect_eq(target_stop(i == 0 ? hi : i == 1 ? lo : top, 10000), 0);
+	teardown_group();
+}
+
+/* Equal priorities: a busy peer is not slept before its time slice ends (the requester waits,
+ * bounded), and is once it has (VMMSHIM_SHARE_SLICE=2 for the requester). */
+Test(share, equal_priority_waits_for_the_time_slice, .timeout = 150)
+{
+	struct target *a, *b;
+	char reply[256];
+	struct timespec t0, t1;
+	double waited;
+
+	setup_group();
+	a = start(0, "VMMSHIM_SHARE_IDLE=60");
+	b = start(0, "VMMSHIM_SHARE_SLICE=4");
+	cmd_ok(a, PHASE, "ok");
+	/* a keeps submitting (never idle for 60 s) while b asks. */
+	cr_assert_eq(target_send(a, "threads 1 8"), 0);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	cmd_ok(b, "alloc 1 150000000", "ok");
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	waited = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+	cr_expect_geq(waited, 1.0, "b did not wait for a's time slice (%.1f s)", waited);
+	status_of(a);
+	cr_expect_eq(json_num(o.out, NULL, "slept_by"), b->pid, "%s", o.out);
+	cmd_ok(b, "check", "ok");
+	cmd_ok(b, "freeall", "freed 1");
+	cr_assert_eq(target_read(a, reply, sizeof(reply), 60000), 0, "a's threads did not end");
+	cr_expect(!strncmp(reply, "threads ok", 10), "a's threads: %s", reply);
+	cmd_ok(a, "check", "ok");
+	cr_expect_eq(target_stop(a, 10000), 0);
+	cr_expect_eq(target_stop(b, 10000), 0);
+	teardown_group();
+}
