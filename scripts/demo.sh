@@ -5,6 +5,7 @@
 #   2. an unmodified CUDA program (tests/programs/demo_app) under LD_PRELOAD=libvmmshim.so:
 #      what the shim serves (vmmctl list/status), then `vmmctl sleep` (device memory released,
 #      the program's reads wait), `vmmctl wake`, and the program's own check that no byte was lost.
+#   3. (simdev) GPU sharing: two programs that do not fit side by side, VMMSHIM_SHARE=1, finish.
 # Usage: scripts/demo.sh [--simdev] [--mib N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,3 +76,31 @@ cat "$log"
 trap - EXIT
 rm -rf "$run_dir"
 [ $rc = 0 ] && echo "demo: done, the program found all its data intact" || { echo "demo: the program reported a problem" >&2; exit 1; }
+
+# 3. GPU sharing (simdev only: two processes in one SIMDEV_SHARED group of 256 MiB, each needing
+# 150 MB, so they cannot be resident side by side; ctl_target is built with the tests).
+target=build/tests/integration/control/ctl_target
+if [ "$mode" != "${mode#simulated}" ] && [ -x "$target" ]; then
+  echo
+  echo "== 3. Two programs that do not fit side by side, both with VMMSHIM_SHARE=1"
+  share_dir=$(mktemp -d)
+  trap 'rm -rf "$share_dir"' EXIT
+  export VMMSHIM_RUN_DIR="$share_dir" SIMDEV_MEMORY=256M SIMDEV_SHARED="demo$$" \
+    VMMSHIM_SHARE=1 VMMSHIM_SHARE_IDLE=500ms VMMSHIM_LOG=info
+  # A fills 150 MB, idles, then checks its data (its next device work wakes it); B arrives
+  # while A idles, needs 150 MB, checks and frees. Every line a program answers is shown.
+  { echo "alloc 6 25000000"; sleep 4; echo check; echo quit; } |
+    LD_PRELOAD="$PWD/build/shim/libvmmshim.so" "$target" 2>"$share_dir/a.log" | sed 's/^/A: /' &
+  a=$!
+  sleep 1.5
+  { echo "alloc 6 25000000"; echo check; echo freeall; echo quit; } |
+    LD_PRELOAD="$PWD/build/shim/libvmmshim.so" "$target" 2>"$share_dir/b.log" | sed 's/^/B: /'
+  wait $a
+  echo "-- what the shims said (info lines about sharing):"
+  grep -h "share:" "$share_dir"/a.log "$share_dir"/b.log | grep -v "share: on" || true
+  rm -f /dev/shm/simdev-cuda-"$(id -u)"-demo$$* 2>/dev/null || true
+  if grep -q corrupt "$share_dir"/*.log; then echo "demo: sharing lost data" >&2; exit 1; fi
+  rm -rf "$share_dir"
+  trap - EXIT
+  echo "demo: both programs finished side by side"
+fi
