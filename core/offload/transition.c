@@ -201,7 +201,7 @@ static void say_partial(vmm_error *err, uint64_t bytes, bool sleeping)
 
 /* Give the free physical memory every heap of the process keeps in its cache (and quarantine)
  * back to the driver, on dev (-1: every device): that memory is free for the process's own wake,
- * which the driver's free figure alone does not show. Returns whether any heap could be asked. */
+ * which the driver's free figure alone does not show. Returns whether any memory went back. */
 static bool trim_caches(const vmm_offload_parts *parts, int dev)
 {
 	bool any = false;
@@ -209,10 +209,15 @@ static bool trim_caches(const vmm_offload_parts *parts, int dev)
 	for (int i = 0; i < parts->nheaps && i < VMM_OFFLOAD_MAX_HEAPS; i++) {
 		vmm_core *core = parts->heaps[i].core;
 
-		if (!core || (dev >= 0 && !(vmm_devices_used(core) & (1u << dev))))
+		vmm_stats before, after;
+
+		if (!core || (dev >= 0 && !(vmm_devices_used(core) & (1u << dev))) ||
+		    vmm_stats_get(core, dev, NULL, &before, NULL))
 			continue;
 		vmm_trim(core, dev, NULL); /* what could not be trimmed stays cached */
-		any = true;
+		if (!vmm_stats_get(core, dev, NULL, &after, NULL) &&
+		    after.mapped_bytes < before.mapped_bytes)
+			any = true;
 	}
 	return any;
 }
@@ -236,7 +241,8 @@ static vmm_status run_parts(const vmm_offload_parts *parts, struct part *p, cons
 			break;
 		st = sleeping ? part_sleep(q, o, lim, &r, err) : part_wake(q, o, lim, &r, err);
 		/* A wake refused for lack of device memory while the process's own caches hold
-		 * some: give those back and try once more (a part's failed wake changed nothing). */
+		 * some: give those back and, when any went back, try once more (a part's failed
+		 * wake changed nothing). */
 		if (st == VMM_E_OOM && !sleeping && !trimmed && !r.partial_bytes) {
 			trimmed = true;
 			if (trim_caches(parts, o->device)) {
