@@ -408,9 +408,14 @@ void share_autowake(void)
 		}
 	}
 	vmm_error_clear(&err);
-	if (w.dev < 0) {
-		w.need = 0;
-		w.dev = 0;
+	/* Nothing asleep on a CUDA device (the app mappings of another side), or this thread
+	 * already decides for a GPU (its own allocation met its own sleep): one plain attempt,
+	 * never a wait under the lock. */
+	if (w.dev < 0 || share_lock_held()) {
+		if (w.dev < 0) {
+			w.need = 0;
+			w.dev = 0;
+		}
 		try_wake(&w);
 		return;
 	}

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -192,5 +193,87 @@ Test(share, equal_priority_waits_for_the_time_slice, .timeout = 150)
 	cmd_ok(a, "check", "ok");
 	cr_expect_eq(target_stop(a, 10000), 0);
 	cr_expect_eq(target_stop(b, 10000), 0);
+	teardown_group();
+}
+
+/* How many peers t's shim has slept so far (its log). */
+static int sleeps_by(struct target *t)
+{
+	static char log[1 << 20];
+	int n = 0;
+
+	target_log(t, log, sizeof(log));
+	for (const char *p = log; (p = strstr(p, "share: slept pid")); p++)
+		n++;
+	return n;
+}
+
+/* How long t has waited for memory in all (0 before its first allocation: no socket yet). */
+static long long waited_ms(struct target *t)
+{
+	vmmctl_run(&o, dir, -1, "status --json %ld", (long)t->pid);
+	return o.code == 3 ? 0 : json_num(o.out, NULL, "waited_ms");
+}
+
+/* Randomized: four equal-priority processes (short idle and residency), random phases of 30 to
+ * 100 MB in a 256 MiB group, some processes killed at any moment and replaced. Steps are spaced
+ * so that every other process is idle: an eligible sleeper can always free enough, so no
+ * allocation may fail; one that finds enough free memory must neither sleep anyone nor wait; every survivor's data is
+ * intact at the end. The seed is printed (CTL_SHARE_SEED repeats a run). */
+Test(share, randomized_phases_with_kills, .timeout = 240)
+{
+	const char *rules = "VMMSHIM_SHARE_RESIDENCY=100ms";
+	struct target *t[4];
+	unsigned seed = getenv("CTL_SHARE_SEED") ? (unsigned)atoi(getenv("CTL_SHARE_SEED")) :
+						    (unsigned)time(NULL);
+	char reply[256], cmd[64];
+	int kills = 0;
+
+	cr_log_info("seed %u", seed);
+	srand(seed);
+	setup_group();
+	for (int i = 0; i < 4; i++)
+		t[i] = start(0, rules);
+	for (int step = 0; step < 10; step++) {
+		int i = rand() % 4, r = rand() % 10;
+		size_t want = (size_t)(30 + rand() % 71) * 1000000;
+		size_t used = 0;
+		long long waited;
+		int slept;
+
+		usleep(450000); /* everyone else idle (VMMSHIM_SHARE_IDLE=200ms) */
+		if (r == 0 && kills < 3) {
+			int v = (i + 1) % 4;
+
+			kill(t[v]->pid, SIGKILL);
+			target_kill(t[v]);
+			t[v] = start(0, rules);
+			kills++;
+			continue;
+		}
+		cmd_ok(t[i], "check", "ok");
+		cmd_ok(t[i], "freeall", "freed");
+		cr_assert_eq(target_cmd(t[i], "memused", reply, sizeof(reply), 30000), 0);
+		sscanf(reply, "used %zu", &used);
+		snprintf(cmd, sizeof(cmd), "alloc 1 %zu", want);
+		slept = sleeps_by(t[i]);
+		waited = waited_ms(t[i]);
+		cmd_ok(t[i], cmd, "ok");
+		/* Enough was free (with a 16 MiB margin for rounding): it slept nobody and did not
+		 * wait. */
+		if (used + want + (16u << 20) <= (256u << 20)) {
+			cr_expect_eq(sleeps_by(t[i]), slept, "step %d: %zu bytes with %zu used slept "
+				     "a peer", step, want, used);
+			cr_expect_eq(waited_ms(t[i]), waited, "step %d: %zu bytes with %zu used "
+				     "waited", step, want, used);
+		}
+		cmd_ok(t[i], "check", "ok");
+	}
+	for (int i = 0; i < 4; i++) {
+		usleep(300000);
+		cmd_ok(t[i], "check", "ok");
+		cr_expect_eq(target_stop(t[i], 20000), 0);
+	}
+	cr_log_info("%d processes killed and replaced", kills);
 	teardown_group();
 }
