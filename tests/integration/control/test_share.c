@@ -38,10 +38,10 @@ static void teardown_group(void)
 /* A sharing ctl_target with priority prio and the extra setting extra (may be NULL). */
 static struct target *start(int prio, const char *extra)
 {
-	static char envs[8][8][160];
+	static char envs[8][9][160];
 	static int k;
 	char (*e)[160] = envs[k++ % 8];
-	const char *env[8];
+	const char *env[9];
 	struct target *t;
 	int n = 0;
 
@@ -52,7 +52,9 @@ static struct target *start(int prio, const char *extra)
 	snprintf(e[4], 160, "VMMSHIM_PRIORITY=%d", prio);
 	snprintf(e[5], 160, "VMMSHIM_LOG=info");
 	snprintf(e[6], 160, "%s", extra ? extra : "VMMSHIM_SHARE_IDLE=200ms");
-	for (n = 0; n < 7; n++)
+	/* For the sanitize build (the shim preloaded after an ASan program); ignored otherwise. */
+	snprintf(e[7], 160, "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:halt_on_error=1");
+	for (n = 0; n < 8; n++)
 		env[n] = e[n];
 	env[n] = NULL;
 	t = target_start(env);
