@@ -662,6 +662,82 @@ class Matrix:
                    f"{' | '.join(lines[-2:])}")[:300]),
                  native=str(rc), shim="-", share="-")
 
+    def share_torch_row(self):
+        """GPU sharing (VMMSHIM_SHARE=1): two unmodified PyTorch programs of 40 GiB each beside a
+        70 GiB native ballast (they cannot be resident side by side), alternating compute phases.
+        Both must print the checksums of a run alone; each switch (a sleep by a peer, a wake by
+        itself) is shown with its bytes and rate next to the pinned-copy rate measured by the
+        ballast; the total time next to running them one after the other."""
+        name = "GPU sharing: 2 PyTorch x 40 GiB beside 70 GiB (VMMSHIM_SHARE=1)"
+        if not self.want(name):
+            return
+        if not self.shim_ok:
+            self.add(name, False, "libvmmshim.so was not built")
+            return
+        ballast = Proc("share.ballast", [f"{self.a.bin}/hold", "70"], self.env(False), self.log,
+                       self.timeout(600))
+        if not ballast.wait_for(r"^READY", timeout=self.timeout(120)):
+            ballast.kill()
+            self.add(name, False, f"the 70 GiB ballast did not start: {ballast.stderr_tail()}")
+            return
+        ballast.send("pinned")
+        m = ballast.wait_for(r"^PINNED (\S+) (\S+)", timeout=self.timeout(120))
+        d2h, h2d = (float(m.group(1)), float(m.group(2))) if m else (0.0, 0.0)
+
+        def argv(seed, delay):
+            return [sys.executable, os.path.join(self.a.root, "tests/gpu/share_phases.py"),
+                    "--gib", "40", "--phases", "4", "--iters", "20", "--idle-s", "6",
+                    "--seed", str(seed), "--start-delay", str(delay)]
+
+        reasons, ref, t_seq = [], {}, 0.0
+        for seed in (1, 2):  # alone, one after the other (each fits beside the ballast)
+            t0 = time.time()
+            p = Proc(f"share.alone{seed}", argv(seed, 0), self.env(False), self.log,
+                     self.timeout(180))
+            rc = p.finish()
+            t_seq += time.time() - t0
+            ref[seed] = p.results()
+            if rc != 0 or not ref[seed]:
+                reasons.append(f"alone {seed}: rc {rc}: {p.stderr_tail()}")
+        env = self.env(True, {"VMMSHIM_SHARE": "1", "VMMSHIM_SHARE_IDLE": "1"})
+        t0 = time.time()
+        procs = {seed: Proc(f"share.side{seed}", argv(seed, 0 if seed == 1 else 3), env,
+                            self.log, self.timeout(300)) for seed in (1, 2)}
+        rcs = {seed: p.finish() for seed, p in procs.items()}
+        t_par = time.time() - t0
+        ballast.send("check")
+        cm = ballast.wait_for(r"^CHECK (\S+)", timeout=self.timeout(60))
+        ballast.send("quit")
+        ballast.finish()
+        if not cm or cm.group(1) != "ok":
+            reasons.append("the ballast's memory changed")
+        for seed, p in procs.items():
+            if rcs[seed] != 0:
+                reasons.append(f"side by side {seed}: rc {rcs[seed]}: {p.stderr_tail()}")
+            elif p.results() != ref.get(seed):
+                reasons.append(f"side by side {seed}: checksums differ from the run alone")
+        switches = []
+        for p in procs.values():
+            try:
+                with open(p.err_path) as f:
+                    log = f.read()
+            except OSError:
+                log = ""
+            for b, sec in re.findall(r"share: slept pid \d+ .*?: (\d+) bytes released in "
+                                     r"([\d.]+) s", log):
+                switches.append(("sleep", int(b), float(sec), d2h))
+            for b, sec in re.findall(r"share: woke by itself: (\d+) bytes back in ([\d.]+) s",
+                                     log):
+                switches.append(("wake", int(b), float(sec), h2d))
+        if len(switches) < 2:
+            reasons.append(f"{len(switches)} switch(es) in the shims' logs, expected several")
+        detail = "; ".join(f"{k} {b / GIB:.1f} GiB {sec:.2f} s ({b / sec / 1e9 if sec else 0:.1f}"
+                           f" GB/s, pinned {bw:.1f})" for k, b, sec, bw in switches[:8])
+        self.add(name, not reasons, ("; ".join(reasons) or "checksums as alone") +
+                 f"; side by side {t_par:.1f} s vs one after the other {t_seq:.1f} s; " + detail,
+                 native=f"{t_seq:.0f} s", shim=f"{t_par:.0f} s",
+                 share=f"{len(switches)} switches")
+
     def sleep_train_row(self, label, extra):
         name = f"sleep/wake PyTorch train ({label})"
         if not self.want(name):
@@ -1475,6 +1551,7 @@ def main():
         m.share_facts_row()
         m.ipc_row()
         m.nccl_group_rows()
+        m.share_torch_row()
         if not a.skip_bench:
             m.bench_alloc()
             m.bench_bw()

@@ -67,6 +67,16 @@ elif name == "flag_wait":
     if select.select([sys.stdin], [], [], 120)[0]:
         sys.stdin.readline()
     print("RESULT flag_wait saw_flag=1 bad_words=0\nRESULT flag_wait failures=0", flush=True)
+elif name == "share_phases.py":
+    seed = sys.argv[sys.argv.index("--seed") + 1]
+    print("READY 40 GiB", flush=True)
+    for ph in range(2):
+        print(f"RESULT phase {ph} sum {seed}.{ph}", flush=True)
+    if shim and os.environ.get("VMMSHIM_SHARE") == "1":  # what the shim's log would say
+        sys.stderr.write(f"vmmshim[{os.getpid()}] info: share: slept pid 1 (priority 0, idle) "
+                         f"for x on GPU-0: {40 << 30} bytes released in 1.700 s\n"
+                         f"vmmshim[{os.getpid()}] info: share: woke by itself: {40 << 30} "
+                         f"bytes back in 1.800 s\n")
 elif name == "hold":
     print(f"HOLD {int(sys.argv[1]) << 30}\nREADY hold", flush=True)
     for line in sys.stdin:
