@@ -32,10 +32,13 @@ typedef bool (*share_try_fn)(void *arg);
 vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *arg,
 			   const char *what, bool patient, vmm_error *err);
 
-/* Allocation with sharing: vmm_malloc, and on VMM_E_OOM share_make_room then again. Called from
- * the hooks inside the gate (it leaves and re-enters the gate around the wait). */
-vmm_status share_malloc(vmm_core *core, int dev, size_t size, const char *tag, vmm_devptr *out,
-			vmm_error *err);
+/* Allocation with sharing: vmm_malloc (vmm_malloc_on_stream), and on VMM_E_OOM share_make_room
+ * then again. Called from the hooks inside the gate (it leaves and re-enters the gate around the
+ * wait). Without sharing it is exactly the plain call. */
+vmm_status share_malloc(vmm_core *core, int dev, size_t size, size_t align, const char *tag,
+			vmm_devptr *out, vmm_error *err);
+vmm_status share_malloc_on_stream(vmm_core *core, int dev, size_t size, const char *tag,
+				  vmm_stream stream, vmm_devptr *out, vmm_error *err);
 
 /* The autowake of a process with sharing on: wake, waiting for memory under the rules. */
 void share_autowake(void);

@@ -323,11 +323,20 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 struct alloc_try {
 	vmm_core *core;
 	int dev;
-	size_t size;
+	size_t size, align;
 	const char *tag;
+	bool on_stream;            /* stream-ordered (cuMemAllocAsync): on `stream` */
+	vmm_stream stream;
 	vmm_devptr *out;
 	vmm_error *err;
 };
+
+static vmm_status alloc_once(const struct alloc_try *a)
+{
+	return a->on_stream ? vmm_malloc_on_stream(a->core, a->dev, a->size, a->tag, a->stream,
+						   a->out, a->err) :
+			      vmm_malloc(a->core, a->dev, a->size, a->align, a->tag, a->out, a->err);
+}
 
 static bool try_alloc(void *arg)
 {
@@ -336,18 +345,17 @@ static bool try_alloc(void *arg)
 
 	gate_enter();
 	vmm_error_clear(a->err);
-	st = vmm_malloc(a->core, a->dev, a->size, 0, a->tag, a->out, a->err);
+	st = alloc_once(a);
 	gate_leave();
 	return st == VMM_OK;
 }
 
 #define PIECE (2u << 20)
 
-vmm_status share_malloc(vmm_core *core, int dev, size_t size, const char *tag, vmm_devptr *out,
-			vmm_error *err)
+static vmm_status alloc_sharing(struct alloc_try *a)
 {
-	struct alloc_try a = { core, dev, size, tag, out, err };
-	vmm_status st = vmm_malloc(core, dev, size, 0, tag, out, err);
+	vmm_status st = alloc_once(a);
+	size_t size = a->size;
 	char what[96];
 
 	/* A thread already deciding for this GPU (its own autowake inside) does not recurse. */
@@ -356,10 +364,28 @@ vmm_status share_malloc(vmm_core *core, int dev, size_t size, const char *tag, v
 	snprintf(what, sizeof(what), "an allocation of %zu bytes", size);
 	/* Wait outside the gate: a peer may have to sleep this process meanwhile. */
 	gate_leave();
-	st = share_make_room(dev, (size + PIECE - 1) / PIECE * PIECE, try_alloc, &a, what, false,
-			     err);
+	st = share_make_room(a->dev, (size + PIECE - 1) / PIECE * PIECE, try_alloc, a, what, false,
+			     a->err);
 	gate_enter();
 	return st;
+}
+
+vmm_status share_malloc(vmm_core *core, int dev, size_t size, size_t align, const char *tag,
+			vmm_devptr *out, vmm_error *err)
+{
+	struct alloc_try a = { .core = core, .dev = dev, .size = size, .align = align, .tag = tag,
+			       .out = out, .err = err };
+
+	return alloc_sharing(&a);
+}
+
+vmm_status share_malloc_on_stream(vmm_core *core, int dev, size_t size, const char *tag,
+				  vmm_stream stream, vmm_devptr *out, vmm_error *err)
+{
+	struct alloc_try a = { .core = core, .dev = dev, .size = size, .tag = tag,
+			       .on_stream = true, .stream = stream, .out = out, .err = err };
+
+	return alloc_sharing(&a);
 }
 
 /* The autowake's attempt: only when the driver has the memory (a wake that cannot fit would
