@@ -53,6 +53,27 @@ Test(wire, defaults_and_verbs)
 	cr_expect_eq(r.timeout_ms, 2500);
 }
 
+/* GPU sharing's requests: a peer's trim of one device, a sleep that says why (round trip). */
+Test(wire, trim_and_a_sleep_with_a_reason)
+{
+	proto_request r = { .verb = PROTO_SLEEP, .device = 0, .autowake = true }, back;
+	char line[PROTO_MAX_REQUEST + 1];
+
+	cr_assert_eq(parse("vmmshim/1 trim device=3\n", &r), 0);
+	cr_expect_eq(r.verb, PROTO_TRIM);
+	cr_expect_eq(r.device, 3);
+	cr_assert_eq(parse("vmmshim/1 trim\n", &r), 0);
+	cr_expect_eq(r.device, -1);
+	memset(&r, 0, sizeof(r));
+	r.verb = PROTO_SLEEP;
+	r.autowake = true;
+	snprintf(r.reason, sizeof(r.reason), "pid 7 (priority 1) needed 4096 bytes on GPU-x");
+	cr_assert_gt(proto_format_request(&r, line, sizeof(line)), 0);
+	cr_assert_eq(parse(line, &back), 0, "%s", line);
+	cr_expect_str_eq(back.reason, r.reason);
+	cr_expect(back.autowake);
+}
+
 Test(wire, refusals_say_why)
 {
 	static const char *const bad[][2] = {
@@ -74,6 +95,11 @@ Test(wire, refusals_say_why)
 		{ "vmmshim/1 cancel device=0\n", "does not take" },
 		{ "vmmshim/1 wake drain_ms=100\n", "does not take" },
 		{ "vmmshim/1 sleep drain_ms=-1\n", "drain_ms" },
+		{ "vmmshim/1 trim tag=\"x\"\n", "does not take" },
+		{ "vmmshim/1 wake reason=\"x\"\n", "does not take" },
+		{ "vmmshim/1 sleep reason=\"\"\n", "reason" },
+		{ "vmmshim/1 sleep reason=5\n", "reason" },
+		{ "vmmshim/1 sleep reason=\"%01\"\n", "reason" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		proto_request r;
