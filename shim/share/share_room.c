@@ -319,6 +319,12 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 			"%.1f s", what, uuid, (share_now_ms() - t0) / 1000.0);
 }
 
+/* A wake of this process: the device with memory asleep and how much. */
+struct wake_try {
+	int dev;
+	uint64_t need;
+};
+
 /* An allocation's attempt: inside the gate, as every allocation. */
 struct alloc_try {
 	vmm_core *core;
@@ -338,11 +344,25 @@ static vmm_status alloc_once(const struct alloc_try *a)
 			      vmm_malloc(a->core, a->dev, a->size, a->align, a->tag, a->out, a->err);
 }
 
+static bool try_wake(void *arg);
+static bool wake_need(struct wake_try *w);
+
 static bool try_alloc(void *arg)
 {
 	struct alloc_try *a = arg;
+	control_state cs;
 	vmm_status st;
 
+	/* This process was slept while it waited (by a peer of another GPU, or vmmctl): entering
+	 * the gate now would wait there holding this GPU's lock. Wake it first when it may be
+	 * woken by its own work (autowake), else try again later. */
+	control_state_get(&cs);
+	if (cs.held || cs.changing) {
+		struct wake_try w;
+
+		if (cs.changing || !cs.autowake || !wake_need(&w) || !try_wake(&w))
+			return false;
+	}
 	gate_enter();
 	vmm_error_clear(a->err);
 	st = alloc_once(a);
@@ -390,10 +410,6 @@ vmm_status share_malloc_on_stream(vmm_core *core, int dev, size_t size, const ch
 
 /* The autowake's attempt: only when the driver has the memory (a wake that cannot fit would
  * only log its refusal). */
-struct wake_try {
-	int dev;
-	uint64_t need;
-};
 
 static bool try_wake(void *arg)
 {
@@ -403,6 +419,9 @@ static bool try_wake(void *arg)
 	vmm_error err;
 	vmm_status s;
 
+	/* The process's own cache counts as free (the wake trims it too). */
+	if (device_free(w->dev) < w->need)
+		trim_own(w->dev);
 	if (device_free(w->dev) < w->need)
 		return false;
 	vmm_error_clear(&err);
@@ -413,13 +432,14 @@ static bool try_wake(void *arg)
 	return s == VMM_OK || s == VMM_E_ALREADY;
 }
 
-void share_autowake(void)
+/* The first CUDA device with memory of this process asleep, and how much; false when none. */
+static bool wake_need(struct wake_try *w)
 {
 	shim_runtime *rt = shim_runtime_peek();
-	struct wake_try w = { .dev = -1 };
-	vmm_error err;
 
-	for (int d = 0; rt && rt->cuda_core && d < VMM_MAX_DEVICES && w.dev < 0; d++) {
+	w->dev = -1;
+	w->need = 0;
+	for (int d = 0; rt && rt->cuda_core && d < VMM_MAX_DEVICES && w->dev < 0; d++) {
 		vmm_stats st;
 		vmm_app_stats as = { 0 };
 
@@ -429,19 +449,25 @@ void share_autowake(void)
 		if (rt->cuda_app)
 			vmm_app_stats_get(rt->cuda_app, d, &as);
 		if (st.asleep_bytes + as.asleep_bytes) {
-			w.dev = d;
-			w.need = st.asleep_bytes + as.asleep_bytes;
+			w->dev = d;
+			w->need = st.asleep_bytes + as.asleep_bytes;
 		}
 	}
+	return w->dev >= 0;
+}
+
+void share_autowake(void)
+{
+	struct wake_try w;
+	vmm_error err;
+
 	vmm_error_clear(&err);
 	/* Nothing asleep on a CUDA device (the app mappings of another side), or this thread
 	 * already decides for a GPU (its own allocation met its own sleep): one plain attempt,
 	 * never a wait under the lock. */
-	if (w.dev < 0 || share_lock_held()) {
-		if (w.dev < 0) {
-			w.need = 0;
+	if (!wake_need(&w) || share_lock_held()) {
+		if (w.dev < 0)
 			w.dev = 0;
-		}
 		try_wake(&w);
 		return;
 	}
