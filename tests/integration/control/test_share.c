@@ -84,7 +84,7 @@ static void status_of(struct target *t)
 
 #define PHASE "alloc 6 25000000" /* 150 MB of the group's 256 MiB */
 
-Test(share, two_processes_alternate_phases_with_data_intact, .timeout = 120)
+Test(share, two_processes_alternate_phases_with_data_intact, .timeout = 240)
 {
 	struct target *a, *b;
 
@@ -110,7 +110,7 @@ Test(share, two_processes_alternate_phases_with_data_intact, .timeout = 120)
 	teardown_group();
 }
 
-Test(share, three_processes_take_turns, .timeout = 120)
+Test(share, three_processes_take_turns, .timeout = 240)
 {
 	struct target *t[3];
 
@@ -135,7 +135,7 @@ Test(share, three_processes_take_turns, .timeout = 120)
 	teardown_group();
 }
 
-Test(share, strict_priority_never_sleeps_a_higher_one, .timeout = 120)
+Test(share, strict_priority_never_sleeps_a_higher_one, .timeout = 240)
 {
 	struct target *hi, *lo, *top;
 	struct timespec t0, t1;
