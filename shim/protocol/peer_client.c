@@ -153,7 +153,7 @@ static char *read_reply(int fd, long long deadline, size_t *len)
 	return buf;
 }
 
-static int parse_reply(char *buf, size_t len, peer_reply *out, char *why, size_t whylen)
+static int parse_reply(char *buf, size_t len, peer_client_reply *out, char *why, size_t whylen)
 {
 	char *line = buf, *nl;
 	const char *word;
@@ -183,14 +183,14 @@ static int parse_reply(char *buf, size_t len, peer_reply *out, char *why, size_t
 			out->nrecords++;
 	}
 	if (!ended) {
-		peer_reply_free(out);
+		peer_client_free(out);
 		return fail(why, whylen, "reply cut short");
 	}
 	return 0;
 }
 
-int peer_call(const char *dir, pid_t pid, const proto_request *req, int timeout_ms,
-	      peer_reply *out, char *why, size_t whylen)
+int peer_client_call(const char *dir, pid_t pid, const proto_request *req, int timeout_ms,
+	      peer_client_reply *out, char *why, size_t whylen)
 {
 	long long deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
 	char line[PROTO_MAX_REQUEST + 1], *reply;
@@ -217,7 +217,7 @@ int peer_call(const char *dir, pid_t pid, const proto_request *req, int timeout_
 	return rc;
 }
 
-const proto_record *peer_reply_nth(const peer_reply *r, const char *kind, int n)
+const proto_record *peer_client_nth(const peer_client_reply *r, const char *kind, int n)
 {
 	for (int i = 0; i < r->nrecords; i++)
 		if (!strcmp(r->records[i].kind, kind) && n-- == 0)
@@ -225,29 +225,29 @@ const proto_record *peer_reply_nth(const peer_reply *r, const char *kind, int n)
 	return NULL;
 }
 
-const proto_record *peer_reply_find(const peer_reply *r, const char *kind)
+const proto_record *peer_client_find(const peer_client_reply *r, const char *kind)
 {
-	return peer_reply_nth(r, kind, 0);
+	return peer_client_nth(r, kind, 0);
 }
 
-const char *peer_reply_error(const peer_reply *r)
+const char *peer_client_error(const peer_client_reply *r)
 {
 	const proto_record *e;
 
 	if (strcmp(r->word, "error"))
 		return NULL;
-	e = peer_reply_find(r, "error");
+	e = peer_client_find(r, "error");
 	return e && proto_record_str(e, "message") ? proto_record_str(e, "message") : "error";
 }
 
-void peer_reply_free(peer_reply *r)
+void peer_client_free(peer_client_reply *r)
 {
 	free(r->records);
 	r->records = NULL;
 	r->nrecords = 0;
 }
 
-int peer_list(const char *dir, pid_t self, pid_t *out, int max)
+int peer_client_list(const char *dir, pid_t self, pid_t *out, int max)
 {
 	DIR *d = opendir(dir);
 	struct dirent *e;

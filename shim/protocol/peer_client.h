@@ -14,27 +14,27 @@
 
 #define PEER_MAX_RECORDS 32   /* records kept from a reply (the rest are counted, not kept) */
 
-typedef struct peer_reply {
+typedef struct peer_client_reply {
 	char word[16];            /* "ok", "already" or "error" */
 	int nrecords;             /* records kept (at most PEER_MAX_RECORDS) */
-	proto_record *records;    /* malloc'd; peer_reply_free */
-} peer_reply;
+	proto_record *records;    /* malloc'd; peer_client_free */
+} peer_client_reply;
 
 /* Ask pid (its socket in dir) req, within timeout_ms. Returns 0 with *out filled (the reply may
- * be an error reply: see peer_reply_error), or -1 with why (no socket, not our user, timeout,
+ * be an error reply: see peer_client_error), or -1 with why (no socket, not our user, timeout,
  * malformed reply). */
-int peer_call(const char *dir, pid_t pid, const proto_request *req, int timeout_ms,
-	      peer_reply *out, char *why, size_t whylen);
+int peer_client_call(const char *dir, pid_t pid, const proto_request *req, int timeout_ms,
+	      peer_client_reply *out, char *why, size_t whylen);
 
 /* The first record of kind, or NULL. */
-const proto_record *peer_reply_find(const peer_reply *r, const char *kind);
+const proto_record *peer_client_find(const peer_client_reply *r, const char *kind);
 /* The nth record of kind (0-based), or NULL. */
-const proto_record *peer_reply_nth(const peer_reply *r, const char *kind, int n);
+const proto_record *peer_client_nth(const peer_client_reply *r, const char *kind, int n);
 /* An error reply's message (NULL when the reply is not an error). */
-const char *peer_reply_error(const peer_reply *r);
-void peer_reply_free(peer_reply *r);
+const char *peer_client_error(const peer_client_reply *r);
+void peer_client_free(peer_client_reply *r);
 
 /* The pids of the sockets in dir ("<pid>.sock"), without self; returns how many (up to max). */
-int peer_list(const char *dir, pid_t self, pid_t *out, int max);
+int peer_client_list(const char *dir, pid_t self, pid_t *out, int max);
 
 #endif

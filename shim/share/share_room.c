@@ -73,7 +73,7 @@ static bool look_at(pid_t pid, const char *uuid, struct peer *out)
 	const share_settings *ss = share_settings_get();
 	proto_request req = { .verb = PROTO_HELLO, .device = -1 };
 	const proto_record *info, *dev;
-	peer_reply r;
+	peer_client_reply r;
 	char why[160];
 	long long prio;
 	bool share = false;
@@ -82,13 +82,13 @@ static bool look_at(pid_t pid, const char *uuid, struct peer *out)
 
 	memset(out, 0, sizeof(*out));
 	out->pid = pid;
-	if (peer_call(ss->run_dir, pid, &req, PEER_TIMEOUT_MS, &r, why, sizeof(why)))
+	if (peer_client_call(ss->run_dir, pid, &req, PEER_TIMEOUT_MS, &r, why, sizeof(why)))
 		return false;
-	info = peer_reply_find(&r, "info");
+	info = peer_client_find(&r, "info");
 	if (!info || !proto_record_bool(info, "share", &share) || !share ||
 	    !record_i64(info, "priority", &prio) || !(gpus = proto_record_str(info, "gpus")) ||
 	    (out->ordinal = ordinal_of(gpus, uuid)) < 0) {
-		peer_reply_free(&r);
+		peer_client_free(&r);
 		return false;
 	}
 	out->priority = (int)prio;
@@ -96,12 +96,12 @@ static bool look_at(pid_t pid, const char *uuid, struct peer *out)
 	record_i64(info, "resident_ms", &out->resident_ms);
 	state = proto_record_str(info, "state");
 	out->awake = state && !strcmp(state, "awake");
-	peer_reply_free(&r);
+	peer_client_free(&r);
 	req.verb = PROTO_STATUS;
 	req.device = out->ordinal;
-	if (peer_call(ss->run_dir, pid, &req, PEER_TIMEOUT_MS, &r, why, sizeof(why)))
+	if (peer_client_call(ss->run_dir, pid, &req, PEER_TIMEOUT_MS, &r, why, sizeof(why)))
 		return false;
-	dev = peer_reply_find(&r, "device");
+	dev = peer_client_find(&r, "device");
 	if (dev) {
 		proto_record_u64(dev, "mapped", &mapped);
 		proto_record_u64(dev, "cached", &out->cached);
@@ -109,7 +109,7 @@ static bool look_at(pid_t pid, const char *uuid, struct peer *out)
 		proto_record_u64(dev, "app_asleep", &app_asleep);
 	}
 	out->resident = mapped + (app_bytes > app_asleep ? app_bytes - app_asleep : 0);
-	peer_reply_free(&r);
+	peer_client_free(&r);
 	return true;
 }
 
@@ -157,12 +157,12 @@ static void trim_own(int dev)
 static void ask_trim(const struct peer *p)
 {
 	proto_request req = { .verb = PROTO_TRIM, .device = p->ordinal };
-	peer_reply r;
+	peer_client_reply r;
 	char why[160];
 
-	if (!peer_call(share_settings_get()->run_dir, p->pid, &req, PEER_TIMEOUT_MS, &r, why,
+	if (!peer_client_call(share_settings_get()->run_dir, p->pid, &req, PEER_TIMEOUT_MS, &r, why,
 		       sizeof(why)))
-		peer_reply_free(&r);
+		peer_client_free(&r);
 }
 
 /* Sleep p's memory on this GPU; true when it is asleep. */
@@ -175,23 +175,23 @@ static bool put_to_sleep(const struct peer *p, const char *uuid, uint64_t need, 
 	const proto_record *res;
 	const char *msg;
 	uint64_t released = 0;
-	peer_reply r;
+	peer_client_reply r;
 	char why[200];
 
 	req.timeout_ms = (int)(left > SLEEP_TIMEOUT_MIN_MS ? left : SLEEP_TIMEOUT_MIN_MS);
 	snprintf(req.reason, sizeof(req.reason), "pid %ld (priority %d) needed %llu bytes on %s",
 		 (long)getpid(), ss->priority, (unsigned long long)need, uuid);
-	if (peer_call(ss->run_dir, p->pid, &req, req.timeout_ms + PEER_TIMEOUT_MS, &r, why,
+	if (peer_client_call(ss->run_dir, p->pid, &req, req.timeout_ms + PEER_TIMEOUT_MS, &r, why,
 		      sizeof(why))) {
 		vmm_log(VMM_LOG_INFO, "share: could not sleep pid %ld: %s", (long)p->pid, why);
 		return false;
 	}
-	if ((msg = peer_reply_error(&r))) {
+	if ((msg = peer_client_error(&r))) {
 		vmm_log(VMM_LOG_INFO, "share: pid %ld refused to sleep: %s", (long)p->pid, msg);
-		peer_reply_free(&r);
+		peer_client_free(&r);
 		return false;
 	}
-	res = peer_reply_find(&r, "result");
+	res = peer_client_find(&r, "result");
 	if (res)
 		proto_record_u64(res, "released", &released);
 	vmm_log(VMM_LOG_INFO, "share: slept pid %ld (priority %d, %s) for %s on %s: %llu bytes "
@@ -199,7 +199,7 @@ static bool put_to_sleep(const struct peer *p, const char *uuid, uint64_t need, 
 		p->priority < ss->priority ? "lower" : p->idle_ms >= ss->idle_ms ? "idle" :
 		"past its time slice", what, uuid, (unsigned long long)released,
 		(share_now_ms() - t0) / 1000.0);
-	peer_reply_free(&r);
+	peer_client_free(&r);
 	return true;
 }
 
@@ -223,7 +223,7 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 		rc = 1;
 		goto out;
 	}
-	npids = peer_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
+	npids = peer_client_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
 	for (int i = 0; i < npids; i++)
 		if (look_at(pids[i], uuid, &peers[n]))
 			n++;
