@@ -199,8 +199,12 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
 		return CUDA_ERROR_ILLEGAL_STATE;
 	}
 	r = CALL_REAL(cuMemExportToShareableHandle, (shareableHandle, real, handleType, flags));
-	if (r == CUDA_SUCCESS && reg)
+	if (r == CUDA_SUCCESS && reg) {
 		vmm_app_exported(reg, (vmm_phys)handle);
+		/* A duplicate, so that a group sleep can tell who holds this memory (app_vmm.h). */
+		if (handleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR && shareableHandle)
+			vmm_app_share_keep(reg, (vmm_phys)handle, *(int *)shareableHandle);
+	}
 	gate_leave();
 	return r;
 }
@@ -299,6 +303,8 @@ CUresult CUDAAPI cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
 		vmm_app_imported(reg, (vmm_phys)*handle, prop.location.id);
 		*handle = (CUmemGenericAllocationHandle)vmm_app_program_handle(reg,
 									      (vmm_phys)*handle);
+		if (shHandleType == CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+			vmm_app_share_keep(reg, (vmm_phys)*handle, (int)(intptr_t)osHandle);
 	}
 	gate_leave();
 	return r;

@@ -25,6 +25,9 @@ struct app_handle {
 	vmm_host_buf backup;     /* kept across cycles: pinned once, reused */
 	unsigned nmaps;
 	vmm_devptr tmp_va;       /* a temporary whole-handle mapping during a copy, or 0 */
+	int *share_fds;          /* the shim's duplicates of the descriptors exported or imported
+	                          * (app_share.c), closed with the handle */
+	unsigned nshare_fds;
 };
 
 struct app_map {
@@ -52,4 +55,6 @@ bool app_unreleasable(vmm_app_registry *reg, struct app_handle *h);
 /* The mappings of h, in offset order (caller frees); NULL with *n = 0 when it has none. */
 struct app_map **app_maps_of(vmm_app_registry *reg, struct app_handle *h, size_t *n);
 
+/* Close the shim's duplicates of h's shareable descriptors (app_share.c). */
+void app_share_fds_close(struct app_handle *h);
 #endif

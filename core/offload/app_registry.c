@@ -33,6 +33,7 @@ static void handle_free(vmm_app_registry *reg, struct app_handle *h)
 {
 	if (h->backup.ptr)
 		vmm_host_buf_free(reg->be, &h->backup);
+	app_share_fds_close(h);
 	free(h->prop);
 	free(h);
 }

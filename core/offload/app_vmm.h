@@ -42,7 +42,32 @@ void vmm_app_exported(vmm_app_registry *reg, vmm_phys handle);   /* shareable ha
 /* A handle imported from another process (cuMemImportFromShareableHandle): never released by a
  * sleep (the exporter owns the memory), reported as unreleasable with the bytes mapped from it. */
 void vmm_app_imported(vmm_app_registry *reg, vmm_phys handle, int device);
-void vmm_app_released(vmm_app_registry *reg, vmm_phys handle);   /* program dropped a reference */
+void vmm_app_released(vmm_app_registry *reg, vmm_phys handle);
+/* The program exported handle (its value) as, or imported it from, the POSIX descriptor fd: the
+ * registry keeps a duplicate (close-on-exec) until the handle goes, so that vmmctl can tell
+ * which handles of which processes are one memory (kcmp(KCMP_FILE) on the duplicates) and a
+ * group sleep knows who holds it. The duplicate keeps nothing alive longer than the handle
+ * record (closed with it). Other descriptor types are not kept. */
+void vmm_app_share_keep(vmm_app_registry *reg, vmm_phys handle, int fd);
+
+#define VMM_APP_SHARE_FDS 8   /* duplicates listed per handle; more are counted */
+typedef struct vmm_app_share {
+	vmm_phys app;                     /* the program's value */
+	int dev;
+	uint64_t size;
+	bool imported;                    /* false: this process created and exported it */
+	unsigned nfds;                    /* the shim's duplicates, listed up to VMM_APP_SHARE_FDS */
+	int fds[VMM_APP_SHARE_FDS];
+	/* Descriptors of this process other than the shim's that are the same open file: the
+	 * program holds the memory open, and no sleep can release it. -1 when that could not be
+	 * told (kcmp refused or missing: kcmp_errno). */
+	int program_fds;
+	int program_fd;                   /* the first of them, or -1 */
+	int kcmp_errno;                   /* 0, or why kcmp could not compare (EPERM, ENOSYS) */
+} vmm_app_share;
+/* Up to cap shared handles (those with kept descriptors), in value order; the count of all. */
+size_t vmm_app_share_list(vmm_app_registry *reg, vmm_app_share *out, size_t cap);
+   /* program dropped a reference */
 /* References. The program holds one per cuMemCreate (or import) and one per
  * cuMemRetainAllocationHandle, and drops one per cuMemRelease; only when the last goes has it
  * released the handle. The driver keeps a single reference for all of them while the program

@@ -5,6 +5,7 @@
 #include <stdbool.h>
 
 #include "../../core/heap_offload.h"
+#include "../../core/offload/app_vmm.h"
 #include "../protocol/protocol.h"
 
 /* Default bound on the wait for in-flight device calls when closing the gate. */
@@ -68,6 +69,9 @@ void control_dispatch_after_fork(void);
 void control_share_open(const proto_request *req, unsigned uid, long pid, proto_writer *w,
 			int *fds, size_t *nfds);
 void control_share_close_fds(const int *fds, size_t n);
+
+/* status's app_share records: the program's shared VMM handles (app_share_records.c). */
+void control_put_app_shares(proto_writer *w, vmm_app_registry *reg);
 
 /* The protocol's error word for a status. */
 const char *control_error_word(vmm_status s);

@@ -424,6 +424,8 @@ static void put_figures(const proto_request *req, proto_writer *w, shim_runtime 
 		}
 	}
 	put_ipc_records(w, rt);
+	if (rt && rt->cuda_app)
+		control_put_app_shares(w, rt->cuda_app);
 }
 
 /* hello and status: the figures when no sleep or wake runs, else what can be said without

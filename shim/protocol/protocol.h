@@ -55,6 +55,12 @@
  *            have closed it since); ipc_import  dev, exporter, id, base, span_size, opens;
  *            ipc  exports, imports (the totals; at most 64 of each kind are listed). Legacy
  *            CUDA IPC through the shim, in status replies.
+ *   app_share  dev, handle (the program's value), size, role (export | import), fds (the
+ *            shim's duplicates of the shareable descriptors, "12,13": numbers in the answering
+ *            process, for kcmp), program_fds (descriptors the program itself holds open on
+ *            them; -1: could not be told), program_fd (the first, or -1), kcmp_errno;
+ *            app_shares  count (at most 64 app_share records are listed). The program's own
+ *            VMM handles exported or imported as POSIX descriptors, in status replies.
  *   result   released, copied, seconds, gbps, already
  *   cancel   operation (sleep | wake | unknown | none), outcome (rolled_back: it stopped and
  *            undid its work | finished: it had done its work before it saw the cancel |

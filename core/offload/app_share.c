@@ -1,0 +1,128 @@
+/* Which of the program's VMM handles are shared with other processes, and through what: the
+ * shim's duplicates of every POSIX descriptor the program exported a handle as or imported one
+ * from (app_vmm.h, vmm_app_share_keep). The driver frees shared memory only when no process holds
+ * it by a handle, a mapping or an open descriptor; the duplicates let vmmctl match the holders
+ * across processes with kcmp(KCMP_FILE), and let this process tell whether the program itself
+ * still holds a descriptor of it open (then no sleep can release it). */
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/kcmp.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "../log.h"
+#include "app_internal.h"
+
+void app_share_fds_close(struct app_handle *h)
+{
+	for (unsigned i = 0; i < h->nshare_fds; i++)
+		close(h->share_fds[i]);
+	free(h->share_fds);
+	h->share_fds = NULL;
+	h->nshare_fds = 0;
+}
+
+void vmm_app_share_keep(vmm_app_registry *reg, vmm_phys handle, int fd)
+{
+	struct app_handle *h;
+	int *v, dup_fd;
+
+	if (!reg || fd < 0)
+		return;
+	pthread_mutex_lock(&reg->lock);
+	h = app_find(reg, handle);
+	if (!h) {
+		pthread_mutex_unlock(&reg->lock);
+		return;
+	}
+	v = realloc(h->share_fds, (h->nshare_fds + 1) * sizeof(*v));
+	dup_fd = v ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : -1;
+	if (v)
+		h->share_fds = v;
+	if (dup_fd >= 0)
+		h->share_fds[h->nshare_fds++] = dup_fd;
+	pthread_mutex_unlock(&reg->lock);
+	if (dup_fd < 0)
+		vmm_log(VMM_LOG_WARN, "app handle %#llx: descriptor %d not kept (%s); a group sleep "
+			"cannot tell who shares it", (unsigned long long)handle, fd,
+			v ? "dup failed" : "no host memory");
+}
+
+static bool is_kept(const struct app_handle *h, int fd)
+{
+	for (unsigned i = 0; i < h->nshare_fds; i++)
+		if (h->share_fds[i] == fd)
+			return true;
+	return false;
+}
+
+/* Descriptors of this process, other than the shim's, that are one of h's open files. */
+static void program_holders(const struct app_handle *h, vmm_app_share *s)
+{
+	pid_t self = getpid();
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+
+	s->program_fds = 0;
+	s->program_fd = -1;
+	if (!d) {
+		s->program_fds = -1;
+		s->kcmp_errno = errno;
+		return;
+	}
+	while ((e = readdir(d))) {
+		char *end;
+		long fd = strtol(e->d_name, &end, 10);
+
+		if (*end || end == e->d_name || fd == dirfd(d) || is_kept(h, (int)fd))
+			continue;
+		for (unsigned i = 0; i < h->nshare_fds; i++) {
+			long r = syscall(SYS_kcmp, self, self, KCMP_FILE, h->share_fds[i], fd);
+
+			if (r < 0 && errno != EBADF) {   /* EBADF: closed meanwhile */
+				s->program_fds = -1;
+				s->kcmp_errno = errno;
+				closedir(d);
+				return;
+			}
+			if (r == 0) {
+				if (s->program_fd < 0)
+					s->program_fd = (int)fd;
+				s->program_fds++;
+				break;
+			}
+		}
+	}
+	closedir(d);
+}
+
+size_t vmm_app_share_list(vmm_app_registry *reg, vmm_app_share *out, size_t cap)
+{
+	size_t n = 0;
+
+	if (!reg)
+		return 0;
+	pthread_mutex_lock(&reg->lock);
+	for (size_t i = 0; i < reg->nh; i++) {
+		struct app_handle *h = reg->hs[i];
+
+		if (!h->nshare_fds)
+			continue;
+		if (n < cap && out) {
+			vmm_app_share *s = &out[n];
+
+			*s = (vmm_app_share){ .app = h->app, .dev = h->dev, .size = h->size,
+					      .imported = h->imported, .nfds = h->nshare_fds,
+					      .program_fd = -1 };
+			for (unsigned k = 0; k < h->nshare_fds && k < VMM_APP_SHARE_FDS; k++)
+				s->fds[k] = h->share_fds[k];
+			program_holders(h, s);
+		}
+		n++;
+	}
+	pthread_mutex_unlock(&reg->lock);
+	return n;
+}
