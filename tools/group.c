@@ -23,6 +23,7 @@
 
 #include "client.h"
 #include "group.h"
+#include "group_shares.h"
 #include "output.h"
 
 /* An undo is tried even when the deadline has passed: it gets at least this long. */
@@ -143,6 +144,18 @@ static bool ms_any_undo_failed(const struct member *ms, int n)
 	return false;
 }
 
+/* Asking each member what it shares, after a sleep: a status, answered at once. */
+#define GROUP_SHARES_TIMEOUT_S 5.0
+
+static const client_target *targets_of(const struct member *ms, int n)
+{
+	static client_target t[VMMCTL_MAX_GROUP];
+
+	for (int i = 0; i < n; i++)
+		t[i] = ms[i].t;
+	return t;
+}
+
 static void print_json(const struct member *ms, int n, const char *verb, bool ok, int attempts,
 		       double secs)
 {
@@ -167,7 +180,12 @@ static void print_json(const struct member *ms, int n, const char *verb, bool ok
 		}
 		fputs("}", stdout);
 	}
-	puts("]}");
+	fputs("]", stdout);
+	if (ok && !strcmp(verb, "sleep")) {
+		fputs(", \"shared\": ", stdout);
+		group_shares_report(targets_of(ms, n), n, GROUP_SHARES_TIMEOUT_S, true, stdout);
+	}
+	puts("}");
 }
 
 static void print_text(const struct member *ms, int n, const char *verb, bool ok, int attempts,
@@ -201,6 +219,8 @@ static void print_text(const struct member *ms, int n, const char *verb, bool ok
 		if (res && proto_record_u64(res, "copied", &v))
 			copied += v;
 	}
+	if (ok && sleeping)
+		group_shares_report(targets_of(ms, n), n, GROUP_SHARES_TIMEOUT_S, false, stdout);
 	if (ok)
 		printf("group of %d: %s. %s %s, copied %s in %.3f s (%d attempt%s)\n", n,
 		       sleeping ? "asleep" : "awake", sleeping ? "released" : "re-created",

@@ -99,6 +99,15 @@ static void shared_group(int n)
 	before = group_free(&observer);
 	group("sleep", ps, n);
 	asleep = group_free(&observer);
+	/* vmmctl matched the members' handles to one memory (kcmp on the shims' duplicates of the
+	 * descriptors) and names every holder, the exporter first. */
+	char held[128] = "held by pid";
+	for (int i = 0; i < n; i++)
+		snprintf(held + strlen(held), sizeof(held) - strlen(held), "%s%d", i ? "," : " ",
+			 (int)ps[i].pid);
+	cr_expect(strstr(o.out, held), "'%s' in: %s", held, o.out);
+	snprintf(text, sizeof(text), "exported by pid %d", (int)ps[0].pid);
+	cr_expect(strstr(o.out, text), "'%s' in: %s", text, o.out);
 	/* Each member's own memory went back to the driver; the shared handle stayed, and its
 	 * members say so. */
 	cr_expect_geq(asleep - before, (long long)n * OWN_BYTES,
@@ -137,4 +146,59 @@ Test(group_share, two_processes_sharing_memory_sleep_and_wake, .timeout = 120)
 Test(group_share, three_processes_sharing_memory_sleep_and_wake, .timeout = 120)
 {
 	shared_group(3);
+}
+
+/* Who keeps shared memory resident, named: the exporter's program holds a descriptor of it open
+ * (the driver cannot free that memory), and a process outside the group imported it. Nothing
+ * about it changes: the group sleeps and wakes, and the three still see one memory. */
+Test(group_share, holders_that_keep_shared_memory_resident_are_named, .timeout = 120)
+{
+	struct peer ps[2], outsider;
+	long long slot[3];
+	char text[128];
+
+	setup_env();
+	peer_start(&outsider, env);
+	peer_ok(&outsider, "init");
+	for (int i = 0; i < 2; i++) {
+		peer_start(&ps[i], env);
+		peer_ok(&ps[i], "init");
+	}
+	long long h = peer_ok(&ps[0], "create %u posix", SHARED_BYTES);
+	slot[0] = peer_ok(&ps[0], "map %lld %u", h, SHARED_BYTES);
+	peer_ok(&ps[0], "write %lld before-sleep", slot[0]);
+	long long kept = peer_ok(&ps[0], "export %lld keep", h);   /* the program keeps this one */
+	struct peer *to[2] = { &ps[1], &outsider };
+	for (int i = 0; i < 2; i++) {
+		peer_ok(&ps[0], "export %lld", h);
+		cr_assert_geq(ps[0].fd, 0, "the export carries a descriptor");
+		long long hi = peer_cmd(to[i], ps[0].fd, "import")[0] == 'o' ?
+				       atol(to[i]->reply + 2) : -1;
+		close(ps[0].fd);
+		cr_assert_geq(hi, 0, "import: %s", to[i]->reply);
+		slot[i + 1] = peer_ok(to[i], "map %lld %u", hi, SHARED_BYTES);
+	}
+	group("sleep", ps, 2);
+	snprintf(text, sizeof(text), "pid %d's program holds descriptor %lld of it open",
+		 (int)ps[0].pid, kept);
+	cr_expect(strstr(o.out, text), "'%s' in: %s", text, o.out);
+	snprintf(text, sizeof(text), "pid %d, outside the group, holds it", (int)outsider.pid);
+	cr_expect(strstr(o.out, text), "'%s' in: %s", text, o.out);
+	/* The same in JSON, per holder. */
+	group("wake", ps, 2);
+	vmmctl_run(&o, run_dir, -1, "--json --timeout 60 sleep %d %d", (int)ps[0].pid,
+		   (int)ps[1].pid);
+	cr_assert_eq(o.code, 0, "%s %s", o.out, o.err);
+	snprintf(text, sizeof(text), "\"outside\": [%d]", (int)outsider.pid);
+	cr_expect(strstr(o.out, text), "'%s' in: %s", text, o.out);
+	cr_expect(strstr(o.out, "\"program_fds\": 1"), "%s", o.out);
+	group("wake", ps, 2);
+	peer_ok(&outsider, "write %lld from-outside", slot[2]);
+	for (int i = 0; i < 2; i++)
+		cr_expect_str_eq(peer_cmd(&ps[i], -1, "read %lld", slot[i]), "ok from-outside");
+	for (int i = 0; i < 2; i++)
+		peer_exit(&ps[i]);
+	peer_exit(&outsider);
+	snprintf(text, sizeof(text), "rm -rf '%s'", run_dir);
+	cr_expect_eq(system(text), 0);
 }

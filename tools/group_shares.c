@@ -1,0 +1,244 @@
+/* What the members of a group share through the program's own VMM handles (NCCL's buffers), and
+ * why it stays resident while they sleep. Every member's shim keeps a duplicate of each shareable
+ * descriptor its program exported or imported and lists them in status (`app_share` records:
+ * numbers in that process). Two duplicates are one memory when kcmp(KCMP_FILE) says they are the
+ * same open file (identity cannot come from fstat: every such descriptor is an open of the
+ * driver's device file). One memory is then reported with its holders: the members that map it,
+ * a member whose program still holds a descriptor of it open, and any other process of this user
+ * that holds one (found by the same comparison on its descriptors). The driver frees the memory
+ * only when all of them have let it go; releasing it across the group (copy out, release in
+ * every member, re-create and re-share at wake) is not built yet: docs/vmmctl.md. */
+
+#include <dirent.h>
+#include <errno.h>
+#include <linux/kcmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "group_shares.h"
+#include "output.h"
+
+#define MAX_SHARES 256     /* handles over all members */
+#define MAX_OUTSIDE 8      /* other processes named per memory */
+
+struct share {
+	pid_t pid;
+	uint64_t handle, size;
+	bool exporter;
+	int fds[8], nfds;      /* the shim's duplicates, in pid (an exporter: one per export) */
+	long long program_fds, program_fd, kcmp_errno;
+	int memory;            /* index of the memory it belongs to */
+};
+
+struct memory {
+	int first;             /* a share of it */
+	int nholders;
+	pid_t outside[MAX_OUTSIDE];
+	int noutside;
+	int kcmp_errno;        /* why it could not be matched, or 0 */
+};
+
+static long kcmp_file(pid_t a, pid_t b, int fa, int fb)
+{
+	return syscall(SYS_kcmp, a, b, KCMP_FILE, fa, fb);
+}
+
+/* The members' app_share records. */
+static int gather(const client_target *t, int n, double timeout, struct share *s)
+{
+	int k = 0;
+
+	for (int i = 0; i < n; i++) {
+		proto_request req = { .verb = PROTO_STATUS, .device = -1 };
+		client_reply r = { 0 };
+		client_error e;
+
+		if (client_call(&t[i], &req, timeout, false, false, &r, &e) ||
+		    client_reply_error(&r, &e)) {
+			client_reply_free(&r);
+			continue;
+		}
+		for (int j = 0; j < r.nrecords && k < MAX_SHARES; j++) {
+			const proto_record *rec = r.records[j];
+			const char *role = proto_record_str(rec, "role");
+			const char *fds = proto_record_str(rec, "fds");
+			uint64_t v;
+
+			if (strcmp(rec->kind, "app_share") || !role || !fds || !*fds)
+				continue;
+			s[k] = (struct share){ .pid = t[i].pid, .exporter = !strcmp(role, "export"),
+					       .memory = -1 };
+			for (const char *p = fds; *p && s[k].nfds < 8; p += strcspn(p, ","),
+					p += *p == ',')
+				s[k].fds[s[k].nfds++] = atoi(p);
+			proto_record_u64(rec, "handle", &s[k].handle);
+			proto_record_u64(rec, "size", &s[k].size);
+			s[k].program_fds = proto_record_u64(rec, "program_fds", &v) ? (long long)v : -1;
+			s[k].program_fd = proto_record_u64(rec, "program_fd", &v) ? (long long)v : -1;
+			s[k].kcmp_errno = proto_record_u64(rec, "kcmp_errno", &v) ? (long long)v : 0;
+			k++;
+		}
+		client_reply_free(&r);
+	}
+	return k;
+}
+
+static bool is_member(const client_target *t, int n, pid_t pid)
+{
+	for (int i = 0; i < n; i++)
+		if (t[i].pid == pid)
+			return true;
+	return false;
+}
+
+/* Other processes of this user with a descriptor of one of the memories. */
+static void scan_outside(const client_target *t, int n, struct share *s, int ns,
+			 struct memory *m, int nm)
+{
+	DIR *proc = opendir("/proc");
+	struct dirent *e;
+
+	if (!proc)
+		return;
+	while ((e = readdir(proc))) {
+		char path[64], *end;
+		long pid = strtol(e->d_name, &end, 10);
+		struct stat st;
+		DIR *fdd;
+		struct dirent *f;
+
+		if (*end || end == e->d_name || pid == getpid() || is_member(t, n, (pid_t)pid))
+			continue;
+		snprintf(path, sizeof(path), "/proc/%ld/fd", pid);
+		if (stat(path, &st) || st.st_uid != getuid() || !(fdd = opendir(path)))
+			continue;
+		while ((f = readdir(fdd))) {
+			long fd = strtol(f->d_name, &end, 10);
+
+			if (*end || end == f->d_name)
+				continue;
+			for (int i = 0; i < nm; i++) {
+				bool named = false, same = false;
+
+				for (int k = 0; k < ns && !same; k++)
+					for (int j = 0; s[k].memory == i && j < s[k].nfds && !same; j++)
+						same = !kcmp_file(s[k].pid, (pid_t)pid, s[k].fds[j],
+								  (int)fd);
+				if (!same)
+					continue;
+				for (int k = 0; k < m[i].noutside; k++)
+					named = named || m[i].outside[k] == (pid_t)pid;
+				if (!named && m[i].noutside < MAX_OUTSIDE)
+					m[i].outside[m[i].noutside++] = (pid_t)pid;
+			}
+		}
+		closedir(fdd);
+	}
+	closedir(proc);
+}
+
+/* Group the shares into memories: kcmp says which duplicates are one open file. */
+static int match(struct share *s, int ns, struct memory *m)
+{
+	int nm = 0;
+
+	for (int i = 0; i < ns; i++) {
+		for (int j = 0; j < i && s[i].memory < 0; j++)
+			for (int a = 0; a < s[j].nfds && s[i].memory < 0; a++)
+				for (int b = 0; b < s[i].nfds && s[i].memory < 0; b++) {
+					long r = kcmp_file(s[j].pid, s[i].pid, s[j].fds[a],
+							   s[i].fds[b]);
+
+					if (r == 0)
+						s[i].memory = s[j].memory;
+					else if (r < 0 && !m[s[j].memory].kcmp_errno)
+						m[s[j].memory].kcmp_errno = errno;
+				}
+		if (s[i].memory < 0) {
+			m[nm] = (struct memory){ .first = i };
+			s[i].memory = nm++;
+		}
+		m[s[i].memory].nholders++;
+		if (s[i].kcmp_errno && !m[s[i].memory].kcmp_errno)
+			m[s[i].memory].kcmp_errno = (int)s[i].kcmp_errno;
+	}
+	return nm;
+}
+
+/* Why memory m (index mi) stays resident, in words. */
+static void why(const struct share *s, int ns, const struct memory *m, int mi, char *buf,
+		size_t cap)
+{
+	size_t len = 0;
+
+	buf[0] = '\0';
+	if (m->kcmp_errno)
+		len += (size_t)snprintf(buf + len, cap - len, "its holders cannot be matched "
+					"(kcmp: %s)", strerror(m->kcmp_errno));
+	for (int i = 0; i < ns && len < cap; i++)
+		if (s[i].memory == mi && s[i].program_fds > 0)
+			len += (size_t)snprintf(buf + len, cap - len, "%spid %d's program holds "
+						"descriptor %lld of it open (the driver cannot free "
+						"it)", len ? "; " : "", (int)s[i].pid,
+						s[i].program_fd);
+	for (int k = 0; k < m->noutside && len < cap; k++)
+		len += (size_t)snprintf(buf + len, cap - len, "%spid %d, outside the group, holds "
+					"it", len ? "; " : "", (int)m->outside[k]);
+	if (!len)
+		snprintf(buf, cap, "releasing memory shared across a group is not built yet");
+}
+
+void group_shares_report(const client_target *t, int n, double timeout, bool json, FILE *out)
+{
+	static struct share s[MAX_SHARES];
+	static struct memory m[MAX_SHARES];
+	int ns = gather(t, n, timeout, s), nm = match(s, ns, m);
+	char reason[1024], b[32];
+
+	scan_outside(t, n, s, ns, m, nm);
+	if (json)
+		fputc('[', out);
+	for (int i = 0; i < nm; i++) {
+		const struct share *ex = &s[m[i].first];
+		uint64_t size = 0;
+
+		for (int k = 0; k < ns; k++)   /* the exporter knows the size; importers what they map */
+			if (s[k].memory == i && (s[k].exporter || s[k].size > size))
+				size = s[k].exporter ? s[k].size : size > s[k].size ? size : s[k].size;
+		for (int k = 0; k < ns; k++)
+			if (s[k].memory == i && s[k].exporter)
+				ex = &s[k];
+		why(s, ns, &m[i], i, reason, sizeof(reason));
+		if (json) {
+			fprintf(out, "%s{\"size\": %llu, \"exporter\": %d, \"holders\": [", i ? ", " : "",
+				(unsigned long long)size, ex->exporter ? (int)ex->pid : -1);
+			for (int k = 0, c = 0; k < ns; k++)
+				if (s[k].memory == i)
+					fprintf(out, "%s{\"pid\": %d, \"handle\": %llu, \"role\": \"%s\", "
+						"\"program_fds\": %lld}", c++ ? ", " : "", (int)s[k].pid,
+						(unsigned long long)s[k].handle,
+						s[k].exporter ? "export" : "import", s[k].program_fds);
+			fputs("], \"outside\": [", out);
+			for (int k = 0; k < m[i].noutside; k++)
+				fprintf(out, "%s%d", k ? ", " : "", (int)m[i].outside[k]);
+			fputs("], \"resident\": true, \"why\": ", out);
+			out_json_string(out, reason);
+			fputc('}', out);
+			continue;
+		}
+		fprintf(out, "shared %s", out_bytes(size, b, sizeof(b)));
+		if (ex->exporter)
+			fprintf(out, " (exported by pid %d)", (int)ex->pid);
+		fputs(", held by pid", out);
+		for (int k = 0, c = 0; k < ns; k++)
+			if (s[k].memory == i)
+				fprintf(out, "%s%d", c++ ? "," : " ", (int)s[k].pid);
+		fprintf(out, ": stays resident: %s\n", reason);
+	}
+	if (json)
+		fputc(']', out);
+}
