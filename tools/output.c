@@ -207,6 +207,33 @@ static void print_info(FILE *f, const proto_record *info)
 	print_share(f, "  ", info);
 }
 
+/* The program's own handles shared through POSIX descriptors (app_share records), one line each:
+ * what keeps each resident while asleep, as far as this process can tell. */
+static void out_app_shares(FILE *f, const client_reply *r)
+{
+	char b[32];
+
+	for (int i = 0; i < r->nrecords; i++) {
+		const proto_record *s = r->records[i];
+		uint64_t pfds = 0, pfd = 0, kerr = 0;
+
+		if (strcmp(s->kind, "app_share"))
+			continue;
+		fprintf(f, "  shared handle %#" PRIx64 " (device %" PRIu64 "): %s, %s", u64(s, "handle"),
+			u64(s, "dev"), out_bytes(u64(s, "size"), b, sizeof(b)),
+			strcmp(str(s, "role"), "import") ? "exported" : "imported");
+		if (proto_record_u64(s, "program_fds", &pfds) && pfds &&
+		    proto_record_u64(s, "program_fd", &pfd))
+			fprintf(f, "; the program holds descriptor %" PRIu64 " of it open, so the "
+				"driver cannot free it\n", pfd);
+		else if (proto_record_u64(s, "kcmp_errno", &kerr) && kerr)
+			fprintf(f, "; whether the program holds a descriptor of it open cannot be "
+				"told (kcmp: %s)\n", strerror((int)kerr));
+		else
+			fputs("\n", f);
+	}
+}
+
 #define COLS "%-10s %12s %12s %12s %12s %12s\n"
 
 void out_status(FILE *f, const client_reply *r)
@@ -289,6 +316,7 @@ void out_status(FILE *f, const client_reply *r)
 		fprintf(f, "  virtual address space reserved: %s\n",
 			out_bytes(u64(d, "reserved"), b[5], 32));
 	}
+	out_app_shares(f, r);
 }
 
 void out_transfer(FILE *f, const char *verb, const char *what, const client_reply *r)

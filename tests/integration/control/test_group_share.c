@@ -184,6 +184,10 @@ Test(group_share, holders_that_keep_shared_memory_resident_are_named, .timeout =
 	cr_expect(strstr(o.out, text), "'%s' in: %s", text, o.out);
 	snprintf(text, sizeof(text), "pid %d, outside the group, holds it", (int)outsider.pid);
 	cr_expect(strstr(o.out, text), "'%s' in: %s", text, o.out);
+	/* status of the exporter says so too. */
+	vmmctl_run(&o, run_dir, -1, "status %d", (int)ps[0].pid);
+	snprintf(text, sizeof(text), "the program holds descriptor %lld of it open", kept);
+	cr_expect(strstr(o.out, text), "'%s' in: %s", text, o.out);
 	/* The same in JSON, per holder. */
 	group("wake", ps, 2);
 	vmmctl_run(&o, run_dir, -1, "--json --timeout 60 sleep %d %d", (int)ps[0].pid,
@@ -201,4 +205,52 @@ Test(group_share, holders_that_keep_shared_memory_resident_are_named, .timeout =
 	peer_exit(&outsider);
 	snprintf(text, sizeof(text), "rm -rf '%s'", run_dir);
 	cr_expect_eq(system(text), 0);
+}
+
+/* The shims' duplicates of the descriptors keep nothing alive past the handles: once the
+ * exporter and the importer have unmapped and released the shared handle (and closed every
+ * descriptor), its bytes are free again, as without the shim. simdev frees shared memory only
+ * when no process holds it by a handle, a mapping or an open descriptor, as the driver does. */
+Test(group_share, shared_memory_is_freed_when_the_programs_let_it_go, .timeout = 120)
+{
+	struct peer ps[2], observer;
+	long long slot[2], hs[2], before, mapped, after;
+	char cmd[128];
+
+	setup_env();
+	peer_start(&observer, env);
+	peer_ok(&observer, "init");
+	for (int i = 0; i < 2; i++) {
+		peer_start(&ps[i], env);
+		peer_ok(&ps[i], "init");
+	}
+	before = group_free(&observer);
+	hs[0] = peer_ok(&ps[0], "create %u posix", SHARED_BYTES);
+	slot[0] = peer_ok(&ps[0], "map %lld %u", hs[0], SHARED_BYTES);
+	peer_ok(&ps[0], "export %lld", hs[0]);
+	cr_assert_geq(ps[0].fd, 0, "the export carries a descriptor");
+	hs[1] = peer_cmd(&ps[1], ps[0].fd, "import")[0] == 'o' ? atol(ps[1].reply + 2) : -1;
+	close(ps[0].fd);
+	cr_assert_geq(hs[1], 0, "import: %s", ps[1].reply);
+	slot[1] = peer_ok(&ps[1], "map %lld %u", hs[1], SHARED_BYTES);
+	mapped = group_free(&observer);
+	cr_expect_leq(mapped, before - (long long)SHARED_BYTES, "the shared handle takes memory: "
+		      "free %lld before, %lld mapped", before, mapped);
+	/* Each shim lists its duplicate while the handle lives. */
+	for (int i = 0; i < 2; i++) {
+		vmmctl_run(&o, run_dir, -1, "status %d", (int)ps[i].pid);
+		cr_expect(strstr(o.out, "shared handle"), "%s", o.out);
+	}
+	for (int i = 0; i < 2; i++) {
+		peer_ok(&ps[i], "unmap %lld", slot[i]);
+		peer_ok(&ps[i], "release %lld", hs[i]);
+	}
+	after = group_free(&observer);
+	cr_expect_eq(after, before, "the shared bytes are free again: free %lld before, %lld after",
+		     before, after);
+	for (int i = 0; i < 2; i++)
+		peer_exit(&ps[i]);
+	peer_exit(&observer);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
+	cr_expect_eq(system(cmd), 0);
 }
