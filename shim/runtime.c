@@ -104,6 +104,7 @@ static void in_child(void)
 	pthread_mutex_init(&create_lock, NULL);
 	gate_reset_after_fork();
 	ipc_registry_after_fork();
+	vmm_app_share_after_fork(rt.cuda_app);
 }
 
 /* Called with create_lock held, once a side is ready. */

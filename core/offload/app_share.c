@@ -51,6 +51,17 @@ void vmm_app_share_keep(vmm_app_registry *reg, vmm_phys handle, int fd)
 			v ? "dup failed" : "no host memory");
 }
 
+void vmm_app_share_after_fork(vmm_app_registry *reg)
+{
+	/* Only the forking thread runs in the child: a lock another thread held stays held, and
+	 * then the records may be half changed; leave them (the duplicates go at exit). */
+	if (!reg || pthread_mutex_trylock(&reg->lock))
+		return;
+	for (size_t i = 0; i < reg->nh; i++)
+		app_share_fds_close(reg->hs[i]);
+	pthread_mutex_unlock(&reg->lock);
+}
+
 static bool is_kept(const struct app_handle *h, int fd)
 {
 	for (unsigned i = 0; i < h->nshare_fds; i++)

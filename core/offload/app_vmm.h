@@ -65,6 +65,9 @@ typedef struct vmm_app_share {
 	int program_fd;                   /* the first of them, or -1 */
 	int kcmp_errno;                   /* 0, or why kcmp could not compare (EPERM, ENOSYS) */
 } vmm_app_share;
+/* In a forked child: close the inherited duplicates, so that a child (a data-loader worker) does
+ * not keep the parent's shared memory alive after the parent let it go. */
+void vmm_app_share_after_fork(vmm_app_registry *reg);
 /* Up to cap shared handles (those with kept descriptors), in value order; the count of all. */
 size_t vmm_app_share_list(vmm_app_registry *reg, vmm_app_share *out, size_t cap);
    /* program dropped a reference */

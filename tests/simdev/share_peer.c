@@ -15,15 +15,19 @@
  *   write P TEXT | read P      copy TEXT (with its NUL) to P | read a string back -> ok TEXT
  *   info                       cuMemGetInfo -> ok FREE TOTAL
  *   churn N SEED               N random cuMemAlloc/cuMemCreate+map and frees (OOM allowed)
+ *   fork                       a child that waits, holding what fork gave it, until killed or
+ *                              this process ends -> ok CHILDPID
  *   exec                       answers, then executes itself again (same pid, same socket)
  *   exit                       answers, then exit(0) (destructors run) */
 #include <cuda.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -282,6 +286,19 @@ static void run(char *cmd, int fd)
 		}
 	} else if (!strcmp(word, "churn")) {
 		r = churn((int)a, (unsigned)b);
+	} else if (!strcmp(word, "fork")) {
+		pid_t child = fork();
+		if (child == 0) {
+			close(sock);
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			for (;;)
+				pause();
+		}
+		if (child > 0) {
+			reply(-1, "ok %d", (int)child);
+			return;
+		}
+		r = CUDA_ERROR_OPERATING_SYSTEM;
 	} else if (!strcmp(word, "exit")) {
 		reply(-1, "ok");
 		exit(0);
