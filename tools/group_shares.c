@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "group_shares.h"
@@ -47,17 +48,28 @@ static long kcmp_file(pid_t a, pid_t b, int fa, int fb)
 	return syscall(SYS_kcmp, a, b, KCMP_FILE, fa, fb);
 }
 
-/* The members' app_share records. */
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The members' app_share records, all asked within timeout seconds (a member that does not
+ * answer in time is left out: its shares are then not named). */
 static int gather(const client_target *t, int n, double timeout, struct share *s)
 {
+	double deadline = now_s() + timeout;
 	int k = 0;
 
 	for (int i = 0; i < n; i++) {
 		proto_request req = { .verb = PROTO_STATUS, .device = -1 };
 		client_reply r = { 0 };
 		client_error e;
+		double left = deadline - now_s();
 
-		if (client_call(&t[i], &req, timeout, false, false, &r, &e) ||
+		if (left < 0.05 || client_call(&t[i], &req, left, false, false, &r, &e) ||
 		    client_reply_error(&r, &e)) {
 			client_reply_free(&r);
 			continue;
