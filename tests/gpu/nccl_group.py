@@ -101,6 +101,7 @@ def run_mode(a, shim):
              "--port", str(port)], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=err, text=True, bufsize=1))
     rep = {"mode": tag, "pids": [p.pid for p in procs], "stages": {}, "ctl": {}}
+    early = {r: [] for r in range(a.world)}  # RESULT lines read while waiting for a stage
 
     def wait_stage(name):
         for r, p in enumerate(procs):
@@ -108,6 +109,8 @@ def run_mode(a, shim):
                 line = p.stdout.readline()
                 if not line:
                     raise RuntimeError(f"{tag} rank {r} ended before stage {name}")
+                if line.startswith("RESULT"):
+                    early[r].append(line.rstrip("\n"))
                 if line.startswith("STAGE " + name):
                     break
 
@@ -152,8 +155,8 @@ def run_mode(a, shim):
         go()
         for r, p in enumerate(procs):
             out, _ = p.communicate(timeout=120)
-            rep.setdefault("results", {})[str(r)] = [l for l in out.splitlines()
-                                                     if l.startswith("RESULT")]
+            rep.setdefault("results", {})[str(r)] = early[r] + [
+                l for l in out.splitlines() if l.startswith("RESULT")]
             rep.setdefault("rc", {})[str(r)] = p.returncode
     except (RuntimeError, subprocess.TimeoutExpired, OSError) as e:
         rep["error"] = str(e)
