@@ -9,12 +9,14 @@
 
 #define GIB (1ull << 30)
 #define DEFAULT_SMALL_MAX (64u << 10)
+#define DEFAULT_WHOLE_HANDLE_MIN (32u << 20)
 
 void vmm_config_defaults(vmm_config *cfg)
 {
 	cfg->cache_limit = SIZE_MAX;   /* keep freed memory, like a caching allocator; trim gives it back */
 	cfg->reserve_bytes = 0;        /* 4 x device memory, decided per device */
-	cfg->max_handle_bytes = GIB;
+	cfg->max_handle_bytes = SIZE_MAX; /* one handle per growth: see heap_grow.c */
+	cfg->whole_handle_min = DEFAULT_WHOLE_HANDLE_MIN;
 	cfg->small_max = DEFAULT_SMALL_MAX;
 }
 
@@ -36,6 +38,8 @@ vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **ou
 		c->cfg.reserve_bytes = cfg->reserve_bytes;
 		if (cfg->max_handle_bytes)
 			c->cfg.max_handle_bytes = cfg->max_handle_bytes;
+		if (cfg->whole_handle_min)
+			c->cfg.whole_handle_min = cfg->whole_handle_min;
 		if (cfg->small_max)
 			c->cfg.small_max = cfg->small_max;
 	}
@@ -77,7 +81,7 @@ static vmm_status alloc_block(struct devheap *dh, struct arena *a, size_t size, 
 
 	/* A large allocation owns whole granules (its handles are its own, see heap_grow.c), so
 	 * that no other allocation shares them. */
-	if (size >= dh->core->cfg.max_handle_bytes) {
+	if (heap_wants_whole(dh, size)) {
 		usable = align_up(size, dh->gran);
 		align = align > dh->gran ? align : dh->gran;
 	}

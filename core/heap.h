@@ -1,6 +1,6 @@
 /* The core allocator: per device, one reserved virtual range carved into allocations, physical
- * memory mapped on demand (2 MiB pieces, whole handles for the largest requests), freed physical
- * memory reused at any address, small allocations packed. Knows nothing of interposition; the
+ * memory mapped on demand (whole handles for requests of 32 MiB or more made of new memory, 2 MiB
+ * pieces otherwise), freed physical memory reused at any address, small allocations packed. Knows nothing of interposition; the
  * shim and the tests drive it through this API. All functions are thread-safe.
  *
  * Reuse rule (see README "When freed memory is reused"): vmm_free() does not synchronize, it
@@ -33,8 +33,11 @@ typedef struct vmm_config {
 	size_t cache_limit;        /* bytes of free physical memory kept for reuse per device; beyond it
 	                            * wholly free handles are released. 0 = default (see heap.c). SIZE_MAX = keep all. */
 	size_t reserve_bytes;      /* VA reserved per device at first use; 0 = 4 x device memory */
-	size_t max_handle_bytes;   /* largest physical handle created; requests below it get 2 MiB
-	                            * pieces, larger ones whole handles; 0 = default (1 GiB) */
+	size_t max_handle_bytes;   /* largest physical handle created; 0 = default (no limit) */
+	size_t whole_handle_min;   /* requests of this size or more (or of max_handle_bytes, when
+	                            * smaller) own whole granules, and new memory for them comes in
+	                            * handles of up to max_handle_bytes; smaller requests get 2 MiB
+	                            * pieces; 0 = default (32 MiB) */
 	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
 } vmm_config;
 

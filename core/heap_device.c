@@ -2,6 +2,7 @@
  * size and the settings that depend on them), lookup, and teardown of everything a heap holds. */
 #include "heap_device.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -60,7 +61,9 @@ static void settle_config(struct vmm_core *core, struct devheap *dh)
 		core->cfg.reserve_bytes = align_up(4 * dh->total_mem, dh->gran);
 	if (core->cfg.small_max > dh->gran / 8)
 		core->cfg.small_max = dh->gran / 8;
-	if (core->cfg.max_handle_bytes != align_up(core->cfg.max_handle_bytes, dh->gran))
+	/* Whole granules; "no limit" (SIZE_MAX) stays as it is rather than wrap round. */
+	if (core->cfg.max_handle_bytes < SIZE_MAX - dh->gran &&
+	    core->cfg.max_handle_bytes != align_up(core->cfg.max_handle_bytes, dh->gran))
 		core->cfg.max_handle_bytes = align_up(core->cfg.max_handle_bytes, dh->gran);
 }
 

@@ -7,11 +7,15 @@
  *     (holes that no request fits) and from each block's end, moved and mapped side by side;
  *  2. the memory of a larger idle handle, released rather than moved (a handle cannot be cut,
  *     and only part of it would be used);
- *  3. new memory: for a request below max_handle_bytes, pieces of one granule (2 MiB), so that
- *     whatever part of it is free later can move on its own to where it is needed; for a larger
- *     request, handles of up to max_handle_bytes covering it exactly, so that growing and
- *     sleeping it costs a few driver calls per GiB (the H200 cost is per handle: ~40 ms per GiB
- *     in 2 MiB handles, ~0.1 ms in one).
+ *  3. new memory: for a request of whole_handle_min (32 MiB) or more, one handle for the rest
+ *     (or handles of max_handle_bytes, when a limit is set), because copy engines lose bandwidth
+ *     on memory made of many handles (H200, device-to-device copy of 512 MiB: 0.86x cudaMalloc in
+ *     2 MiB handles, 1.00x in one; of 2 GiB: 0.80x in 2 MiB, 0.91x in 1 GiB handles), and each
+ *     handle costs driver time (~40 ms per GiB in 2 MiB handles, ~0.1 ms in one); for a smaller
+ *     request, pieces of one granule (2 MiB), so that whatever part of it is free later can move
+ *     on its own to where it is needed. New memory adds nothing to the peak whatever its
+ *     layout: free memory has been taken first, and a large handle freed later is cut into
+ *     pieces (below) or given back whole before any new memory is made.
  * A handle larger than a granule that a smaller allocation would share with free memory is
  * re-created as pieces first (handle_shatter), so that a large handle is always either wholly
  * free or inside one allocation: no free memory is ever stuck behind a live allocation in a
@@ -306,12 +310,17 @@ static vmm_status plan_map(struct arena *a, struct grow_plan *p, vmm_devptr va, 
 	return VMM_OK;
 }
 
+bool heap_wants_whole(const struct devheap *dh, size_t size)
+{
+	const vmm_config *c = &dh->core->cfg;
+
+	return size >= c->whole_handle_min || size >= c->max_handle_bytes;
+}
+
 /* The size of new handles for a request of `need` bytes (see the top of the file). */
 static size_t piece_for(struct devheap *dh, size_t need)
 {
-	size_t maxh = dh->core->cfg.max_handle_bytes;
-
-	return need < maxh ? dh->gran : maxh;
+	return heap_wants_whole(dh, need) ? dh->core->cfg.max_handle_bytes : dh->gran;
 }
 
 /* Bytes a request of size at align takes in block b (its alignment padding included). */

@@ -12,6 +12,11 @@
 vmm_status arena_grow(struct arena *a, size_t size, size_t align, struct blk **out,
 		      vmm_error *err);
 
+/* Whether a request of size bytes owns whole granules and gets new memory in handles of up to
+ * max_handle_bytes (else in 2 MiB pieces): at least whole_handle_min, or max_handle_bytes when
+ * that is smaller. */
+bool heap_wants_whole(const struct devheap *dh, size_t size);
+
 /* Re-create a wholly free, mapped handle larger than a granule as granule-sized pieces at the
  * same address (it is released first: the pieces are made of its memory). On failure the range
  * may be left partly mapped (as free memory) and partly unclaimed. */

@@ -35,8 +35,11 @@ static const struct setting settings[] = {
 	  "free physical memory kept per device for reuse (K/M/G/T suffixes, or 'unlimited')" },
 	{ "VMMSHIM_RESERVE", SET_SIZE, AT(core.reserve_bytes), "(4 x device memory)",
 	  "virtual address space reserved per device" },
-	{ "VMMSHIM_MAX_HANDLE", SET_SIZE, AT(core.max_handle_bytes), "1G",
-	  "largest physical handle created" },
+	{ "VMMSHIM_MAX_HANDLE", SET_SIZE, AT(core.max_handle_bytes), "unlimited",
+	  "largest physical handle created (K/M/G/T suffixes, or 'unlimited')" },
+	{ "VMMSHIM_WHOLE_HANDLE_MIN", SET_SIZE, AT(core.whole_handle_min), "32M",
+	  "allocations of this size or more get new device memory as one handle (copies run faster "
+	  "on it); smaller ones get 2 MiB pieces that move on their own once freed" },
 	{ "VMMSHIM_SMALL_MAX", SET_SIZE, AT(core.small_max), "64K",
 	  "allocations up to this size are packed into shared 2 MiB pages" },
 	{ "VMMSHIM_RUN_DIR", SET_STRING, AT(run_dir),

@@ -16,7 +16,7 @@ typedef struct shim_config {
 	bool disable;              /* VMMSHIM_DISABLE: pure pass-through */
 	vmm_log_level log_level;   /* VMMSHIM_LOG */
 	vmm_config core;           /* VMMSHIM_CACHE_LIMIT, VMMSHIM_RESERVE, VMMSHIM_MAX_HANDLE,
-	                            * VMMSHIM_SMALL_MAX */
+	                            * VMMSHIM_WHOLE_HANDLE_MIN, VMMSHIM_SMALL_MAX */
 	char run_dir[SHIM_RUN_DIR_MAX]; /* VMMSHIM_RUN_DIR: where the control socket lives */
 	bool autowake;             /* VMMSHIM_AUTOWAKE: work submitted while asleep wakes it */
 	bool provision_backup;     /* VMMSHIM_PROVISION_BACKUP: host backup made ahead of sleep */

@@ -31,6 +31,7 @@ static void clear_env(void)
 {
 	static const char *const vars[] = { "VMMSHIM_DISABLE", "VMMSHIM_LOG", "VMMSHIM_CACHE_LIMIT",
 					    "VMMSHIM_RESERVE", "VMMSHIM_MAX_HANDLE",
+					    "VMMSHIM_WHOLE_HANDLE_MIN",
 					    "VMMSHIM_SMALL_MAX", "VMMSHIM_RUN_DIR",
 					    "VMMSHIM_AUTOWAKE", "VMMSHIM_PROVISION_BACKUP",
 					    "VMMSHIM_CONTROL" };
@@ -51,6 +52,7 @@ Test(config, defaults)
 	cr_assert_eq(c.log_level, VMM_LOG_WARN);
 	cr_assert_eq(c.core.cache_limit, core.cache_limit);
 	cr_assert_eq(c.core.max_handle_bytes, core.max_handle_bytes);
+	cr_assert_eq(c.core.whole_handle_min, core.whole_handle_min);
 	cr_assert_eq(c.core.small_max, core.small_max);
 	cr_assert_eq(c.core.reserve_bytes, core.reserve_bytes);
 	cr_assert(c.run_dir[0] == '/');
@@ -108,6 +110,7 @@ Test(config, values_from_the_environment)
 	setenv("VMMSHIM_LOG", "debug", 1);
 	setenv("VMMSHIM_CACHE_LIMIT", "256M", 1);
 	setenv("VMMSHIM_MAX_HANDLE", "64m", 1);
+	setenv("VMMSHIM_WHOLE_HANDLE_MIN", "16M", 1);
 	setenv("VMMSHIM_RUN_DIR", "/run/x", 1);
 	setenv("VMMSHIM_AUTOWAKE", "1", 1);
 	shim_config_load(&c);
@@ -115,6 +118,7 @@ Test(config, values_from_the_environment)
 	cr_assert_eq(c.log_level, VMM_LOG_DEBUG);
 	cr_assert_eq(c.core.cache_limit, (size_t)256 << 20);
 	cr_assert_eq(c.core.max_handle_bytes, (size_t)64 << 20);
+	cr_assert_eq(c.core.whole_handle_min, (size_t)16 << 20);
 	cr_assert_str_eq(c.run_dir, "/run/x");
 	cr_assert(shim_config_disabled());
 }
