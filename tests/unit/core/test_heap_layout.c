@@ -1,0 +1,113 @@
+/* The physical layout behind an allocation, as the driver sees it: how many physical handles
+ * back its address range. Copy engines lose bandwidth on memory made of many handles (README,
+ * the heap), so a large allocation made of new memory must be one handle (or as few as the
+ * handle limit allows), also after a sleep and wake; and its large handle must cost no peak
+ * memory once freed and reused by smaller requests. */
+#include <criterion/criterion.h>
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include "helpers.h"
+#include "heap_offload.h"
+
+#define GRAN (2 * MiB)
+
+typedef CUresult (*retain_fn)(CUmemGenericAllocationHandle *, void *);
+typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
+
+/* Distinct physical handles mapped over [p, p+size), asked of the driver granule by granule
+ * (a handle over several granules is counted once: adjacent granules of one handle answer the
+ * same). */
+static size_t handles_over(vmm_devptr p, size_t size)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+	retain_fn retain = (retain_fn)dlsym(lib, "cuMemRetainAllocationHandle");
+	release_fn release = (release_fn)dlsym(lib, "cuMemRelease");
+	CUmemGenericAllocationHandle prev = 0;
+	size_t n = 0;
+
+	cr_assert(retain && release);
+	for (vmm_devptr va = p & ~(vmm_devptr)(GRAN - 1); va < p + size; va += GRAN) {
+		CUmemGenericAllocationHandle h;
+
+		cr_assert_eq(retain(&h, (void *)(uintptr_t)va), CUDA_SUCCESS, "0x%llx is mapped",
+			     (unsigned long long)va);
+		n += !n || h != prev;
+		prev = h;
+		release(h);
+	}
+	return n;
+}
+
+Test(heap_layout, a_large_allocation_of_new_memory_is_one_handle)
+{
+	struct tctx t;
+	vmm_devptr big, mid;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 300 * MiB + 4096, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(handles_over(big, 300 * MiB + 4096), 1);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_created, 1);
+	/* Below 32 MiB: 2 MiB pieces, which move on their own once freed. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 20 * MiB, 0, NULL, &mid, NULL), VMM_OK);
+	cr_assert_eq(handles_over(mid, 20 * MiB), 10);
+	cr_assert_eq(t_dev_used(&t, 0), 302 * MiB + 20 * MiB, "exactly the granules asked for");
+	t_close(&t);
+}
+
+Test(heap_layout, the_handle_limit_is_kept)
+{
+	struct tctx t;
+	vmm_config cfg;
+	vmm_devptr p;
+
+	vmm_config_defaults(&cfg);
+	cfg.max_handle_bytes = 64 * MiB;
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, &cfg);
+	cr_assert_eq(vmm_malloc(t.core, 0, 200 * MiB, 0, NULL, &p, NULL), VMM_OK);
+	cr_assert_eq(handles_over(p, 200 * MiB), 4, "64 + 64 + 64 + 8 MiB");
+	t_close(&t);
+}
+
+Test(heap_layout, a_large_handle_freed_costs_no_peak_when_smaller_requests_reuse_it)
+{
+	struct tctx t;
+	vmm_devptr big, a, b, c;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 256 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
+	/* Three requests that together fit in what was freed, one of them small (the first finds
+	 * 256 MiB in quarantine and synchronizes to reuse it). */
+	cr_assert_eq(vmm_malloc(t.core, 0, 100 * MiB, 0, NULL, &a, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 6 * MiB, 0, NULL, &b, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 150 * MiB, 0, NULL, &c, NULL), VMM_OK);
+	t_fill(a, 100 * MiB, 1);
+	t_fill(b, 6 * MiB, 2);
+	t_fill(c, 150 * MiB, 3);
+	cr_assert_leq(t_dev_used(&t, 0), 256 * MiB, "the freed handle's memory served them all");
+	cr_assert(t_check(a, 100 * MiB, 1) && t_check(b, 6 * MiB, 2) && t_check(c, 150 * MiB, 3));
+	t_close(&t);
+}
+
+Test(heap_layout, a_large_allocation_stays_one_handle_through_sleep_and_wake)
+{
+	vmm_sleep_opts all = { .device = -1 };
+	struct tctx t;
+	vmm_devptr p;
+	vmm_error err;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 200 * MiB, 0, NULL, &p, NULL), VMM_OK);
+	t_fill(p, 200 * MiB, 9);
+	cr_assert_eq(vmm_sleep(t.core, &all, NULL, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(t_dev_used(&t, 0), 0);
+	cr_assert_eq(vmm_wake(t.core, &all, NULL, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(handles_over(p, 200 * MiB), 1);
+	cr_assert(t_check(p, 200 * MiB, 9));
+	t_close(&t);
+}
