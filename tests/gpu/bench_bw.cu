@@ -1,7 +1,8 @@
 // Bandwidth of device memory, run natively (cudaMalloc memory) and under the shim (its VMM
 // memory) by gpucheck.py, which prints the two side by side as ratios: a driver once made VMM
-// memory slower to copy than cudaMalloc memory, and the shim maps mid-size allocations in 2 MiB
-// pieces and large ones in 1 GiB handles, so both layouts are measured.
+// memory slower to copy than cudaMalloc memory, and copy engines lose bandwidth on memory made of
+// many handles. The shim gives an allocation of 32 MiB or more that it makes of new memory one
+// handle (smaller ones 2 MiB pieces): 32 MiB, at that threshold, and two larger sizes are measured.
 // Lines: "BENCH <what>_<size>MiB <GB/s>", each the median of 9 timed repetitions after 2 warm-ups:
 //   d2d:   cudaMemcpyAsync of the whole buffer to a second one (bytes copied per second)
 //   read:  a kernel that reads the whole buffer (16-byte loads, every thread a strided share)
@@ -10,7 +11,7 @@
 // BENCH_BW_VMM=PIECE_MIB (run natively) maps the buffers with the driver's VMM API itself, in
 // pieces of that many MiB (0: one handle per buffer): the anchors that tell a cost of VMM memory
 // as such from a cost of the shim's layout.
-// Usage: bench_bw [MiB...]   (default: 512 2048)
+// Usage: bench_bw [MiB...]   (default: 32 512 2048)
 #include <algorithm>
 #include <vector>
 #include <cuda.h>
@@ -165,7 +166,7 @@ int main(int argc, char **argv)
 	for (int i = 1; i < argc; i++)
 		sizes.push_back(strtoull(argv[i], NULL, 10));
 	if (sizes.empty())
-		sizes = { 512, 2048 };
+		sizes = { 32, 512, 2048 };
 	const char *vmm = getenv("BENCH_BW_VMM");
 	long piece = vmm && *vmm ? strtol(vmm, NULL, 10) : -1;
 	for (size_t s : sizes)
