@@ -93,6 +93,28 @@ Test(heap_layout, a_large_handle_freed_costs_no_peak_when_smaller_requests_reuse
 	t_close(&t);
 }
 
+Test(heap_layout, a_freed_handle_over_1_gib_is_cut_only_where_it_is_shared)
+{
+	struct tctx t;
+	vmm_devptr big, small;
+	vmm_stats s;
+
+	t_simdev_env("3G", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 2560 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(handles_over(big, 2560 * MiB), 1);
+	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 40 * MiB, 0, NULL, &small, NULL), VMM_OK);
+	t_fill(small, 40 * MiB, 5);
+	s = t_stats(&t, 0, NULL);
+	/* 1 GiB + 1 GiB + 512 MiB, then the first 1 GiB in 2 MiB pieces: not 1280 pieces. */
+	cr_assert_eq(s.handles_created, 1 + 3 + 512, "%llu", (unsigned long long)s.handles_created);
+	cr_assert_eq(handles_over(small, 40 * MiB), 20);
+	cr_assert_eq(t_dev_used(&t, 0), 2560 * MiB, "nothing was added");
+	cr_assert(t_check(small, 40 * MiB, 5));
+	t_close(&t);
+}
+
 Test(heap_layout, a_large_allocation_stays_one_handle_through_sleep_and_wake)
 {
 	vmm_sleep_opts all = { .device = -1 };
