@@ -14,8 +14,11 @@
 
 static struct run *run_mode(const char *mode)
 {
+	/* VMMSHIM_WHOLE_HANDLE_MIN: the large buffer is made of 2 MiB pieces, as memory reused
+	 * from freed pieces is, so that its descriptors need more than one message. */
 	return run_program(shim_path(), ARGV(bin_path("prog_ipc"), mode),
-			   (const char *const[]){ "SIMDEV_MEMORY=2G", NULL });
+			   (const char *const[]){ "SIMDEV_MEMORY=2G", "VMMSHIM_WHOLE_HANDLE_MIN=1G",
+						  NULL });
 }
 
 /* The number after "name " in the program's output; -1 when absent. */
