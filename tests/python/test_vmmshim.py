@@ -159,14 +159,26 @@ def test_a_wake_without_device_memory_stays_asleep_and_says_why(dev, pattern):
     # Another holder takes the device's memory (handles of the program's own, not the shim's
     # heap) until the driver has none left, then gives back 8 MiB: less than the wake needs.
     filler = []
-    while True:
-        try:
-            filler.append(dev.create_physical(8 * MIB))
-        except simcuda.CudaError:
-            break
-    assert len(filler) > 8, "the device was not filled"
-    dev.release_physical(filler.pop())
+
+    def fill():
+        while True:
+            try:
+                filler.append(dev.create_physical(8 * MIB))
+            except simcuda.CudaError:
+                break
+    hog = []
     try:
+        fill()
+        assert len(filler) > 8, "the device was not filled"
+        # A wake first gives back the shim's own cache (earlier tests leave some): take it with
+        # allocations of another tag, so that only the 8 MiB given back below is free.
+        with vmmshim.tag("hog"):
+            while True:
+                try:
+                    hog.append(dev.alloc(2 * MIB))
+                except simcuda.CudaError:
+                    break
+        dev.release_physical(filler.pop())
         with pytest.raises(vmmshim.DeviceOutOfMemoryError) as e:
             vmmshim.wake("big")
         assert isinstance(e.value, MemoryError) and e.value.code == 2
@@ -175,6 +187,8 @@ def test_a_wake_without_device_memory_stays_asleep_and_says_why(dev, pattern):
     finally:
         for h in filler:
             dev.release_physical(h)
+        for q in hog:
+            dev.free(q)
     assert vmmshim.wake("big")
     assert dev.read(p, len(data)) == data
     dev.free(p)
