@@ -84,6 +84,11 @@ static vmm_status alloc_block(struct devheap *dh, struct arena *a, size_t size, 
 	if (heap_wants_whole(dh, size)) {
 		usable = align_up(size, dh->gran);
 		align = align > dh->gran ? align : dh->gran;
+	} else if (size >= dh->gran && align < dh->gran) {
+		/* One of a granule or more starts a granule (as cudaMalloc's do), so that it can be
+		 * given a handle of its own when retained or exported (vmm_share_own): a handle
+		 * maps at a granule, and NCCL expects the allocation at the handle's offset 0. */
+		align = dh->gran;
 	}
 	b = arena_alloc_block(a, usable, align, err);
 	if (!b)
