@@ -6,7 +6,9 @@
  *
  *   heap.c, heap_offload.c  the public API; sleep and wake
  *   heap_share.c    exported allocations, shared handles pinned and retired (vmm_share.h)
- *                   -> phys, slab, blocks, va
+ *                   -> own, phys, slab, blocks, va
+ *   heap_own.c      an exported allocation given one handle of its own (moved on the device)
+ *                   -> phys, blocks, va
  *   heap_fit.c      block services: find, else sync and reclaim, else grow; the OOM ladder
  *                   -> grow, records, slab, phys, blocks
  *   heap_device.c   device heaps (made at first use, torn down) and per-tag arenas

@@ -242,6 +242,74 @@ vmm_status vmm_share_export(vmm_core *core, vmm_devptr ptr, vmm_share_info *out,
 	return st;
 }
 
+/* The live, awake allocation containing ptr, or NULL with err set (caller holds the lock). */
+static struct alloc *awake_alloc_at(struct devheap *dh, vmm_devptr ptr, vmm_error *err)
+{
+	struct alloc *r = alloc_at(dh, ptr);
+
+	if (!r)
+		vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx is in no live allocation",
+			 (unsigned long long)ptr);
+	else if (r->arena->asleep)
+		vmm_fail(err, VMM_E_BUSY, 0, "the allocation at 0x%llx is asleep",
+			 (unsigned long long)r->base);
+	else
+		return r;
+	return NULL;
+}
+
+vmm_status vmm_share_own_plan(vmm_core *core, vmm_devptr ptr, bool *move, vmm_error *err)
+{
+	struct devheap *dh = heap_of_ptr(core, ptr);
+	struct alloc *r;
+	vmm_status st;
+
+	*move = false;
+	if (!dh)
+		return vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx was not allocated by vmmshim",
+				(unsigned long long)ptr);
+	pthread_mutex_lock(&dh->lock);
+	r = awake_alloc_at(dh, ptr, err);
+	if (!r)
+		st = err ? err->status : VMM_E_NOT_OURS;
+	else if (r->share_id && own_has(dh, r))
+		st = VMM_OK;
+	else
+		st = own_check(dh, r, move, err);
+	pthread_mutex_unlock(&dh->lock);
+	return st;
+}
+
+vmm_status vmm_share_own(vmm_core *core, vmm_devptr ptr, vmm_share_info *out, vmm_error *err)
+{
+	struct devheap *dh = heap_of_ptr(core, ptr);
+	struct alloc *r;
+	vmm_status st;
+	bool move;
+
+	if (!dh)
+		return vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx was not allocated by vmmshim",
+				(unsigned long long)ptr);
+	pthread_mutex_lock(&dh->lock);
+	r = awake_alloc_at(dh, ptr, err);
+	if (!r) {
+		st = err ? err->status : VMM_E_NOT_OURS;
+	} else if (!r->share_id || !own_has(dh, r)) {
+		/* Checked again: the heap may have changed since the plan. */
+		st = own_check(dh, r, &move, err);
+		if (!st && move)
+			st = own_move(dh, r, err);
+		if (!st && !r->share_id && !(st = share_mark(dh, r, err)))
+			r->share_id = atomic_fetch_add(&core->last_share_id, 1) + 1;
+	} else {
+		st = VMM_OK;
+	}
+	if (!st)
+		fill_info(dh, r, out);
+	pthread_mutex_unlock(&dh->lock);
+	return st;
+}
+
 static void close_pieces(vmm_share_piece *pieces, size_t n)
 {
 	for (size_t i = 0; i < n; i++)

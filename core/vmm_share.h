@@ -41,6 +41,18 @@ typedef struct vmm_share_piece {
  * cannot export memory as file descriptors or the span needs more than VMM_SHARE_MAX_PIECES. */
 vmm_status vmm_share_export(vmm_core *core, vmm_devptr ptr, vmm_share_info *out, vmm_error *err);
 
+/* Through a handle (cuMemRetainAllocationHandle, NCCL's user-buffer registration): the
+ * allocation containing ptr must start at offset 0 of one physical handle that covers it.
+ * vmm_share_own_plan says whether memory must move for that (*move); VMM_E_UNSUPPORTED when it
+ * cannot be done (the allocation does not start a granule: allocations below one granule but
+ * above the slab sizes, or slab slots; its handles are shared with another process already).
+ * vmm_share_own gives the allocation that handle (a new one, the contents copied on the device,
+ * mapped at the same address; other allocations' bytes in its last granule move along with it
+ * and stay where they are) and then exports it as vmm_share_export does, without asking for file
+ * descriptors. The caller must hold every submission of the program while it runs. */
+vmm_status vmm_share_own_plan(vmm_core *core, vmm_devptr ptr, bool *move, vmm_error *err);
+vmm_status vmm_share_own(vmm_core *core, vmm_devptr ptr, vmm_share_info *out, vmm_error *err);
+
 /* New file descriptors for the pieces of the exported allocation at base with that id (both must
  * match: a freed allocation's id is gone). VMM_E_NOT_OURS when there is no such export. */
 vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share_info *info,
