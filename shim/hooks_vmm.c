@@ -210,31 +210,54 @@ CUresult CUDAAPI cuMemExportToShareableHandle(void *shareableHandle,
 }
 
 /* A retain inside the shim's own heap: the handle the driver returns may be exported and mapped
- * by another process, so the memory under the allocation is pinned as for legacy IPC (never
- * slept, moved or reused: vmm_share.h); the driver then answers. Where the allocation does not
- * own the handle at its base (it shares 2 MiB pieces with neighbours or spans several), the
- * handle covers other bytes than the program expects: said once in the log. */
-static void pin_heap_memory(void *addr)
+ * by another process from its offset 0 for the whole allocation (NCCL's user-buffer
+ * registration), so the allocation first gets a physical handle of its own where it has none (it
+ * lies in several 2 MiB pieces): a new one, its bytes copied on the device, mapped at the same
+ * address (vmm_share.h). The program's device work is held (the gate) and drained meanwhile, so
+ * nothing touches the memory while it moves. The memory is then pinned as for legacy IPC (never
+ * slept, moved or reused). An allocation that cannot have a handle from its base (it starts
+ * inside a granule: between the slab sizes and 2 MiB) is refused with CUDA_ERROR_NOT_SUPPORTED:
+ * any handle would give the other process other bytes than it asks for. */
+#define OWN_GATE_MS 10000   /* how long the move waits for submissions in flight */
+
+static CUresult own_heap_memory(void *addr)
 {
+	vmm_devptr p = (vmm_devptr)(uintptr_t)addr;
 	vmm_core *core = hook_cuda_core();
-	static _Atomic bool warned;
 	vmm_alloc_info info;
 	vmm_share_info si;
 	vmm_error err;
+	vmm_status st;
+	bool move = false;
 
-	if (!core || !vmm_lookup(core, (vmm_devptr)(uintptr_t)addr, &info))
-		return;
+	if (!core || !vmm_lookup(core, p, &info))
+		return CUDA_SUCCESS; /* not ours: the driver answers */
 	vmm_error_clear(&err);
-	if (vmm_share_export(core, (vmm_devptr)(uintptr_t)addr, &si, &err)) {
-		vmm_log(VMM_LOG_WARN, "cuMemRetainAllocationHandle(%p): the shim's memory could not "
-			"be pinned (%s); a sleep may release what the handle names", addr, err.msg);
-		return;
+	st = vmm_share_own_plan(core, p, &move, &err);
+	if (!st && move) {
+		st = gate_close(OWN_GATE_MS, &err);
+		if (!st) {
+			st = vmm_share_own(core, p, &si, &err);
+			gate_open();
+		}
+	} else if (!st) {
+		st = vmm_share_own(core, p, &si, &err);
 	}
-	if (!si.own_handle && !atomic_exchange(&warned, true))
-		vmm_log(VMM_LOG_WARN, "cuMemRetainAllocationHandle(%p): this allocation of %zu bytes "
-			"does not own the physical handle at its base (allocations below 1 GiB are "
-			"made of 2 MiB pieces); the handle covers other bytes than the allocation",
-			addr, info.size);
+	if (!st)
+		return CUDA_SUCCESS;
+	vmm_log(VMM_LOG_WARN, "cuMemRetainAllocationHandle(%p): %s", addr, err.msg);
+	switch (st) {
+	case VMM_E_UNSUPPORTED:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	case VMM_E_OOM:
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	case VMM_E_BUSY:
+		return CUDA_ERROR_ILLEGAL_STATE;
+	case VMM_E_DRIVER:
+		return err.driver_code ? (CUresult)err.driver_code : CUDA_ERROR_UNKNOWN;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 }
 
 /* A retain of a tracked mapping is the registry's reference: the driver is asked only when the
@@ -252,8 +275,8 @@ CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handl
 	if (reg && handle)
 		app = vmm_app_retained(reg, (vmm_devptr)(uintptr_t)addr, &driver_ref);
 	if (!app && handle)
-		pin_heap_memory(addr);
-	if (!app || driver_ref)
+		r = own_heap_memory(addr);
+	if (r == CUDA_SUCCESS && (!app || driver_ref))
 		r = CALL_REAL(cuMemRetainAllocationHandle, (handle, addr));
 	if (app) {
 		if (r == CUDA_SUCCESS)
