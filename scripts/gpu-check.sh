@@ -81,6 +81,7 @@ declare -A jobs=(
 	[bench_bw]="$nv $src/bench_bw.cu -o $bin/bench_bw -lcuda"
 	[ckpt]="$cc_cuda $src/ckpt.c -o $bin/ckpt -lcuda"
 	[share_facts]="$cc_cuda $src/share_facts.c -o $bin/share_facts -lcuda"
+	[nccl_register]="$cc_cuda $src/nccl_register.c -o $bin/nccl_register -lcuda -ldl"
 )
 max_jobs=${GPUCHECK_JOBS:-$(nproc)}
 for j in "${!jobs[@]}"; do

@@ -905,6 +905,37 @@ class Matrix:
                  "child saw the parent's tensors, parent saw the child's in-place write",
                  native=str(nrc), shim=str(src), share="-")
 
+    def nccl_register_row(self):
+        """NCCL user-buffer registration's driver calls in two processes (nccl_register.c):
+        retain at the base, properties, export; the child maps the whole buffer from the
+        handle's offset 0. Natively on the program's own VMM memory, under the shim on
+        cuMemAlloc'd memory (given a handle of its own): the same RESULT lines, rc 0."""
+        name = "NCCL user-buffer registration"
+        if not self.want(name):
+            return
+        if not self.shim_ok:
+            self.add(name, False, "libvmmshim.so was not built")
+            return
+        runs = {}
+        for shim in (False, True):
+            p = Proc(name + (".shim" if shim else ".native"), [f"{self.a.bin}/nccl_register"],
+                     self.env(shim), self.log, self.timeout(60))
+            runs[shim] = (p, p.finish())
+        (nat, nrc), (shm, src) = runs[False], runs[True]
+        reasons = []
+        if nrc != 0:
+            reasons.append(f"native run failed (rc {nrc}: {nat.stderr_tail()})")
+        if src != 0:
+            reasons.append(f"shim run failed (rc {src}: {shm.stderr_tail()})")
+        if not nat.results():
+            reasons.append("no RESULT lines natively")
+        elif nat.results() != shm.results():
+            reasons.append(f"results differ: {nat.results()} vs {shm.results()}"[:250])
+        self.add(name, not reasons, "; ".join(reasons) or
+                 "3 MiB and 40.1 MiB buffers: the peer mapped the retained handle, both saw "
+                 "each other's bytes, neighbours intact", native=str(nrc), shim=str(src),
+                 share="-")
+
     def bench_ipc(self):
         """Opening a 1 GiB CUDA tensor in another process (cudaIpcOpenMemHandle through
         torch.multiprocessing): shim vs native, medians of 5."""
@@ -1550,6 +1581,7 @@ def main():
         m.progress_row()
         m.share_facts_row()
         m.ipc_row()
+        m.nccl_register_row()
         m.nccl_group_rows()
         m.share_torch_row()
         if not a.skip_bench:

@@ -9,7 +9,7 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 mkdir -p "$t/bin" "$t/root/tests/gpu" "$t/path" "$t/log"
 for n in alloc_static alloc_shared alloc_ptds driver_api cublas_gemm graph sleep_kernels hold \
-	bench_alloc bench_bw ckpt app_vmm_sleep ctx_sleep share_facts flag_wait; do
+	bench_alloc bench_bw ckpt app_vmm_sleep ctx_sleep share_facts flag_wait nccl_register; do
 	ln -s "$here/fake_prog.py" "$t/bin/$n"
 done
 ln -s "$here/fake_prog.py" "$t/root/tests/gpu/train.py"
