@@ -31,6 +31,7 @@
 #define NEIGH (192u << 10)
 
 static size_t gran;
+static int (*set_tag)(const char *);   /* the shim's, when under it */
 
 static void fill(unsigned char *p, size_t n, uint32_t seed)
 {
@@ -133,9 +134,9 @@ static int child(int fd, size_t size, uint32_t seed)
 	return ok ? 0 : 3;
 }
 
-static void one(const char *self, size_t size, uint32_t seed, int own_vmm)
+static void one(const char *self, size_t size, uint32_t seed, int own_vmm, const char *tag)
 {
-	CUdeviceptr buf = alloc(size, own_vmm), neigh[NNEIGH], base;
+	CUdeviceptr buf, neigh[NNEIGH], base;
 	CUmemGenericAllocationHandle h;
 	CUmemAllocationProp prop;
 	char a1[24], a2[24], a3[24];
@@ -143,11 +144,19 @@ static void one(const char *self, size_t size, uint32_t seed, int own_vmm)
 	size_t got;
 	pid_t pid;
 
+	/* Under the shim, in a tag of its own: fresh memory, so the buffer starts a granule and
+	 * the neighbours share its last one (a size that is not whole granules may otherwise start
+	 * inside one, and the shim refuses to retain it). */
+	if (set_tag)
+		set_tag(tag);
+	buf = alloc(size, own_vmm);
 	put(buf, size, seed);
 	for (int i = 0; i < NNEIGH; i++) {
 		neigh[i] = alloc(NEIGH, own_vmm);
 		put(neigh[i], NEIGH, seed * 100 + i);
 	}
+	if (set_tag)
+		set_tag(NULL);
 	CK(cuMemGetAddressRange(&base, &got, buf + size / 2));
 	CK(cuMemRetainAllocationHandle(&h, (void *)base));
 	CK(cuMemGetAllocationPropertiesFromHandle(&prop, h));
@@ -180,12 +189,15 @@ int main(int argc, char **argv)
 {
 	int under_shim = dlsym(RTLD_DEFAULT, "vmmshim_sleep") != NULL;
 
+	set_tag = (int (*)(const char *))dlsym(RTLD_DEFAULT, "vmmshim_set_tag");
+
 	if (argc > 4 && !strcmp(argv[1], "child"))
 		return child(atoi(argv[2]), strtoull(argv[3], NULL, 10),
 			     (uint32_t)strtoul(argv[4], NULL, 10));
 	init();
 	printf("memory: %s\n", under_shim ? "cuMemAlloc (the shim's)" : "the program's own VMM");
-	one(argv[0], 3u << 20, 10, !under_shim);
-	one(argv[0], (40u << 20) + (100u << 10), 20, !under_shim);
+	one(argv[0], 3u << 20, 10, !under_shim, "reg-small");
+	one(argv[0], (40u << 20) + (100u << 10), 20, !under_shim, "reg-mid");
+	one(argv[0], 6u << 20, 30, !under_shim, NULL); /* whole granules: anywhere */
 	return 0;
 }

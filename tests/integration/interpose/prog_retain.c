@@ -1,5 +1,6 @@
 /* NCCL's user-buffer registration on cudaMalloc'd (shim) memory: for a small (3 MiB) and a
- * mid-size (40 MiB + 100 KiB) buffer, cuMemGetAddressRange, cuMemRetainAllocationHandle at the
+ * mid-size (40 MiB + 100 KiB) buffer, each in fresh memory (a tag of its own), and a 6 MiB one
+ * (whole granules, as PyTorch's segments) among other memory, cuMemGetAddressRange, cuMemRetainAllocationHandle at the
  * base, its properties, the handle exported as a descriptor; a child imports it, maps the whole
  * range from the handle's offset 0, checks the parent's bytes and writes; the parent sees the
  * write. Small allocations made right after each buffer (some share its last 2 MiB) keep their
@@ -57,8 +58,14 @@ struct buf {
 	CUdeviceptr neigh[NNEIGH];
 };
 
-static void make(struct buf *b, size_t size, uint32_t seed)
+static int (*shim_set_tag)(const char *);
+
+/* In a tag of its own (fresh memory: it starts a granule, and the neighbours made after it share
+ * its last one). */
+static void make(struct buf *b, size_t size, uint32_t seed, const char *tag)
 {
+	if (shim_set_tag(tag))
+		FAIL("vmmshim_set_tag");
 	b->size = size;
 	b->seed = seed;
 	b->nseed = seed * 100;
@@ -68,6 +75,7 @@ static void make(struct buf *b, size_t size, uint32_t seed)
 		CHECK_CU(cuMemAlloc(&b->neigh[i], NEIGH));
 		put_pattern(b->neigh[i], NEIGH, b->nseed + i);
 	}
+	shim_set_tag(NULL);
 }
 
 /* How many neighbours share the buffer's last granule (their bytes move along with it). */
@@ -167,7 +175,7 @@ static int child(const char *sfd, const char *ssize, const char *sseed)
 
 int main(int argc, char **argv)
 {
-	struct buf small, mid;
+	struct buf small, mid, whole;
 	CUmemGenericAllocationHandle h;
 	CUdeviceptr other, odds[NNEIGH] = { 0 };
 
@@ -176,15 +184,18 @@ int main(int argc, char **argv)
 		return child(argv[2], argv[3], argv[4]);
 	shim_sleep = (int (*)(const char *, int))dlsym(RTLD_DEFAULT, "vmmshim_sleep");
 	shim_wake = (int (*)(const char *))dlsym(RTLD_DEFAULT, "vmmshim_wake");
-	if (!shim_sleep || !shim_wake)
+	shim_set_tag = (int (*)(const char *))dlsym(RTLD_DEFAULT, "vmmshim_set_tag");
+	if (!shim_sleep || !shim_wake || !shim_set_tag)
 		FAIL("not running under the shim");
 	driver_init();
 	CHECK_CU(cuMemAlloc(&other, 5u << 20));
 	put_pattern(other, 5u << 20, 7);
-	make(&small, 3u << 20, 10);
-	make(&mid, (40u << 20) + (100u << 10), 20);
+	make(&small, 3u << 20, 10, "reg-small");
+	make(&mid, (40u << 20) + (100u << 10), 20, "reg-mid");
+	make(&whole, 6u << 20, 30, NULL);
 	register_and_share(argv[0], &small);
 	register_and_share(argv[0], &mid);
+	register_and_share(argv[0], &whole);
 	/* 1 MiB allocations may start a granule (then they could have one); the first that does
 	 * not is the case. */
 	for (int i = 0; i < NNEIGH; i++) {
@@ -199,10 +210,12 @@ int main(int argc, char **argv)
 		FAIL("sleep/wake after the move failed");
 	check(&small, small.seed, "after sleep and wake");
 	check(&mid, mid.seed, "after sleep and wake");
+	check(&whole, whole.seed, "after sleep and wake");
 	if (!has_pattern(other, 5u << 20, 7))
 		FAIL("an allocation nobody registered lost its bytes");
 	CHECK_CU(cuMemFree(small.p));
 	CHECK_CU(cuMemFree(mid.p));
+	CHECK_CU(cuMemFree(whole.p));
 	for (int i = 0; i < NNEIGH && odds[i]; i++)
 		CHECK_CU(cuMemFree(odds[i]));
 	CHECK_CU(cuMemFree(other));

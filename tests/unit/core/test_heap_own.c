@@ -37,10 +37,12 @@ static vmm_devptr import_one(struct tctx *t, const vmm_share_info *want)
 	return va;
 }
 
-static void own_and_check(size_t size)
+/* size bytes in a tag of their own (fresh memory: it starts a granule, and the neighbours made
+ * after it share its last one), or a whole number of granules anywhere. */
+static void own_and_check(size_t size, const char *tag)
 {
 	vmm_sleep_opts all = { .tag = NULL, .device = -1, .discard = false };
-	vmm_devptr a, n[NNEIGH], view;
+	vmm_devptr a, n[NNEIGH], view, first = 0;
 	vmm_transfer_result res;
 	vmm_share_info si;
 	struct tctx t;
@@ -49,15 +51,18 @@ static void own_and_check(size_t size)
 
 	t_simdev_env("2G", NULL, NULL);
 	t_open(&t, NULL);
-	cr_assert_eq(vmm_malloc(t.core, 0, size, 0, NULL, &a, &err), VMM_OK);
-	cr_assert_eq(a % GRAN, 0, "an allocation of a granule or more starts one");
+	if (!tag) { /* other memory first: whole granules start one wherever they land */
+		cr_assert_eq(vmm_malloc(t.core, 0, MiB + 3, 0, NULL, &first, &err), VMM_OK);
+	}
+	cr_assert_eq(vmm_malloc(t.core, 0, size, 0, tag, &a, &err), VMM_OK);
+	cr_assert_eq(a % GRAN, 0, "starts a granule");
 	t_fill(a, size, 1);
 	for (int i = 0; i < NNEIGH; i++) {
-		cr_assert_eq(vmm_malloc(t.core, 0, 200 * 1024, 0, NULL, &n[i], &err), VMM_OK);
+		cr_assert_eq(vmm_malloc(t.core, 0, 200 * 1024, 0, tag, &n[i], &err), VMM_OK);
 		t_fill(n[i], 200 * 1024, 10 + i);
 	}
 	cr_assert_eq(vmm_share_own_plan(t.core, a + 5, &move, &err), VMM_OK, "%s", err.msg);
-	cr_expect(move, "it lies in several pieces (or shares its last one)");
+	cr_expect(move, "it lies in several pieces");
 	cr_assert_eq(vmm_share_own(t.core, a + 5, &si, &err), VMM_OK, "%s", err.msg);
 	cr_expect(si.own_handle);
 	cr_expect_eq(si.base, a);
@@ -82,17 +87,24 @@ static void own_and_check(size_t size)
 	for (int i = 0; i < NNEIGH; i++)
 		cr_expect_eq(vmm_free(t.core, n[i], &err), VMM_OK);
 	cr_expect_eq(vmm_free(t.core, a, &err), VMM_OK);
+	if (first)
+		cr_expect_eq(vmm_free(t.core, first, &err), VMM_OK);
 	t_close(&t);
 }
 
 Test(heap_own, small_buffer_sharing_its_last_granule)
 {
-	own_and_check(3 * MiB + 4096);
+	own_and_check(3 * MiB + 4096, "own");
 }
 
 Test(heap_own, mid_size_buffer_in_many_pieces)
 {
-	own_and_check(40 * MiB + 100 * 1024);
+	own_and_check(40 * MiB + 100 * 1024, "own");
+}
+
+Test(heap_own, whole_granules_anywhere)
+{
+	own_and_check(6 * MiB, NULL);
 }
 
 Test(heap_own, refused_when_no_handle_can_hold_it)
