@@ -34,8 +34,8 @@ rows = {x["row"]: x["ok"] for x in r["rows"]}
 bench = {b["metric"]: b for b in r["bench"]}
 fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
 bad = [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in rows.items() if v == (k in fail_expected)]
-if len(rows) != 27:
-    bad.append(f"{len(rows)} rows, expected 27")
+if len(rows) != 28:
+    bad.append(f"{len(rows)} rows, expected 28")
 if sys.argv[2] != "1":
     bad.append(f"exit status {sys.argv[2]}, expected 1 (a row failed)")
 for metric, note in (("malloc+free pair 256B (us)", "met"),
