@@ -932,7 +932,7 @@ class Matrix:
         elif nat.results() != shm.results():
             reasons.append(f"results differ: {nat.results()} vs {shm.results()}"[:250])
         self.add(name, not reasons, "; ".join(reasons) or
-                 "3 MiB and 40.1 MiB buffers: the peer mapped the retained handle, both saw "
+                 "3 MiB and 20.1 MiB buffers: the peer mapped the retained handle, both saw "
                  "each other's bytes, neighbours intact", native=str(nrc), shim=str(src),
                  share="-")
 

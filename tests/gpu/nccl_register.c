@@ -1,5 +1,5 @@
 /* NCCL's user-buffer registration (ncclCommRegister) in two processes, with the driver API only:
- * for a 3 MiB and a 40 MiB + 100 KiB buffer, cuMemGetAddressRange, cuMemRetainAllocationHandle
+ * for a 3 MiB and a 20 MiB + 100 KiB buffer, cuMemGetAddressRange, cuMemRetainAllocationHandle
  * at the base, cuMemGetAllocationPropertiesFromHandle, cuMemExportToShareableHandle (a POSIX
  * descriptor); a child (fork + exec) imports the handle, maps the whole buffer from offset 0,
  * checks the parent's bytes and writes its own; the parent checks it sees them and that
@@ -197,7 +197,7 @@ int main(int argc, char **argv)
 	init();
 	printf("memory: %s\n", under_shim ? "cuMemAlloc (the shim's)" : "the program's own VMM");
 	one(argv[0], 3u << 20, 10, !under_shim, "reg-small");
-	one(argv[0], (40u << 20) + (100u << 10), 20, !under_shim, "reg-mid");
+	one(argv[0], (20u << 20) + (100u << 10), 20, !under_shim, "reg-mid");
 	one(argv[0], 6u << 20, 30, !under_shim, NULL); /* whole granules: anywhere */
 	return 0;
 }

@@ -1,5 +1,5 @@
 /* NCCL's user-buffer registration on cudaMalloc'd (shim) memory: for a small (3 MiB) and a
- * mid-size (40 MiB + 100 KiB) buffer, each in fresh memory (a tag of its own), and a 6 MiB one
+ * mid-size (20 MiB + 100 KiB) buffer, each in fresh memory (a tag of its own), and a 6 MiB one
  * (whole granules, as PyTorch's segments) among other memory, cuMemGetAddressRange, cuMemRetainAllocationHandle at the
  * base, its properties, the handle exported as a descriptor; a child imports it, maps the whole
  * range from the handle's offset 0, checks the parent's bytes and writes; the parent sees the
@@ -191,7 +191,7 @@ int main(int argc, char **argv)
 	CHECK_CU(cuMemAlloc(&other, 5u << 20));
 	put_pattern(other, 5u << 20, 7);
 	make(&small, 3u << 20, 10, "reg-small");
-	make(&mid, (40u << 20) + (100u << 10), 20, "reg-mid");
+	make(&mid, (20u << 20) + (100u << 10), 20, "reg-mid");
 	make(&whole, 6u << 20, 30, NULL);
 	register_and_share(argv[0], &small);
 	register_and_share(argv[0], &mid);

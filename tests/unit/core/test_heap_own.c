@@ -99,7 +99,7 @@ Test(heap_own, small_buffer_sharing_its_last_granule)
 
 Test(heap_own, mid_size_buffer_in_many_pieces)
 {
-	own_and_check(40 * MiB + 100 * 1024, "own");
+	own_and_check(20 * MiB + 100 * 1024, "own");
 }
 
 Test(heap_own, whole_granules_anywhere)
