@@ -31,6 +31,7 @@ struct sim_acl_ctx {
 /* The default context of each device, and every context ever created (kept: stale handles are
  * refused, not dereferenced blindly). */
 static struct sim_acl_ctx default_ctx[SIM_MAX_DEVICES];
+static atomic_bool default_made[SIM_MAX_DEVICES]; /* the device's default context exists */
 static struct sim_acl_ctx **contexts;
 static size_t ncontexts, capcontexts;
 static __thread struct sim_acl_ctx *cur_ctx;
@@ -75,6 +76,8 @@ API aclError aclrtSetDevice(int32_t id)
 		return ACL_ERROR_RT_INVALID_DEVICEID;
 	cur_device = id;
 	cur_ctx = &default_ctx[id];
+	if (!atomic_exchange(&default_made[id], true))
+		sim_note_context(id);
 	return ACL_SUCCESS;
 }
 
@@ -140,6 +143,7 @@ API aclError aclrtCreateContext(aclrtContext *context, int32_t id)
 		free(c);
 		return OOM;
 	}
+	sim_note_context(id);
 	cur_ctx = c;
 	cur_device = id;
 	*context = c;

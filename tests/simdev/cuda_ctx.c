@@ -77,6 +77,7 @@ static CUresult ctx_init_locked(struct CUctx_st *c)
 	if (!c->legacy || ctx_register(c))
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	atomic_store(&c->alive, true);
+	sim_note_context(c->dev);
 	return CUDA_SUCCESS;
 }
 

@@ -34,6 +34,9 @@ static _Atomic(struct sim_counter *) counters;
 static atomic_int used;
 
 static atomic_ullong ids;
+/* Contexts made on each device: on a real GPU each one holds device memory (a primary context
+ * about 500 MiB on an H200), so a process must make none on a device it does not use. */
+static atomic_ulong contexts_made[SIM_MAX_DEVICES];
 
 /* "16G", "512M", "4096": bytes with an optional K/M/G/T suffix (binary). */
 static bool parse_size(const char *s, size_t *out)
@@ -204,6 +207,12 @@ int sim_device_count(void)
 	return sim_config()->devices;
 }
 
+void sim_note_context(int dev)
+{
+	if (dev >= 0 && dev < SIM_MAX_DEVICES)
+		atomic_fetch_add(&contexts_made[dev], 1);
+}
+
 uint64_t sim_next_id(void)
 {
 	return atomic_fetch_add(&ids, 1) + 1;
@@ -231,5 +240,8 @@ __attribute__((destructor)) static void write_stats(void)
 	size_t live, peak;
 	sim_group_bytes(&live, &peak);
 	fprintf(f, "peak_bytes %zu\nlive_bytes %zu\n", peak, live);
+	for (int d = 0; d < SIM_MAX_DEVICES; d++)
+		if (atomic_load(&contexts_made[d]))
+			fprintf(f, "contexts_on_device_%d %lu\n", d, atomic_load(&contexts_made[d]));
 	fclose(f);
 }

@@ -221,6 +221,8 @@ extern pthread_mutex_t sim_lock; /* guards every table below; never held while u
 size_t sim_round_up(size_t n, size_t to);
 int sim_device_count(void);
 uint64_t sim_next_id(void);
+/* A context was made on dev (for SIMDEV_STATS: contexts_on_device_<dev>). */
+void sim_note_context(int dev);
 
 /* Physical handles (caller holds sim_lock). */
 struct sim_phys *sim_phys_create(int dev, size_t size, int *err_oom);
