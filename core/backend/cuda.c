@@ -9,6 +9,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -70,15 +71,8 @@ struct cuda_impl {
 	 * from a thread without a context (the control thread) go, so that a process never gains
 	 * a context on a device it does not use (device 0 for every rank of a job otherwise). */
 	int home_dev;
+	_Atomic uint32_t used;             /* devices a call has named: the ones this process uses */
 };
-
-/* Where a thread without a current context works: the program's device, else device 0. */
-static int home_dev(struct cuda_impl *ci)
-{
-	int d = __atomic_load_n(&ci->home_dev, __ATOMIC_ACQUIRE);
-
-	return d >= 0 ? d : 0;
-}
 
 static struct cuda_impl *impl_of(vmm_backend *be)
 {
@@ -142,6 +136,8 @@ static vmm_status ctx_enter(struct cuda_impl *ci, int dev, struct ctx_scope *s, 
 	s->pushed = 0;
 	if (check_dev(ci, dev, err))
 		return VMM_E_INVALID;
+	if (!(atomic_load_explicit(&ci->used, memory_order_relaxed) & (1u << dev)))
+		atomic_fetch_or_explicit(&ci->used, 1u << dev, memory_order_relaxed);
 	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
 	    ci->api.cuCtxGetDevice(&cur_dev) == CUDA_SUCCESS && (int)cur_dev == dev) {
 		int none = -1;
@@ -161,16 +157,45 @@ static vmm_status ctx_enter(struct cuda_impl *ci, int dev, struct ctx_scope *s, 
 	return VMM_OK;
 }
 
-/* For calls that name no device (map, unmap, release): any context will do; when the thread has
- * none, the primary context of the program's device (home_dev) is made current. */
-static vmm_status ctx_enter_any(struct cuda_impl *ci, struct ctx_scope *s, vmm_error *err)
+/* A device this process uses, for calls that name none: the program's own device (home_dev)
+ * when its threads were seen on one, else the device of `handle` (0: none given), else the lowest
+ * device an earlier call named. Never a guess such as device 0: a primary context made on a device
+ * the process does not use holds its memory there (518 MiB on an H200, on the GPU of another
+ * rank). -1 when no device is known. */
+static int device_in_use(struct cuda_impl *ci, vmm_phys handle)
+{
+	int home = __atomic_load_n(&ci->home_dev, __ATOMIC_ACQUIRE);
+	uint32_t used = atomic_load_explicit(&ci->used, memory_order_relaxed);
+	CUmemAllocationProp p;
+
+	if (home >= 0)
+		return home;
+	if (handle && ci->api.cuMemGetAllocationPropertiesFromHandle &&
+	    ci->api.cuMemGetAllocationPropertiesFromHandle(
+		    &p, (CUmemGenericAllocationHandle)handle) == CUDA_SUCCESS &&
+	    p.location.type == CU_MEM_LOCATION_TYPE_DEVICE && p.location.id >= 0 &&
+	    p.location.id < ci->ndev)
+		return p.location.id;
+	return used ? __builtin_ctz(used) : -1;
+}
+
+/* For calls that name no device (map, unmap, release): any context will do. When the thread has
+ * none (the control server's threads, the host-memory workers), the primary context of a device
+ * the process uses (device_in_use) is made current. */
+static vmm_status ctx_enter_any(struct cuda_impl *ci, vmm_phys handle, struct ctx_scope *s,
+				vmm_error *err)
 {
 	CUcontext cur = NULL;
+	int dev;
 
 	s->pushed = 0;
 	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur)
 		return VMM_OK;
-	return ctx_enter(ci, home_dev(ci), s, err);
+	dev = device_in_use(ci, handle);
+	if (dev < 0)
+		return vmm_fail(err, VMM_E_DRIVER, 0, "no context is current and no CUDA device of "
+				"this process is known yet");
+	return ctx_enter(ci, dev, s, err);
 }
 
 static void ctx_leave(struct cuda_impl *ci, struct ctx_scope *s)
@@ -193,7 +218,7 @@ static vmm_status stream_ctx_enter(struct cuda_impl *ci, CUstream stream, struct
 
 	s->pushed = 0;
 	if (!stream || !ci->api.cuStreamGetCtx)
-		return ctx_enter_any(ci, s, err);
+		return ctx_enter_any(ci, 0, s, err);
 	rc = ci->api.cuStreamGetCtx(stream, &want);
 	if (rc != CUDA_SUCCESS)
 		return drv_fail(ci, err, rc, "cuStreamGetCtx");
@@ -363,7 +388,7 @@ static vmm_status cu_release(vmm_backend *be, vmm_phys handle, vmm_error *err)
 	/* Teardown needs no context; push one only when the driver asks for it, so that
 	 * cleanup does not depend on a context switch succeeding. */
 	rc = ci->api.cuMemRelease((CUmemGenericAllocationHandle)handle);
-	if (rc == CUDA_ERROR_INVALID_CONTEXT && !ctx_enter_any(ci, &s, err)) {
+	if (rc == CUDA_ERROR_INVALID_CONTEXT && !ctx_enter_any(ci, handle, &s, err)) {
 		rc = ci->api.cuMemRelease((CUmemGenericAllocationHandle)handle);
 		ctx_leave(ci, &s);
 	}
@@ -375,7 +400,7 @@ static vmm_status cu_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys h
 {
 	struct cuda_impl *ci = impl_of(be);
 	struct ctx_scope s;
-	vmm_status st = ctx_enter_any(ci, &s, err);
+	vmm_status st = ctx_enter_any(ci, handle, &s, err);
 	CUresult rc;
 
 	if (st)
@@ -423,7 +448,7 @@ static vmm_status cu_map_at(vmm_backend *be, vmm_devptr va, size_t size, size_t 
 {
 	struct cuda_impl *ci = impl_of(be);
 	struct ctx_scope s;
-	vmm_status st = ctx_enter_any(ci, &s, err);
+	vmm_status st = ctx_enter_any(ci, handle, &s, err);
 	CUresult rc;
 
 	if (st)
@@ -441,7 +466,7 @@ static vmm_status cu_unmap(vmm_backend *be, vmm_devptr va, size_t size, vmm_erro
 	CUresult rc;
 
 	rc = ci->api.cuMemUnmap((CUdeviceptr)va, size);
-	if (rc == CUDA_ERROR_INVALID_CONTEXT && !ctx_enter_any(ci, &s, err)) {
+	if (rc == CUDA_ERROR_INVALID_CONTEXT && !ctx_enter_any(ci, 0, &s, err)) {
 		rc = ci->api.cuMemUnmap((CUdeviceptr)va, size);
 		ctx_leave(ci, &s);
 	}
@@ -568,19 +593,11 @@ static vmm_status cu_synchronize(vmm_backend *be, int dev, vmm_error *err)
 					"the CUDA driver does not export " #fn);          \
 	} while (0)
 
-/* Pinned host memory belongs to a context: the thread's device's, or the program's device's
- * (home_dev) when the thread has none, such as the control thread during a sleep. */
+/* Pinned host memory belongs to a context: the thread's own when it has one, else the primary
+ * context of a device the process uses (device_in_use; never an unused device's). */
 static vmm_status host_ctx_enter(vmm_backend *be, struct ctx_scope *s, vmm_error *err)
 {
-	struct cuda_impl *ci = impl_of(be);
-	CUcontext cur = NULL;
-	CUdevice d;
-	int dev = home_dev(ci);
-
-	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur &&
-	    ci->api.cuCtxGetDevice(&d) == CUDA_SUCCESS)
-		dev = (int)d;
-	return ctx_enter(ci, dev, s, err);
+	return ctx_enter_any(impl_of(be), 0, s, err);
 }
 
 static vmm_status cu_host_alloc_pinned(vmm_backend *be, size_t size, void **ptr, vmm_error *err)

@@ -230,6 +230,23 @@ Test(interpose, peer_access_reaches_the_shims_memory)
 	run_free(r);
 }
 
+/* One rank of a two-GPU job uses device 1 only: a sleep and wake from a thread without a context
+ * must not make a context on device 0 (on a GPU a primary context there held 518 MiB). */
+Test(interpose, sleep_makes_no_context_on_an_unused_device)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_onedev")),
+				    ENV("SIMDEV_DEVICES=2"));
+
+	cr_expect_eq(r->status, 0, "stdout:\n%s\nstderr:\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "contents kept on device 1"), "%s", r->out);
+	cr_expect_gt(run_stat(r, "contexts_on_device_1"), 0, "%s", r->stats);
+	cr_expect_eq(run_stat(r, "contexts_on_device_0"), 0,
+		     "a context was made on device 0, which the program never used:\n%s", r->stats);
+	cr_expect_eq(run_stat(r, "live_bytes"), 0);
+	expect_served(r);
+	run_free(r);
+}
+
 Test(interpose, peer_access_natively_for_comparison)
 {
 	struct run *r = run_program(NULL, ARGV(bin_path("prog_peer")), ENV("SIMDEV_DEVICES=2"));
