@@ -335,18 +335,16 @@ static void stats_add(vmm_stats *o, const struct arena *a)
 {
 	const struct arena_stats *s = &a->st;
 
-	o->live_bytes += s->live_bytes;
-	o->live_count += s->live_count;
-	o->mapped_bytes += s->mapped_bytes;
+	/* The counters every arena keeps (VMM_HEAP_STATS, source ARENA) add up. */
+#define SUM_ARENA(field) o->field += s->field;
+#define SUM_OWN(field)
+#define SUM(field, source, ...) SUM_##source(field)
+	VMM_HEAP_STATS(SUM)
+#undef SUM
+#undef SUM_OWN
+#undef SUM_ARENA
 	if (!a->asleep)
 		o->cached_bytes += s->mapped_bytes - s->live_usable;
-	o->asleep_bytes += s->asleep_bytes;
-	o->host_backup_bytes += s->host_backup_bytes;
-	o->alloc_calls += s->alloc_calls;
-	o->free_calls += s->free_calls;
-	o->handles_created += s->handles_created;
-	o->handles_released += s->handles_released;
-	o->syncs += s->syncs;
 }
 
 vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *out, vmm_error *err)

@@ -21,6 +21,7 @@
 #include <stdint.h>
 
 #include "backend/backend.h"
+#include "stats_fields.h"
 #include "vmm_error.h"
 
 #define VMM_TAG_MAX 32          /* bytes, with the terminating NUL */
@@ -79,20 +80,9 @@ vmm_status vmm_trim(vmm_core *core, int dev, vmm_error *err);
  * dev's heap, kept across sleep and wake. */
 vmm_status vmm_set_peer_access(vmm_core *core, int dev, int peer, bool enable, vmm_error *err);
 
-/* Statistics. Bytes are physical unless said otherwise. */
+/* Statistics: the fields and what each means are in stats_fields.h (VMM_HEAP_STATS). */
 typedef struct vmm_stats {
-	uint64_t live_bytes;       /* sum of the sizes asked for by live allocations */
-	uint64_t live_count;
-	uint64_t mapped_bytes;     /* physical memory mapped (live + cached) */
-	uint64_t cached_bytes;     /* mapped but not used by a live allocation (incl. quarantined) */
-	uint64_t reserved_bytes;   /* virtual address space reserved */
-	uint64_t asleep_bytes;     /* physical memory released by sleep, to be re-created at wake */
-	uint64_t host_backup_bytes;/* host memory holding sleeping contents */
-	uint64_t peak_live_bytes;
-	uint64_t peak_mapped_bytes;
-	uint64_t alloc_calls, free_calls;
-	uint64_t handles_created, handles_released;
-	uint64_t syncs;            /* device synchronizations made to reuse quarantined memory */
+	VMM_HEAP_STATS(VMM_STAT_U64_MEMBER)
 } vmm_stats;
 
 /* dev < 0: all devices; tag NULL: all tags. VMM_E_INVALID for an unknown device. */

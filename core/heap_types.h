@@ -108,11 +108,15 @@ struct reservation {
 	size_t nfree, cap_free;
 };
 
+/* An arena's counters: the VMM_HEAP_STATS fields summed from arenas (source ARENA), and what
+ * vmm_stats_get computes the others from. */
+#define ARENA_MEMBER_ARENA(field) uint64_t field;
+#define ARENA_MEMBER_OWN(field)
+#define ARENA_MEMBER(field, source, ...) ARENA_MEMBER_##source(field)
 struct arena_stats {
-	uint64_t live_bytes, live_count, live_usable;
-	uint64_t mapped_bytes, asleep_bytes, host_backup_bytes;
+	VMM_HEAP_STATS(ARENA_MEMBER)
+	uint64_t live_usable;           /* bytes reserved for live allocations (>= live_bytes) */
 	uint64_t peak_live_bytes, peak_mapped_bytes;
-	uint64_t alloc_calls, free_calls, handles_created, handles_released, syncs;
 	uint64_t shared_bytes;          /* in shared handles (mapped, stay resident) */
 	uint64_t retired_bytes;         /* freed inside shared handles: not reusable */
 };

@@ -29,11 +29,11 @@ static bool cfg_loaded, exit_registered, control_started;
 static _Thread_local bool creating;
 static _Thread_local const char *thread_tag;
 
+#define PASS_MEMBER(field, status) atomic_ullong field;
 static struct {
-	atomic_ullong device_allocs, device_bytes, device_frees;
-	atomic_ullong managed_allocs, managed_bytes, host_allocs, host_bytes, array_allocs;
-	atomic_ullong acl_allocs, acl_bytes, acl_frees;
+	SHIM_PASSTHROUGH_STATS(PASS_MEMBER)
 } pass;
+#undef PASS_MEMBER
 
 static void log_side(const char *name, vmm_core *core)
 {
@@ -281,17 +281,9 @@ void shim_count_passthrough(enum shim_pass_kind kind, size_t bytes)
 
 void shim_passthrough_stats_get(shim_passthrough_stats *out)
 {
-	out->device_allocs = atomic_load(&pass.device_allocs);
-	out->device_bytes = atomic_load(&pass.device_bytes);
-	out->device_frees = atomic_load(&pass.device_frees);
-	out->managed_allocs = atomic_load(&pass.managed_allocs);
-	out->managed_bytes = atomic_load(&pass.managed_bytes);
-	out->host_allocs = atomic_load(&pass.host_allocs);
-	out->host_bytes = atomic_load(&pass.host_bytes);
-	out->array_allocs = atomic_load(&pass.array_allocs);
-	out->acl_allocs = atomic_load(&pass.acl_allocs);
-	out->acl_bytes = atomic_load(&pass.acl_bytes);
-	out->acl_frees = atomic_load(&pass.acl_frees);
+#define PASS_LOAD(field, status) out->field = atomic_load(&pass.field);
+	SHIM_PASSTHROUGH_STATS(PASS_LOAD)
+#undef PASS_LOAD
 }
 
 void shim_set_thread_tag(const char *tag)

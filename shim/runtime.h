@@ -31,13 +31,24 @@ shim_runtime *shim_runtime_peek(void);
 
 /* Allocations the shim saw but left to the driver (not managed): device memory it passed through
  * (disabled, no context, stream capture, a failure of the core), managed and host memory, arrays.
- * Cumulative since the start, for `vmmctl status`. */
+ * Cumulative since the start, for `vmmctl status`. A counter is one line of this list:
+ * X(field, status) where status says which figure of the status reply's info record it adds to
+ * (ALLOCS: passthrough_allocs, BYTES: passthrough_bytes, NONE). */
+#define SHIM_PASSTHROUGH_STATS(X)                                                              \
+	X(device_allocs, ALLOCS)                                                               \
+	X(device_bytes, BYTES)                                                                 \
+	X(device_frees, NONE)                                                                  \
+	X(managed_allocs, NONE)                                                                \
+	X(managed_bytes, NONE)                                                                 \
+	X(host_allocs, NONE)                                                                   \
+	X(host_bytes, NONE)                                                                    \
+	X(array_allocs, NONE)                                                                  \
+	X(acl_allocs, ALLOCS)                                                                  \
+	X(acl_bytes, BYTES)                                                                    \
+	X(acl_frees, NONE)
+
 typedef struct shim_passthrough_stats {
-	uint64_t device_allocs, device_bytes, device_frees;
-	uint64_t managed_allocs, managed_bytes;
-	uint64_t host_allocs, host_bytes;
-	uint64_t array_allocs;
-	uint64_t acl_allocs, acl_bytes, acl_frees;
+	SHIM_PASSTHROUGH_STATS(VMM_STAT_U64_MEMBER)
 } shim_passthrough_stats;
 void shim_passthrough_stats_get(shim_passthrough_stats *out);
 

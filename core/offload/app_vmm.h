@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "../backend/backend.h"
+#include "../stats_fields.h"
 #include "transfer.h"
 #include "../vmm_error.h"
 
@@ -119,14 +120,9 @@ vmm_phys vmm_app_program_handle(vmm_app_registry *reg, vmm_phys real);
 /* Is va inside a tracked app mapping? */
 bool vmm_app_contains(vmm_app_registry *reg, vmm_devptr va);
 
+/* The fields and what each means are in stats_fields.h (VMM_APP_STATS). */
 typedef struct vmm_app_stats {
-	uint64_t handles, handle_bytes;      /* live handles created by the program */
-	uint64_t mapped_bytes;
-	uint64_t asleep_bytes, host_backup_bytes;
-	uint64_t unreleasable_bytes;         /* exported and imported handles: stay while asleep */
-	uint64_t shared_bytes;               /* ...of which shared with other processes (exported or
-	                                      * imported); the rest is mapped in part where the
-	                                      * backend cannot map part of a handle again */
+	VMM_APP_STATS(VMM_STAT_U64_MEMBER)
 } vmm_app_stats;
 void vmm_app_stats_get(vmm_app_registry *reg, int dev, vmm_app_stats *out);
 

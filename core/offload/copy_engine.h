@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "../backend/backend.h"
+#include "../stats_fields.h"
 #include "../vmm_error.h"
 
 /* A host backup: page-aligned host memory, registered (pinned) with the backend where possible.
@@ -29,12 +30,9 @@ typedef struct vmm_copy_range {
 	size_t size;
 } vmm_copy_range;
 
+/* The fields and what each means are in stats_fields.h (VMM_COPY_STATS). */
 typedef struct vmm_copy_stats {
-	uint64_t bytes;
-	double seconds;
-	double provision_seconds;   /* of which spent provisioning host memory */
-	double provision_wait_seconds; /* copies waited for provisioning (the overlap's shortfall) */
-	uint64_t staged_bytes;      /* went through the pinned staging ring (host not pinnable) */
+	VMM_COPY_STATS(VMM_STAT_TYPED_MEMBER)
 } vmm_copy_stats;
 
 vmm_status vmm_copy_engine_create(vmm_backend *be, int dev, vmm_copy_engine **out, vmm_error *err);

@@ -146,6 +146,26 @@ static uint32_t side_devices(const struct side *s)
 	return mask;
 }
 
+/* The info record's pass-through figures, summed as SHIM_PASSTHROUGH_STATS says (runtime.h). */
+static void put_passthrough(proto_writer *w)
+{
+	shim_passthrough_stats ps;
+	uint64_t allocs = 0, bytes = 0;
+
+	shim_passthrough_stats_get(&ps);
+#define PASS_INTO_ALLOCS(field) allocs += ps.field;
+#define PASS_INTO_BYTES(field) bytes += ps.field;
+#define PASS_INTO_NONE(field)
+#define PASS_INTO(field, status) PASS_INTO_##status(field)
+	SHIM_PASSTHROUGH_STATS(PASS_INTO)
+#undef PASS_INTO
+#undef PASS_INTO_NONE
+#undef PASS_INTO_BYTES
+#undef PASS_INTO_ALLOCS
+	proto_put_u64(w, "passthrough_allocs", allocs);
+	proto_put_u64(w, "passthrough_bytes", bytes);
+}
+
 static void put_info(proto_writer *w, shim_runtime *rt, const control_state *cs)
 {
 	struct side sides[2];
@@ -153,7 +173,6 @@ static void put_info(proto_writer *w, shim_runtime *rt, const control_state *cs)
 	char command[PROTO_VALUE_MAX], devices[128] = "";
 	uint64_t managed = 0, mapped = 0, asleep = 0;
 	size_t dl = 0;
-	shim_passthrough_stats ps;
 
 	read_command(command, sizeof(command));
 	for (int i = 0; i < n; i++) {
@@ -181,7 +200,6 @@ static void put_info(proto_writer *w, shim_runtime *rt, const control_state *cs)
 		}
 	}
 	managed = mapped + asleep;
-	shim_passthrough_stats_get(&ps);
 	proto_record_begin(w, "info");
 	proto_put_int(w, "pid", getpid());
 	proto_put_str(w, "command", command);
@@ -196,8 +214,7 @@ static void put_info(proto_writer *w, shim_runtime *rt, const control_state *cs)
 				   asleep ? "partial" : "awake");
 	proto_put_bool(w, "held", cs->held);
 	proto_put_bool(w, "autowake", cs->autowake);
-	proto_put_u64(w, "passthrough_allocs", ps.device_allocs + ps.acl_allocs);
-	proto_put_u64(w, "passthrough_bytes", ps.device_bytes + ps.acl_bytes);
+	put_passthrough(w);
 	share_put_info(w);
 	proto_record_end(w);
 }
@@ -207,11 +224,9 @@ static void put_info_changing(proto_writer *w, const char *operation, long long 
 {
 	char command[PROTO_VALUE_MAX];
 	control_state cs;
-	shim_passthrough_stats ps;
 
 	read_command(command, sizeof(command));
 	control_state_get(&cs);
-	shim_passthrough_stats_get(&ps);
 	proto_record_begin(w, "info");
 	proto_put_int(w, "pid", getpid());
 	proto_put_str(w, "command", command);
@@ -222,8 +237,7 @@ static void put_info_changing(proto_writer *w, const char *operation, long long 
 	proto_put_bool(w, "autowake", cs.autowake);
 	proto_put_str(w, "operation", operation);
 	proto_put_int(w, "operation_ms", ms);
-	proto_put_u64(w, "passthrough_allocs", ps.device_allocs + ps.acl_allocs);
-	proto_put_u64(w, "passthrough_bytes", ps.device_bytes + ps.acl_bytes);
+	put_passthrough(w);
 	share_put_info(w);
 	proto_record_end(w);
 }
@@ -268,6 +282,17 @@ static void put_progress(proto_writer *w)
 	proto_record_end(w);
 }
 
+/* The heap figures that a record (VMM_STAT_DEVICE or VMM_STAT_TAG) carries, by their wire names
+ * (core/stats_fields.h). */
+static void put_heap_stats(proto_writer *w, const vmm_stats *st, int record)
+{
+#define PUT_HEAP(field, source, wire, records, public) \
+	if ((records) & record)                        \
+		proto_put_u64(w, wire, st->field);
+	VMM_HEAP_STATS(PUT_HEAP)
+#undef PUT_HEAP
+}
+
 static void put_tags(proto_writer *w, const struct side *s, int dev, const char *only)
 {
 	char names[MAX_TAGS][VMM_TAG_MAX];
@@ -284,12 +309,7 @@ static void put_tags(proto_writer *w, const struct side *s, int dev, const char 
 		proto_put_str(w, "backend", s->name);
 		proto_put_int(w, "dev", dev);
 		proto_put_str(w, "name", names[i]);
-		proto_put_u64(w, "live", st.live_bytes);
-		proto_put_u64(w, "count", st.live_count);
-		proto_put_u64(w, "mapped", st.mapped_bytes);
-		proto_put_u64(w, "cached", st.cached_bytes);
-		proto_put_u64(w, "asleep", st.asleep_bytes);
-		proto_put_u64(w, "host_backup", st.host_backup_bytes);
+		put_heap_stats(w, &st, VMM_STAT_TAG);
 		proto_record_end(w);
 	}
 }
@@ -330,23 +350,10 @@ static void put_device(proto_writer *w, const struct side *s, int dev)
 	proto_record_begin(w, "device");
 	proto_put_str(w, "backend", s->name);
 	proto_put_int(w, "dev", dev);
-	proto_put_u64(w, "live", st.live_bytes);
-	proto_put_u64(w, "count", st.live_count);
-	proto_put_u64(w, "mapped", st.mapped_bytes);
-	proto_put_u64(w, "cached", st.cached_bytes);
-	proto_put_u64(w, "reserved", st.reserved_bytes);
-	proto_put_u64(w, "asleep", st.asleep_bytes);
-	proto_put_u64(w, "host_backup", st.host_backup_bytes);
-	proto_put_u64(w, "peak_live", st.peak_live_bytes);
-	proto_put_u64(w, "handles_created", st.handles_created);
-	proto_put_u64(w, "handles_released", st.handles_released);
-	proto_put_u64(w, "app_handles", as.handles);
-	proto_put_u64(w, "app_bytes", as.handle_bytes);
-	proto_put_u64(w, "app_mapped", as.mapped_bytes);
-	proto_put_u64(w, "app_asleep", as.asleep_bytes);
-	proto_put_u64(w, "app_host_backup", as.host_backup_bytes);
-	proto_put_u64(w, "app_unreleasable", as.unreleasable_bytes);
-	proto_put_u64(w, "app_shared", as.shared_bytes);
+	put_heap_stats(w, &st, VMM_STAT_DEVICE);
+#define PUT_APP(field, wire) proto_put_u64(w, wire, as.field);
+	VMM_APP_STATS(PUT_APP)
+#undef PUT_APP
 	put_shared(w, s, dev);
 	if (have_info) {
 		proto_put_u64(w, "free", free_b);

@@ -115,18 +115,21 @@ VMMSHIM_API int vmmshim_wake(const char *tag)
 	return vmmshim_wake_device(tag, -1);
 }
 
+/* vmmshim_stats_t carries the VMM_HEAP_STATS fields marked PUBLIC (core/stats_fields.h). A
+ * PUBLIC field missing from it does not compile; one it has that the list does not mark PUBLIC
+ * fails the size check. */
+#define PUBLIC_ADD_PUBLIC(field) out->field += st->field;
+#define PUBLIC_ADD_PRIVATE(field)
+#define PUBLIC_ADD(field, source, wire, records, public) PUBLIC_ADD_##public(field)
+#define PUBLIC_COUNT_PUBLIC 1 +
+#define PUBLIC_COUNT_PRIVATE
+#define PUBLIC_COUNT(field, source, wire, records, public) PUBLIC_COUNT_##public
+_Static_assert((VMM_HEAP_STATS(PUBLIC_COUNT) 0) * sizeof(uint64_t) == sizeof(vmmshim_stats_t),
+	       "vmmshim_stats_t has exactly the VMM_HEAP_STATS fields marked PUBLIC");
+
 static void add_stats(vmmshim_stats_t *out, const vmm_stats *st)
 {
-	out->live_bytes += st->live_bytes;
-	out->live_count += st->live_count;
-	out->mapped_bytes += st->mapped_bytes;
-	out->cached_bytes += st->cached_bytes;
-	out->reserved_bytes += st->reserved_bytes;
-	out->asleep_bytes += st->asleep_bytes;
-	out->host_backup_bytes += st->host_backup_bytes;
-	out->peak_live_bytes += st->peak_live_bytes;
-	out->alloc_calls += st->alloc_calls;
-	out->free_calls += st->free_calls;
+	VMM_HEAP_STATS(PUBLIC_ADD)
 }
 
 VMMSHIM_API int vmmshim_stats(const char *tag, int device, vmmshim_stats_t *out)
