@@ -32,9 +32,9 @@ void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size)
 		vmm_log(VMM_LOG_ERROR, "0x%llx could not be unmapped", (unsigned long long)va);
 }
 
-/* Releases spread over threads: cuMemRelease of a 1 GiB handle costs ~0.3 ms on the H200, most
- * of what a discard sleep of many handles costs. CUDA only: an Ascend thread works on the device
- * it set (aclrtSetDevice), and a fresh thread has none. */
+/* Releases spread over threads where the backend says it pays (be->parallel_release): cuMemRelease
+ * of a 1 GiB handle costs ~0.3 ms on the H200, most of what a discard sleep of many handles costs.
+ * Not Ascend: a thread works on the device it set (aclrtSetDevice), and a fresh thread has none. */
 #define RELEASE_THREADS 4
 #define RELEASE_PARALLEL_MIN 4
 
@@ -80,7 +80,7 @@ vmm_status phys_release_many(vmm_backend *be, const vmm_phys *hs, size_t n, bool
 	int nt = 0;
 
 	pthread_mutex_init(&j.lock, NULL);
-	if (n >= RELEASE_PARALLEL_MIN && be->name && !strcmp(be->name, "cuda")) {
+	if (n >= RELEASE_PARALLEL_MIN && be->parallel_release) {
 		size_t want = n / 2 < RELEASE_THREADS - 1 ? n / 2 : RELEASE_THREADS - 1;
 
 		/* A thread that cannot start leaves its share to the others. */

@@ -618,6 +618,7 @@ vmm_status vmm_backend_acl_open(vmm_backend **out, vmm_error *err)
 	pthread_mutex_init(&ai->lock, NULL);
 
 	be->name = "acl";
+	be->parallel_release = false; /* a fresh thread has no device set (aclrtSetDevice) */
 	be->impl = ai;
 	be->device_count = acl_device_count;
 	be->granularity = acl_granularity;

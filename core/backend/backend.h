@@ -24,8 +24,12 @@ typedef void *vmm_stream;      /* a backend stream (CUstream / aclrtStream) */
 typedef struct vmm_backend vmm_backend;
 
 struct vmm_backend {
-	const char *name; /* "cuda" or "acl" */
+	const char *name; /* "cuda" or "acl": for messages only, never to decide anything */
 	void *impl;       /* the implementation's own state */
+
+	/* Abilities, set by the backend's open function; the core decides by these. (The optional
+	 * entry points below are abilities too: NULL where the backend lacks them.) */
+	bool parallel_release;  /* releasing handles from several threads at once is faster */
 
 	/* Queries. */
 	vmm_status (*device_count)(vmm_backend *be, int *count, vmm_error *err);

@@ -910,6 +910,7 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 
 	be->name = "cuda";
 	be->impl = ci;
+	be->parallel_release = true; /* a release needs no context: any thread may make it */
 	be->device_count = cu_device_count;
 	be->granularity = cu_granularity;
 	be->mem_info = cu_mem_info;
