@@ -83,8 +83,8 @@ static aclError serve(enum acl_fn f, void **devPtr, size_t size, aclrtMemMallocP
 	gate_enter();
 	vmm_error_clear(&err);
 	if (devPtr && size && get_device && get_device(&dev) == ACL_SUCCESS &&
-	    (rt = shim_runtime_acl()) && rt->acl_core) {
-		if (!vmm_malloc(rt->acl_core, dev, size, 32, shim_thread_tag(), &p, &err)) {
+	    (rt = shim_runtime_acl()) && rt->side[SHIM_ACL].core) {
+		if (!vmm_malloc(rt->side[SHIM_ACL].core, dev, size, 32, shim_thread_tag(), &p, &err)) {
 			*devPtr = (void *)(uintptr_t)p;
 			gate_leave();
 			return ACL_SUCCESS;
@@ -125,15 +125,15 @@ aclError aclrtFree(void *devPtr)
 	aclError r;
 
 	gate_enter();
-	if (rt && rt->acl_core && devPtr) {
+	if (rt && rt->side[SHIM_ACL].core && devPtr) {
 		vmm_error_clear(&err);
-		st = vmm_free(rt->acl_core, (vmm_devptr)(uintptr_t)devPtr, &err);
+		st = vmm_free(rt->side[SHIM_ACL].core, (vmm_devptr)(uintptr_t)devPtr, &err);
 		if (st == VMM_OK) {
 			gate_leave();
 			return ACL_SUCCESS;
 		}
 		if (st != VMM_E_NOT_OURS ||
-		    vmm_lookup(rt->acl_core, (vmm_devptr)(uintptr_t)devPtr, &info)) {
+		    vmm_lookup(rt->side[SHIM_ACL].core, (vmm_devptr)(uintptr_t)devPtr, &info)) {
 			vmm_log(VMM_LOG_WARN, "aclrtFree(%p): %s", devPtr,
 				err.msg[0] ? err.msg : "not the start of an allocation");
 			gate_leave();

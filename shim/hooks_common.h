@@ -34,7 +34,7 @@ static inline vmm_core *hook_cuda_core(void)
 {
 	shim_runtime *rt = shim_runtime_peek();
 
-	return rt ? rt->cuda_core : NULL;
+	return rt ? rt->side[SHIM_CUDA].core : NULL;
 }
 
 /* Translate a core failure into the CUresult a driver would have given. */

@@ -178,7 +178,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	if (!hook_current_device(&cur))
 		return CUDA_ERROR_INVALID_CONTEXT;
 	rt = shim_runtime_cuda();
-	be = rt ? rt->cuda : NULL;
+	be = rt ? rt->side[SHIM_CUDA].be : NULL;
 	if (!be || !be->import_fd || !be->map_at) {
 		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: a handle of the shim in pid %u, and "
 			"this process cannot import memory (shim disabled?)", h->pid);
@@ -256,9 +256,9 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 
 	if (!ipc_registry_close((vmm_devptr)dptr, &last, &m))
 		return CALL_REAL(cuIpcCloseMemHandle, (dptr));
-	if (last && rt && rt->cuda) {
+	if (last && rt && rt->side[SHIM_CUDA].be) {
 		gate_enter();
-		unmap_import(rt->cuda, &m, m.span_size);
+		unmap_import(rt->side[SHIM_CUDA].be, &m, m.span_size);
 		gate_leave();
 	}
 	return CUDA_SUCCESS;

@@ -32,7 +32,7 @@ static bool want_core(CUdeviceptr *dptr, size_t bytes, shim_runtime **rt, int *d
 	if (!dptr || bytes == 0 || !hook_current_device(dev))
 		return false; /* the driver's own error; no runtime is created for it */
 	*rt = shim_runtime_cuda();
-	return *rt && (*rt)->cuda_core;
+	return *rt && (*rt)->side[SHIM_CUDA].core;
 }
 
 static void log_fallback(const char *fn, size_t bytes, const vmm_error *err)
@@ -54,7 +54,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	vmm_error_clear(&err);
 	if (want_core(dptr, bytesize, &rt, &dev)) {
 		/* share_malloc: vmm_malloc, and with VMMSHIM_SHARE=1 room made by sleeping peers. */
-		if (!share_malloc(rt->cuda_core, dev, bytesize, 0, shim_thread_tag(), &p, &err)) {
+		if (!share_malloc(rt->side[SHIM_CUDA].core, dev, bytesize, 0, shim_thread_tag(), &p, &err)) {
 			*dptr = (CUdeviceptr)p;
 			gate_leave();
 			return CUDA_SUCCESS;
@@ -138,7 +138,7 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wi
 		pitch = (WidthInBytes + (size_t)align - 1) & ~((size_t)align - 1);
 		if (Height <= SIZE_MAX / pitch) {
 			bytes = pitch * Height;
-			if (!share_malloc(rt->cuda_core, dev, bytes, (size_t)align,
+			if (!share_malloc(rt->side[SHIM_CUDA].core, dev, bytes, (size_t)align,
 					  shim_thread_tag(), &p, &err)) {
 				*dptr = (CUdeviceptr)p;
 				*pPitch = pitch;
@@ -182,7 +182,7 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 	if (pool && !plain_pool(pool, dev))
 		return false;
 	vmm_error_clear(&err);
-	if (share_malloc_on_stream(rt->cuda_core, dev, bytes, shim_thread_tag(),
+	if (share_malloc_on_stream(rt->side[SHIM_CUDA].core, dev, bytes, shim_thread_tag(),
 				   hook_stream(s, ptsz), &p, &err)) {
 		log_fallback(fn, bytes, &err);
 		return false;

@@ -18,14 +18,14 @@ static vmm_app_registry *registry(void)
 {
 	shim_runtime *rt = shim_runtime_cuda();
 
-	return rt ? rt->cuda_app : NULL;
+	return rt ? rt->side[SHIM_CUDA].app : NULL;
 }
 
 static vmm_app_registry *registry_peek(void)
 {
 	shim_runtime *rt = shim_runtime_peek();
 
-	return rt ? rt->cuda_app : NULL;
+	return rt ? rt->side[SHIM_CUDA].app : NULL;
 }
 
 static CUmemGenericAllocationHandle real_handle(vmm_app_registry *reg,

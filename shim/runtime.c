@@ -19,8 +19,23 @@
 
 enum side_state { SIDE_UNTRIED = 0, SIDE_READY, SIDE_UNAVAILABLE };
 
-static shim_runtime rt;
-static atomic_int cuda_state, acl_state;
+/* What differs between the sides, as data: here what creating one needs, in rt.side what the
+ * rest of the shim reads (runtime.h). */
+static const struct side_kind {
+	const char *label;   /* in the log: "CUDA", "ACL" */
+	const char *driver;  /* in the log: what could not be loaded */
+	vmm_status (*open)(vmm_backend **out, vmm_error *err);
+	bool track_app;      /* the hooks see the program's own VMM calls (hooks_vmm.c) */
+} kinds[SHIM_NSIDES] = {
+	[SHIM_CUDA] = { "CUDA", "CUDA driver", vmm_backend_cuda_open, true },
+	[SHIM_ACL] = { "ACL", "ACL runtime", vmm_backend_acl_open, false },
+};
+
+static shim_runtime rt = {
+	.side = { [SHIM_CUDA] = { .name = "cuda", .device_prefix = "" },
+		  [SHIM_ACL] = { .name = "acl", .device_prefix = "acl:" } },
+};
+static atomic_int side_state[SHIM_NSIDES];
 static atomic_bool forked_child;
 static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool cfg_loaded, exit_registered, control_started;
@@ -35,34 +50,35 @@ static struct {
 } pass;
 #undef PASS_MEMBER
 
-static void log_side(const char *name, vmm_core *core)
+static void log_side(const shim_side *s)
 {
 	vmm_stats st;
 
-	if (!core || !vmm_log_enabled(VMM_LOG_INFO) || vmm_stats_get(core, -1, NULL, &st, NULL))
+	if (!s->core || !vmm_log_enabled(VMM_LOG_INFO) ||
+	    vmm_stats_get(s->core, -1, NULL, &st, NULL))
 		return;
 	vmm_log(VMM_LOG_INFO,
 		"exit: %s served %llu allocations (%llu frees), peak %llu bytes live / %llu mapped; "
 		"live at exit: %llu bytes in %llu allocations",
-		name, (unsigned long long)st.alloc_calls, (unsigned long long)st.free_calls,
+		s->name, (unsigned long long)st.alloc_calls, (unsigned long long)st.free_calls,
 		(unsigned long long)st.peak_live_bytes, (unsigned long long)st.peak_mapped_bytes,
 		(unsigned long long)st.live_bytes, (unsigned long long)st.live_count);
 }
 
-static void destroy_side(vmm_core **core, vmm_app_registry **app, vmm_backend **be)
+static void destroy_side(shim_side *s)
 {
-	if (app && *app) {
-		vmm_app_registry_destroy(*app);
-		*app = NULL;
+	if (s->app) {
+		vmm_app_registry_destroy(s->app);
+		s->app = NULL;
 	}
-	if (*core) {
-		vmm_trim(*core, -1, NULL);
-		vmm_core_destroy(*core);
-		*core = NULL;
+	if (s->core) {
+		vmm_trim(s->core, -1, NULL);
+		vmm_core_destroy(s->core);
+		s->core = NULL;
 	}
-	if (*be) {
-		(*be)->close(*be);
-		*be = NULL;
+	if (s->be) {
+		s->be->close(s->be);
+		s->be = NULL;
 	}
 }
 
@@ -79,22 +95,20 @@ static void at_exit(void)
 	quiet = control_sleep_shutdown();
 	pthread_mutex_lock(&create_lock);
 	/* Hooks that run after this (other exit handlers freeing memory) pass through. */
-	atomic_store(&cuda_state, SIDE_UNAVAILABLE);
-	atomic_store(&acl_state, SIDE_UNAVAILABLE);
-	if (quiet) { /* the statistics take the heaps' locks, which the operation may hold */
-		log_side("cuda", rt.cuda_core);
-		log_side("acl", rt.acl_core);
-	}
+	for (int i = 0; i < SHIM_NSIDES; i++)
+		atomic_store(&side_state[i], SIDE_UNAVAILABLE);
+	if (quiet) /* the statistics take the heaps' locks, which the operation may hold */
+		for (int i = 0; i < SHIM_NSIDES; i++)
+			log_side(&rt.side[i]);
 	shim_passthrough_stats_get(&ps);
 	vmm_log(VMM_LOG_INFO, "exit: passed through %llu device allocations (%llu bytes), "
 		"%llu managed, %llu host, %llu arrays, %llu acl",
 		(unsigned long long)ps.device_allocs, (unsigned long long)ps.device_bytes,
 		(unsigned long long)ps.managed_allocs, (unsigned long long)ps.host_allocs,
 		(unsigned long long)ps.array_allocs, (unsigned long long)ps.acl_allocs);
-	if (quiet) {
-		destroy_side(&rt.cuda_core, &rt.cuda_app, &rt.cuda);
-		destroy_side(&rt.acl_core, NULL, &rt.acl);
-	}
+	if (quiet)
+		for (int i = 0; i < SHIM_NSIDES; i++)
+			destroy_side(&rt.side[i]);
 	pthread_mutex_unlock(&create_lock);
 }
 
@@ -104,7 +118,8 @@ static void in_child(void)
 	pthread_mutex_init(&create_lock, NULL);
 	gate_reset_after_fork();
 	ipc_registry_after_fork();
-	vmm_app_share_after_fork(rt.cuda_app);
+	for (int i = 0; i < SHIM_NSIDES; i++)
+		vmm_app_share_after_fork(rt.side[i].app);
 }
 
 /* Called with create_lock held, once a side is ready. */
@@ -148,8 +163,12 @@ static const char *describe_size(size_t v, char *buf, size_t n)
 	return buf;
 }
 
-static int create_cuda_locked(void)
+/* Open side id's backend, its heap and (where tracked) its registry of the program's own VMM
+ * mappings; returns the side's new state. */
+static int create_side_locked(int id)
 {
+	const struct side_kind *k = &kinds[id];
+	shim_side *s = &rt.side[id];
 	char limit[32];
 	vmm_error err;
 
@@ -157,52 +176,36 @@ static int create_cuda_locked(void)
 	if (rt.cfg.disable)
 		return SIDE_UNAVAILABLE;
 	vmm_error_clear(&err);
-	if (vmm_backend_cuda_open(&rt.cuda, &err)) {
-		vmm_log(VMM_LOG_INFO, "CUDA driver not usable, passing through: %s", err.msg);
+	if (k->open(&s->be, &err)) {
+		vmm_log(VMM_LOG_INFO, "%s not usable, passing through: %s", k->driver, err.msg);
 		return SIDE_UNAVAILABLE;
 	}
-	if (vmm_core_create(rt.cuda, &rt.cfg.core, &rt.cuda_core, &err)) {
-		vmm_log(VMM_LOG_WARN, "cannot create the CUDA heap, passing through: %s", err.msg);
-		rt.cuda->close(rt.cuda);
-		rt.cuda = NULL;
+	if (vmm_core_create(s->be, &rt.cfg.core, &s->core, &err)) {
+		vmm_log(VMM_LOG_WARN, "cannot create the %s heap, passing through: %s", k->label,
+			err.msg);
+		s->be->close(s->be);
+		s->be = NULL;
 		return SIDE_UNAVAILABLE;
 	}
-	if (vmm_app_registry_create(rt.cuda, &rt.cuda_app, &err)) {
+	if (!k->track_app) {
+		vmm_log(VMM_LOG_INFO, "serving %s device memory", k->label);
+		return SIDE_READY;
+	}
+	if (vmm_app_registry_create(s->be, &s->app, &err)) {
 		vmm_log(VMM_LOG_WARN, "the program's own VMM mappings will not be tracked: %s",
 			err.msg);
-		rt.cuda_app = NULL;
+		s->app = NULL;
 	}
-	vmm_log(VMM_LOG_INFO, "serving CUDA device memory (cache limit %s, max handle %zu bytes); "
-		"the program's own VMM calls are %s",
+	vmm_log(VMM_LOG_INFO, "serving %s device memory (cache limit %s, max handle %zu bytes); "
+		"the program's own VMM calls are %s", k->label,
 		describe_size(rt.cfg.core.cache_limit, limit, sizeof(limit)),
-		rt.cfg.core.max_handle_bytes, rt.cuda_app ? "tracked" : "not tracked");
+		rt.cfg.core.max_handle_bytes, s->app ? "tracked" : "not tracked");
 	return SIDE_READY;
 }
 
-static int create_acl_locked(void)
+static shim_runtime *get_side(int id)
 {
-	vmm_error err;
-
-	load_config_locked();
-	if (rt.cfg.disable)
-		return SIDE_UNAVAILABLE;
-	vmm_error_clear(&err);
-	if (vmm_backend_acl_open(&rt.acl, &err)) {
-		vmm_log(VMM_LOG_INFO, "ACL runtime not usable, passing through: %s", err.msg);
-		return SIDE_UNAVAILABLE;
-	}
-	if (vmm_core_create(rt.acl, &rt.cfg.core, &rt.acl_core, &err)) {
-		vmm_log(VMM_LOG_WARN, "cannot create the ACL heap, passing through: %s", err.msg);
-		rt.acl->close(rt.acl);
-		rt.acl = NULL;
-		return SIDE_UNAVAILABLE;
-	}
-	vmm_log(VMM_LOG_INFO, "serving ACL device memory");
-	return SIDE_READY;
-}
-
-static shim_runtime *get_side(atomic_int *state, int (*create)(void))
-{
+	atomic_int *state = &side_state[id];
 	int st = atomic_load_explicit(state, memory_order_acquire);
 
 	if (st == SIDE_READY)
@@ -213,7 +216,7 @@ static shim_runtime *get_side(atomic_int *state, int (*create)(void))
 	st = atomic_load(state);
 	if (st == SIDE_UNTRIED) {
 		creating = true;
-		st = create();
+		st = create_side_locked(id);
 		creating = false;
 		if (st == SIDE_READY)
 			side_ready_locked();
@@ -225,21 +228,21 @@ static shim_runtime *get_side(atomic_int *state, int (*create)(void))
 
 shim_runtime *shim_runtime_cuda(void)
 {
-	return get_side(&cuda_state, create_cuda_locked);
+	return get_side(SHIM_CUDA);
 }
 
 shim_runtime *shim_runtime_acl(void)
 {
-	return get_side(&acl_state, create_acl_locked);
+	return get_side(SHIM_ACL);
 }
 
 shim_runtime *shim_runtime_peek(void)
 {
 	if (atomic_load_explicit(&forked_child, memory_order_relaxed))
 		return NULL;
-	if (atomic_load_explicit(&cuda_state, memory_order_acquire) == SIDE_READY ||
-	    atomic_load_explicit(&acl_state, memory_order_acquire) == SIDE_READY)
-		return &rt;
+	for (int i = 0; i < SHIM_NSIDES; i++)
+		if (atomic_load_explicit(&side_state[i], memory_order_acquire) == SIDE_READY)
+			return &rt;
 	return NULL;
 }
 

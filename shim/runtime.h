@@ -12,14 +12,32 @@
 #include "../core/heap.h"
 #include "config.h"
 
+/* The sides, one per kind of driver. Code that handles every side loops over rt->side; what
+ * differs between them is data (the fields below, the backend's abilities), never a name test. */
+enum shim_side_id { SHIM_CUDA, SHIM_ACL, SHIM_NSIDES };
+
+typedef struct shim_side {
+	const char *name;           /* "cuda", "acl": in the status reply and the log */
+	const char *device_prefix;  /* before a device number in the status reply ("", "acl:") */
+	vmm_backend *be;            /* NULL until the program uses the side, or when its driver
+				     * could not be loaded */
+	vmm_core *core;             /* the heap; NULL exactly when be is */
+	vmm_app_registry *app;      /* the program's own VMM mappings; NULL where not tracked */
+} shim_side;
+
 typedef struct shim_runtime {
 	shim_config cfg;
-	vmm_backend *cuda;          /* NULL when no CUDA driver could be loaded */
-	vmm_core *cuda_core;
-	vmm_app_registry *cuda_app; /* the program's own cuMemCreate/cuMemMap */
-	vmm_backend *acl;           /* NULL unless the program uses Ascend */
-	vmm_core *acl_core;
+	shim_side side[SHIM_NSIDES];
 } shim_runtime;
+
+/* Does any side serve memory? */
+static inline bool shim_runtime_serves(const shim_runtime *rt)
+{
+	for (int i = 0; i < SHIM_NSIDES; i++)
+		if (rt->side[i].core)
+			return true;
+	return false;
+}
 
 /* Create the CUDA side on first use and return it; NULL when the shim is disabled or no driver is
  * there (the hooks then pass everything through). Starts the control server. */

@@ -106,26 +106,19 @@ static void read_command(char *out, size_t cap)
 			out[i] = ' ';
 }
 
-struct side {
-	const char *name;
-	vmm_backend *be;
-	vmm_core *core;
-	vmm_app_registry *app;
-};
-
-static int sides_of(shim_runtime *rt, struct side *s)
+/* The sides that serve memory (runtime.h), in their order. */
+static int sides_of(shim_runtime *rt, const shim_side **s)
 {
 	int n = 0;
 
-	if (rt && rt->cuda_core)
-		s[n++] = (struct side){ "cuda", rt->cuda, rt->cuda_core, rt->cuda_app };
-	if (rt && rt->acl_core)
-		s[n++] = (struct side){ "acl", rt->acl, rt->acl_core, NULL };
+	for (int i = 0; rt && i < SHIM_NSIDES; i++)
+		if (rt->side[i].core)
+			s[n++] = &rt->side[i];
 	return n;
 }
 
 /* Devices with core heaps or app handles. */
-static uint32_t side_devices(const struct side *s)
+static uint32_t side_devices(const shim_side *s)
 {
 	uint32_t mask = vmm_devices_used(s->core);
 	int count = 0;
@@ -168,7 +161,7 @@ static void put_passthrough(proto_writer *w)
 
 static void put_info(proto_writer *w, shim_runtime *rt, const control_state *cs)
 {
-	struct side sides[2];
+	const shim_side *sides[SHIM_NSIDES];
 	int n = sides_of(rt, sides);
 	char command[PROTO_VALUE_MAX], devices[128] = "";
 	uint64_t managed = 0, mapped = 0, asleep = 0;
@@ -176,23 +169,21 @@ static void put_info(proto_writer *w, shim_runtime *rt, const control_state *cs)
 
 	read_command(command, sizeof(command));
 	for (int i = 0; i < n; i++) {
-		uint32_t mask = side_devices(&sides[i]);
+		uint32_t mask = side_devices(sides[i]);
 		vmm_stats st;
-
-		const char *prefix = strcmp(sides[i].name, "cuda") ? "acl:" : "";
 
 		for (int d = 0; d < VMM_MAX_DEVICES; d++)
 			if (mask & (1u << d) && dl < sizeof(devices))
 				dl += (size_t)snprintf(devices + dl, sizeof(devices) - dl, "%s%s%d",
-						       dl ? "," : "", prefix, d);
-		if (!vmm_stats_get(sides[i].core, -1, NULL, &st, NULL)) {
+						       dl ? "," : "", sides[i]->device_prefix, d);
+		if (!vmm_stats_get(sides[i]->core, -1, NULL, &st, NULL)) {
 			mapped += st.mapped_bytes;
 			asleep += st.asleep_bytes;
 		}
-		if (sides[i].app) {
+		if (sides[i]->app) {
 			vmm_app_stats as;
 
-			vmm_app_stats_get(sides[i].app, -1, &as);
+			vmm_app_stats_get(sides[i]->app, -1, &as);
 			managed += as.handle_bytes;
 			asleep += as.asleep_bytes;
 			mapped += as.handle_bytes > as.asleep_bytes ?
@@ -293,7 +284,7 @@ static void put_heap_stats(proto_writer *w, const vmm_stats *st, int record)
 #undef PUT_HEAP
 }
 
-static void put_tags(proto_writer *w, const struct side *s, int dev, const char *only)
+static void put_tags(proto_writer *w, const shim_side *s, int dev, const char *only)
 {
 	char names[MAX_TAGS][VMM_TAG_MAX];
 	int n = vmm_tags_list(s->core, dev, names, MAX_TAGS);
@@ -331,7 +322,7 @@ static void put_shared(proto_writer *w, const struct side *s, int dev)
 /* One device: the core's heap, the program's own mappings, and what the driver says is in use.
  * unmanaged = used - (the shim's resident memory): context, modules, pass-through allocations;
  * on a real GPU the driver's figure is device-wide, so other processes are in it too. */
-static void put_device(proto_writer *w, const struct side *s, int dev)
+static void put_device(proto_writer *w, const shim_side *s, int dev)
 {
 	vmm_stats st;
 	vmm_app_stats as = { 0 };
@@ -375,9 +366,9 @@ static void put_ipc_records(proto_writer *w, shim_runtime *rt)
 	ipc_import_summary imports[IPC_RECORDS];
 	size_t n, nex;
 
-	if (!rt || !rt->cuda_core)
+	if (!rt || !rt->side[SHIM_CUDA].core)
 		return;
-	n = nex = vmm_share_list(rt->cuda_core, ex, sizeof(ex) / sizeof(ex[0]));
+	n = nex = vmm_share_list(rt->side[SHIM_CUDA].core, ex, sizeof(ex) / sizeof(ex[0]));
 	for (size_t i = 0; i < n && i < sizeof(ex) / sizeof(ex[0]); i++) {
 		pid_t pids[32];
 		size_t np = ipc_registry_importers(ex[i].id, pids, 32);
@@ -417,22 +408,22 @@ static void put_ipc_records(proto_writer *w, shim_runtime *rt)
 
 static void put_figures(const proto_request *req, proto_writer *w, shim_runtime *rt)
 {
-	struct side sides[2];
+	const shim_side *sides[SHIM_NSIDES];
 	int n = sides_of(rt, sides);
 
 	for (int i = 0; i < n; i++) {
-		uint32_t mask = side_devices(&sides[i]);
+		uint32_t mask = side_devices(sides[i]);
 
 		for (int d = 0; d < VMM_MAX_DEVICES; d++) {
 			if (!(mask & (1u << d)) || (req->device >= 0 && req->device != d))
 				continue;
-			put_device(w, &sides[i], d);
-			put_tags(w, &sides[i], d, req->tag[0] ? req->tag : NULL);
+			put_device(w, sides[i], d);
+			put_tags(w, sides[i], d, req->tag[0] ? req->tag : NULL);
 		}
 	}
 	put_ipc_records(w, rt);
-	if (rt && rt->cuda_app)
-		control_put_app_shares(w, rt->cuda_app);
+	if (rt && rt->side[SHIM_CUDA].app)
+		control_put_app_shares(w, rt->side[SHIM_CUDA].app);
 }
 
 /* hello and status: the figures when no sleep or wake runs, else what can be said without
@@ -532,7 +523,7 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 	vmm_error_clear(&err);
 	/* Nothing to sleep or wake yet (the socket exists from the first device call on, a moment
 	 * before the heap): say not_ready, which a caller may retry, rather than invalid. */
-	if (!rt || (!rt->cuda_core && !rt->acl_core)) {
+	if (!rt || !shim_runtime_serves(rt)) {
 		proto_error_response(w, PROTO_ERR_NOT_READY,
 				     "no device memory is managed by vmmshim in this process yet");
 		return;
@@ -686,16 +677,16 @@ static void do_trim(const proto_request *req, const control_client *client, prot
 	vmm_error err;
 
 	vmm_error_clear(&err);
-	if (!rt || !rt->cuda_core) {
+	if (!rt || !rt->side[SHIM_CUDA].core) {
 		proto_error_response(w, PROTO_ERR_NOT_READY, "no device memory is managed yet");
 		return;
 	}
-	vmm_stats_get(rt->cuda_core, req->device, NULL, &before, NULL);
-	if (vmm_trim(rt->cuda_core, req->device, &err)) {
+	vmm_stats_get(rt->side[SHIM_CUDA].core, req->device, NULL, &before, NULL);
+	if (vmm_trim(rt->side[SHIM_CUDA].core, req->device, &err)) {
 		proto_error_response(w, control_error_word(err.status), err.msg);
 		return;
 	}
-	vmm_stats_get(rt->cuda_core, req->device, NULL, &after, NULL);
+	vmm_stats_get(rt->side[SHIM_CUDA].core, req->device, NULL, &after, NULL);
 	if (before.mapped_bytes > after.mapped_bytes)
 		vmm_log(VMM_LOG_INFO, "share: gave %llu cached bytes back for pid %ld",
 			(unsigned long long)(before.mapped_bytes - after.mapped_bytes),

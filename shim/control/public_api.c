@@ -134,7 +134,7 @@ static void add_stats(vmmshim_stats_t *out, const vmm_stats *st)
 
 VMMSHIM_API int vmmshim_stats(const char *tag, int device, vmmshim_stats_t *out)
 {
-	vmm_core *cores[2];
+	vmm_core *cores[SHIM_NSIDES];
 	shim_runtime *rt = shim_runtime_peek();
 	vmm_error err;
 	int n = 0, r;
@@ -146,10 +146,9 @@ VMMSHIM_API int vmmshim_stats(const char *tag, int device, vmmshim_stats_t *out)
 		return r;
 	if (device < -1 || device >= VMM_MAX_DEVICES)
 		return invalid("device must be -1 (all) or a device ordinal");
-	if (rt && rt->cuda_core)
-		cores[n++] = rt->cuda_core;
-	if (rt && rt->acl_core)
-		cores[n++] = rt->acl_core;
+	for (int i = 0; rt && i < SHIM_NSIDES; i++)
+		if (rt->side[i].core)
+			cores[n++] = rt->side[i].core;
 	for (int i = 0; i < n; i++) {
 		vmm_stats st;
 		vmm_status s;

@@ -39,12 +39,12 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 		proto_error_response(w, PROTO_ERR_PERMISSION, msg);
 		return;
 	}
-	if (!rt || !rt->cuda_core) {
+	if (!rt || !rt->side[SHIM_CUDA].core) {
 		proto_error_response(w, PROTO_ERR_NOT_READY, "no device memory managed here");
 		return;
 	}
 	vmm_error_clear(&err);
-	if (vmm_share_fds(rt->cuda_core, (vmm_devptr)req->share_base, req->share_id, &info, pieces,
+	if (vmm_share_fds(rt->side[SHIM_CUDA].core, (vmm_devptr)req->share_base, req->share_id, &info, pieces,
 			  VMM_SHARE_MAX_PIECES, &n, &err)) {
 		vmm_log(VMM_LOG_INFO, "share_open of export %llu from pid %ld: %s",
 			(unsigned long long)req->share_id, pid, err.msg);

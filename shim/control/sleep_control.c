@@ -73,18 +73,20 @@ static bool op_stop(void *arg)
 	       (op->lim && op->lim->gone && op->lim->gone(op->lim->gone_arg));
 }
 
-/* The parts of the process: each core heap and the CUDA side's own VMM mappings. */
+/* The parts of the process: each side's core heap and the program's own VMM mappings. */
 static vmm_offload_parts parts_of(const shim_runtime *rt)
 {
-	vmm_offload_parts p = { .app = rt->cuda_app };
+	static const char *const heap_names[SHIM_NSIDES] = { [SHIM_CUDA] = "cuda heap",
+							     [SHIM_ACL] = "acl heap" };
+	vmm_offload_parts p = { 0 };
 
-	if (rt->cuda_core) {
-		p.heaps[p.nheaps].name = "cuda heap";
-		p.heaps[p.nheaps++].core = rt->cuda_core;
-	}
-	if (rt->acl_core) {
-		p.heaps[p.nheaps].name = "acl heap";
-		p.heaps[p.nheaps++].core = rt->acl_core;
+	for (int i = 0; i < SHIM_NSIDES; i++) {
+		if (!rt->side[i].core)
+			continue;
+		p.heaps[p.nheaps].name = heap_names[i];
+		p.heaps[p.nheaps++].core = rt->side[i].core;
+		if (rt->side[i].app)
+			p.app = rt->side[i].app;
 	}
 	return p;
 }
@@ -192,7 +194,7 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 					       "the process is exiting");
 	}
 	*rt = shim_runtime_peek();
-	if (!*rt || (!(*rt)->cuda_core && !(*rt)->acl_core)) {
+	if (!*rt || !shim_runtime_serves(*rt)) {
 		pthread_mutex_unlock(&ctl_lock);
 		return vmm_fail(err, VMM_E_INVALID, 0,
 				"no device memory is managed by vmmshim in this process yet");

@@ -141,7 +141,7 @@ static uint64_t device_free(int dev)
 	shim_runtime *rt = shim_runtime_peek();
 	size_t fr = 0, tot = 0;
 
-	if (!rt || !rt->cuda || rt->cuda->mem_info(rt->cuda, dev, &fr, &tot, NULL))
+	if (!rt || !rt->side[SHIM_CUDA].be || rt->side[SHIM_CUDA].be->mem_info(rt->side[SHIM_CUDA].be, dev, &fr, &tot, NULL))
 		return 0;
 	return fr;
 }
@@ -150,8 +150,8 @@ static void trim_own(int dev)
 {
 	shim_runtime *rt = shim_runtime_peek();
 
-	if (rt && rt->cuda_core)
-		vmm_trim(rt->cuda_core, dev, NULL);
+	if (rt && rt->side[SHIM_CUDA].core)
+		vmm_trim(rt->side[SHIM_CUDA].core, dev, NULL);
 }
 
 static void ask_trim(const struct peer *p)
@@ -439,15 +439,15 @@ static bool wake_need(struct wake_try *w)
 
 	w->dev = -1;
 	w->need = 0;
-	for (int d = 0; rt && rt->cuda_core && d < VMM_MAX_DEVICES && w->dev < 0; d++) {
+	for (int d = 0; rt && rt->side[SHIM_CUDA].core && d < VMM_MAX_DEVICES && w->dev < 0; d++) {
 		vmm_stats st;
 		vmm_app_stats as = { 0 };
 
-		if (!(vmm_devices_used(rt->cuda_core) & (1u << d)) ||
-		    vmm_stats_get(rt->cuda_core, d, NULL, &st, NULL))
+		if (!(vmm_devices_used(rt->side[SHIM_CUDA].core) & (1u << d)) ||
+		    vmm_stats_get(rt->side[SHIM_CUDA].core, d, NULL, &st, NULL))
 			continue;
-		if (rt->cuda_app)
-			vmm_app_stats_get(rt->cuda_app, d, &as);
+		if (rt->side[SHIM_CUDA].app)
+			vmm_app_stats_get(rt->side[SHIM_CUDA].app, d, &as);
 		if (st.asleep_bytes + as.asleep_bytes) {
 			w->dev = d;
 			w->need = st.asleep_bytes + as.asleep_bytes;

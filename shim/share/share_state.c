@@ -108,7 +108,7 @@ void share_put_info(proto_writer *w)
 	proto_put_bool(w, "share", share_enabled());
 	if (!share_enabled())
 		return;
-	if (rt && rt->cuda && !rt->cuda->device_count(rt->cuda, &count, NULL))
+	if (rt && rt->side[SHIM_CUDA].be && !rt->side[SHIM_CUDA].be->device_count(rt->side[SHIM_CUDA].be, &count, NULL))
 		for (int d = 0; d < count && d < VMM_MAX_DEVICES; d++)
 			if (n < sizeof(gpus))
 				n += (size_t)snprintf(gpus + n, sizeof(gpus) - n, "%s%s",
