@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sorted_search.h"
+
 static bool extents_reserve(struct reservation *r)
 {
 	struct va_extent *n;
@@ -169,20 +171,12 @@ bool va_claim_at(struct devheap *dh, vmm_devptr va, size_t size)
 size_t va_room_at(struct devheap *dh, vmm_devptr va)
 {
 	struct reservation *r = res_of(dh, va);
-	size_t lo = 0, hi;
+	size_t lo;
 
 	if (!r)
 		return 0;
 	/* The extents are in address order: binary search for one that starts at va. */
-	hi = r->nfree;
-	while (lo < hi) {
-		size_t mid = lo + (hi - lo) / 2;
-
-		if (r->free[mid].va < va)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	lo = VMM_SORTED_LOWER_BOUND(r->free, r->nfree, va, va);
 	return lo < r->nfree && r->free[lo].va == va ? r->free[lo].size : 0;
 }
 

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../real_dlsym.h"
+#include "../sorted_search.h"
 #include "acl_api.h"
 #include "contexts.h"
 
@@ -281,17 +282,7 @@ static vmm_status acl_release(vmm_backend *be, vmm_phys handle, vmm_error *err)
 /* Index of the first mapping at or above va. */
 static size_t map_search(struct acl_impl *ai, vmm_devptr va)
 {
-	size_t lo = 0, hi = ai->nmaps;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-
-		if (ai->maps[mid].va < va)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return VMM_SORTED_LOWER_BOUND(ai->maps, ai->nmaps, va, va);
 }
 
 static vmm_status acl_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys handle,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../log.h"
+#include "../sorted_search.h"
 #include "app_internal.h"
 
 /* Program-side values the registry hands out itself: far from any pointer-like driver value. */
@@ -89,17 +90,7 @@ static void h_remove(vmm_app_registry *reg, struct app_handle *h)
 /* First mapping index whose va is >= va. */
 static size_t m_lower(vmm_app_registry *reg, vmm_devptr va)
 {
-	size_t lo = 0, hi = reg->nm;
-
-	while (lo < hi) {
-		size_t mid = (lo + hi) / 2;
-
-		if (reg->maps[mid].va < va)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
-	return lo;
+	return VMM_SORTED_LOWER_BOUND(reg->maps, reg->nm, va, va);
 }
 
 /* The mapping holding va, or NULL. */
