@@ -6,15 +6,14 @@
  * (aclrtCreateContext, listed by the shim: contexts.h). */
 #include "backend.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../real_dlsym.h"
 #include "../sorted_search.h"
 #include "acl_api.h"
 #include "contexts.h"
+#include "driver_lib.h"
 
 #define ACL(name) __typeof__(&name) name
 struct acl_api {
@@ -534,37 +533,27 @@ static void acl_close(vmm_backend *be)
 	free(be);
 }
 
-#define SYM(fn) { #fn, offsetof(struct acl_api, fn) }
-static const struct {
-	const char *name;
-	size_t offset;
-} acl_syms[] = {
-	SYM(aclInit), SYM(aclrtSetDevice), SYM(aclrtGetDevice), SYM(aclrtGetDeviceCount),
-	SYM(aclrtSynchronizeDevice), SYM(aclrtSynchronizeStream), SYM(aclrtCreateStream),
-	SYM(aclrtDestroyStream), SYM(aclrtMallocHost), SYM(aclrtFreeHost), SYM(aclrtMemcpyAsync),
-	SYM(aclrtGetMemInfo), SYM(aclrtReserveMemAddress), SYM(aclrtReleaseMemAddress),
-	SYM(aclrtMallocPhysical), SYM(aclrtFreePhysical), SYM(aclrtMapMem), SYM(aclrtUnmapMem),
-	SYM(aclrtMemGetAllocationGranularity),
-};
-static const struct {
-	const char *name;
-	size_t offset;
-} acl_optional_syms[] = {
-	SYM(aclrtGetCurrentContext), SYM(aclrtSetCurrentContext),
+#define SYM(fn, opt) VMM_DRIVER_SYM(struct acl_api, fn, opt)
+static const struct vmm_driver_sym acl_syms[] = {
+	SYM(aclInit, 0), SYM(aclrtSetDevice, 0), SYM(aclrtGetDevice, 0),
+	SYM(aclrtGetDeviceCount, 0), SYM(aclrtSynchronizeDevice, 0), SYM(aclrtSynchronizeStream, 0),
+	SYM(aclrtCreateStream, 0), SYM(aclrtDestroyStream, 0), SYM(aclrtMallocHost, 0),
+	SYM(aclrtFreeHost, 0), SYM(aclrtMemcpyAsync, 0), SYM(aclrtGetMemInfo, 0),
+	SYM(aclrtReserveMemAddress, 0), SYM(aclrtReleaseMemAddress, 0),
+	SYM(aclrtMallocPhysical, 0), SYM(aclrtFreePhysical, 0), SYM(aclrtMapMem, 0),
+	SYM(aclrtUnmapMem, 0), SYM(aclrtMemGetAllocationGranularity, 0),
+	SYM(aclrtGetCurrentContext, 1), SYM(aclrtSetCurrentContext, 1),
 };
 #undef SYM
 
 vmm_status vmm_backend_acl_open(vmm_backend **out, vmm_error *err)
 {
-	vmm_dlsym_fn real_dlsym = vmm_real_dlsym_fn();
 	struct acl_impl *ai;
 	vmm_backend *be;
 	uint32_t count = 0;
 	aclError rc;
 
 	*out = NULL;
-	if (!real_dlsym)
-		return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "glibc's dlsym could not be found");
 	ai = calloc(1, sizeof(*ai));
 	be = calloc(1, sizeof(*be));
 	if (!ai || !be) {
@@ -572,29 +561,9 @@ vmm_status vmm_backend_acl_open(vmm_backend **out, vmm_error *err)
 		free(be);
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the ACL backend");
 	}
-	ai->lib = dlopen("libascendcl.so", RTLD_NOW | RTLD_LOCAL);
-	if (!ai->lib) {
-		const char *why = dlerror();
-
-		free(ai);
-		free(be);
-		return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "libascendcl.so cannot be loaded: %s",
-				why ? why : "not found");
-	}
-	for (size_t i = 0; i < sizeof(acl_syms) / sizeof(acl_syms[0]); i++) {
-		void *p = real_dlsym(ai->lib, acl_syms[i].name);
-
-		if (!p) {
-			vmm_fail(err, VMM_E_UNSUPPORTED, 0, "libascendcl.so lacks %s", acl_syms[i].name);
-			goto fail;
-		}
-		memcpy((char *)&ai->api + acl_syms[i].offset, &p, sizeof(p));
-	}
-	for (size_t i = 0; i < sizeof(acl_optional_syms) / sizeof(acl_optional_syms[0]); i++) {
-		void *p = real_dlsym(ai->lib, acl_optional_syms[i].name);
-
-		memcpy((char *)&ai->api + acl_optional_syms[i].offset, &p, sizeof(p));
-	}
+	if (vmm_driver_lib_load("libascendcl.so", acl_syms, sizeof(acl_syms) / sizeof(acl_syms[0]),
+				&ai->api, &ai->lib, err))
+		goto fail;
 	rc = ai->api.aclInit(NULL);
 	if (rc != ACL_SUCCESS && rc != ACL_ERROR_REPEAT_INITIALIZE) {
 		vmm_fail(err, VMM_E_UNSUPPORTED, rc, "aclInit failed: ACL error %d", rc);

@@ -7,14 +7,13 @@
 #include "backend.h"
 
 #include <cuda.h>
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../real_dlsym.h"
 #include "contexts.h"
+#include "driver_lib.h"
 
 #define DRV(name) __typeof__(&name) name
 struct cuda_api {
@@ -827,14 +826,8 @@ static void cu_close(vmm_backend *be)
 	free(be);
 }
 
-struct sym {
-	const char *name;
-	size_t offset;
-	int optional;
-};
-
-#define SYM(fn, opt) { #fn, offsetof(struct cuda_api, fn), opt }
-static const struct sym cuda_syms[] = {
+#define SYM(fn, opt) VMM_DRIVER_SYM(struct cuda_api, fn, opt)
+static const struct vmm_driver_sym cuda_syms[] = {
 	SYM(cuInit, 0), SYM(cuGetErrorName, 1), SYM(cuDeviceGetCount, 0), SYM(cuDeviceGet, 0),
 	SYM(cuDeviceGetAttribute, 0), SYM(cuDevicePrimaryCtxRetain, 0),
 	SYM(cuDevicePrimaryCtxRelease_v2, 0), SYM(cuCtxGetCurrent, 0), SYM(cuCtxGetDevice, 0),
@@ -854,14 +847,11 @@ static const struct sym cuda_syms[] = {
 
 vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 {
-	vmm_dlsym_fn real_dlsym = vmm_real_dlsym_fn();
 	struct cuda_impl *ci;
 	vmm_backend *be;
 	CUresult rc;
 
 	*out = NULL;
-	if (!real_dlsym)
-		return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "glibc's dlsym could not be found");
 	ci = calloc(1, sizeof(*ci));
 	be = calloc(1, sizeof(*be));
 	if (!ci || !be) {
@@ -869,25 +859,9 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 		free(be);
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the CUDA backend");
 	}
-	ci->lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-	if (!ci->lib) {
-		const char *why = dlerror();
-
-		free(ci);
-		free(be);
-		return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "libcuda.so.1 cannot be loaded: %s",
-				why ? why : "not found");
-	}
-	for (size_t i = 0; i < sizeof(cuda_syms) / sizeof(cuda_syms[0]); i++) {
-		void *p = real_dlsym(ci->lib, cuda_syms[i].name);
-
-		if (!p && !cuda_syms[i].optional) {
-			vmm_fail(err, VMM_E_UNSUPPORTED, 0, "libcuda.so.1 lacks %s",
-				 cuda_syms[i].name);
-			goto fail;
-		}
-		memcpy((char *)&ci->api + cuda_syms[i].offset, &p, sizeof(p));
-	}
+	if (vmm_driver_lib_load("libcuda.so.1", cuda_syms, sizeof(cuda_syms) / sizeof(cuda_syms[0]),
+				&ci->api, &ci->lib, err))
+		goto fail;
 	rc = ci->api.cuInit(0);
 	if (rc != CUDA_SUCCESS) {
 		drv_fail(ci, err, rc, "cuInit");
@@ -942,7 +916,7 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 	*out = be;
 	return VMM_OK;
 fail:
-	/* The library stays loaded: unloading libcuda under a running program is never safe. */
+	/* The library stays loaded (driver_lib.h). */
 	free(ci);
 	free(be);
 	return err ? err->status : VMM_E_UNSUPPORTED;
