@@ -1,5 +1,6 @@
 """The vmmshim package on simdev, as a user would check it: tags, sleep/wake with the data
 checked, statistics, errors carrying the shim's message, and the error outside the shim."""
+import dataclasses
 import inspect
 import os
 import re
@@ -20,6 +21,18 @@ def test_the_version_is_the_projects():
     with open(os.path.join(ROOT, "meson.build")) as f:
         want = re.search(r"version\s*:\s*'([^']+)'", f.read()).group(1)
     assert vmmshim.__version__ == want
+
+
+def test_the_stats_fields_are_the_headers():
+    """Python lists vmmshim_stats_t's fields again (_native.py, the Stats class): they must match
+    shim/vmmshim.h name for name, in order."""
+    with open(os.path.join(ROOT, "shim", "vmmshim.h")) as f:
+        body = re.search(r"typedef struct vmmshim_stats_t \{(.*?)\} vmmshim_stats_t;", f.read(),
+                         re.S).group(1)
+    want = tuple(re.findall(r"uint64_t\s+(\w+);", body))
+    assert len(want) == 10
+    assert vmmshim._native.STATS_FIELDS == want
+    assert tuple(f.name for f in dataclasses.fields(vmmshim.Stats)) == want
 
 
 def test_allocations_inside_tag_belong_to_it(dev):
