@@ -554,13 +554,9 @@ vmm_status vmm_backend_acl_open(vmm_backend **out, vmm_error *err)
 	aclError rc;
 
 	*out = NULL;
-	ai = calloc(1, sizeof(*ai));
-	be = calloc(1, sizeof(*be));
-	if (!ai || !be) {
-		free(ai);
-		free(be);
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the ACL backend");
-	}
+	if (vmm_backend_alloc(sizeof(*ai), "the ACL backend", &be, err))
+		return VMM_E_HOST_OOM;
+	ai = be->impl;
 	if (vmm_driver_lib_load("libascendcl.so", acl_syms, sizeof(acl_syms) / sizeof(acl_syms[0]),
 				&ai->api, &ai->lib, err))
 		goto fail;
@@ -579,7 +575,6 @@ vmm_status vmm_backend_acl_open(vmm_backend **out, vmm_error *err)
 
 	be->name = "acl";
 	be->parallel_release = false; /* a fresh thread has no device set (aclrtSetDevice) */
-	be->impl = ai;
 	be->device_count = acl_device_count;
 	be->granularity = acl_granularity;
 	be->mem_info = acl_mem_info;

@@ -852,13 +852,9 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 	CUresult rc;
 
 	*out = NULL;
-	ci = calloc(1, sizeof(*ci));
-	be = calloc(1, sizeof(*be));
-	if (!ci || !be) {
-		free(ci);
-		free(be);
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the CUDA backend");
-	}
+	if (vmm_backend_alloc(sizeof(*ci), "the CUDA backend", &be, err))
+		return VMM_E_HOST_OOM;
+	ci = be->impl;
 	if (vmm_driver_lib_load("libcuda.so.1", cuda_syms, sizeof(cuda_syms) / sizeof(cuda_syms[0]),
 				&ci->api, &ci->lib, err))
 		goto fail;
@@ -883,7 +879,6 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 	pthread_mutex_init(&ci->lock, NULL);
 
 	be->name = "cuda";
-	be->impl = ci;
 	be->parallel_release = true; /* a release needs no context: any thread may make it */
 	be->device_count = cu_device_count;
 	be->granularity = cu_granularity;

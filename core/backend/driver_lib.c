@@ -1,10 +1,27 @@
-/* Loading a driver library into a backend's function table (driver_lib.h). */
+/* The first steps of every backend's open (driver_lib.h). */
 #include "driver_lib.h"
 
 #include <dlfcn.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../real_dlsym.h"
+
+vmm_status vmm_backend_alloc(size_t impl_size, const char *what, vmm_backend **be,
+			     vmm_error *err)
+{
+	void *impl = calloc(1, impl_size);
+
+	*be = calloc(1, sizeof(**be));
+	if (!impl || !*be) {
+		free(impl);
+		free(*be);
+		*be = NULL;
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for %s", what);
+	}
+	(*be)->impl = impl;
+	return VMM_OK;
+}
 
 vmm_status vmm_driver_lib_load(const char *soname, const struct vmm_driver_sym *syms, size_t n,
 			       void *table, void **lib, vmm_error *err)
