@@ -155,7 +155,7 @@ aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId)
 
 	if (r != ACL_SUCCESS || !context || !*context)
 		return r;
-	if (vmm_acl_context_created(*context, deviceId) == 0)
+	if (vmm_context_created(VMM_CTX_ACL, *context, deviceId) == 0)
 		return r;
 	/* Unlisted, a sleep would not wait for it: refuse it rather than lose its work. */
 	vmm_log(VMM_LOG_ERROR, "no host memory to record a new context: its creation is refused");
@@ -173,8 +173,8 @@ aclError aclrtDestroyContext(aclrtContext context)
 	aclError (*real)(aclrtContext) = (aclError (*)(aclrtContext))acl_real(ACL_DESTROY_CONTEXT);
 	aclError r;
 
-	vmm_acl_context_destroy_begin(context);
+	vmm_context_destroy_begin(VMM_CTX_ACL, context);
 	r = real ? real(context) : ACL_ERROR_RT_FEATURE_NOT_SUPPORT;
-	vmm_acl_context_destroy_end(context, r == ACL_SUCCESS);
+	vmm_context_destroy_end(VMM_CTX_ACL, context, r == ACL_SUCCESS);
 	return r;
 }

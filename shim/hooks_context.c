@@ -14,7 +14,7 @@ static CUresult created(CUresult r, CUcontext *pctx, CUdevice dev)
 {
 	if (r != CUDA_SUCCESS || !pctx || !*pctx)
 		return r;
-	if (vmm_cuda_context_created(*pctx, (int)dev) == 0)
+	if (vmm_context_created(VMM_CTX_CUDA, *pctx, (int)dev) == 0)
 		return r;
 	vmm_log(VMM_LOG_ERROR, "no host memory to record a new context: its creation is refused");
 	CALL_REAL(cuCtxDestroy_v2, (*pctx));
@@ -46,8 +46,8 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 {
 	CUresult r;
 
-	vmm_cuda_context_destroy_begin(ctx);
+	vmm_context_destroy_begin(VMM_CTX_CUDA, ctx);
 	r = CALL_REAL(cuCtxDestroy_v2, (ctx));
-	vmm_cuda_context_destroy_end(ctx, r == CUDA_SUCCESS);
+	vmm_context_destroy_end(VMM_CTX_CUDA, ctx, r == CUDA_SUCCESS);
 	return r;
 }

@@ -369,26 +369,6 @@ static vmm_status acl_set_access(vmm_backend *be, int dev, vmm_devptr va, size_t
 	return VMM_OK;
 }
 
-/* The program's own contexts, reported by the shim (backend.h). */
-static ctx_list program_contexts = CTX_LIST_INIT;
-
-int vmm_acl_context_created(void *ctx, int dev)
-{
-	return ctx_list_add(&program_contexts, ctx, dev);
-}
-
-void vmm_acl_context_destroy_begin(void *ctx)
-{
-	int dev;
-
-	ctx_list_close_begin(&program_contexts, ctx, &dev);
-}
-
-void vmm_acl_context_destroy_end(void *ctx, bool destroyed)
-{
-	ctx_list_close_end(&program_contexts, ctx, destroyed);
-}
-
 static vmm_status sync_program_context(void *ctx, void *arg, vmm_error *err)
 {
 	struct acl_impl *ai = arg;
@@ -411,7 +391,7 @@ static vmm_status acl_synchronize(vmm_backend *be, int dev, vmm_error *err)
 	aclError rc;
 
 	visit = ai->api.aclrtSetCurrentContext && ai->api.aclrtGetCurrentContext &&
-		ctx_list_count(&program_contexts, dev) > 0;
+		ctx_list_count(vmm_program_contexts(VMM_CTX_ACL), dev) > 0;
 	have_saved = visit && ai->api.aclrtGetCurrentContext(&saved) == ACL_SUCCESS && saved;
 	st = dev_enter(ai, dev, &s, err);
 	if (st)
@@ -419,7 +399,7 @@ static vmm_status acl_synchronize(vmm_backend *be, int dev, vmm_error *err)
 	rc = ai->api.aclrtSynchronizeDevice();
 	st = rc == ACL_SUCCESS ? VMM_OK : acl_failed(err, rc, "aclrtSynchronizeDevice");
 	if (!st && visit) {
-		st = ctx_list_each(&program_contexts, dev, sync_program_context, ai, err);
+		st = ctx_list_each(vmm_program_contexts(VMM_CTX_ACL), dev, sync_program_context, ai, err);
 		/* Back to the thread's own context (and its device); a thread that had none gets
 		 * dev's default one, never a program's context, which may be destroyed later. */
 		if (have_saved) {

@@ -123,11 +123,9 @@ vmm_status vmm_backend_acl_open(vmm_backend **out, vmm_error *err);
  * of that kind drains them in synchronize; a context being destroyed is never touched (see
  * contexts.h). Process-wide, usable before any backend is open. created returns -1 when host
  * memory is out (the context would not be drained: the caller should refuse it). */
-int vmm_cuda_context_created(void *ctx, int dev);
-void vmm_cuda_context_destroy_begin(void *ctx);
-void vmm_cuda_context_destroy_end(void *ctx, bool destroyed);
-int vmm_acl_context_created(void *ctx, int dev);
-void vmm_acl_context_destroy_begin(void *ctx);
-void vmm_acl_context_destroy_end(void *ctx, bool destroyed);
+typedef enum vmm_ctx_kind { VMM_CTX_CUDA, VMM_CTX_ACL, VMM_CTX_KINDS } vmm_ctx_kind;
+int vmm_context_created(vmm_ctx_kind kind, void *ctx, int dev);
+void vmm_context_destroy_begin(vmm_ctx_kind kind, void *ctx);
+void vmm_context_destroy_end(vmm_ctx_kind kind, void *ctx, bool destroyed);
 
 #endif

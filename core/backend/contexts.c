@@ -1,4 +1,5 @@
-/* The list of a program's own contexts (contexts.h). Few entries (a program makes a handful of
+/* The lists of a program's own contexts (contexts.h), one per kind of driver, and the entry points
+ * through which the shim reports them (backend.h). Few entries (a program makes a handful of
  * contexts), so a linked list searched under one lock; entries are visited in the order they were
  * listed (seq), which lets a walk drop the lock around each driver call and find its place again. */
 #include "contexts.h"
@@ -137,4 +138,32 @@ int ctx_list_count(ctx_list *l, int dev)
 		n += dev < 0 || e->dev == dev;
 	pthread_mutex_unlock(&l->lock);
 	return n;
+}
+
+/* One list per kind of driver, process-wide: the shim reports contexts before any backend opens. */
+static ctx_list program_contexts[VMM_CTX_KINDS] = {
+	[VMM_CTX_CUDA] = CTX_LIST_INIT,
+	[VMM_CTX_ACL] = CTX_LIST_INIT,
+};
+
+ctx_list *vmm_program_contexts(vmm_ctx_kind kind)
+{
+	return &program_contexts[kind];
+}
+
+int vmm_context_created(vmm_ctx_kind kind, void *ctx, int dev)
+{
+	return ctx_list_add(&program_contexts[kind], ctx, dev);
+}
+
+void vmm_context_destroy_begin(vmm_ctx_kind kind, void *ctx)
+{
+	int dev;
+
+	ctx_list_close_begin(&program_contexts[kind], ctx, &dev);
+}
+
+void vmm_context_destroy_end(vmm_ctx_kind kind, void *ctx, bool destroyed)
+{
+	ctx_list_close_end(&program_contexts[kind], ctx, destroyed);
 }

@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "../vmm_error.h"
+#include "backend.h"
 
 struct ctx_entry;
 
@@ -49,5 +50,9 @@ bool ctx_list_has(ctx_list *l, void *ctx);
 
 /* How many contexts are listed on dev (dev < 0: on every device). */
 int ctx_list_count(ctx_list *l, int dev);
+
+/* The process-wide list of the program's contexts of one kind of driver (backend.h's
+ * vmm_context_* fill it; that kind's backend drains it). */
+ctx_list *vmm_program_contexts(vmm_ctx_kind kind);
 
 #endif

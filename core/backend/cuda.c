@@ -502,26 +502,6 @@ static vmm_status cu_set_access(vmm_backend *be, int dev, vmm_devptr va, size_t 
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemSetAccess");
 }
 
-/* The program's own contexts, reported by the shim (backend.h). */
-static ctx_list program_contexts = CTX_LIST_INIT;
-
-int vmm_cuda_context_created(void *ctx, int dev)
-{
-	return ctx_list_add(&program_contexts, ctx, dev);
-}
-
-void vmm_cuda_context_destroy_begin(void *ctx)
-{
-	int dev;
-
-	ctx_list_close_begin(&program_contexts, ctx, &dev);
-}
-
-void vmm_cuda_context_destroy_end(void *ctx, bool destroyed)
-{
-	ctx_list_close_end(&program_contexts, ctx, destroyed);
-}
-
 /* Wait for one context's work, current to this thread or not: cuCtxSynchronize_v2 names it
  * (CUDA 13.0); older drivers get it pushed for a plain cuCtxSynchronize. */
 static CUresult ctx_sync(struct cuda_impl *ci, CUcontext ctx)
@@ -570,14 +550,14 @@ static vmm_status cu_synchronize(vmm_backend *be, int dev, vmm_error *err)
 	if (rc != CUDA_SUCCESS)
 		return drv_fail(ci, err, rc, "cuCtxSynchronize");
 	/* Every context the program created on dev: synchronizing one leaves the others running. */
-	st = ctx_list_each(&program_contexts, dev, sync_program_context, ci, err);
+	st = ctx_list_each(vmm_program_contexts(VMM_CTX_CUDA), dev, sync_program_context, ci, err);
 	if (st)
 		return st;
 	/* The thread's own context, when it is another one on this device that nobody listed (made
 	 * before the shim could see it, or a green context's). */
 	if (ci->api.cuCtxGetCurrent(&cur) == CUDA_SUCCESS && cur && cur != prim &&
 	    ci->api.cuCtxGetDevice(&cur_dev) == CUDA_SUCCESS && (int)cur_dev == dev &&
-	    !ctx_list_has(&program_contexts, cur)) {
+	    !ctx_list_has(vmm_program_contexts(VMM_CTX_CUDA), cur)) {
 		rc = ci->api.cuCtxSynchronize();
 		if (rc != CUDA_SUCCESS)
 			return drv_fail(ci, err, rc, "cuCtxSynchronize");

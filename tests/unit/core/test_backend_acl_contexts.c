@@ -44,9 +44,9 @@ Test(backend_acl_contexts, synchronize_visits_every_created_context)
 	ACL_OK(aclrtCreateContext(&a, 0));
 	ACL_OK(aclrtCreateContext(&c1, 1));
 	ACL_OK(aclrtCreateContext(&b, 0)); /* current here */
-	cr_assert_eq(vmm_acl_context_created(a, 0), 0);
-	cr_assert_eq(vmm_acl_context_created(c1, 1), 0);
-	cr_assert_eq(vmm_acl_context_created(b, 0), 0);
+	cr_assert_eq(vmm_context_created(VMM_CTX_ACL, a, 0), 0);
+	cr_assert_eq(vmm_context_created(VMM_CTX_ACL, c1, 1), 0);
+	cr_assert_eq(vmm_context_created(VMM_CTX_ACL, b, 0), 0);
 	r.be = t.be;
 	cr_assert_eq(pthread_create(&th, NULL, sync_from_fresh_thread, &r), 0);
 	pthread_join(th, NULL);
@@ -63,9 +63,9 @@ Test(backend_acl_contexts, synchronize_visits_every_created_context)
 	cr_expect_eq(cur, b);
 	cr_expect_geq(simdev_acl_context_syncs(a, 0), 2);
 	/* A context destroyed as the shim brackets it is no longer visited. */
-	vmm_acl_context_destroy_begin(a);
+	vmm_context_destroy_begin(VMM_CTX_ACL, a);
 	ACL_OK(aclrtDestroyContext(a));
-	vmm_acl_context_destroy_end(a, true);
+	vmm_context_destroy_end(VMM_CTX_ACL, a, true);
 	cr_assert_eq(t.be->synchronize(t.be, 0, NULL), VMM_OK);
 	cr_expect_eq(simdev_acl_context_syncs(a, 0), 2);
 	t_close(&t);

@@ -1,5 +1,5 @@
 /* The CUDA backend's synchronize drains every context the program made (reported as the shim
- * does, vmm_cuda_context_*), not only the primary one: so a sleep, and the heap's reuse of freed
+ * does, vmm_context_*), not only the primary one: so a sleep, and the heap's reuse of freed
  * memory, wait for "kernels" still running on a cuCtxCreate context. And a context destroyed while
  * the backend synchronizes neither crashes nor fails the synchronization. Runs on simdev, whose
  * cuCtxSynchronize, like the driver's, waits for one context only. */
@@ -61,7 +61,7 @@ static CUcontext made_context(int dev, CUstream *s)
 	CUcontext c, popped;
 
 	CU_OK(cuCtxCreate_v2(&c, 0, dev));
-	cr_assert_eq(vmm_cuda_context_created(c, dev), 0);
+	cr_assert_eq(vmm_context_created(VMM_CTX_CUDA, c, dev), 0);
 	CU_OK(cuStreamCreate(s, CU_STREAM_NON_BLOCKING));
 	CU_OK(cuCtxPopCurrent_v2(&popped));
 	return c;
@@ -85,9 +85,9 @@ static void destroy(CUcontext c)
 {
 	CUresult r;
 
-	vmm_cuda_context_destroy_begin(c);
+	vmm_context_destroy_begin(VMM_CTX_CUDA, c);
 	r = cuCtxDestroy_v2(c);
-	vmm_cuda_context_destroy_end(c, r == CUDA_SUCCESS);
+	vmm_context_destroy_end(VMM_CTX_CUDA, c, r == CUDA_SUCCESS);
 	cr_assert_eq(r, CUDA_SUCCESS);
 }
 
@@ -216,13 +216,13 @@ Test(backend_contexts, a_synchronization_waits_for_a_destroy_in_progress)
 	launch(c, s, &w);
 	/* The program is inside cuCtxDestroy (the shim has marked c): a synchronization must not
 	 * name c, and must not return before the destroy has ended c's work. */
-	vmm_cuda_context_destroy_begin(c);
+	vmm_context_destroy_begin(VMM_CTX_CUDA, c);
 	r.be = t.be;
 	cr_assert_eq(pthread_create(&th, NULL, run_sync, &r), 0);
 	sleep_ms(150);
 	cr_expect_not(atomic_load(&r.finished), "returned while a destroy was under way");
 	CU_OK(cuCtxDestroy_v2(c)); /* waits for the kernel */
-	vmm_cuda_context_destroy_end(c, true);
+	vmm_context_destroy_end(VMM_CTX_CUDA, c, true);
 	pthread_join(th, NULL);
 	cr_expect_eq(r.st, VMM_OK, "%s", r.err.msg);
 	cr_expect(atomic_load(&w.done));
