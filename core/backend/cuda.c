@@ -157,10 +157,10 @@ static vmm_status ctx_enter(struct cuda_impl *ci, int dev, struct ctx_scope *s, 
 }
 
 /* A device this process uses, for calls that name none: the program's own device (home_dev)
- * when its threads were seen on one, else the device of `handle` (0: none given), else the lowest
- * device an earlier call named. Never a guess such as device 0: a primary context made on a device
- * the process does not use holds its memory there (518 MiB on an H200, on the GPU of another
- * rank). -1 when no device is known. */
+ * when its threads were seen on one, else the lowest device an earlier call named (neither needs
+ * a driver call), else the device of `handle` (0: none given). Never a guess such as device 0: a
+ * primary context made on a device the process does not use holds its memory there (518 MiB on
+ * an H200, on the GPU of another rank). -1 when no device is known. */
 static int device_in_use(struct cuda_impl *ci, vmm_phys handle)
 {
 	int home = __atomic_load_n(&ci->home_dev, __ATOMIC_ACQUIRE);
@@ -169,13 +169,15 @@ static int device_in_use(struct cuda_impl *ci, vmm_phys handle)
 
 	if (home >= 0)
 		return home;
+	if (used)
+		return __builtin_ctz(used);
 	if (handle && ci->api.cuMemGetAllocationPropertiesFromHandle &&
 	    ci->api.cuMemGetAllocationPropertiesFromHandle(
 		    &p, (CUmemGenericAllocationHandle)handle) == CUDA_SUCCESS &&
 	    p.location.type == CU_MEM_LOCATION_TYPE_DEVICE && p.location.id >= 0 &&
 	    p.location.id < ci->ndev)
 		return p.location.id;
-	return used ? __builtin_ctz(used) : -1;
+	return -1;
 }
 
 /* For calls that name no device (map, unmap, release): any context will do. When the thread has
