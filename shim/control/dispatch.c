@@ -307,7 +307,7 @@ static void put_tags(proto_writer *w, const shim_side *s, int dev, const char *o
 
 /* Legacy IPC: bytes of the heap another process may map (they stay resident through sleep), of
  * those the bytes freed but not reusable, and bytes this process maps from others on dev. */
-static void put_shared(proto_writer *w, const struct side *s, int dev)
+static void put_shared(proto_writer *w, const shim_side *s, int dev)
 {
 	uint64_t shared = 0, retired = 0;
 
