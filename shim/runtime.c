@@ -32,7 +32,7 @@ static const struct side_kind {
 };
 
 static shim_runtime rt = {
-	.side = { [SHIM_CUDA] = { .name = "cuda", .device_prefix = "" },
+	.side = { [SHIM_CUDA] = { .name = "cuda", .device_prefix = "", .legacy_ipc = true },
 		  [SHIM_ACL] = { .name = "acl", .device_prefix = "acl:" } },
 };
 static atomic_int side_state[SHIM_NSIDES];

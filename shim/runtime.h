@@ -23,6 +23,8 @@ typedef struct shim_side {
 				     * could not be loaded */
 	vmm_core *core;             /* the heap; NULL exactly when be is */
 	vmm_app_registry *app;      /* the program's own VMM mappings; NULL where not tracked */
+	bool legacy_ipc;            /* its driver's IPC handles (cuIpc*, hooks_ipc.c) go through
+				     * the shim: the status reply carries their figures */
 } shim_side;
 
 typedef struct shim_runtime {

@@ -133,7 +133,7 @@ static uint32_t side_devices(const shim_side *s)
 		}
 	}
 	/* Memory opened from another process is on a device too (legacy IPC). */
-	for (int d = 0; !strcmp(s->name, "cuda") && d < VMM_MAX_DEVICES; d++)
+	for (int d = 0; s->legacy_ipc && d < VMM_MAX_DEVICES; d++)
 		if (ipc_registry_imported_bytes(d))
 			mask |= 1u << d;
 	return mask;
@@ -311,7 +311,7 @@ static void put_shared(proto_writer *w, const shim_side *s, int dev)
 {
 	uint64_t shared = 0, retired = 0;
 
-	if (strcmp(s->name, "cuda"))
+	if (!s->legacy_ipc)
 		return;
 	vmm_share_bytes(s->core, dev, &shared, &retired);
 	proto_put_u64(w, "ipc_shared", shared);

@@ -139,9 +139,10 @@ static bool eligible(const struct peer *p, long long now, long long *later)
 static uint64_t device_free(int dev)
 {
 	shim_runtime *rt = shim_runtime_peek();
+	vmm_backend *be = rt ? rt->side[SHIM_CUDA].be : NULL;
 	size_t fr = 0, tot = 0;
 
-	if (!rt || !rt->side[SHIM_CUDA].be || rt->side[SHIM_CUDA].be->mem_info(rt->side[SHIM_CUDA].be, dev, &fr, &tot, NULL))
+	if (!be || be->mem_info(be, dev, &fr, &tot, NULL))
 		return 0;
 	return fr;
 }
@@ -436,18 +437,19 @@ static bool try_wake(void *arg)
 static bool wake_need(struct wake_try *w)
 {
 	shim_runtime *rt = shim_runtime_peek();
+	const shim_side *cuda = rt ? &rt->side[SHIM_CUDA] : NULL;
 
 	w->dev = -1;
 	w->need = 0;
-	for (int d = 0; rt && rt->side[SHIM_CUDA].core && d < VMM_MAX_DEVICES && w->dev < 0; d++) {
+	for (int d = 0; cuda && cuda->core && d < VMM_MAX_DEVICES && w->dev < 0; d++) {
 		vmm_stats st;
 		vmm_app_stats as = { 0 };
 
-		if (!(vmm_devices_used(rt->side[SHIM_CUDA].core) & (1u << d)) ||
-		    vmm_stats_get(rt->side[SHIM_CUDA].core, d, NULL, &st, NULL))
+		if (!(vmm_devices_used(cuda->core) & (1u << d)) ||
+		    vmm_stats_get(cuda->core, d, NULL, &st, NULL))
 			continue;
-		if (rt->side[SHIM_CUDA].app)
-			vmm_app_stats_get(rt->side[SHIM_CUDA].app, d, &as);
+		if (cuda->app)
+			vmm_app_stats_get(cuda->app, d, &as);
 		if (st.asleep_bytes + as.asleep_bytes) {
 			w->dev = d;
 			w->need = st.asleep_bytes + as.asleep_bytes;

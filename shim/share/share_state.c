@@ -104,11 +104,12 @@ void share_put_info(proto_writer *w)
 	size_t n = 0;
 	int count = 0;
 	shim_runtime *rt = shim_runtime_peek();
+	vmm_backend *be = rt ? rt->side[SHIM_CUDA].be : NULL;
 
 	proto_put_bool(w, "share", share_enabled());
 	if (!share_enabled())
 		return;
-	if (rt && rt->side[SHIM_CUDA].be && !rt->side[SHIM_CUDA].be->device_count(rt->side[SHIM_CUDA].be, &count, NULL))
+	if (be && !be->device_count(be, &count, NULL))
 		for (int d = 0; d < count && d < VMM_MAX_DEVICES; d++)
 			if (n < sizeof(gpus))
 				n += (size_t)snprintf(gpus + n, sizeof(gpus) - n, "%s%s",
