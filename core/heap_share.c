@@ -386,15 +386,12 @@ size_t vmm_share_list(vmm_core *core, vmm_share_info *out, size_t max)
 
 void vmm_share_bytes(vmm_core *core, int dev, uint64_t *shared, uint64_t *retired)
 {
-	struct devheap *dh = dev >= 0 && dev < core->ndev ? heap_for(core, dev, false, NULL) : NULL;
+	vmm_stats st;
 
+	/* The arenas' sum is vmm_stats_get's (VMM_HEAP_STATS); a device not there has none. */
 	*shared = *retired = 0;
-	if (!dh)
+	if (dev < 0 || vmm_stats_get(core, dev, NULL, &st, NULL))
 		return;
-	pthread_mutex_lock(&dh->lock);
-	for (int i = 0; i < dh->narenas; i++) {
-		*shared += dh->arenas[i]->st.shared_bytes;
-		*retired += dh->arenas[i]->st.retired_bytes;
-	}
-	pthread_mutex_unlock(&dh->lock);
+	*shared = st.shared_bytes;
+	*retired = st.retired_bytes;
 }

@@ -117,8 +117,6 @@ struct arena_stats {
 	VMM_HEAP_STATS(ARENA_MEMBER)
 	uint64_t live_usable;           /* bytes reserved for live allocations (>= live_bytes) */
 	uint64_t peak_live_bytes, peak_mapped_bytes;
-	uint64_t shared_bytes;          /* in shared handles (mapped, stay resident) */
-	uint64_t retired_bytes;         /* freed inside shared handles: not reusable */
 };
 
 struct arena {

@@ -1,7 +1,8 @@
 /* The core's statistics, each kind in one list: adding a counter is one line here. From these
  * lists come the structs (vmm_stats, vmm_app_stats, vmm_copy_stats, the arena's counters), the
  * sum of a heap's arenas (heap.c), the status reply's records (shim/control/dispatch.c) and the
- * public API's copy (shim/control/public_api.c). The shim's own pass-through counters have their
+ * public API's copy (shim/control/public_api.c); the sleep/wake counters likewise give their
+ * struct (core/offload/progress.h) and the status reply's counters record. The shim's own pass-through counters have their
  * list beside them (shim/runtime.h, SHIM_PASSTHROUGH_STATS).
  *
  * A list is a macro that calls X once per field, in the order of the struct and of the records. */
@@ -41,7 +42,12 @@
 	X(handles_created, ARENA, "handles_created", VMM_STAT_DEVICE, PRIVATE)                 \
 	X(handles_released, ARENA, "handles_released", VMM_STAT_DEVICE, PRIVATE)               \
 	/* device synchronizations made to reuse quarantined memory */                         \
-	X(syncs, ARENA, "", 0, PRIVATE)
+	X(syncs, ARENA, "", 0, PRIVATE)                                                        \
+	/* legacy IPC (heap_share.c): bytes in handles another process may map (they stay      \
+	 * resident), and of those the bytes freed but not reusable; the status reply carries   \
+	 * them for the sides with legacy IPC only (dispatch.c, put_shared) */                 \
+	X(shared_bytes, ARENA, "", 0, PRIVATE)                                                 \
+	X(retired_bytes, ARENA, "", 0, PRIVATE)
 
 /* The program's own VMM handles on a device (vmm_app_stats, app_vmm.h); all in the status reply's
  * device record. X(field, wire). */
@@ -69,8 +75,22 @@
 	/* went through the pinned staging ring (host not pinnable) */                         \
 	X(uint64_t, staged_bytes)
 
+/* What the process's sleeps and wakes did so far (vmm_offload_counters, offload/progress.h); all
+ * in the status reply's counters record. X(type, field, wire). */
+#define VMM_OFFLOAD_COUNTERS(X)                                                                \
+	/* successful ones; failures counted apart */                                          \
+	X(uint64_t, sleeps, "sleeps")                                                          \
+	X(uint64_t, wakes, "wakes")                                                            \
+	X(uint64_t, failures, "failures")                                                      \
+	/* copied device -> host, host -> device */                                            \
+	X(uint64_t, bytes_out, "bytes_out")                                                    \
+	X(uint64_t, bytes_in, "bytes_in")                                                      \
+	X(double, sleep_seconds, "sleep_seconds")                                              \
+	X(double, wake_seconds, "wake_seconds")
+
 /* Helpers for the lists above: a struct member of the field, for any list's X. */
 #define VMM_STAT_U64_MEMBER(field, ...) uint64_t field;
 #define VMM_STAT_TYPED_MEMBER(type, field) type field;
+#define VMM_STAT_COUNTER_MEMBER(type, field, wire) type field;
 
 #endif

@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../stats_fields.h"
 #include "../vmm_error.h"
 #include "transfer.h"
 
@@ -29,11 +30,10 @@ typedef struct vmm_progress {
 	double copy_seconds;       /* since its first copy began: the base of the rate */
 } vmm_progress;
 
-/* What the process's sleeps and wakes did so far (successful ones; failures counted apart). */
+/* What the process's sleeps and wakes did so far: the fields and what each means are in
+ * stats_fields.h (VMM_OFFLOAD_COUNTERS). */
 typedef struct vmm_offload_counters {
-	uint64_t sleeps, wakes, failures;
-	uint64_t bytes_out, bytes_in;      /* copied device -> host, host -> device */
-	double sleep_seconds, wake_seconds;
+	VMM_OFFLOAD_COUNTERS(VMM_STAT_COUNTER_MEMBER)
 } vmm_offload_counters;
 
 /* The transition: an operation begins (expected: its estimate of the bytes to copy), changes

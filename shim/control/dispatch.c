@@ -240,13 +240,10 @@ static void put_counters(proto_writer *w)
 
 	vmm_progress_counters(&c);
 	proto_record_begin(w, "counters");
-	proto_put_u64(w, "sleeps", c.sleeps);
-	proto_put_u64(w, "wakes", c.wakes);
-	proto_put_u64(w, "failures", c.failures);
-	proto_put_u64(w, "bytes_out", c.bytes_out);
-	proto_put_u64(w, "bytes_in", c.bytes_in);
-	proto_put_double(w, "sleep_seconds", c.sleep_seconds);
-	proto_put_double(w, "wake_seconds", c.wake_seconds);
+#define PUT_COUNTER(type, field, wire) \
+	_Generic(c.field, double: proto_put_double, default: proto_put_u64)(w, wire, c.field);
+	VMM_OFFLOAD_COUNTERS(PUT_COUNTER)
+#undef PUT_COUNTER
 	proto_put_u64(w, "held_calls", gate_held_calls());
 	proto_record_end(w);
 }
