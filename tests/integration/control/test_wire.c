@@ -311,8 +311,9 @@ Test(cli, usage_errors)
 		"list --output f", "metrics --output", "metrics --output=", "metrics --label x",
 		"metrics --label pid=1", "metrics --label 9a=1", "metrics --label __a=1",
 		"metrics --label =v", "metrics 4",
-		"metrics --label a=1 --label b=1 --label c=1 --label d=1 --label e=1 --label f=1 "
-		"--label g=1 --label h=1 --label i=1",
+		/* one element: more labels than vmmctl takes (parentheses: clang -Wstring-concatenation) */
+		("metrics --label a=1 --label b=1 --label c=1 --label d=1 --label e=1 --label f=1 "
+		 "--label g=1 --label h=1 --label i=1"),
 	};
 	vmmctl_args a;
 
