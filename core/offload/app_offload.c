@@ -228,52 +228,40 @@ static vmm_status grant(vmm_app_registry *reg, struct app_map *m, vmm_error *err
 	return reg->be->set_access(reg->be, owner, m->va, m->size, peers, np, err);
 }
 
-/* Map every mapping of h (which has a real handle) and grant its access; on failure the ones
- * done are unmapped again. */
-static vmm_status map_all(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
+/* Map m and grant its access; a failed grant unmaps it again. */
+static vmm_status map_granted(vmm_app_registry *reg, struct app_map *m, vmm_error *err)
 {
-	size_t nm = 0, done = 0;
-	struct app_map **ms = app_maps_of(reg, h, &nm);
-	vmm_status st = VMM_OK;
+	vmm_status st = map_one(reg, m, err);
 
-	if (h->nmaps && !ms)
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to map");
-	for (; done < nm && !st; done++) {
-		st = map_one(reg, ms[done], err);
-		if (st)
-			break;
-		st = grant(reg, ms[done], err);
-		if (st) {
-			reg->be->unmap(reg->be, ms[done]->va, ms[done]->size, NULL);
-			break;
-		}
-	}
-	if (st)
-		for (size_t i = 0; i < done; i++)
-			reg->be->unmap(reg->be, ms[i]->va, ms[i]->size, NULL);
-	free(ms);
+	if (!st && (st = grant(reg, m, err)))
+		reg->be->unmap(reg->be, m->va, m->size, NULL);
 	return st;
 }
 
-/* Unmap every mapping of h; on failure the ones done are mapped and granted again. */
-static vmm_status unmap_all(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
+/* Map (map true: with access granted) or unmap every mapping of h, which has a real handle
+ * when mapping; on failure the mappings done are put back as they were. */
+static vmm_status remap_all(vmm_app_registry *reg, struct app_handle *h, bool map,
+			    vmm_error *err)
 {
 	size_t nm = 0, done = 0;
 	struct app_map **ms = app_maps_of(reg, h, &nm);
 	vmm_status st = VMM_OK;
 
 	if (h->nmaps && !ms)
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to unmap");
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to %s", map ? "map" : "unmap");
 	for (; done < nm; done++) {
-		st = reg->be->unmap(reg->be, ms[done]->va, ms[done]->size, err);
+		st = map ? map_granted(reg, ms[done], err) :
+			   reg->be->unmap(reg->be, ms[done]->va, ms[done]->size, err);
 		if (st)
 			break;
 	}
-	if (st)
-		for (size_t i = 0; i < done; i++)
-			if (map_one(reg, ms[i], NULL) || grant(reg, ms[i], NULL))
-				vmm_log(VMM_LOG_ERROR, "app mapping at %#llx lost in a rollback",
-					(unsigned long long)ms[i]->va);
+	for (size_t i = 0; st && i < done; i++) {
+		if (map)
+			reg->be->unmap(reg->be, ms[i]->va, ms[i]->size, NULL);
+		else if (map_granted(reg, ms[i], NULL))
+			vmm_log(VMM_LOG_ERROR, "app mapping at %#llx lost in a rollback",
+				(unsigned long long)ms[i]->va);
+	}
 	free(ms);
 	return st;
 }
@@ -320,13 +308,13 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 		if ((st = create_like(reg, hs[created], err)))
 			break;
 	for (; !st && mapped < n; mapped++)
-		if ((st = map_all(reg, hs[mapped], err)))
+		if ((st = remap_all(reg, hs[mapped], true, err)))
 			break;
 	if (!st && copy)
 		st = copy_back(reg, hs, n, copied, err);
 	if (st) {
 		for (size_t i = 0; i < mapped; i++)
-			unmap_all(reg, hs[i], NULL);
+			remap_all(reg, hs[i], false, NULL);
 		for (size_t i = 0; i < created; i++) {
 			be->release(be, hs[i]->real, NULL);
 			hs[i]->real = 0;
@@ -472,13 +460,13 @@ static vmm_status back_up(vmm_app_registry *reg, struct app_handle **hs, size_t 
 static vmm_status release_one(vmm_app_registry *reg, struct app_handle *h, bool discard,
 			      vmm_error *err)
 {
-	vmm_status st = unmap_all(reg, h, err);
+	vmm_status st = remap_all(reg, h, false, err);
 
 	if (st)
 		return st;
 	if (!h->app_released) {
 		st = reg->be->release(reg->be, h->real, err);
-		if (st && !map_all(reg, h, NULL))
+		if (st && !remap_all(reg, h, true, NULL))
 			return st;
 		if (st)
 			vmm_log(VMM_LOG_ERROR, "app handle %#llx could neither be released nor mapped "

@@ -259,38 +259,29 @@ static void autowake_fn(void)
 			(unsigned long long)res.bytes_copied, res.seconds);
 }
 
-vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold_after, bool autowake,
-			 const control_limits *lim, vmm_transfer_result *res, vmm_error *err)
+/* What a sleep or a wake adds around the core's call, run under ctl_lock; it notes the outcome
+ * (note_partial) and leaves the gate as the operation requires. */
+struct transition {
+	vmm_status (*run)(const struct transition *t, struct op *op, const vmm_offload_parts *parts,
+			  vmm_transfer_result *r, vmm_error *err);
+	const vmm_sleep_opts *opts;
+	bool hold_after, autowake; /* sleep only */
+};
+
+/* One sleep or wake: check the options, take the operation slot, run it, time it. */
+static vmm_status run_transition(const struct transition *t, const control_limits *lim,
+				 vmm_transfer_result *res, vmm_error *err)
 {
 	vmm_transfer_result r = { 0 };
 	vmm_offload_parts parts;
-	vmm_selection sel;
-	bool was_held;
-	shim_runtime *rt;
+	shim_runtime *rt = NULL;
 	struct op op;
 	vmm_status s;
 
-	if ((s = check_opts(opts, err)) || (s = op_begin(lim, &op, &rt, err)))
+	if ((s = check_opts(t->opts, err)) || (s = op_begin(lim, &op, &rt, err)))
 		return s;
-	was_held = atomic_load(&held);
-	if (!was_held && (s = gate_close_within(op.gate_ms, op_stop, &op, err))) {
-		op_end();
-		return s;
-	}
-	vmm_log(VMM_LOG_DEBUG, "sleep: device work is held; offloading");
 	parts = parts_of(rt);
-	sel = selection_of(opts);
-	s = vmm_offload_sleep(&parts, &sel, &op.core_lim, &r, err);
-	note_partial(&parts, opts, s, &r);
-	if (!s && hold_after) {
-		hold(opts, autowake);
-	} else if (s && s != VMM_E_ALREADY && r.partial_bytes) {
-		/* Partly asleep: device work must not reach what sleeps, until a wake completes it.
-		 * A caller that did not ask for a hold (the program itself) gets autowake. */
-		hold(opts, autowake || !hold_after);
-	} else if (!was_held) {
-		gate_open();
-	}
+	s = t->run(t, &op, &parts, &r, err);
 	op_end();
 	r.seconds = now_seconds() - op.t0;
 	if (res)
@@ -298,32 +289,60 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold_after, bool autow
 	return s;
 }
 
+static vmm_status sleep_step(const struct transition *t, struct op *op,
+			     const vmm_offload_parts *parts, vmm_transfer_result *r, vmm_error *err)
+{
+	vmm_selection sel = selection_of(t->opts);
+	bool was_held = atomic_load(&held);
+	vmm_status s;
+
+	if (!was_held && (s = gate_close_within(op->gate_ms, op_stop, op, err)))
+		return s;
+	vmm_log(VMM_LOG_DEBUG, "sleep: device work is held; offloading");
+	s = vmm_offload_sleep(parts, &sel, &op->core_lim, r, err);
+	note_partial(parts, t->opts, s, r);
+	if (!s && t->hold_after) {
+		hold(t->opts, t->autowake);
+	} else if (s && s != VMM_E_ALREADY && r->partial_bytes) {
+		/* Partly asleep: device work must not reach what sleeps, until a wake completes it.
+		 * A caller that did not ask for a hold (the program itself) gets autowake. */
+		hold(t->opts, t->autowake || !t->hold_after);
+	} else if (!was_held) {
+		gate_open();
+	}
+	return s;
+}
+
+/* A wake does not close the gate: it only waits for its own copies. */
+static vmm_status wake_step(const struct transition *t, struct op *op,
+			    const vmm_offload_parts *parts, vmm_transfer_result *r, vmm_error *err)
+{
+	vmm_selection sel = selection_of(t->opts);
+	vmm_status s = vmm_offload_wake(parts, &sel, &op->core_lim, r, err);
+
+	note_partial(parts, t->opts, s, r);
+	if (!s || s == VMM_E_ALREADY)
+		release_held(parts, t->opts);
+	if (!s && !atomic_load(&held))
+		share_note_woken(); /* resident again: its time slice starts now */
+	return s;
+}
+
+vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold_after, bool autowake,
+			 const control_limits *lim, vmm_transfer_result *res, vmm_error *err)
+{
+	struct transition t = { .run = sleep_step, .opts = opts, .hold_after = hold_after,
+				.autowake = autowake };
+
+	return run_transition(&t, lim, res, err);
+}
+
 vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,
 			vmm_transfer_result *res, vmm_error *err)
 {
-	vmm_transfer_result r = { 0 };
-	vmm_offload_parts parts;
-	vmm_selection sel;
-	shim_runtime *rt;
-	struct op op;
-	vmm_status s;
+	struct transition t = { .run = wake_step, .opts = opts };
 
-	/* A wake does not close the gate: it only waits for its own copies. */
-	if ((s = check_opts(opts, err)) || (s = op_begin(lim, &op, &rt, err)))
-		return s;
-	parts = parts_of(rt);
-	sel = selection_of(opts);
-	s = vmm_offload_wake(&parts, &sel, &op.core_lim, &r, err);
-	note_partial(&parts, opts, s, &r);
-	if (!s || s == VMM_E_ALREADY)
-		release_held(&parts, opts);
-	if (!s && !atomic_load(&held))
-		share_note_woken(); /* resident again: its time slice starts now */
-	op_end();
-	r.seconds = now_seconds() - op.t0;
-	if (res)
-		*res = r;
-	return s;
+	return run_transition(&t, lim, res, err);
 }
 
 vmm_status control_cancel(vmm_error *err)
