@@ -13,7 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "harness_assert.h"
 
 TestSuite(cancel, .fini = harness_cleanup);
 
@@ -28,15 +28,6 @@ static struct target *start(void)
 	cr_assert_eq(target_cmd(t, "alloc 4 1000000", line, sizeof(line), 20000), 0);
 	cr_assert_str_eq(line, "ok");
 	return t;
-}
-
-static void cmd_ok(struct target *t, const char *cmd, const char *want)
-{
-	char reply[256];
-
-	cr_assert_eq(target_cmd(t, cmd, reply, sizeof(reply), 20000), 0, "no reply to '%s'", cmd);
-	cr_assert(!strncmp(reply, want, strlen(want)), "'%s' answered '%s', expected '%s...'",
-		  cmd, reply, want);
 }
 
 /* Start a sleep that takes about ms (its drain waits for the busy work). */

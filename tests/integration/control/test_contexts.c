@@ -8,29 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "harness_assert.h"
 
 TestSuite(contexts, .fini = harness_cleanup);
 
 static struct ctl_out o, o_bg; /* large: static */
-
-static struct target *start(void)
-{
-	struct target *t = target_start(NULL);
-
-	cr_assert(t, "ctx_target did not start under the shim");
-	return t;
-}
-
-static void cmd_ok(struct target *t, const char *cmd, const char *want, int timeout_ms)
-{
-	char reply[256];
-
-	cr_assert_eq(target_cmd(t, cmd, reply, sizeof(reply), timeout_ms), 0, "no reply to '%s'",
-		     cmd);
-	cr_assert(!strncmp(reply, want, strlen(want)), "'%s' answered '%s', expected '%s'", cmd,
-		  reply, want);
-}
 
 static void ctl_ok(struct ctl_out *out, struct target *t, const char *verb)
 {
@@ -41,16 +23,16 @@ static void ctl_ok(struct ctl_out *out, struct target *t, const char *verb)
 
 Test(contexts, a_sleep_waits_for_a_kernel_on_a_created_context, .timeout = 60)
 {
-	struct target *t = start();
+	struct target *t = start_under_shim(NULL);
 	double t0;
 
-	cmd_ok(t, "kernel 1500", "launched", 5000);
+	cmd_ok_within(t, "kernel 1500", "launched", 5000);
 	t0 = now_s();
 	ctl_ok(&o, t, "sleep");
 	cr_expect_geq(now_s() - t0, 1.0, "the sleep returned before the kernel could have ended");
 	ctl_ok(&o, t, "wake");
-	cmd_ok(t, "wait", "done faults 0", 10000);
-	cmd_ok(t, "check", "intact", 10000);
+	cmd_ok_within(t, "wait", "done faults 0", 10000);
+	cmd_ok_within(t, "check", "intact", 10000);
 	cr_expect_eq(target_stop(t, 10000), 0);
 	target_free(t);
 }
@@ -70,22 +52,22 @@ static void *sleep_in_background(void *arg)
 
 Test(contexts, a_context_destroyed_during_a_sleep, .timeout = 60)
 {
-	struct target *t = start();
+	struct target *t = start_under_shim(NULL);
 	struct bg_sleep b = { .t = t, .code = -1 };
 	pthread_t th;
 
-	cmd_ok(t, "kernel 1000", "launched", 5000);
-	cmd_ok(t, "kernel2 1500", "launched", 5000);
+	cmd_ok_within(t, "kernel 1000", "launched", 5000);
+	cmd_ok_within(t, "kernel2 1500", "launched", 5000);
 	cr_assert_eq(pthread_create(&th, NULL, sleep_in_background, &b), 0);
 	usleep(300 * 1000); /* the sleep is synchronizing the contexts now */
 	/* The program destroys B while the sleep runs: the driver's destroy waits for B's kernel,
 	 * and the sleep neither crashes nor fails on it. */
-	cmd_ok(t, "destroy", "destroyed 0", 20000);
+	cmd_ok_within(t, "destroy", "destroyed 0", 20000);
 	pthread_join(th, NULL);
 	cr_assert_eq(b.code, 0, "vmmctl sleep: exit %d\n%s%s", b.code, o_bg.out, o_bg.err);
 	ctl_ok(&o, t, "wake");
-	cmd_ok(t, "wait", "done faults 0", 10000);
-	cmd_ok(t, "check", "intact", 10000);
+	cmd_ok_within(t, "wait", "done faults 0", 10000);
+	cmd_ok_within(t, "check", "intact", 10000);
 	cr_expect_eq(target_stop(t, 10000), 0);
 	target_free(t);
 }

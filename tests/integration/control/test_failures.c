@@ -10,7 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "harness_assert.h"
 
 TestSuite(failures, .fini = harness_cleanup);
 
@@ -25,24 +25,6 @@ TestSuite(failures, .fini = harness_cleanup);
 
 static const char *san_only[] = { SAN_ENV, NULL };
 static struct ctl_out o; /* large: static, one test per process */
-
-static struct target *start(const char *const *env)
-{
-	struct target *t = target_start(env);
-
-	cr_assert(t, "ctl_target did not start under the shim");
-	return t;
-}
-
-static void cmd_ok(struct target *t, const char *cmd, const char *want)
-{
-	char reply[256];
-
-	cr_assert_eq(target_cmd(t, cmd, reply, sizeof(reply), 30000), 0,
-		     "no reply to '%s'", cmd);
-	cr_assert(!strncmp(reply, want, strlen(want)), "'%s' answered '%s', expected '%s...'",
-		  cmd, reply, want);
-}
 
 static void status(struct target *t)
 {
@@ -129,7 +111,7 @@ static void bg_join(struct bg_ctl *b)
 /* The number of cuMemCreate calls a fresh program makes for `setup` (learned, not assumed). */
 static long long creates_for(const char *setup)
 {
-	struct target *t = start(san_only);
+	struct target *t = start_under_shim(san_only);
 	long long n;
 
 	cmd_ok(t, setup, "ok");
@@ -152,7 +134,7 @@ Test(failures, an_undo_that_fails_leaves_a_partial_state_that_wake_completes, .t
 	cr_assert_geq(h, 6, "the setup makes enough handles for a 5th release: %lld", h);
 	snprintf(fail, sizeof(fail), "SIMDEV_FAIL=cuMemRelease:5,cuMemCreate:%lld", h + 1);
 	const char *env[] = { fail, SAN_ENV, NULL };
-	struct target *t = start(env);
+	struct target *t = start_under_shim(env);
 
 	cmd_ok(t, "alloc 8 3000000", "ok");
 	vmmctl_run(&o, t->run_dir, -1, "--json sleep %d", (int)t->pid);
@@ -198,7 +180,7 @@ Test(failures, an_undo_that_fails_leaves_a_partial_state_that_wake_completes, .t
 static void cannot_drain(const char *timeout_env, const char *raw)
 {
 	const char *env[] = { "VMMSHIM_LOG=debug", timeout_env, SAN_ENV, NULL };
-	struct target *t = start(env);
+	struct target *t = start_under_shim(env);
 	struct bg_ctl *b;
 	char reply[64];
 
@@ -236,7 +218,7 @@ Test(failures, a_request_timeout_bounds_the_whole_sleep, .timeout = 120)
 
 Test(failures, a_tag_that_does_not_exist_is_an_error_and_holds_nothing, .timeout = 60)
 {
-	struct target *t = start(san_only);
+	struct target *t = start_under_shim(san_only);
 	char s[32];
 
 	cmd_ok(t, "alloc 2 1000000", "ok");
@@ -267,7 +249,7 @@ Test(failures, exit_during_a_long_sleep_is_bounded_and_safe, .timeout = 120)
 	const char *env[] = { "VMMSHIM_LOG=debug",
 			      "SIMDEV_DELAY=cuMemcpyDtoHAsync:2500,cuMemAddressFree:1000",
 			      SAN_ENV, NULL };
-	struct target *t = start(env);
+	struct target *t = start_under_shim(env);
 	struct bg_ctl *b;
 	int st = -1;
 	double t0;

@@ -10,31 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "harness_assert.h"
 
 TestSuite(sleep, .fini = harness_cleanup);
 
 #define MIB (1024 * 1024)
 
 static struct ctl_out o; /* large: static, one test per process */
-
-static struct target *start(const char *const *env)
-{
-	struct target *t = target_start(env);
-
-	cr_assert(t, "ctl_target did not start under the shim");
-	return t;
-}
-
-static void cmd_ok(struct target *t, const char *cmd, const char *want)
-{
-	char reply[256];
-
-	cr_assert_eq(target_cmd(t, cmd, reply, sizeof(reply), 20000), 0,
-		     "no reply to '%s'", cmd);
-	cr_assert(!strncmp(reply, want, strlen(want)), "'%s' answered '%s', expected '%s...'",
-		  cmd, reply, want);
-}
 
 static void ctl_ok(struct target *t, const char *verb_args)
 {
@@ -61,7 +43,7 @@ static void finish(struct target *t)
 
 Test(sleep, status_reports_the_memory, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 
 	cmd_ok(t, "alloc 8 1000000", "ok");
 	status(t);
@@ -83,7 +65,7 @@ Test(sleep, status_reports_the_memory, .timeout = 60)
 
 Test(sleep, releases_memory_and_restores_every_byte, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	long long live, used_before, unmanaged;
 	char s[64], cmd[64];
 
@@ -124,7 +106,7 @@ Test(sleep, releases_memory_and_restores_every_byte, .timeout = 60)
 
 Test(sleep, two_hundred_cycles_keep_every_byte, .timeout = 120)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	char arg[64];
 
 	cmd_ok(t, "alloc 4 700000", "ok");
@@ -145,7 +127,7 @@ Test(sleep, two_hundred_cycles_keep_every_byte, .timeout = 120)
 
 Test(sleep, discard_copies_nothing, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	char cmd[64];
 
 	cmd_ok(t, "alloc 4 2000000", "ok");
@@ -166,7 +148,7 @@ Test(sleep, discard_copies_nothing, .timeout = 60)
 
 Test(sleep, tags_through_the_in_process_api, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	char cmd[80], reply[256];
 
 	cmd_ok(t, "tag weights", "rc=0");
@@ -203,7 +185,7 @@ Test(sleep, tags_through_the_in_process_api, .timeout = 60)
 
 Test(sleep, the_programs_own_vmm_mappings_sleep_too, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	char cmd[64];
 
 	cmd_ok(t, "alloc 2 1000000", "ok");
@@ -224,7 +206,7 @@ Test(sleep, the_programs_own_vmm_mappings_sleep_too, .timeout = 60)
 /* A device call made while asleep waits, and completes correctly after wake. */
 static void touch_waits(const char *what, const char *want)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	char cmd[64], reply[256];
 
 	cmd_ok(t, "alloc 2 1000000", "ok");
@@ -258,7 +240,7 @@ Test(sleep, a_kernel_while_asleep_waits_for_wake, .timeout = 60)
 
 Test(sleep, autowake_on_the_next_device_call, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	char cmd[64], s[32];
 
 	cmd_ok(t, "alloc 3 1000000", "ok");
@@ -285,7 +267,7 @@ Test(sleep, autowake_on_the_next_device_call, .timeout = 60)
 Test(sleep, autowake_from_the_environment, .timeout = 60)
 {
 	const char *env[] = { "VMMSHIM_AUTOWAKE=1", NULL };
-	struct target *t = start(env);
+	struct target *t = start_under_shim(env);
 	char cmd[64];
 
 	cmd_ok(t, "alloc 3 1000000", "ok");
@@ -299,7 +281,7 @@ Test(sleep, autowake_from_the_environment, .timeout = 60)
 /* The cuMemCreate calls a fresh program makes for "alloc 4 1000000" (learned, not assumed). */
 static long long creates_for_setup(void)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	long long n;
 
 	cmd_ok(t, "alloc 4 1000000", "ok");
@@ -319,7 +301,7 @@ Test(sleep, wake_without_device_memory_fails_then_succeeds, .timeout = 60)
 	/* The first cuMemCreate of the wake fails as if the device were full. */
 	snprintf(env0, sizeof(env0), "SIMDEV_FAIL=cuMemCreate:%lld", h + 1);
 	const char *env[] = { env0, NULL };
-	struct target *t = start(env);
+	struct target *t = start_under_shim(env);
 
 	cmd_ok(t, "alloc 4 1000000", "ok");
 	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
@@ -362,7 +344,7 @@ Test(sleep, sleep_without_host_memory_is_refused, .timeout = 60)
 
 	if (getenv("CTL_SANITIZER"))
 		cr_skip_test("a sanitizer's shadow memory does not fit under a small RLIMIT_AS");
-	t = start(NULL);
+	t = start_under_shim(NULL);
 	cmd_ok(t, "alloc 8 4000000", "ok");
 	/* Leave the program almost no address space for a host backup. */
 	cr_assert_eq(prlimit(t->pid, RLIMIT_AS, NULL, &old), 0);
@@ -389,7 +371,7 @@ Test(sleep, sleep_without_host_memory_is_refused, .timeout = 60)
 
 Test(sleep, eight_threads_work_through_a_sleep_wake_loop, .timeout = 120)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	char reply[128];
 	int cycles = 0;
 	double end;
@@ -417,7 +399,7 @@ Test(sleep, eight_threads_work_through_a_sleep_wake_loop, .timeout = 120)
 
 Test(sleep, exit_while_asleep_removes_the_socket, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	char cmd[64];
 
 	cmd_ok(t, "alloc 4 1000000", "ok");
@@ -428,7 +410,7 @@ Test(sleep, exit_while_asleep_removes_the_socket, .timeout = 60)
 
 Test(sleep, a_forked_child_does_not_answer_for_the_parent, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 
 	cmd_ok(t, "alloc 1 1000000", "ok");
 	cmd_ok(t, "fork", "forked 0");
@@ -440,7 +422,7 @@ Test(sleep, a_forked_child_does_not_answer_for_the_parent, .timeout = 60)
 Test(sleep, one_device_of_two, .timeout = 60)
 {
 	const char *env[] = { "SIMDEV_DEVICES=2", NULL };
-	struct target *t = start(env);
+	struct target *t = start_under_shim(env);
 	char cmd[64], s[32];
 	const char *dev1;
 
@@ -483,7 +465,7 @@ Test(sleep, one_device_of_two, .timeout = 60)
  * asleep on its own. */
 Test(sleep, a_held_tag_sleep_ends_with_its_wake, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	char cmd[64], reply[64];
 
 	cmd_ok(t, "tag a", "rc=0");
@@ -513,7 +495,7 @@ Test(sleep, an_ascend_program, .timeout = 60)
 	char cmd[64], s[32];
 
 	setenv("CTL_TARGET", getenv("CTL_ACL_TARGET"), 1);
-	t = start(NULL);
+	t = start_under_shim(NULL);
 	status(t);
 	cr_expect(json_str(o.out, "\"devices\": [", "backend", s, sizeof(s)) && !strcmp(s, "acl"),
 		  "%s", o.out);
@@ -536,7 +518,7 @@ Test(sleep, a_sleep_that_fails_half_way_rolls_back, .timeout = 60)
 	/* The second device-to-host copy of the sleep fails (the program's own copies go through
 	 * the runtime, which simdev does not count). */
 	const char *env[] = { "SIMDEV_FAIL=cuMemcpyDtoHAsync:2", NULL };
-	struct target *t = start(env);
+	struct target *t = start_under_shim(env);
 	char cmd[64], s[32];
 
 	cmd_ok(t, "alloc 6 3000000", "ok");
@@ -560,7 +542,7 @@ Test(sleep, a_sleep_that_fails_half_way_rolls_back, .timeout = 60)
 
 Test(sleep, a_device_without_memory_is_an_error_that_changes_nothing, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_under_shim(NULL);
 	char s[32];
 
 	cmd_ok(t, "alloc 2 1000000", "ok");
