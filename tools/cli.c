@@ -125,62 +125,220 @@ static bool takes(vmmctl_cmd c, const char *opt)
 	return true;
 }
 
-int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
+/* The options given, for the checks that need the command. */
+struct seen {
+	bool tag, dev, discard, autowake, progress, output, every;
+};
+
+/* A flag (an option without a value): 1 when opt is one and was set, 0 when it is not one. */
+static int set_flag(const char *opt, vmmctl_args *out, struct seen *s)
+{
+	if (!strcmp(opt, "--json"))
+		out->json = true;
+	else if (!strcmp(opt, "--discard"))
+		s->discard = out->discard = true;
+	else if (!strcmp(opt, "--autowake"))
+		s->autowake = out->autowake = true;
+	else if (!strcmp(opt, "--progress"))
+		s->progress = out->progress = true;
+	else if (!strcmp(opt, "--watch"))
+		out->watch = true;
+	else
+		return 0;
+	return 1;
+}
+
+static int opt_label(const char *val, vmmctl_args *out, struct seen *s, char *why, size_t whylen)
+{
+	if (out->nlabels == CLI_MAX_LABELS)
+		return fail(why, whylen, "at most 8 --label", val);
+	if (!valid_label(val))
+		return fail(why, whylen, "--label wants NAME=VALUE, NAME of letters, digits and _ "
+			    "(not starting with a digit or __), not pid, backend, device, tag, "
+			    "operation, phase or direction", val);
+	out->labels[out->nlabels++] = val;
+	s->output = true;
+	return 0;
+}
+
+static int opt_output(const char *val, vmmctl_args *out, struct seen *s, char *why,
+		      size_t whylen)
+{
+	if (!val[0])
+		return fail(why, whylen, "--output wants a file name", NULL);
+	out->output = val;
+	s->output = true;
+	return 0;
+}
+
+static int opt_interval(const char *val, vmmctl_args *out, struct seen *s, char *why,
+			size_t whylen)
+{
+	char *end;
+	double t = strtod(val, &end);
+
+	if (!*val || *end || !(t >= 0.2) || t > 3600)
+		return fail(why, whylen, "--interval wants seconds (0.2 <= S <= 3600)", val);
+	out->interval = t;
+	s->every = true;
+	return 0;
+}
+
+static int opt_count(const char *val, vmmctl_args *out, struct seen *s, char *why, size_t whylen)
+{
+	if (!parse_long(val, 1, 1000000000L, &out->count))
+		return fail(why, whylen, "--count wants 1 or more", val);
+	s->every = true;
+	return 0;
+}
+
+static int opt_tag(const char *val, vmmctl_args *out, struct seen *s, char *why, size_t whylen)
+{
+	size_t n = strlen(val);
+
+	if (n == 0 || n >= PROTO_TAG_MAX)
+		return fail(why, whylen, "a tag has 1 to 31 bytes", val);
+	for (size_t k = 0; k < n; k++)
+		if ((unsigned char)val[k] < 0x20 || (unsigned char)val[k] > 0x7e)
+			return fail(why, whylen, "a tag is printable ASCII", val);
+	memcpy(out->tag, val, n + 1);
+	s->tag = true;
+	return 0;
+}
+
+static int opt_device(const char *val, vmmctl_args *out, struct seen *s, char *why,
+		      size_t whylen)
+{
+	long d;
+
+	if (!parse_long(val, 0, PROTO_MAX_DEVICE, &d))
+		return fail(why, whylen, "--device wants 0..15", val);
+	out->device = (int)d;
+	s->dev = true;
+	return 0;
+}
+
+static int opt_timeout(const char *val, vmmctl_args *out, struct seen *s, char *why,
+		       size_t whylen)
+{
+	char *end;
+	double t = strtod(val, &end);
+
+	(void)s;
+	if (!*val || *end || !(t > 0) || t > 86400)
+		return fail(why, whylen, "--timeout wants seconds (0 < S <= 86400)", val);
+	out->timeout = t;
+	return 0;
+}
+
+typedef int (*value_fn)(const char *val, vmmctl_args *out, struct seen *s, char *why,
+			size_t whylen);
+static const struct {
+	const char *name;
+	value_fn set;
+} value_opts[] = {
+	{ "--tag", opt_tag },		{ "--device", opt_device }, { "--timeout", opt_timeout },
+	{ "--output", opt_output },	{ "--label", opt_label },   { "--interval", opt_interval },
+	{ "--count", opt_count },
+};
+
+static value_fn value_option(const char *opt)
+{
+	for (size_t k = 0; k < sizeof(value_opts) / sizeof(value_opts[0]); k++)
+		if (!strcmp(opt, value_opts[k].name))
+			return value_opts[k].set;
+	return NULL;
+}
+
+/* Options that go only with some commands. */
+static int check_options(const vmmctl_args *out, const struct seen *s, char *why, size_t whylen)
+{
+	if ((s->tag && !takes(out->cmd, "--tag")) || (s->dev && !takes(out->cmd, "--device")))
+		return fail(why, whylen, "--tag and --device go with status, sleep and wake", NULL);
+	if ((s->discard || s->autowake) && !takes(out->cmd, "--discard"))
+		return fail(why, whylen, "--discard and --autowake go with sleep", NULL);
+	if (s->progress && !takes(out->cmd, "--progress"))
+		return fail(why, whylen, "--progress goes with sleep and wake", NULL);
+	if (out->watch && !takes(out->cmd, "--watch"))
+		return fail(why, whylen, "--watch goes with list, metrics and status", NULL);
+	if (s->every && !out->watch)
+		return fail(why, whylen, "--interval and --count go with --watch", NULL);
+	if (s->output && !takes(out->cmd, "--output"))
+		return fail(why, whylen, "--output and --label go with metrics", NULL);
+	return 0;
+}
+
+static int find_command(const char *word, vmmctl_args *out, char *why, size_t whylen)
 {
 	static const struct { const char *name; vmmctl_cmd cmd; } cmds[] = {
 		{ "help", CMD_HELP }, { "version", CMD_VERSION }, { "list", CMD_LIST },
 		{ "status", CMD_STATUS }, { "sleep", CMD_SLEEP }, { "wake", CMD_WAKE },
 		{ "cancel", CMD_CANCEL }, { "metrics", CMD_METRICS },
 	};
-	const char *words[VMMCTL_MAX_GROUP + 1];
-	int nwords = 0;
-	bool have_tag = false, have_dev = false, have_discard = false, have_autowake = false;
-	bool have_progress = false, have_output = false, have_every = false;
 
-	memset(out, 0, sizeof(*out));
-	out->device = -1;
-	out->cmd = CMD_HELP;
+	for (size_t k = 0; k < sizeof(cmds) / sizeof(cmds[0]); k++) {
+		if (!strcmp(word, cmds[k].name)) {
+			out->cmd = cmds[k].cmd;
+			return 0;
+		}
+	}
+	return fail(why, whylen, "unknown command", word);
+}
+
+/* The PIDs after a command that names processes (one, or several for a group sleep/wake). */
+static int parse_pids(const char *const *words, int nwords, vmmctl_args *out,
+		      const struct seen *s, char *why, size_t whylen)
+{
+	bool group = out->cmd == CMD_SLEEP || out->cmd == CMD_WAKE;
+
+	if (nwords < 2)
+		return fail(why, whylen, "which process? (give its PID)", NULL);
+	if (nwords > 2 && !group)
+		return fail(why, whylen, "too many arguments", words[2]);
+	for (int k = 1; k < nwords; k++) {
+		long pid;
+
+		if (!parse_long(words[k], 1, 0x7fffffff, &pid))
+			return fail(why, whylen, "not a process id", words[k]);
+		for (int j = 0; j < out->npids; j++)
+			if (out->pids[j] == (pid_t)pid)
+				return fail(why, whylen, "a process is named twice", words[k]);
+		out->pids[out->npids++] = (pid_t)pid;
+	}
+	out->pid = out->pids[0];
+	if (out->npids > 1 && (s->tag || s->dev || s->discard))
+		return fail(why, whylen, "a group sleep or wake covers whole processes (no --tag, "
+			    "--device or --discard)", NULL);
+	return 0;
+}
+
+/* Words and options in any order; -h/--help and --version answer at once. */
+static int parse_args(int argc, char **argv, const char **words, int *nwords, vmmctl_args *out,
+		      struct seen *s, char *why, size_t whylen)
+{
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *val = NULL;
+		const char *a = argv[i], *eq = strchr(a, '='), *val;
 		char opt[32];
-		const char *eq = strchr(a, '=');
+		value_fn set;
 
 		if (a[0] != '-' || !strcmp(a, "-")) {
-			if (nwords == VMMCTL_MAX_GROUP + 1)
+			if (*nwords == VMMCTL_MAX_GROUP + 1)
 				return fail(why, whylen, "too many arguments", a);
-			words[nwords++] = a;
+			words[(*nwords)++] = a;
 			continue;
 		}
-		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-			out->cmd = CMD_HELP;
-			return 0;
-		}
-		if (!strcmp(a, "--version")) {
-			out->cmd = CMD_VERSION;
-			return 0;
+		if (!strcmp(a, "-h") || !strcmp(a, "--help") || !strcmp(a, "--version")) {
+			out->cmd = strcmp(a, "--version") ? CMD_HELP : CMD_VERSION;
+			return 1;
 		}
 		/* --opt=value and --opt value */
 		snprintf(opt, sizeof(opt), "%.*s", eq ? (int)(eq - a) : (int)strlen(a), a);
-		if (!strcmp(opt, "--json") || !strcmp(opt, "--discard") ||
-		    !strcmp(opt, "--autowake") || !strcmp(opt, "--progress") ||
-		    !strcmp(opt, "--watch")) {
+		if (set_flag(opt, out, s)) {
 			if (eq)
 				return fail(why, whylen, "option takes no value", a);
-			if (!strcmp(opt, "--json"))
-				out->json = true;
-			else if (!strcmp(opt, "--discard"))
-				have_discard = out->discard = true;
-			else if (!strcmp(opt, "--progress"))
-				have_progress = out->progress = true;
-			else if (!strcmp(opt, "--watch"))
-				out->watch = true;
-			else
-				have_autowake = out->autowake = true;
 			continue;
 		}
-		if (strcmp(opt, "--tag") && strcmp(opt, "--device") && strcmp(opt, "--timeout") &&
-		    strcmp(opt, "--output") && strcmp(opt, "--interval") && strcmp(opt, "--count") &&
-		    strcmp(opt, "--label"))
+		if (!(set = value_option(opt)))
 			return fail(why, whylen, "unknown option", a);
 		if (eq)
 			val = eq + 1;
@@ -188,109 +346,33 @@ int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
 			val = argv[++i];
 		else
 			return fail(why, whylen, "option needs a value", a);
-		if (!strcmp(opt, "--label")) {
-			if (out->nlabels == CLI_MAX_LABELS)
-				return fail(why, whylen, "at most 8 --label", val);
-			if (!valid_label(val))
-				return fail(why, whylen, "--label wants NAME=VALUE, NAME of letters, "
-					    "digits and _ (not starting with a digit or __), not pid, "
-					    "backend, device, tag, operation, phase or direction", val);
-			out->labels[out->nlabels++] = val;
-			have_output = true;
-		} else if (!strcmp(opt, "--output")) {
-			if (!val[0])
-				return fail(why, whylen, "--output wants a file name", NULL);
-			out->output = val;
-			have_output = true;
-		} else if (!strcmp(opt, "--interval")) {
-			char *end;
-			double t = strtod(val, &end);
-
-			if (!*val || *end || !(t >= 0.2) || t > 3600)
-				return fail(why, whylen, "--interval wants seconds (0.2 <= S <= 3600)",
-					    val);
-			out->interval = t;
-			have_every = true;
-		} else if (!strcmp(opt, "--count")) {
-			if (!parse_long(val, 1, 1000000000L, &out->count))
-				return fail(why, whylen, "--count wants 1 or more", val);
-			have_every = true;
-		} else if (!strcmp(opt, "--tag")) {
-			size_t n = strlen(val);
-
-			if (n == 0 || n >= PROTO_TAG_MAX)
-				return fail(why, whylen, "a tag has 1 to 31 bytes", val);
-			for (size_t k = 0; k < n; k++)
-				if ((unsigned char)val[k] < 0x20 || (unsigned char)val[k] > 0x7e)
-					return fail(why, whylen, "a tag is printable ASCII", val);
-			memcpy(out->tag, val, n + 1);
-			have_tag = true;
-		} else if (!strcmp(opt, "--device")) {
-			long d;
-
-			if (!parse_long(val, 0, PROTO_MAX_DEVICE, &d))
-				return fail(why, whylen, "--device wants 0..15", val);
-			out->device = (int)d;
-			have_dev = true;
-		} else {
-			char *end;
-			double t = strtod(val, &end);
-
-			if (!*val || *end || !(t > 0) || t > 86400)
-				return fail(why, whylen, "--timeout wants seconds (0 < S <= 86400)",
-					    val);
-			out->timeout = t;
-		}
+		if (set(val, out, s, why, whylen))
+			return -1;
 	}
+	return 0;
+}
+
+int cli_parse(int argc, char **argv, vmmctl_args *out, char *why, size_t whylen)
+{
+	const char *words[VMMCTL_MAX_GROUP + 1];
+	struct seen s = { 0 };
+	int nwords = 0, r;
+
+	memset(out, 0, sizeof(*out));
+	out->device = -1;
+	out->cmd = CMD_HELP;
+	if ((r = parse_args(argc, argv, words, &nwords, out, &s, why, whylen)))
+		return r > 0 ? 0 : -1;
 	if (nwords == 0)
 		return fail(why, whylen, "no command (try vmmctl --help)", NULL);
-	bool found = false;
-	for (size_t k = 0; k < sizeof(cmds) / sizeof(cmds[0]); k++) {
-		if (!strcmp(words[0], cmds[k].name)) {
-			out->cmd = cmds[k].cmd;
-			found = true;
-		}
-	}
-	if (!found)
-		return fail(why, whylen, "unknown command", words[0]);
-	if ((have_tag && !takes(out->cmd, "--tag")) || (have_dev && !takes(out->cmd, "--device")))
-		return fail(why, whylen, "--tag and --device go with status, sleep and wake", NULL);
-	if ((have_discard || have_autowake) && !takes(out->cmd, "--discard"))
-		return fail(why, whylen, "--discard and --autowake go with sleep", NULL);
-	if (have_progress && !takes(out->cmd, "--progress"))
-		return fail(why, whylen, "--progress goes with sleep and wake", NULL);
-	if (out->watch && !takes(out->cmd, "--watch"))
-		return fail(why, whylen, "--watch goes with list, metrics and status", NULL);
-	if (have_every && !out->watch)
-		return fail(why, whylen, "--interval and --count go with --watch", NULL);
-	if (have_output && !takes(out->cmd, "--output"))
-		return fail(why, whylen, "--output and --label go with metrics", NULL);
+	if (find_command(words[0], out, why, whylen) || check_options(out, &s, why, whylen))
+		return -1;
 	if (out->interval <= 0)
 		out->interval = 2.0;
 	if (out->cmd == CMD_STATUS || out->cmd == CMD_SLEEP || out->cmd == CMD_WAKE ||
-	    out->cmd == CMD_CANCEL) {
-		bool group = out->cmd == CMD_SLEEP || out->cmd == CMD_WAKE;
-
-		if (nwords < 2)
-			return fail(why, whylen, "which process? (give its PID)", NULL);
-		if (nwords > 2 && !group)
-			return fail(why, whylen, "too many arguments", words[2]);
-		for (int k = 1; k < nwords; k++) {
-			long pid;
-
-			if (!parse_long(words[k], 1, 0x7fffffff, &pid))
-				return fail(why, whylen, "not a process id", words[k]);
-			for (int j = 0; j < out->npids; j++)
-				if (out->pids[j] == (pid_t)pid)
-					return fail(why, whylen, "a process is named twice", words[k]);
-			out->pids[out->npids++] = (pid_t)pid;
-		}
-		out->pid = out->pids[0];
-		if (out->npids > 1 && (have_tag || have_dev || have_discard))
-			return fail(why, whylen, "a group sleep or wake covers whole processes "
-				    "(no --tag, --device or --discard)", NULL);
-	} else if (nwords != 1) {
+	    out->cmd == CMD_CANCEL)
+		return parse_pids(words, nwords, out, &s, why, whylen);
+	if (nwords != 1)
 		return fail(why, whylen, "too many arguments", words[1]);
-	}
 	return 0;
 }
