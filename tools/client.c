@@ -444,129 +444,165 @@ int client_call(const client_target *t, const proto_request *req, double timeout
 				remove_stale, out, e);
 }
 
+/* One request on a connected socket: what is sent, what came back. */
+struct exchange {
+	const client_target *t;
+	int fd;
+	const char *line;
+	size_t n, sent;        /* the request and how much of it is sent */
+	char *buf;             /* the reply so far */
+	size_t len, cap;
+	bool ended, eof;
+};
+
+static int too_large(const struct exchange *x, client_error *e)
+{
+	return set_error(e, EXIT_REPORTED, "protocol",
+			 "the reply of process %ld is larger than %u bytes: refused",
+			 (long)x->t->pid, PROTO_MAX_RESPONSE);
+}
+
+/* Room for 4 KiB more of the reply, up to PROTO_MAX_RESPONSE. */
+static int make_room(struct exchange *x, client_error *e)
+{
+	size_t nc = x->cap ? x->cap * 2 : 16384;
+	char *nb;
+
+	if (x->len + 4096 + 1 <= x->cap)
+		return 0;
+	if (nc > PROTO_MAX_RESPONSE + 4096 + 1)
+		nc = PROTO_MAX_RESPONSE + 4096 + 1;
+	if (nc <= x->cap)
+		return too_large(x, e);
+	if (!(nb = realloc(x->buf, nc)))
+		return set_error(e, EXIT_REPORTED, "internal", "out of memory");
+	x->buf = nb;
+	x->cap = nc;
+	return 0;
+}
+
+/* Send what poll allows of the request. */
+static int send_some(struct exchange *x, short revents, client_error *e)
+{
+	ssize_t k;
+
+	if (!(revents & (POLLOUT | POLLERR | POLLHUP)))
+		return 0;
+	k = send(x->fd, x->line + x->sent, x->n - x->sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+	if (k < 0 && errno != EAGAIN && errno != EINTR)
+		return cut_short(x->t->pid, strerror(errno), e);
+	x->sent += k > 0 ? (size_t)k : 0;
+	return 0;
+}
+
+/* Read what poll allows of the reply; it has ended at "end\n" on a line of its own, or EOF. */
+static int recv_some(struct exchange *x, short revents, client_error *e)
+{
+	ssize_t k;
+	int rc;
+
+	if (!(revents & (POLLIN | POLLHUP | POLLERR)))
+		return 0;
+	if ((rc = make_room(x, e)))
+		return rc;
+	k = recv(x->fd, x->buf + x->len, x->cap - x->len - 1, MSG_DONTWAIT);
+	if (k < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 :
+							 cut_short(x->t->pid, strerror(errno), e);
+	if (k == 0)
+		x->ended = x->eof = true;
+	x->len += (size_t)k;
+	if (x->len > PROTO_MAX_RESPONSE)
+		return too_large(x, e);
+	if (x->len >= 4 && !memcmp(x->buf + x->len - 4, "end\n", 4) &&
+	    (x->len == 4 || x->buf[x->len - 5] == '\n'))
+		x->ended = true;
+	return 0;
+}
+
+/* Send the request and read the reply within the deadline, ticking the progress display. */
+static int run_exchange(struct exchange *x, const proto_request *req, double timeout,
+			double deadline, client_tick_fn tick, void *tick_arg, bool *shown,
+			client_error *e)
+{
+	double start = now(), last_shown = start;
+	int rc = 0;
+
+	while (!x->ended && !rc) {
+		struct pollfd p = { .fd = x->fd, .events = x->sent < x->n ? POLLOUT : POLLIN };
+		double tn = now();
+		int wait_ms = 500;
+
+		if (deadline && tn >= deadline)
+			return set_error(e, EXIT_TIMEOUT, "timeout",
+					 "no answer from process %ld within %.3g s%s",
+					 (long)x->t->pid, timeout,
+					 req->verb == PROTO_SLEEP || req->verb == PROTO_WAKE ?
+					 " (vmmctl hung up, which cancels the request: the process "
+					 "rolls it back if it had started it; see vmmctl status)" : "");
+		if (deadline && (deadline - tn) * 1000 < wait_ms)
+			wait_ms = (int)((deadline - tn) * 1000) + 1;
+		if (tick && tn - start >= 1.0 && tn - last_shown >= 0.5) {
+			tick(x->t, req, tn - start, false, tick_arg);
+			*shown = true;
+			last_shown = now();
+		}
+		if (poll(&p, 1, wait_ms) < 0 && errno != EINTR)
+			return set_error(e, EXIT_REPORTED, "internal", "poll: %s", strerror(errno));
+		rc = x->sent < x->n ? send_some(x, p.revents, e) : recv_some(x, p.revents, e);
+	}
+	return rc;
+}
+
+/* A server that says it is another process is not believed. */
+static int check_identity(const client_target *t, const client_reply *out, client_error *e)
+{
+	const proto_record *info = client_reply_find(out, "info");
+	uint64_t said;
+
+	if (info && proto_record_u64(info, "pid", &said) && said != (uint64_t)t->pid)
+		return set_error(e, EXIT_PERMISSION, "untrusted",
+				 "not believing %s: it says it is pid %llu", t->path,
+				 (unsigned long long)said);
+	return 0;
+}
+
 int client_call_tick(const client_target *t, const proto_request *req, double timeout,
 		     client_tick_fn tick, void *tick_arg, bool remove_stale, client_reply *out,
 		     client_error *e)
 {
 	char line[PROTO_MAX_REQUEST + 1], why[256];
-	size_t n = proto_format_request(req, line, sizeof(line)), len = 0, cap = 0, sent = 0;
-	double start = now(), last_shown = start;
-	double deadline = timeout > 0 ? start + timeout : 0;
-	char *buf = NULL;
-	int fd, rc = 0;
-	bool shown = false, ended = false, eof = false;
+	double start = now(), deadline = timeout > 0 ? start + timeout : 0;
+	struct exchange x = { .t = t, .line = line };
+	bool shown = false;
 	trust_facts facts;
+	int rc;
 
 	memset(out, 0, sizeof(*out));
-	if (!n)
+	if (!(x.n = proto_format_request(req, line, sizeof(line))))
 		return set_error(e, EXIT_USAGE, "invalid", "cannot encode the request");
-	fd = connect_before(t, deadline ? deadline : start + CLIENT_CONNECT_DEFAULT_S,
-			    timeout > 0 ? timeout : CLIENT_CONNECT_DEFAULT_S, remove_stale, e);
-	if (fd < 0)
+	x.fd = connect_before(t, deadline ? deadline : start + CLIENT_CONNECT_DEFAULT_S,
+			      timeout > 0 ? timeout : CLIENT_CONNECT_DEFAULT_S, remove_stale, e);
+	if (x.fd < 0)
 		return e->exit_code;
 	/* Who answers is checked before anything is said. */
-	if (gather_facts(t, fd, &facts, why, sizeof(why)) ||
+	if (gather_facts(t, x.fd, &facts, why, sizeof(why)) ||
 	    trust_decide(&facts, why, sizeof(why))) {
-		close(fd);
+		close(x.fd);
 		return set_error(e, EXIT_PERMISSION, "untrusted", "not talking to %s: %s",
 				 t->path, why);
 	}
-	while (!ended) {
-		struct pollfd p = { .fd = fd, .events = sent < n ? POLLOUT : POLLIN };
-		double tn = now();
-		int wait_ms = 500;
-		ssize_t k;
-
-		if (deadline && tn >= deadline) {
-			rc = set_error(e, EXIT_TIMEOUT, "timeout",
-				       "no answer from process %ld within %.3g s%s", (long)t->pid,
-				       timeout, req->verb == PROTO_SLEEP || req->verb == PROTO_WAKE ?
-				       " (vmmctl hung up, which cancels the request: the process "
-				       "rolls it back if it had started it; see vmmctl status)" : "");
-			break;
-		}
-		if (deadline && (deadline - tn) * 1000 < wait_ms)
-			wait_ms = (int)((deadline - tn) * 1000) + 1;
-		if (tick && tn - start >= 1.0 && tn - last_shown >= 0.5) {
-			tick(t, req, tn - start, false, tick_arg);
-			shown = true;
-			last_shown = now();
-		}
-		if (poll(&p, 1, wait_ms) < 0 && errno != EINTR) {
-			rc = set_error(e, EXIT_REPORTED, "internal", "poll: %s", strerror(errno));
-			break;
-		}
-		if (sent < n) {
-			if (!(p.revents & (POLLOUT | POLLERR | POLLHUP)))
-				continue;
-			k = send(fd, line + sent, n - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-			if (k < 0 && errno != EAGAIN && errno != EINTR) {
-				rc = cut_short(t->pid, strerror(errno), e);
-				break;
-			}
-			sent += k > 0 ? (size_t)k : 0;
-			continue;
-		}
-		if (!(p.revents & (POLLIN | POLLHUP | POLLERR)))
-			continue;
-		if (len + 4096 + 1 > cap) {
-			size_t nc = cap ? cap * 2 : 16384;
-			char *nb;
-
-			if (nc > PROTO_MAX_RESPONSE + 4096 + 1)
-				nc = PROTO_MAX_RESPONSE + 4096 + 1;
-			if (nc <= cap) {
-				rc = set_error(e, EXIT_REPORTED, "protocol",
-					       "the reply of process %ld is larger than %u bytes: "
-					       "refused", (long)t->pid, PROTO_MAX_RESPONSE);
-				break;
-			}
-			nb = realloc(buf, nc);
-			if (!nb) {
-				rc = set_error(e, EXIT_REPORTED, "internal", "out of memory");
-				break;
-			}
-			buf = nb;
-			cap = nc;
-		}
-		k = recv(fd, buf + len, cap - len - 1, MSG_DONTWAIT);
-		if (k < 0) {
-			if (errno == EAGAIN || errno == EINTR)
-				continue;
-			rc = cut_short(t->pid, strerror(errno), e);
-			break;
-		}
-		if (k == 0)
-			ended = eof = true;
-		len += (size_t)k;
-		if (len > PROTO_MAX_RESPONSE) {
-			rc = set_error(e, EXIT_REPORTED, "protocol",
-				       "the reply of process %ld is larger than %u bytes: refused",
-				       (long)t->pid, PROTO_MAX_RESPONSE);
-			break;
-		}
-		if (len >= 4 && !memcmp(buf + len - 4, "end\n", 4) &&
-		    (len == 4 || buf[len - 5] == '\n'))
-			ended = true;
-	}
-	close(fd);
+	rc = run_exchange(&x, req, timeout, deadline, tick, tick_arg, &shown, e);
+	close(x.fd);
 	if (shown)
 		tick(t, req, now() - start, true, tick_arg);
-	if (!rc && eof && (len < 4 || memcmp(buf + len - 4, "end\n", 4)))
+	if (!rc && x.eof && (x.len < 4 || memcmp(x.buf + x.len - 4, "end\n", 4)))
 		rc = cut_short(t->pid, NULL, e);
 	if (!rc)
-		rc = parse_reply(buf ? buf : (char *)"", len, t->pid, out, e);
-	free(buf);
-	if (!rc) {
-		/* A server that says it is another process is not believed. */
-		const proto_record *info = client_reply_find(out, "info");
-		uint64_t said;
-
-		if (info && proto_record_u64(info, "pid", &said) && said != (uint64_t)t->pid)
-			rc = set_error(e, EXIT_PERMISSION, "untrusted",
-				       "not believing %s: it says it is pid %llu", t->path,
-				       (unsigned long long)said);
-	}
+		rc = parse_reply(x.buf ? x.buf : (char *)"", x.len, t->pid, out, e);
+	free(x.buf);
+	if (!rc)
+		rc = check_identity(t, out, e);
 	if (rc)
 		client_reply_free(out);
 	return rc;
