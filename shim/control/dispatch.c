@@ -501,31 +501,14 @@ static bool op_gone(void *arg)
 	       ow->client->gone(ow->client->gone_arg);
 }
 
-static void do_transfer(const proto_request *req, const control_client *client, proto_writer *w,
-			shim_runtime *rt)
+/* Take the operation slot for req: wait for the operation in progress (a covering wake cancels
+ * it first) within the request's deadline. true: taken, ow->gen is the new operation's; false:
+ * answered BUSY, or the client has gone (nothing is said then). */
+static bool take_op_slot(const proto_request *req, const control_client *client,
+			 long long deadline, struct op_watch *ow, proto_writer *w)
 {
-	vmm_sleep_opts opts = {
-		.tag = req->tag[0] ? req->tag : NULL,
-		.device = req->device,
-		.discard = req->discard,
-	};
 	const char *verb = proto_verb_name(req->verb);
-	long long deadline = req->timeout_ms > 0 ? now_ms() + req->timeout_ms : 0;
-	vmm_transfer_result res = { 0 };
-	struct op_watch ow = { .client = client };
-	control_limits lim = { .gone = op_gone, .gone_arg = &ow };
-	vmm_error err;
-	vmm_status s;
 
-	vmm_error_clear(&err);
-	/* Nothing to sleep or wake yet (the socket exists from the first device call on, a moment
-	 * before the heap): say not_ready, which a caller may retry, rather than invalid. */
-	if (!rt || !shim_runtime_serves(rt)) {
-		proto_error_response(w, PROTO_ERR_NOT_READY,
-				     "no device memory is managed by vmmshim in this process yet");
-		return;
-	}
-	/* Wait for the operation in progress (a covering wake cancels it first). */
 	pthread_mutex_lock(&op_lock);
 	while (op.running) {
 		if (req->verb == PROTO_WAKE && wake_covers_op(req) &&
@@ -545,7 +528,7 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 				 req->timeout_ms);
 			pthread_mutex_unlock(&op_lock);
 			proto_error_response(w, PROTO_ERR_BUSY, msg);
-			return;
+			return false;
 		}
 		op_wait_a_little();
 	}
@@ -555,15 +538,75 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 		pthread_mutex_unlock(&op_lock);
 		vmm_log(VMM_LOG_WARN, "control: a %s from pid %ld was dropped: its client has gone",
 			verb, client->pid);
-		return;
+		return false;
 	}
 	op.running = true;
 	op.verb = req->verb;
 	memcpy(op.tag, req->tag, sizeof(op.tag));
 	op.device = req->device;
 	op.started_ms = now_ms();
-	ow.gen = ++op.gen;
+	ow->gen = ++op.gen;
 	pthread_mutex_unlock(&op_lock);
+	return true;
+}
+
+static void release_op_slot(unsigned long gen, vmm_status s)
+{
+	pthread_mutex_lock(&op_lock);
+	op.running = false;
+	op.done_gen = gen;
+	op.done_status = s;
+	pthread_cond_broadcast(&op_cond);
+	pthread_mutex_unlock(&op_lock);
+}
+
+/* The reply to a finished sleep or wake. */
+static void answer_transfer(const proto_request *req, const control_client *client,
+			    unsigned long gen, vmm_status s, vmm_transfer_result *res,
+			    const vmm_error *err, proto_writer *w)
+{
+	/* A sharing peer's sleep: status says who and why. */
+	if (s == VMM_OK && req->verb == PROTO_SLEEP && req->reason[0])
+		share_note_slept(client->pid, req->reason);
+	if (s == VMM_OK || s == VMM_E_ALREADY) {
+		res->already = s == VMM_E_ALREADY;
+		put_result(w, s ? "already" : "ok", res);
+		return;
+	}
+	if (client->gone(client->gone_arg))
+		vmm_log(VMM_LOG_WARN, "control: the %s for pid %ld was given up and rolled back: its "
+			"client has gone (%s)", proto_verb_name(req->verb), client->pid, err->msg);
+	/* Stopped on purpose (vmmctl cancel, a covering wake): say so in the protocol's word. */
+	proto_error_response(w, __atomic_load_n(&cancel_gen, __ATOMIC_ACQUIRE) == gen ?
+				PROTO_ERR_CANCELLED : control_error_word(s),
+			     err->msg[0] ? err->msg : vmm_status_name(s));
+}
+
+static void do_transfer(const proto_request *req, const control_client *client, proto_writer *w,
+			shim_runtime *rt)
+{
+	vmm_sleep_opts opts = {
+		.tag = req->tag[0] ? req->tag : NULL,
+		.device = req->device,
+		.discard = req->discard,
+	};
+	long long deadline = req->timeout_ms > 0 ? now_ms() + req->timeout_ms : 0;
+	vmm_transfer_result res = { 0 };
+	struct op_watch ow = { .client = client };
+	control_limits lim = { .gone = op_gone, .gone_arg = &ow };
+	vmm_error err;
+	vmm_status s;
+
+	vmm_error_clear(&err);
+	/* Nothing to sleep or wake yet (the socket exists from the first device call on, a moment
+	 * before the heap): say not_ready, which a caller may retry, rather than invalid. */
+	if (!rt || !shim_runtime_serves(rt)) {
+		proto_error_response(w, PROTO_ERR_NOT_READY,
+				     "no device memory is managed by vmmshim in this process yet");
+		return;
+	}
+	if (!take_op_slot(req, client, deadline, &ow, w))
+		return;
 	/* No full status may still be reading the figures the operation changes. */
 	pthread_rwlock_wrlock(&figures_lock);
 	pthread_rwlock_unlock(&figures_lock);
@@ -578,29 +621,8 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 		s = control_sleep(&opts, true, req->autowake, &lim, &res, &err);
 	else
 		s = control_wake(&opts, &lim, &res, &err);
-
-	pthread_mutex_lock(&op_lock);
-	op.running = false;
-	op.done_gen = ow.gen;
-	op.done_status = s;
-	pthread_cond_broadcast(&op_cond);
-	pthread_mutex_unlock(&op_lock);
-
-	/* A sharing peer's sleep: status says who and why. */
-	if (s == VMM_OK && req->verb == PROTO_SLEEP && req->reason[0])
-		share_note_slept(client->pid, req->reason);
-	if (s == VMM_OK || s == VMM_E_ALREADY) {
-		res.already = s == VMM_E_ALREADY;
-		put_result(w, s ? "already" : "ok", &res);
-		return;
-	}
-	if (client->gone(client->gone_arg))
-		vmm_log(VMM_LOG_WARN, "control: the %s for pid %ld was given up and rolled back: its "
-			"client has gone (%s)", verb, client->pid, err.msg);
-	/* Stopped on purpose (vmmctl cancel, a covering wake): say so in the protocol's word. */
-	proto_error_response(w, __atomic_load_n(&cancel_gen, __ATOMIC_ACQUIRE) == ow.gen ?
-				PROTO_ERR_CANCELLED : control_error_word(s),
-			     err.msg[0] ? err.msg : vmm_status_name(s));
+	release_op_slot(ow.gen, s);
+	answer_transfer(req, client, ow.gen, s, &res, &err, w);
 }
 
 static void put_cancel(proto_writer *w, const char *word, const char *operation,
