@@ -3,6 +3,7 @@
  * layers listed in heap_internal.h. */
 #include "heap_internal.h"
 #include "heap_share.h"
+#include "vmm_share.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -403,4 +404,17 @@ uint32_t vmm_devices_used(vmm_core *core)
 		if (atomic_load(&core->heaps[d]))
 			m |= 1u << d;
 	return m;
+}
+
+/* vmm_share.h: the shared and retired bytes are statistics, so they come from here. */
+void vmm_share_bytes(vmm_core *core, int dev, uint64_t *shared, uint64_t *retired)
+{
+	vmm_stats st;
+
+	/* The arenas' sum is vmm_stats_get's (VMM_HEAP_STATS); a device not there has none. */
+	*shared = *retired = 0;
+	if (dev < 0 || vmm_stats_get(core, dev, NULL, &st, NULL))
+		return;
+	*shared = st.shared_bytes;
+	*retired = st.retired_bytes;
 }

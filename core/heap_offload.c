@@ -715,9 +715,9 @@ vmm_status vmm_wake(vmm_core *core, const vmm_sleep_opts *opts, vmm_transfer_res
 	return transfer(core, opts, NULL, false, res, err);
 }
 
-/* Undo the last operation on every device: `op` on the arenas it changed. Each device is tried;
+/* Undo the last operation on every device: `step` on the arenas it changed. Each device is tried;
  * the first error is returned, with what stays asleep of those arenas. */
-static vmm_status undo_all(vmm_core *core, device_transfer op, const vmm_limits *lim,
+static vmm_status undo_all(vmm_core *core, device_transfer step, const vmm_limits *lim,
 			   vmm_transfer_result *res, vmm_error *err)
 {
 	const struct filter changed = { .changed_only = true };
@@ -735,7 +735,7 @@ static vmm_status undo_all(vmm_core *core, device_transfer op, const vmm_limits 
 		vmm_status r;
 
 		vmm_error_clear(&e);
-		r = op(s.dh[d], &changed, &ulim, res, &e);
+		r = step(s.dh[d], &changed, &ulim, res, &e);
 		if (r && !st) {
 			st = r;
 			if (err)

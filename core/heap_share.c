@@ -383,15 +383,3 @@ size_t vmm_share_list(vmm_core *core, vmm_share_info *out, size_t max)
 	}
 	return n;
 }
-
-void vmm_share_bytes(vmm_core *core, int dev, uint64_t *shared, uint64_t *retired)
-{
-	vmm_stats st;
-
-	/* The arenas' sum is vmm_stats_get's (VMM_HEAP_STATS); a device not there has none. */
-	*shared = *retired = 0;
-	if (dev < 0 || vmm_stats_get(core, dev, NULL, &st, NULL))
-		return;
-	*shared = st.shared_bytes;
-	*retired = st.retired_bytes;
-}
