@@ -134,6 +134,23 @@ void gate_enter(void)
 	}
 }
 
+bool gate_try_enter(void)
+{
+	if (atomic_load_explicit(&track, memory_order_relaxed))
+		note_entry();
+	if (depth > 0) {
+		depth++;
+		return true;
+	}
+	atomic_fetch_add(&inflight, 1);
+	if (!atomic_load(&closed)) {
+		depth = 1;
+		return true;
+	}
+	leave_count();
+	return false;
+}
+
 unsigned long long gate_held_calls(void)
 {
 	return atomic_load(&held_calls);

@@ -16,6 +16,8 @@
 
 void gate_enter(void);
 void gate_leave(void);
+/* Enter only if the gate is open (true: inside, leave with gate_leave); never waits. */
+bool gate_try_enter(void);
 
 /* Stop new submissions and wait (at most timeout_ms; <0 = forever) for those in flight.
  * VMM_E_BUSY on timeout, with the gate reopened. */

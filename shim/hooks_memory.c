@@ -94,6 +94,8 @@ static CUresult core_free(CUdeviceptr ptr, bool *done, bool on_stream, CUstream 
 	if (st)
 		vmm_log(VMM_LOG_WARN, "free of 0x%llx failed: %s", (unsigned long long)ptr,
 			err.msg);
+	else
+		share_note_freed(); /* a sharing process waiting for memory looks again */
 	return hook_cu_status(st, &err);
 }
 

@@ -10,6 +10,7 @@
 #include "../core/log.h"
 #include "../core/vmm_share.h"
 #include "hooks_common.h"
+#include "share/share.h"
 
 DRIVER_EXTRA_SLOT(cuMemGetAccess);
 DRIVER_EXTRA_SLOT(cuDeviceGetCount);
@@ -82,6 +83,8 @@ CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 		r = CALL_REAL(cuMemRelease, ((CUmemGenericAllocationHandle)real));
 		if (r == CUDA_SUCCESS && reg)
 			vmm_app_released(reg, (vmm_phys)handle);
+		if (r == CUDA_SUCCESS)
+			share_note_freed(); /* back to the driver: a sharing waiter looks again */
 		break;
 	}
 	gate_leave();

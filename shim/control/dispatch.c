@@ -707,6 +707,8 @@ static void do_trim(const proto_request *req, const control_client *client, prot
 	}
 	vmm_stats_get(rt->side[SHIM_CUDA].core, req->device, NULL, &after, NULL);
 	if (before.mapped_bytes > after.mapped_bytes)
+		share_note_freed();
+	if (before.mapped_bytes > after.mapped_bytes)
 		vmm_log(VMM_LOG_INFO, "share: gave %llu cached bytes back for pid %ld",
 			(unsigned long long)(before.mapped_bytes - after.mapped_bytes),
 			client->pid);

@@ -310,6 +310,8 @@ static vmm_status sleep_step(const struct transition *t, struct op *op,
 	} else if (!was_held) {
 		gate_open();
 	}
+	if (r->bytes_released)
+		share_note_freed(); /* sharing processes waiting for memory look again */
 	return s;
 }
 

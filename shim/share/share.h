@@ -40,6 +40,11 @@ vmm_status share_malloc(vmm_core *core, int dev, size_t size, size_t align, cons
 vmm_status share_malloc_on_stream(vmm_core *core, int dev, size_t size, const char *tag,
 				  vmm_stream stream, vmm_devptr *out, vmm_error *err);
 
+/* This process gave device memory back (to its cache, which counts as free, or to the driver),
+ * or was slept: wakes the sharing processes that wait for memory on its GPUs. Cheap when nobody
+ * waits (a clock read per GPU); nothing without sharing. */
+void share_note_freed(void);
+
 /* The autowake of a process with sharing on: wake, waiting for memory under the rules. */
 void share_autowake(void);
 

@@ -4,6 +4,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "share.h"
 
@@ -16,6 +17,7 @@ long long share_now_ms(void);
 typedef struct share_settings {
 	int priority;
 	long long idle_ms, slice_ms, residency_ms, wait_ms;
+	long long test_stall_ms; /* VMMSHIM_TEST_SHARE_STALL_MS: tests only (share_room.c) */
 	char run_dir[256];
 } share_settings;
 const share_settings *share_settings_get(void);
@@ -25,6 +27,25 @@ const share_settings *share_settings_get(void);
 int share_lock(const char *dir, const char *uuid, long long deadline_ms);
 void share_unlock(void);
 bool share_lock_held(void);
+
+/* The GPU's event (share_event.c), mapped once per driver ordinal; NULL when it cannot be had
+ * (the caller then waits in bounded looks). */
+struct share_event;
+struct share_event *share_event_of(int dev);
+
+/* One wait for memory on a GPU: registered (share_event_begin) before the first look at the GPU,
+ * so that a free after that look is never missed; ended once the caller stops waiting. */
+struct share_waiter {
+	struct share_event *ev;
+	int inotify; /* -1: no inotify, bounded looks */
+};
+enum share_woken { SHARE_WOKEN_TIMEOUT, SHARE_WOKEN_FREE, SHARE_WOKEN_EXIT };
+bool share_event_begin(struct share_event *ev, long long deadline_ms, struct share_waiter *w);
+/* Block until a sharing process of the GPU bumps its event, one of pids exits (*who says which),
+ * or until_ms (monotonic) comes; *latency_us: from the bump to now (0: unknown). */
+enum share_woken share_event_wait(struct share_waiter *w, const pid_t *pids, int npids,
+				  long long until_ms, pid_t *who, long long *latency_us);
+void share_event_end(struct share_waiter *w);
 
 /* Waiting for memory, for the info record. */
 void share_wait_begin(void);

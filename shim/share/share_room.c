@@ -2,8 +2,10 @@
  * own caches, then the peers' caches (trim), then eligible peers put to sleep one by one (lower
  * priority first, then the longest idle), each followed by an attempt. When nothing is eligible
  * now but a peer will be within the wait (its time slice or minimum residency ends, or it may turn
- * idle), the lock is let go and the caller waits with backoff (at most 200 ms between looks) and
- * tries again; when nothing ever could free enough, it fails at once. */
+ * idle), the lock is let go and the caller blocks on the GPU's event (share_event.c): it is woken
+ * when a sharing process of the GPU frees memory, is slept or exits (even killed), or when a peer
+ * may have become eligible, and looks again; every wait ends by the deadline
+ * (VMMSHIM_SHARE_WAIT). When nothing ever could free enough, it fails at once. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,10 @@
 
 #define PEER_TIMEOUT_MS 2000       /* hello, status, trim */
 #define SLEEP_TIMEOUT_MIN_MS 10000 /* a peer's sleep: at least this long */
-#define MAX_PAUSE_MS 200
+#define MAX_PAUSE_MS 200           /* without the GPU's event: the longest pause between looks */
+/* The longest wait between two looks even with events: memory freed by a process outside
+ * sharing (not under the shim, or without VMMSHIM_SHARE) sends none. */
+#define RECHECK_MS 1000
 
 struct peer {
 	pid_t pid;
@@ -130,8 +135,11 @@ static bool eligible(const struct peer *p, long long now, long long *later)
 	}
 	if (p->idle_ms >= ss->idle_ms || p->resident_ms >= ss->slice_ms)
 		return true;
-	/* It may turn idle any time; at the latest its slice ends. */
+	/* It may turn idle any time (at the soonest once the idle time passes without work); at
+	 * the latest its slice ends. */
 	t = now + ss->slice_ms - p->resident_ms;
+	if (now + ss->idle_ms - p->idle_ms < t)
+		t = now + ss->idle_ms - p->idle_ms;
 	*later = t;
 	return false;
 }
@@ -204,11 +212,28 @@ static bool put_to_sleep(const struct peer *p, const char *uuid, uint64_t need, 
 	return true;
 }
 
-/* One round under the lock. Returns 1: attempt succeeded; 0: not now, *later says when a peer
- * may become eligible (0: never); -1: the lock could not be had before the deadline. */
-static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn attempt, void *arg,
-		     const char *what, long long deadline, long long *later)
+static bool held_without_autowake(void)
 {
+	control_state cs;
+
+	control_state_get(&cs);
+	return cs.held && !cs.autowake;
+}
+
+/* What a round saw: when a peer may become eligible (0: never) and the sharing processes of the
+ * GPU (a waiter is woken when one of them exits). */
+struct round_seen {
+	long long later;
+	pid_t pids[SHARE_MAX_PEERS];
+	int npids;
+};
+
+/* One round under the lock. Returns 1: attempt succeeded; 0: not now (seen says what may change
+ * that); -1: the lock could not be had before the deadline. */
+static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn attempt, void *arg,
+		     const char *what, long long deadline, struct round_seen *seen)
+{
+	long long *later = &seen->later;
 	const share_settings *ss = share_settings_get();
 	pid_t pids[SHARE_MAX_PEERS];
 	struct peer peers[SHARE_MAX_PEERS];
@@ -217,6 +242,7 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 	long long now;
 
 	*later = 0;
+	seen->npids = 0;
 	if (share_lock(ss->run_dir, uuid, deadline))
 		return -1;
 	trim_own(dev);
@@ -224,10 +250,14 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 		rc = 1;
 		goto out;
 	}
+	/* Held asleep until someone wakes it (vmmctl, no autowake): sleeping peers now would free
+	 * memory nobody here can use. */
+	if (held_without_autowake())
+		goto out;
 	npids = peer_client_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
 	for (int i = 0; i < npids; i++)
 		if (look_at(pids[i], uuid, &peers[n]))
-			n++;
+			seen->pids[seen->npids++] = peers[n++].pid;
 	/* Memory a peer keeps only in its cache counts as free: it goes back first. */
 	for (int i = 0; i < n; i++) {
 		if (peers[i].cached) {
@@ -267,47 +297,79 @@ out:
 	return rc;
 }
 
+/* Wait for what may let the next round succeed: an event of the GPU (a free, a sleep, an exit of a
+ * sharing process), a peer becoming eligible (seen->later), at most RECHECK_MS, never past the
+ * deadline. Without the event, a pause that grows to MAX_PAUSE_MS. */
+static void wait_for_change(struct share_waiter *w, const struct round_seen *seen,
+			    long long deadline, long long *pause, const char *what, const char *uuid)
+{
+	long long now = share_now_ms(), until = deadline, latency_us;
+	pid_t who;
+
+	if (seen->later && seen->later < until)
+		until = seen->later > now ? seen->later : now + 1;
+	if (!w->ev) {
+		struct timespec ts;
+		long long p = until - now < *pause ? until - now : *pause;
+
+		ts.tv_sec = p / 1000;
+		ts.tv_nsec = (p % 1000) * 1000000L;
+		nanosleep(&ts, NULL);
+		if (*pause < MAX_PAUSE_MS)
+			*pause *= 2;
+		return;
+	}
+	if (until > now + RECHECK_MS)
+		until = now + RECHECK_MS;
+	switch (share_event_wait(w, seen->pids, seen->npids, until, &who, &latency_us)) {
+	case SHARE_WOKEN_FREE:
+		vmm_log(VMM_LOG_INFO, "share: %s on %s: woken by a free (%.1f ms after it)", what,
+			uuid, latency_us / 1000.0);
+		break;
+	case SHARE_WOKEN_EXIT:
+		vmm_log(VMM_LOG_INFO, "share: %s on %s: woken by the exit of pid %ld", what, uuid,
+			(long)who);
+		break;
+	case SHARE_WOKEN_TIMEOUT:
+		break;
+	}
+}
+
 vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *arg,
 			   const char *what, bool patient, vmm_error *err)
 {
 	const share_settings *ss = share_settings_get();
 	long long t0 = share_now_ms(), deadline = t0 + ss->wait_ms, pause = 10;
 	char uuid[SHARE_UUID_MAX];
+	struct share_event *ev;
+	struct share_waiter w = { .ev = NULL, .inotify = -1 };
 	bool waited = false;
 	int rc;
 
 	if (!share_enabled() || !share_gpu_uuid(dev, uuid, sizeof(uuid)))
 		return vmm_fail(err, VMM_E_OOM, 0, "device %d has too little free memory", dev);
+	/* Listening before the first look: a free after it wakes the wait that follows. */
+	if ((ev = share_event_of(dev)))
+		share_event_begin(ev, deadline, &w);
 	for (;;) {
-		long long later = 0, now;
+		struct round_seen seen;
 
-		rc = one_round(dev, uuid, need, attempt, arg, what, deadline, &later);
+		rc = one_round(dev, uuid, need, attempt, arg, what, deadline, &seen);
 		if (rc == 1)
 			break;
-		now = share_now_ms();
 		/* Nothing will become eligible before the deadline: the answer is out of memory
 		 * now, not after a wait that cannot help. */
-		if (rc == 0 && !patient && (!later || later > deadline))
+		if (rc == 0 && !patient && (!seen.later || seen.later > deadline))
 			break;
-		if (now >= deadline)
+		if (share_now_ms() >= deadline)
 			break;
 		if (!waited) {
 			waited = true;
 			share_wait_begin();
 		}
-		struct timespec ts = { 0, 0 };
-		long long p = pause;
-
-		if (later && later - now < p)
-			p = later - now > 1 ? later - now : 1;
-		if (deadline - now < p)
-			p = deadline - now;
-		ts.tv_sec = p / 1000;
-		ts.tv_nsec = (p % 1000) * 1000000L;
-		nanosleep(&ts, NULL);
-		if (pause < MAX_PAUSE_MS)
-			pause *= 2;
+		wait_for_change(&w, &seen, deadline, &pause, what, uuid);
 	}
+	share_event_end(&w);
 	if (waited)
 		share_wait_end();
 	if (rc == 1) {
@@ -348,27 +410,42 @@ static vmm_status alloc_once(const struct alloc_try *a)
 static bool try_wake(void *arg);
 static bool wake_need(struct wake_try *w);
 
+/* Test hook (VMMSHIM_TEST_SHARE_STALL_MS): a pause where a sleep by a peer could come between an
+ * attempt's look at the process's state and its entry into the gate. */
+static void stall_for_test(void)
+{
+	long long ms = share_settings_get()->test_stall_ms;
+	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
+
+	if (ms > 0)
+		nanosleep(&ts, NULL);
+}
+
 static bool try_alloc(void *arg)
 {
 	struct alloc_try *a = arg;
 	control_state cs;
 	vmm_status st;
 
-	/* This process was slept while it waited (by a peer of another GPU, or vmmctl): entering
-	 * the gate now would wait there holding this GPU's lock. Wake it first when it may be
-	 * woken by its own work (autowake), else try again later. */
-	control_state_get(&cs);
-	if (cs.held || cs.changing) {
+	stall_for_test();
+	/* Enter the gate only if it is open, in one step: a look at the state and then
+	 * gate_enter would let a sleep (by a peer of another GPU, or vmmctl) come between them,
+	 * and the thread would wait at the closed gate holding this GPU's lock. Slept: wake first
+	 * when the process may be woken by its own work (autowake), else try again later. */
+	for (int tries = 0; tries < 2; tries++) {
 		struct wake_try w;
 
-		if (cs.changing || !cs.autowake || !wake_need(&w) || !try_wake(&w))
+		if (gate_try_enter()) {
+			vmm_error_clear(a->err);
+			st = alloc_once(a);
+			gate_leave();
+			return st == VMM_OK;
+		}
+		control_state_get(&cs);
+		if (cs.changing || !cs.held || !cs.autowake || !wake_need(&w) || !try_wake(&w))
 			return false;
 	}
-	gate_enter();
-	vmm_error_clear(a->err);
-	st = alloc_once(a);
-	gate_leave();
-	return st == VMM_OK;
+	return false;
 }
 
 #define PIECE (2u << 20)

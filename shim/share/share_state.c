@@ -4,6 +4,7 @@
  * server's info record, which is how the other sharing processes see it. */
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <pthread.h>
@@ -36,6 +37,8 @@ long long share_now_ms(void)
 
 void share_init(const shim_runtime *rt)
 {
+	const char *stall;
+
 	if (!rt->cfg.share)
 		return;
 	settings.priority = rt->cfg.priority;
@@ -44,6 +47,10 @@ void share_init(const shim_runtime *rt)
 	settings.residency_ms = (long long)(rt->cfg.share_residency_s * 1000);
 	settings.wait_ms = (long long)(rt->cfg.share_wait_s * 1000);
 	snprintf(settings.run_dir, sizeof(settings.run_dir), "%s", rt->cfg.run_dir);
+	/* Not a setting: a test widens a race window with it (0 to 10 s, else ignored). */
+	stall = getenv("VMMSHIM_TEST_SHARE_STALL_MS");
+	if (stall && atoll(stall) > 0 && atoll(stall) <= 10000)
+		settings.test_stall_ms = atoll(stall);
 	atomic_store(&resident_since_ms, share_now_ms());
 	gate_track_entries(true);
 	atomic_store(&on, true);
