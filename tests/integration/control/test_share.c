@@ -279,3 +279,116 @@ Test(share, randomized_phases_with_kills, .timeout = 240)
 	cr_log_info("%d processes killed and replaced", kills);
 	teardown_group();
 }
+
+/* The seconds of t's last "woke by itself" (its wake's own copy time), or 0. */
+static double last_wake_seconds(struct target *t)
+{
+	static char log[1 << 20];
+	const char *p, *last = NULL;
+	double s = 0;
+
+	target_log(t, log, sizeof(log));
+	for (p = log; (p = strstr(p, "woke by itself:")); p++)
+		last = p;
+	if (last && (p = strstr(last, " in ")))
+		sscanf(p, " in %lf", &s);
+	return s;
+}
+
+/* a (priority 1) was slept by b (priority 2) and waits, at its next device work, for memory b
+ * holds (it may not sleep b). What ends the wait, b's free or b's death, must wake it at once:
+ * the time from the free to a's answer, less its wake's own copy, is printed (the "retry
+ * latency"), and a's log must name the event that woke it. */
+static void waiter_woken_by(bool kill_b)
+{
+	struct target *a, *b;
+	char reply[256], log[1 << 14];
+	double t_free, t_done, latency, t_check;
+
+	setup_group();
+	a = start(1, NULL);
+	b = start(2, NULL);
+	cmd_ok(a, PHASE, "ok");
+	cmd_ok(b, PHASE, "ok"); /* sleeps a: lower priority */
+	cr_assert_eq(target_send(a, "check"), 0); /* a's autowake waits: b may not be slept */
+	for (int i = 0; i < 100; i++) {
+		status_of(a);
+		if (strstr(o.out, "\"waiting\": true"))
+			break;
+		usleep(50000);
+	}
+	cr_assert(strstr(o.out, "\"waiting\": true"), "a does not wait:\n%s", o.out);
+	usleep(500000); /* well inside the wait: a sleeps, not between two looks */
+	if (kill_b) {
+		kill(b->pid, SIGKILL);
+		target_kill(b);
+	} else {
+		cmd_ok(b, "freeall", "freed 6");
+	}
+	t_free = now_s();
+	cr_assert_eq(target_read(a, reply, sizeof(reply), 60000), 0, "a never answered");
+	t_done = now_s();
+	target_log(a, log, sizeof(log));
+	cr_assert(!strncmp(reply, "ok", 2), "a's check: %s\nlog:\n%s", reply, log);
+	/* What the answer cost besides the wait: the wake's copy and a check of the data. */
+	t_check = now_s();
+	cmd_ok(a, "check", "ok");
+	t_check = now_s() - t_check;
+	latency = t_done - t_free - last_wake_seconds(a) - t_check;
+	cr_log_info("retry latency after %s: %.1f ms (wake copy %.1f ms, check %.1f ms)",
+		    kill_b ? "the peer's death" : "the peer's free", latency * 1000,
+		    last_wake_seconds(a) * 1000, t_check * 1000);
+	printf("share wait: retry latency after %s: %.1f ms\n",
+	       kill_b ? "the peer's death" : "the peer's free", latency * 1000);
+	cr_expect(strstr(log, kill_b ? "woken by the exit of pid" : "woken by a free"),
+		  "a's wait did not end by the event:\n%s", log);
+	cr_expect_eq(target_stop(a, 10000), 0);
+	if (!kill_b)
+		cr_expect_eq(target_stop(b, 10000), 0);
+	teardown_group();
+}
+
+Test(share, a_waiting_wake_is_woken_by_a_peers_free, .timeout = 120)
+{
+	waiter_woken_by(false);
+}
+
+Test(share, a_waiting_wake_is_woken_by_a_peers_death, .timeout = 120)
+{
+	waiter_woken_by(true);
+}
+
+/* The race between an allocation's attempt and a sleep: a slept while its attempt, holding the
+ * GPU's lock, is between its look at a's state and the gate (the test hook widens that window to
+ * 2 s). The attempt must not then wait at the closed gate holding the lock (vmmctl's sleep holds a
+ * until a wake: forever): b (higher priority) must still get the lock and make room by sleeping
+ * d, within its own 5 s wait. */
+Test(share, a_sleep_between_the_check_and_the_gate_does_not_hold_the_lock, .timeout = 120)
+{
+	struct target *a, *b, *d;
+	char reply[256];
+
+	setup_group();
+	a = start(0, "VMMSHIM_TEST_SHARE_STALL_MS=2000");
+	d = start(0, NULL);
+	b = start(1, "VMMSHIM_SHARE_WAIT=5");
+	cmd_ok(a, "alloc 1 100000000", "ok");
+	cmd_ok(d, "alloc 1 100000000", "ok");
+	cr_assert_eq(target_send(a, "alloc 1 200000000"), 0); /* no room: a decides, stalls */
+	usleep(700000);
+	vmmctl_run(&o, dir, -1, "sleep %ld", (long)a->pid);
+	cr_assert_eq(o.code, 0, "vmmctl sleep a: %s%s", o.out, o.err);
+	cmd_ok(b, "alloc 1 200000000", "ok"); /* the lock is free: d is slept for it */
+	status_of(d);
+	cr_expect_eq(json_num(o.out, NULL, "slept_by"), b->pid, "%s", o.out);
+	cmd_ok(b, "check", "ok");
+	cr_expect_eq(target_stop(b, 10000), 0); /* its memory back to the driver */
+	vmmctl_run(&o, dir, -1, "wake %ld", (long)a->pid);
+	cr_expect_eq(o.code, 0, "vmmctl wake a: %s%s", o.out, o.err);
+	cr_assert_eq(target_read(a, reply, sizeof(reply), 30000), 0, "a's allocation never ended");
+	cmd_ok(a, "check", "ok");
+	cmd_ok(d, "check", "ok");
+	cr_expect_eq(target_stop(a, 10000), 0);
+	cr_expect_eq(target_stop(d, 10000), 0);
+	teardown_group();
+}
