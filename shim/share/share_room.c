@@ -456,6 +456,8 @@ static vmm_status alloc_sharing(struct alloc_try *a)
 	size_t size = a->size;
 	char what[96];
 
+	if (st == VMM_OK && share_enabled())
+		share_event_of(a->dev); /* mapped from the first allocation on: its frees wake waiters */
 	/* A thread already deciding for this GPU (its own autowake inside) does not recurse. */
 	if (st != VMM_E_OOM || !share_enabled() || share_lock_held())
 		return st;

@@ -295,8 +295,9 @@ static double last_wake_seconds(struct target *t)
 	return s;
 }
 
-/* a (priority 1) was slept by b (priority 2) and waits, at its next device work, for memory b
- * holds (it may not sleep b). What ends the wait, b's free or b's death, must wake it at once:
+/* a (priority 1) was slept (vmmctl, with autowake) and b (priority 2) took the memory without
+ * ever having to make room; a waits, at its next device work, for memory b holds (it may not
+ * sleep b). What ends the wait, b's free or b's death, must wake it at once:
  * the time from the free to a's answer, less its wake's own copy, is printed (the "retry
  * latency"), and a's log must name the event that woke it. */
 static void waiter_woken_by(bool kill_b)
@@ -309,7 +310,9 @@ static void waiter_woken_by(bool kill_b)
 	a = start(1, NULL);
 	b = start(2, NULL);
 	cmd_ok(a, PHASE, "ok");
-	cmd_ok(b, PHASE, "ok"); /* sleeps a: lower priority */
+	vmmctl_run(&o, dir, -1, "sleep %ld --autowake", (long)a->pid);
+	cr_assert_eq(o.code, 0, "vmmctl sleep a: %s%s", o.out, o.err);
+	cmd_ok(b, PHASE, "ok"); /* fits: b's first allocation, no room made */
 	cr_assert_eq(target_send(a, "check"), 0); /* a's autowake waits: b may not be slept */
 	for (int i = 0; i < 100; i++) {
 		status_of(a);
