@@ -6,6 +6,8 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
@@ -17,26 +19,40 @@
 typedef int (*device_get_fn)(int *dev, int ordinal);
 typedef int (*uuid_fn)(unsigned char uuid[16], int dev);
 
-bool share_gpu_uuid(int dev, char *out, size_t cap)
+static device_get_fn device_get;
+static uuid_fn get_uuid;
+static atomic_bool resolved;
+static pthread_mutex_t resolve_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The driver's two functions, once libcuda is loaded (asked again until it is). Any thread may
+ * ask first (the program's, the control server's): published by `resolved`. */
+static bool resolve(void)
 {
-	static device_get_fn device_get;
-	static uuid_fn get_uuid;
-	unsigned char u[16];
-	int d;
+	void *lib;
 
-	if (!get_uuid) {
-		void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
-
-		if (!lib)
-			return false;
+	if (atomic_load_explicit(&resolved, memory_order_acquire))
+		return true;
+	pthread_mutex_lock(&resolve_lock);
+	if (!atomic_load(&resolved) && (lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD))) {
 		device_get = (device_get_fn)vmm_real_dlsym(lib, "cuDeviceGet");
 		get_uuid = (uuid_fn)vmm_real_dlsym(lib, "cuDeviceGetUuid_v2");
 		if (!get_uuid)
 			get_uuid = (uuid_fn)vmm_real_dlsym(lib, "cuDeviceGetUuid");
 		dlclose(lib); /* still loaded: the program uses it */
-		if (!device_get || !get_uuid)
-			return false;
+		if (device_get && get_uuid)
+			atomic_store_explicit(&resolved, true, memory_order_release);
 	}
+	pthread_mutex_unlock(&resolve_lock);
+	return atomic_load(&resolved);
+}
+
+bool share_gpu_uuid(int dev, char *out, size_t cap)
+{
+	unsigned char u[16];
+	int d;
+
+	if (!resolve())
+		return false;
 	if (device_get(&d, dev) || get_uuid(u, d))
 		return false;
 	snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
