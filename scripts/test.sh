@@ -48,7 +48,8 @@ run_suites build-sanitize sanitize simdev unit failure-paths
 # ThreadSanitizer over the threaded paths: the control server (concurrent clients, cancel, clients
 # that go), sleep/wake with the gate holding and releasing the program's threads, eight threads
 # allocating through the heap during sleep/wake cycles, vmmctl's concurrent list, and the
-# randomized soak (threads, faults, killed clients, malformed requests against sleep/wake).
+# randomized soak (threads, faults, killed clients, malformed requests against sleep/wake), and
+# GPU sharing between processes (waiters, peers' sleeps, the per-GPU lock).
 # Criterion cannot start under TSan, so the test drivers are built without it
 # (tests/integration/control) and what they drive is built with it: libvmmshim.so, ctl_target,
 # soak_target, simdev and vmmctl; simdev's own threaded test (no Criterion) runs as it is. Races
@@ -57,7 +58,7 @@ run_suites build-sanitize sanitize simdev unit failure-paths
 echo "== build with ThreadSanitizer into build-tsan/"
 configure build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false
 tsan_tests=(simdev_race_primary control_sleep control_cancel control_protocol control_trust
-  control_group control_soak)
+  control_group control_soak control_share)
 # What the drivers start is named here: ninja builds only the targets it is given, and the
 # drivers find these through the environment, not as link dependencies.
 ninja -C build-tsan -j "$jobs" tests/simdev/race_primary $(for t in "${tsan_tests[@]:1}"; do
@@ -80,6 +81,10 @@ declare -A tsan_filter=(
   [control_group]='@(group/a_member*|group/an_undo*|group/a_group_with*|group/a_sleep_makes*)'
   # The randomized soak (not Criterion: no filter), 50 s with its fixed seed.
   [control_soak]=''
+  # GPU sharing (sizes a quarter under TSan, about 80 s): two processes taking turns, waiters
+  # woken by a peer's free or death (inotify, pidfds, the control server), and a sleep between
+  # an attempt and the gate. Simdev's group lock is one TSan follows (sim_group.c).
+  [control_share]='@(share/two_processes*|share/a_waiting*|share/a_sleep_between*)'
 )
 tsan_ok=0; tsan_bad=0
 for t in "${tsan_tests[@]}"; do
