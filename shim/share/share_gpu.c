@@ -1,6 +1,8 @@
 /* Which GPU a device ordinal is (its UUID: ordinals differ between processes under
  * CUDA_VISIBLE_DEVICES) and the per-GPU decision lock: <run dir>/share-<UUID>.lock, held with
- * flock, so that the kernel drops it when its holder dies at any moment. */
+ * flock, so that the kernel drops it when its holder dies at any moment. A process that finds it
+ * held waits for a close of the file (inotify): the holder closes it to let go, and the kernel
+ * closes it for a holder that dies. */
 #include "share_internal.h"
 
 #include <dlfcn.h>
@@ -8,9 +10,11 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -69,11 +73,37 @@ static _Thread_local struct {
 	int depth;
 } held;
 
+/* Wait (until deadline_ms at most) for a close of the lock file: its holder lets go by closing
+ * it, and the kernel closes it for a holder that dies. Without inotify, a pause that grows. */
+static void wait_for_release(int watch, long long deadline_ms, long *pause_us)
+{
+	long long left = deadline_ms - share_now_ms();
+	char buf[1024] __attribute__((aligned(8)));
+
+	if (left <= 0)
+		return;
+	if (watch >= 0) {
+		struct pollfd p = { .fd = watch, .events = POLLIN };
+
+		/* At most a second: a holder that unlocks without closing (none does) is still seen. */
+		if (poll(&p, 1, (int)(left < 1000 ? left : 1000)) > 0)
+			while (read(watch, buf, sizeof(buf)) > 0)
+				;
+		return;
+	}
+	struct timespec ts = { 0, *pause_us * 1000 };
+
+	nanosleep(&ts, NULL);
+	if (*pause_us < 50000)
+		*pause_us *= 2;
+}
+
 int share_lock(const char *dir, const char *uuid, long long deadline_ms)
 {
 	char path[512];
 	long pause_us = 1000;
-	int fd;
+	int fd, watch = -1;
+	bool watching = false;
 
 	if (held.depth && !strcmp(held.uuid, uuid)) {
 		held.depth++;
@@ -87,18 +117,27 @@ int share_lock(const char *dir, const char *uuid, long long deadline_ms)
 	if (fd < 0)
 		return -1;
 	while (flock(fd, LOCK_EX | LOCK_NB)) {
-		struct timespec ts;
-
 		if ((errno != EWOULDBLOCK && errno != EINTR) || share_now_ms() >= deadline_ms) {
+			if (watch >= 0)
+				close(watch);
 			close(fd);
 			return -1;
 		}
-		ts.tv_sec = 0;
-		ts.tv_nsec = pause_us * 1000;
-		nanosleep(&ts, NULL);
-		if (pause_us < 50000)
-			pause_us *= 2;
+		/* Contended: watch for the holder's close, then try once more before waiting (a
+		 * release between the try and the watch is not missed). */
+		if (!watching) {
+			watching = true;
+			watch = inotify_init1(IN_CLOEXEC | IN_NONBLOCK);
+			if (watch >= 0 && inotify_add_watch(watch, path, IN_CLOSE_WRITE) < 0) {
+				close(watch);
+				watch = -1;
+			}
+			continue;
+		}
+		wait_for_release(watch, deadline_ms, &pause_us);
 	}
+	if (watch >= 0)
+		close(watch);
 	snprintf(held.uuid, sizeof(held.uuid), "%s", uuid);
 	held.fd = fd;
 	held.depth = 1;
