@@ -324,7 +324,7 @@ static void waiter_woken_by(bool kill_b)
 {
 	struct target *a, *b;
 	char reply[256], log[1 << 14];
-	double t_free, t_done, latency, t_check;
+	double t_free, t_done, latency, t_check, woke_ms;
 
 	setup_group();
 	a = start(1, NULL);
@@ -363,9 +363,10 @@ static void waiter_woken_by(bool kill_b)
 		    last_wake_seconds(a) * 1000, t_check * 1000);
 	printf("share wait: retry latency after %s: %.1f ms\n",
 	       kill_b ? "the peer's death" : "the peer's free", latency * 1000);
-	if (!kill_b && strstr(log, "woken by a free ("))
-		/* The shim's own measure: from the free's signal to the waiter awake. */
-		printf("share wait: the waiter woke %s\n", strstr(log, "woken by a free (") + 15);
+	/* The shim's own measure: from the free's signal to the waiter awake. */
+	if (!kill_b && strstr(log, "woken by a free (") &&
+	    sscanf(strstr(log, "woken by a free (") + 17, "%lf", &woke_ms) == 1)
+		printf("share wait: the waiter woke %.1f ms after the free's signal\n", woke_ms);
 	cr_expect(strstr(log, kill_b ? "woken by the exit of pid" : "woken by a free"),
 		  "a's wait did not end by the event:\n%s", log);
 	cr_expect_eq(target_stop(a, 10000), 0);
