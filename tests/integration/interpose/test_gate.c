@@ -187,3 +187,38 @@ Test(gate, a_closing_wait_with_a_stop_test_still_waits_for_calls_in_flight)
 	gate_open();
 	pthread_join(t, NULL);
 }
+
+/* What sharing's attempt under the GPU lock relies on: a closed gate is refused at once (never a
+ * wait), an open one is entered and counted (a close then waits for it), and a thread already
+ * inside nests. */
+static vmm_status closed_status;
+
+static void *close_50ms(void *arg)
+{
+	(void)arg;
+	closed_status = gate_close(50, NULL);
+	return NULL;
+}
+
+Test(gate, try_enter_never_waits_and_counts_like_enter)
+{
+	pthread_t t;
+	double t0;
+
+	cr_assert(gate_try_enter(), "an open gate was refused");
+	cr_assert(gate_try_enter(), "a nested entry was refused");
+	gate_leave();
+	gate_leave();
+	cr_assert_eq(gate_close(1000, NULL), VMM_OK);
+	t0 = now();
+	cr_assert(!gate_try_enter(), "a closed gate was entered");
+	cr_expect_lt(now() - t0, 0.05, "try_enter waited at a closed gate");
+	gate_open();
+	cr_assert(gate_try_enter());
+	/* Inside: a close from another thread must wait for this one. */
+	pthread_create(&t, NULL, close_50ms, NULL);
+	pthread_join(t, NULL);
+	cr_assert_neq(closed_status, VMM_OK, "close did not wait for a try_enter inside");
+	cr_assert(!gate_is_closed(), "the timed-out close did not reopen");
+	gate_leave();
+}
