@@ -77,6 +77,7 @@ declare -A jobs=(
 	[ctx_sleep]="$nv $src/ctx_sleep.cu -o $bin/ctx_sleep -lcuda"
 	[flag_wait]="$nv $src/flag_wait.cu -o $bin/flag_wait"
 	[hold]="$nv $src/hold.cu -o $bin/hold"
+	[peer]="$nv $src/peer.cu -o $bin/peer"
 	[bench_alloc]="$nv $src/bench_alloc.cu -o $bin/bench_alloc"
 	[bench_bw]="$nv $src/bench_bw.cu -o $bin/bench_bw -lcuda"
 	[ckpt]="$cc_cuda $src/ckpt.c -o $bin/ckpt -lcuda"
