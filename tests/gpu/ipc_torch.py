@@ -4,6 +4,10 @@ rollout: the parent puts CUDA tensors in a queue, a spawned child (a fresh proce
 shim it runs the shim too) opens them (cudaIpcOpenMemHandle), checks and changes them in place,
 and the parent sees the change. Prints RESULT lines (the same natively and under the shim).
 
+--x2: across two GPUs instead: the parent makes a tensor on cuda:0; the child copies it to cuda:1
+and checks the copy, changes the original in place on cuda:0 through the IPC mapping, and sends
+back a tensor it made on cuda:1, which the parent opens and checks.
+
 --bench N: instead, the child times opening N 1 GiB tensors (BENCH open_1gib_ms, the median of
 the unpickling, which is the cudaIpcOpenMemHandle) and the parent checks one byte of each."""
 import argparse
@@ -39,11 +43,58 @@ def child(q_in, q_out, bench):
     q_in.get()  # keep our references until the parent has read them
 
 
+def child_x2(q_in, q_out):
+    torch.cuda.set_device(1)
+    orig = q_in.get()                          # lives on cuda:0, opened through IPC
+    copy = orig.to("cuda:1")                   # a peer copy onto the other GPU
+    torch.cuda.synchronize(1)
+    orig.mul_(3).add_(2)                       # in place, on cuda:0: the parent's memory
+    torch.cuda.synchronize(0)
+    made = torch.arange(1 << 20, device="cuda:1", dtype=torch.int64) * 5   # 8 MiB on cuda:1
+    q_out.put((str(orig.device), str(copy.device), float(copy.double().sum().item()),
+               float(orig.double().sum().item()), made))
+    q_in.get()  # keep our references until the parent has read them
+
+
+def main_x2(ctx):
+    if torch.cuda.device_count() < 2:
+        print(f"SKIP {torch.cuda.device_count()} GPU(s), --x2 needs 2", flush=True)
+        return 0
+    q_in, q_out = ctx.Queue(), ctx.Queue()
+    p = ctx.Process(target=child_x2, args=(q_in, q_out))
+    p.start()
+    torch.manual_seed(0)
+    orig = torch.randint(0, 100, (1 << 24,), device="cuda:0").float()     # 64 MiB on cuda:0
+    before = float(orig.double().sum().item())
+    q_in.put(orig)
+    orig_dev, copy_dev, copy_sum, child_orig_sum, made = q_out.get(timeout=120)
+    torch.cuda.synchronize(0)
+    after = float(orig.double().sum().item())
+    made_sum = int(made.sum().item())
+    want_made = 5 * ((1 << 20) - 1) * (1 << 20) // 2
+    print(f"RESULT x2 child_opened_on {orig_dev} copied_to {copy_dev}", flush=True)
+    print(f"RESULT x2 copy_on_gpu1_equals_original {copy_sum == before} {copy_sum:.1f}",
+          flush=True)
+    print(f"RESULT x2 parent_sees_child_write {after == 3 * before + 2 * (1 << 24)} "
+          f"{after:.1f} child {child_orig_sum:.1f}", flush=True)
+    print(f"RESULT x2 tensor_from_gpu1 {made.device} {made_sum == want_made} {made_sum}",
+          flush=True)
+    ok = (copy_sum == before and after == 3 * before + 2 * (1 << 24) and
+          after == child_orig_sum and made_sum == want_made and str(made.device) == "cuda:1")
+    del made
+    q_in.put("bye")
+    p.join(60)
+    return 0 if ok and p.exitcode == 0 else 1
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", type=int, default=0)
+    ap.add_argument("--x2", action="store_true")
     a = ap.parse_args()
     ctx = mp.get_context("spawn")
+    if a.x2:
+        sys.exit(main_x2(ctx))
     q_in, q_out = ctx.Queue(), ctx.Queue()
     p = ctx.Process(target=child, args=(q_in, q_out, a.bench))
     p.start()

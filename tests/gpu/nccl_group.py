@@ -7,7 +7,10 @@ breakdown: what the shim released, what stays resident because it is shared, wha
 manage). Then each rank alone is slept and woken (the same bytes, one process at a time) for the
 group-vs-single benchmark.
 
-Harness: python3 nccl_group.py --shim LIB --vmmctl BIN --log DIR   -> prints one line
+With --no-sleep the same two ranks all-reduce natively and under the shim and nothing sleeps
+(plain NCCL under the shim, the anchor of the group sleep).
+
+Harness: python3 nccl_group.py --shim LIB --vmmctl BIN --log DIR [--no-sleep]  -> prints one line
          "NCCLGROUP {json}" (gpucheck.py reads it), or "NCCLGROUP_SKIP why"
 Rank (started by the harness): python3 nccl_group.py --rank R --world W --port P
 """
@@ -84,7 +87,7 @@ def smi_apps():
 
 def run_mode(a, shim):
     env = dict(os.environ)
-    tag = "shim" if shim else "native"
+    tag = ("shim" if shim else "native") + ("-nosleep" if a.no_sleep else "")
     rundir = os.path.join(a.log, f"nccl-group-run-{tag}")
     os.makedirs(rundir, exist_ok=True)
     os.chmod(rundir, 0o700)  # the shim refuses a run folder others can enter
@@ -141,7 +144,7 @@ def run_mode(a, shim):
         go()
         wait_stage("nccl")
         snap("after_nccl")
-        if shim:
+        if shim and not a.no_sleep:
             pids = [p.pid for p in procs]
             vmmctl("group_sleep", "sleep", *pids)
             snap("asleep")
@@ -174,7 +177,8 @@ def harness(a):
         return
     os.makedirs(a.log, exist_ok=True)
     reps = [run_mode(a, False), run_mode(a, True)]
-    with open(os.path.join(a.log, "nccl_group.json"), "w") as f:
+    name = "nccl_group_nosleep.json" if a.no_sleep else "nccl_group.json"
+    with open(os.path.join(a.log, name), "w") as f:
         json.dump(reps, f, indent=1)
     print("NCCLGROUP " + json.dumps(reps), flush=True)
 
@@ -187,6 +191,8 @@ def main():
     ap.add_argument("--shim")
     ap.add_argument("--vmmctl")
     ap.add_argument("--log", default="/tmp/nccl-group")
+    ap.add_argument("--no-sleep", action="store_true",
+                    help="all-reduce natively and under the shim, no vmmctl sleep/wake")
     a = ap.parse_args()
     if a.rank is not None:
         rank_main(a)
