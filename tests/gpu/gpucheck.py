@@ -62,6 +62,41 @@ def process_used(pid, baseline):
     return max(0, device_used() - baseline)
 
 
+def gpu_count():
+    """GPUs nvidia-smi lists (0 when it cannot be run): the x2 rows need 2."""
+    try:
+        smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                             timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for l in smi.splitlines() if l.startswith("GPU "))
+
+
+def per_gpu_used(pid):
+    """{gpu index: bytes} that pid holds on each GPU, from nvidia-smi's per-process list (the
+    x2 rows: one process on two GPUs). Empty when nvidia-smi cannot say."""
+    def smi(query):
+        try:
+            return subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
+                                  capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+    idx, used = {}, {}
+    for line in smi("--query-gpu=index,uuid").splitlines():
+        f = [x.strip() for x in line.split(",")]
+        if len(f) == 2 and f[0].isdigit():
+            idx[f[1]] = int(f[0])
+    for line in smi("--query-compute-apps=pid,gpu_uuid,used_memory").splitlines():
+        f = [x.strip() for x in line.split(",")]
+        if len(f) == 3 and f[0] == str(pid) and f[2].isdigit() and f[1] in idx:
+            used[idx[f[1]]] = used.get(idx[f[1]], 0) + int(f[2]) * MIB
+    return used
+
+
+def mib(b):
+    return "?" if b is None else f"{b / MIB:.0f}"
+
+
 class PeakSampler:
     """Samples the device's used memory every few ms in a thread; .peak is the maximum."""
 
@@ -561,12 +596,7 @@ class Matrix:
         mem_name = "two-rank NCCL asleep <= ctx+64MiB (x2)"
         if not (self.want(name) or self.want(mem_name)):
             return
-        try:
-            smi = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
-                                 timeout=30).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            smi = ""
-        gpus = sum(1 for l in smi.splitlines() if l.startswith("GPU "))
+        gpus = gpu_count()
         if gpus < 2:
             print(f"gpucheck: SKIP {name}: {gpus} GPU(s), the rows need 2", flush=True)
             return
@@ -644,6 +674,192 @@ class Matrix:
         self.badd("group sleep+wake of 2 NCCL ranks vs one rank at a time (s)", fmt(gs),
                   fmt(ss) + " (single, same bytes)", ratio(gs, ss), "~1x",
                   "vmmctl wall time, both ranks' bytes")
+
+    # -- two GPUs (nvidia-h200-x2): skipped, without a row, with fewer than 2 GPUs --
+
+    X2_ROWS = ("peer access from kernels (x2)", "per-device sleep/wake --device (x2)",
+               "IPC across GPUs (x2)", "two-rank NCCL without group sleep (x2)")
+
+    def x2_rows(self):
+        if not any(self.want(n) for n in self.X2_ROWS):
+            return
+        gpus = gpu_count()
+        if gpus < 2:
+            print(f"gpucheck: SKIP the x2 rows ({', '.join(self.X2_ROWS)}): {gpus} GPU(s), "
+                  "they need 2", flush=True)
+            return
+        self.compare_row(self.X2_ROWS[0], [f"{self.a.bin}/peer", "64"], timeout=90)
+        self.device_sleep_row(self.X2_ROWS[1])
+        self.ipc_row(self.X2_ROWS[2], ["--x2"], "the child copied the cuda:0 tensor to cuda:1 "
+                     "and changed it in place, the parent opened the child's cuda:1 tensor")
+        self.nccl_nosleep_row(self.X2_ROWS[3])
+
+    def device_sleep_run(self, shim):
+        """One peer --hold process; under the shim `vmmctl sleep --device D` then wake, for D = 0
+        then 1, with the other GPU's kernel started while D sleeps; natively the same commands
+        without the sleep. Returns (proc, rc, reasons, notes)."""
+        gib = self.a.x2_hold_gib
+        tag = "shim" if shim else "native"
+        p = Proc(f"peer-hold.{tag}", [f"{self.a.bin}/peer", str(gib << 10), "--hold"],
+                 self.env(shim), self.log, self.timeout(240))
+        reasons, notes = [], []
+        if not p.wait_for(r"^READY", timeout=120):
+            p.kill()
+            return p, p.finish(), [f"{tag} never ready: {p.stderr_tail()}"], notes, {}, {}
+        hold = {int(d): int(b) for d, b in p.values("HOLDDEV").items()}
+        base = per_gpu_used(p.pid)
+        notes.append(f"{tag} at ready GPU0/GPU1 {mib(base.get(0))}/{mib(base.get(1))} MiB")
+        steps = {}
+        for d in (0, 1):
+            o, sj, st = 1 - d, None, {}
+            if shim:
+                rc, sj, wall, text = self.ctl("sleep", p.pid, "--device", d, timeout=60)
+                if rc != 0:
+                    reasons.append(f"sleep --device {d}: rc {rc}: "
+                                   f"{pick_str(sj, 'message') or text}"[:200])
+                    self.ctl("wake", p.pid, "--device", d, timeout=30)
+                    break
+                st["asleep"] = per_gpu_used(p.pid)
+                st["sleep_s"] = seconds_of(sj, wall)
+                st["released"] = pick(sj, {"released"})
+            p.send(f"work {o}")
+            t0 = time.time()
+            w = p.wait_for(rf"^WORK {o} (\w+) (\S+)", timeout=3 if shim else 60)
+            st["work_during"] = w is not None
+            if shim:
+                rc, wj, wall, text = self.ctl("wake", p.pid, "--device", d, timeout=60)
+                if rc != 0:
+                    reasons.append(f"wake --device {d}: rc {rc}: "
+                                   f"{pick_str(wj, 'message') or text}"[:200])
+                    p.kill()  # it would wait for a wake that does not come
+                    break
+                st["wake_s"] = seconds_of(wj, wall)
+                st["awake"] = per_gpu_used(p.pid)
+                if w is None:
+                    w = p.wait_for(rf"^WORK {o} (\w+) (\S+)", timeout=60)
+            st["work_after_s"] = time.time() - t0
+            if w is None or w.group(1) != "ok":
+                reasons.append(f"{tag}: GPU {o}'s kernel on its own memory "
+                               f"{'gave a wrong checksum' if w else 'never finished'}")
+            for g in (d, o):  # GPU g's buffer read from the other GPU (peer) and from g
+                c = self.command(p, f"check {g}", rf"^CHECK {g} (\w+)", timeout=60)
+                if not c or c.group(1) != "ok":
+                    reasons.append(f"{tag}: GPU {g}'s contents after {'wake of' if shim else ''}"
+                                   f" GPU {d}: {'bad' if c else 'no answer'}")
+            steps[d] = st
+        p.send("quit")
+        rc = p.finish()
+        if rc != 0:
+            reasons.append(f"{tag} exit {rc}: {p.stderr_tail()}")
+        return p, rc, reasons, notes, steps, dict(hold=hold, base=base)
+
+    def device_sleep_row(self, name):
+        """peer --hold natively (the anchor: per-GPU memory with the context, same RESULT lines)
+        and under the shim: `vmmctl sleep --device D` leaves GPU D with about its context (at
+        most the native context + 64 MiB) and the other GPU unchanged; the other GPU's kernel
+        on its own memory finishes (the row says whether while D slept or after its wake: the
+        shim's gate is process-wide), and both GPUs' contents are intact after the wake."""
+        if not self.want(name):
+            return
+        if not (self.shim_ok and self.ctl_ok):
+            self.add(name, False, "libvmmshim.so or vmmctl was not built")
+            return
+        if self.left() < 90:
+            self.add(name, False, "not run: out of time")
+            return
+        nat, nrc, reasons, notes, _, nmem = self.device_sleep_run(False)
+        shm, src, sreasons, snotes, steps, smem = self.device_sleep_run(True)
+        reasons += sreasons
+        notes += snotes
+        rn, rs = nat.results(), shm.results()
+        if not rn or rn != rs:
+            reasons.append(f"results differ: {rn[:1]} vs {rs[:1]}"[:200])
+        slack = 64 * MIB
+        for d, st in steps.items():
+            o, held = 1 - d, smem["hold"].get(d, 0)
+            base, asleep = smem["base"], st.get("asleep", {})
+            nbase, nhold = nmem.get("base") or {}, nmem.get("hold") or {}
+            ctx = nbase[d] - nhold.get(d, 0) if d in nbase else None
+            if ctx is None or ctx <= 0:  # no native per-process figure: the shim's own
+                ctx = base.get(d, 0) - held
+            if d not in asleep or o not in asleep or d not in base or o not in base:
+                reasons.append(f"no per-process figure for GPU {d}/{o} (nvidia-smi "
+                               f"--query-compute-apps): {base} / {asleep}")
+            else:
+                if asleep[d] > ctx + slack:
+                    reasons.append(f"GPU {d} asleep holds {mib(asleep[d])} MiB, expected at most "
+                                   f"the context {mib(ctx)} + 64 MiB")
+                if abs(asleep[o] - base[o]) > slack:
+                    reasons.append(f"GPU {o} changed while GPU {d} slept: {mib(base[o])} -> "
+                                   f"{mib(asleep[o])} MiB")
+            awake = st.get("awake", {})
+            notes.append(
+                f"--device {d}: GPU{d} {mib(base.get(d))} -> {mib(asleep.get(d))} -> "
+                f"{mib(awake.get(d))} MiB (context {mib(ctx)}), GPU{o} {mib(base.get(o))} -> "
+                f"{mib(asleep.get(o))} MiB; released {mib(st.get('released'))} MiB in "
+                f"{st.get('sleep_s', 0) * 1e3:.0f} ms, wake {st.get('wake_s', 0) * 1e3:.0f} ms; "
+                f"GPU{o}'s kernel " + ("ran while GPU{} slept".format(d) if st["work_during"]
+                                       else f"was held until the wake (process-wide gate), "
+                                       f"done {st['work_after_s']:.1f} s after launch"))
+        if not steps and not reasons:
+            reasons.append("no device was slept")
+        self.add(name, not reasons, ("; ".join(reasons) or "each GPU slept alone, the other "
+                 "unchanged, contents intact") + " | " + "; ".join(notes),
+                 native=str(nrc), shim=str(src), share="-")
+
+    def nccl_nosleep_row(self, name):
+        """Two NCCL ranks all-reduce natively and under the shim, nothing slept
+        (nccl_group.py --no-sleep): sums right in both, and no rank under the shim holds memory
+        on a GPU it does not use natively."""
+        if not self.want(name):
+            return
+        if not self.shim_ok:
+            self.add(name, False, "libvmmshim.so was not built")
+            return
+        if self.left() < 90:
+            self.add(name, False, "not run: out of time")
+            return
+        script = os.path.join(self.a.root, "tests/gpu/nccl_group.py")
+        try:
+            cp = subprocess.run([sys.executable, script, "--shim", self.a.shim, "--vmmctl",
+                                 self.a.vmmctl or "vmmctl", "--log", self.log, "--no-sleep"],
+                                env=self.base, capture_output=True, text=True,
+                                timeout=self.timeout(240))
+            out = cp.stdout
+        except subprocess.TimeoutExpired as e:
+            out = e.stdout.decode(errors="replace") if isinstance(e.stdout, bytes) else (
+                e.stdout or "")
+        got = [l for l in out.splitlines() if l.startswith("NCCLGROUP ")]
+        if not got:
+            self.add(name, False, f"no report from nccl_group.py --no-sleep: {out[-200:]!r}")
+            return
+        nat, shm = json.loads(got[0][len("NCCLGROUP "):])
+        reasons = []
+        for rep in (nat, shm):
+            if rep.get("error"):
+                reasons.append(f"{rep['mode']}: {rep['error']}")
+            res = rep.get("results") or {}
+            if len(res) != 2:
+                reasons.append(f"{rep['mode']}: results of {len(res)} rank(s)")
+            for r, lines in res.items():
+                if len(lines) != 2 or any(not l.endswith("=1") for l in lines):
+                    reasons.append(f"{rep['mode']} rank {r}: {lines}")
+            if any(rc != 0 for rc in (rep.get("rc") or {"-": "none"}).values()):
+                reasons.append(f"{rep['mode']} exit {rep.get('rc')}")
+        if nat.get("results") != shm.get("results"):
+            reasons.append("results differ natively and under the shim")
+        own = {r: set(g.keys()) for r, g in nat["stages"].get("after_nccl", {}).items()}
+        for st, ranks in shm["stages"].items():
+            for r, gpus in ranks.items():
+                extra = set(gpus.keys()) - own.get(r, set())
+                if extra:
+                    reasons.append(f"{st}: rank {r} holds memory on GPU {sorted(extra)}")
+        lists = "; ".join(f"{m['mode']} {st} {ranks}" for m in (nat, shm)
+                          for st, ranks in m["stages"].items())
+        self.add(name, not reasons, ("; ".join(reasons) or "sums correct and the same, no "
+                 "process on a GPU it does not use") + f" | per-process MiB: {lists}"[:700],
+                 native="0" if not nat.get("error") else "err",
+                 shim="0" if not shm.get("error") else "err", share="-")
 
     def share_facts_row(self):
         """The driver's answers that simdev's cross-process sharing copies (export/import,
@@ -876,16 +1092,17 @@ class Matrix:
                  f"{nchecks} checks passed; weights, KV refill and outputs identical to native",
                  native=str(nrc), shim=str(src), share="-")
 
-    def ipc_row(self):
+    def ipc_row(self, name="torch.multiprocessing CUDA tensor parent->child->parent", args=(),
+                passed="child saw the parent's tensors, parent saw the child's in-place write"):
         """torch.multiprocessing CUDA-tensor sharing parent->child->parent (legacy CUDA IPC):
-        natively and under the shim (both processes preloaded), the same RESULT lines, rc 0."""
-        name = "torch.multiprocessing CUDA tensor parent->child->parent"
+        natively and under the shim (both processes preloaded), the same RESULT lines, rc 0.
+        With args ["--x2"] across two GPUs (ipc_torch.py --x2)."""
         if not self.want(name):
             return
         if not self.shim_ok:
             self.add(name, False, "libvmmshim.so was not built")
             return
-        argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/ipc_torch.py")]
+        argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/ipc_torch.py"), *args]
         runs = {}
         for shim in (False, True):
             p = Proc(name + (".shim" if shim else ".native"), argv, self.env(shim), self.log,
@@ -901,9 +1118,8 @@ class Matrix:
             reasons.append("no RESULT lines natively")
         elif nat.results() != shm.results():
             reasons.append(f"results differ: {nat.results()} vs {shm.results()}"[:250])
-        self.add(name, not reasons, "; ".join(reasons) or
-                 "child saw the parent's tensors, parent saw the child's in-place write",
-                 native=str(nrc), shim=str(src), share="-")
+        self.add(name, not reasons, "; ".join(reasons) or passed, native=str(nrc),
+                 shim=str(src), share="-")
 
     def nccl_register_row(self):
         """NCCL user-buffer registration's driver calls in two processes (nccl_register.c):
@@ -1558,6 +1774,8 @@ def main():
                     help="size of the sleep whose progress line is checked")
     ap.add_argument("--run-cycle-steps", type=int, default=300,
                     help="training steps of the vmmctl run --cycle row (long enough for cycles)")
+    ap.add_argument("--x2-hold-gib", type=int, default=4,
+                    help="GiB held on each GPU by the per-device sleep/wake row")
     ap.add_argument("--timeout-scale", type=float, default=1.0,
                     help="multiplies every per-process timeout (the self-test uses 0.1)")
     a = ap.parse_args()
@@ -1583,6 +1801,7 @@ def main():
         m.ipc_row()
         m.nccl_register_row()
         m.nccl_group_rows()
+        m.x2_rows()
         m.share_torch_row()
         if not a.skip_bench:
             m.bench_alloc()

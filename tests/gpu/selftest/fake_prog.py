@@ -2,6 +2,7 @@
 """Stands in for every GPU test program (chosen by the name it is run as), speaking the same
 line protocol, so that gpucheck.py can be checked on a machine without a GPU. The state file
 $FAKE_STATE holds the 'device memory' the stand-in nvidia-smi reports."""
+import json
 import os
 import select
 import sys
@@ -15,6 +16,65 @@ state = os.environ["FAKE_STATE"]
 def use(mib):
     with open(state, "w") as f:
         f.write(str(mib))
+
+
+def apps_set(pid, per_gpu):
+    """The stand-in nvidia-smi's per-process list: pid's MiB per GPU (None: gone)."""
+    path = state + ".apps"
+    try:
+        apps = json.load(open(path))
+    except (OSError, ValueError):
+        apps = {}
+    if per_gpu is None:
+        apps.pop(str(pid), None)
+    else:
+        apps[str(pid)] = per_gpu
+    with open(path + ".tmp", "w") as f:
+        json.dump(apps, f)
+    os.replace(path + ".tmp", path)
+
+
+def nccl_group_report():
+    """nccl_group.py's NCCLGROUP line: two ranks, sums right, each on its own GPU; with the
+    group sleep (no --no-sleep) each GPU keeps 20 MiB above its rank's native context."""
+    tag = "-nosleep" if "--no-sleep" in sys.argv else ""
+    res = {r: ["RESULT first_sum_ok=1", "RESULT second_sum_ok=1"] for r in ("0", "1")}
+    stages = {"after_context": {"0": {"0": 500}, "1": {"1": 500}},
+              "after_nccl": {"0": {"0": 1800}, "1": {"1": 1300}}}
+    nat = {"mode": "native" + tag, "stages": stages, "ctl": {}, "results": res,
+           "rc": {"0": 0, "1": 0}}
+    shm = dict(nat, mode="shim" + tag, stages=dict(stages))
+    if not tag:
+        shm["stages"]["asleep"] = {"0": {"0": 520}, "1": {"1": 520}}
+        shm["ctl"] = {"group_sleep": {"rc": 0, "wall": 0.5}, "group_wake": {"rc": 0, "wall": 0.4},
+                      "single_sleep_0": {"rc": 0, "wall": 0.3}, "single_wake_0": {"rc": 0,
+                                                                               "wall": 0.2}}
+        for r in ("0", "1"):
+            shm["ctl"][f"status_asleep_{r}"] = {"rc": 0, "json": {"devices": [
+                {"dev": int(r), "mapped": 0, "app_unreleasable": 0, "app_bytes": 0,
+                 "app_asleep": 0, "unmanaged": 520 << 20}]}}
+    print("NCCLGROUP " + json.dumps([nat, shm]), flush=True)
+
+
+def peer_hold(mib):
+    """peer.cu --hold: MiB on each of two GPUs, then work/check/quit commands."""
+    apps_set(os.getpid(), {"0": 500 + mib, "1": 500 + mib})
+    for d in (0, 1):
+        print(f"HOLDDEV {d} {mib << 20}")
+    print(f"HOLD {2 * mib << 20}\nREADY peer", flush=True)
+    works = checks = 0
+    for line in sys.stdin:
+        c = line.split()
+        if c[:1] == ["work"]:
+            works += 1
+            print(f"WORK {c[1]} ok 1.0", flush=True)
+        elif c[:1] == ["check"]:
+            checks += 1
+            print(f"CHECK {c[1]} ok", flush=True)
+        elif c[:1] == ["quit"]:
+            break
+    print(f"RESULT peer_hold works_ok={works} works_bad=0 checks_ok={checks} checks_bad=0")
+    apps_set(os.getpid(), None)
 
 
 def handshake(hold):
@@ -46,6 +106,20 @@ elif name == "tms_example.py":
             print(f"CHECK ok cycle {c}: paused weights released with a host copy")
         print(f"RESULT cycle {c} weights 0x1.0p+0 kv 0x1.0p+{c} y 0x1.8p+0")
     print("RESULT outside_end 0x1.0p+2")
+elif name == "peer":
+    if "--hold" in sys.argv:
+        peer_hold(int(sys.argv[1]))
+    else:
+        for r in ("gpu1_reads_gpu0", "gpu1_wrote_gpu0_seen_by_gpu0", "memcpypeer_gpu0_to_gpu1"):
+            print(f"RESULT peer {r} ok")
+        handshake(2 * int(sys.argv[1]) << 20)
+        print("RESULT peer failures=0")
+elif name == "nccl_group.py":
+    nccl_group_report()
+elif name == "ipc_torch.py" and "--x2" in sys.argv:
+    for r in ("child_opened_on cuda:0 copied_to cuda:1", "copy_on_gpu1_equals_original True",
+              "parent_sees_child_write True", "tensor_from_gpu1 cuda:1 True 2748776448000"):
+        print(f"RESULT x2 {r}")
 elif name == "ipc_torch.py":
     if "--bench" in sys.argv:
         print(f"BENCH open_1gib_ms {2.0 if shim else 1.5}")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Stands in for vmmctl: status answers in vmmctl's JSON layout; sleep stops the process
 (SIGSTOP) and drops the stand-in device memory to the unmanaged 500 MiB; wake undoes both;
+sleep/wake --device D also drops/restores GPU D's entry of the per-process list ($FAKE_STATE.apps);
 run starts the program "preloaded" (LD_PRELOAD set), writes --report with 3 cycles and exits
 with the program's status; sleep --progress prints progress lines for a second while metrics
 shows the transfer. A flag_wait process cannot drain: its sleep gives up after 1 s, as the
@@ -45,6 +46,23 @@ elif cmd == "sleep" and "flag_wait" in open(f"/proc/{pid}/cmdline").read():
         "for a held submission?"}}))
     sys.exit(1)
 elif cmd in ("sleep", "wake"):
+    if "--device" in sys.argv:  # that GPU's part of the per-process list drops to the context
+        d = sys.argv[sys.argv.index("--device") + 1]
+        try:
+            apps = json.load(open(state + ".apps"))
+        except (OSError, ValueError):
+            apps = {}
+        saved = f"{state}.saved.{pid}.{d}"
+        if str(pid) in apps and cmd == "sleep":
+            with open(saved, "w") as f:
+                f.write(str(apps[str(pid)].get(d, 0)))
+            apps[str(pid)][d] = 500
+        elif str(pid) in apps and os.path.exists(saved):
+            apps[str(pid)][d] = int(open(saved).read())
+            os.unlink(saved)
+        with open(state + ".apps.tmp", "w") as f:
+            json.dump(apps, f)
+        os.replace(state + ".apps.tmp", state + ".apps")
     if "--progress" in sys.argv:
         # As vmmctl shows a copy in progress, for a second, then the sleep itself.
         with open(state + ".sleeping", "w") as f:

@@ -2,14 +2,15 @@
 # Checks tests/gpu/gpucheck.py itself, on a machine without a GPU: every GPU program, vmmctl and
 # nvidia-smi are replaced by stand-ins (fake_*.py) that speak the same protocols, with one row
 # made to hang and one made to differ under the "shim". The stand-in shim is an empty library.
-# Passes when every row and benchmark comes out as planned. Takes about a minute.
+# Then the x2 rows alone with a stand-in nvidia-smi that lists two GPUs (they skip themselves
+# with one). Passes when every row and benchmark comes out as planned. Takes about a minute.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 mkdir -p "$t/bin" "$t/root/tests/gpu" "$t/path" "$t/log"
 for n in alloc_static alloc_shared alloc_ptds driver_api cublas_gemm graph sleep_kernels hold \
-	bench_alloc bench_bw ckpt app_vmm_sleep ctx_sleep share_facts flag_wait nccl_register; do
+	bench_alloc bench_bw ckpt app_vmm_sleep ctx_sleep share_facts flag_wait nccl_register peer; do
 	ln -s "$here/fake_prog.py" "$t/bin/$n"
 done
 ln -s "$here/fake_prog.py" "$t/root/tests/gpu/train.py"
@@ -17,6 +18,7 @@ ln -s "$here/fake_prog.py" "$t/root/tests/gpu/nccl_allreduce.py"
 ln -s "$here/fake_prog.py" "$t/root/tests/gpu/tms_example.py"
 ln -s "$here/fake_prog.py" "$t/root/tests/gpu/ipc_torch.py"
 ln -s "$here/fake_prog.py" "$t/root/tests/gpu/share_phases.py"
+ln -s "$here/fake_prog.py" "$t/root/tests/gpu/nccl_group.py"
 ln -s "$here/fake_nvidia_smi.py" "$t/path/nvidia-smi"
 echo 'int vmmshim_selftest_stand_in;' >"$t/s.c"
 cc -shared -fPIC "$t/s.c" -o "$t/libvmmshim.so"
@@ -27,7 +29,13 @@ python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmm
 	--train-rounds 2 --sleep-sizes 1,2 --ckpt-gib 1 --progress-gib 1 --timeout-scale 0.1 >"$t/out.txt" 2>&1 &&
 	rc=0 || rc=$?
 tail -40 "$t/out.txt"
-python3 - "$t/log/results.json" "$rc" <<'PY'
+mkdir -p "$t/log2"
+FAKE_GPUS=2 python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" \
+	--shim "$t/libvmmshim.so" --vmmctl "$here/fake_vmmctl.py" --log "$t/log2" \
+	--deadline $(( $(date +%s) + 240 )) --only "(x2)" --skip-bench --x2-hold-gib 1 \
+	--timeout-scale 0.1 >"$t/out2.txt" 2>&1 && rc2=0 || rc2=$?
+grep -E '^gpucheck: (PASS|FAIL|SKIP)' "$t/out2.txt"
+python3 - "$t/log/results.json" "$rc" "$t/log2/results.json" "$rc2" "$t/out.txt" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 rows = {x["row"]: x["ok"] for x in r["rows"]}
@@ -36,6 +44,22 @@ fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
 bad = [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in rows.items() if v == (k in fail_expected)]
 if len(rows) != 28:
     bad.append(f"{len(rows)} rows, expected 28")
+if any("(x2)" in k for k in rows) or "SKIP the x2 rows" not in open(sys.argv[5]).read():
+    bad.append("with one GPU the x2 rows did not skip themselves")
+x2 = {x["row"]: x for x in json.load(open(sys.argv[3]))["rows"]}
+want_x2 = {"peer access from kernels (x2)", "per-device sleep/wake --device (x2)",
+           "IPC across GPUs (x2)", "two-rank NCCL without group sleep (x2)",
+           "two-rank NCCL group sleep/wake (x2)", "two-rank NCCL asleep <= ctx+64MiB (x2)"}
+if set(x2) != want_x2:
+    bad.append(f"x2 rows {sorted(x2)}, expected {sorted(want_x2)}")
+bad += [f"{k}: FAIL {v['reason'][:200]}" for k, v in x2.items() if not v["ok"]]
+dev = x2.get("per-device sleep/wake --device (x2)", {}).get("reason", "")
+for part in ("--device 0: GPU0 1524 -> 500 -> 1524 MiB (context 500), GPU1 1524 -> 1524",
+             "GPU1's kernel was held until the wake", "--device 1: GPU1 1524 -> 500"):
+    if part not in dev:
+        bad.append(f"per-device row does not say {part!r}: {dev[:300]}")
+if sys.argv[4] != "0":
+    bad.append(f"x2 exit status {sys.argv[4]}, expected 0")
 if sys.argv[2] != "1":
     bad.append(f"exit status {sys.argv[2]}, expected 1 (a row failed)")
 for metric, note in (("malloc+free pair 256B (us)", "met"),
