@@ -72,9 +72,11 @@ def gpu_count():
     return sum(1 for l in smi.splitlines() if l.startswith("GPU "))
 
 
-def per_gpu_used(pid):
+def per_gpu_used(pid, idle=None):
     """{gpu index: bytes} that pid holds on each GPU, from nvidia-smi's per-process list (the
-    x2 rows: one process on two GPUs). Empty when nvidia-smi cannot say."""
+    x2 rows: one process on two GPUs). Where that list does not show pid (a container's own pid
+    namespace), each GPU's use above idle ({index: bytes}, the matrix runs one GPU process at a
+    time) when idle is given; else empty."""
     def smi(query):
         try:
             return subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"],
@@ -90,6 +92,25 @@ def per_gpu_used(pid):
         f = [x.strip() for x in line.split(",")]
         if len(f) == 3 and f[0] == str(pid) and f[2].isdigit() and f[1] in idx:
             used[idx[f[1]]] = used.get(idx[f[1]], 0) + int(f[2]) * MIB
+    if not used and idle:
+        now = gpus_used()
+        used = {g: max(0, now[g] - idle[g]) for g in idle if g in now}
+    return used
+
+
+def gpus_used():
+    """{gpu index: bytes in use} on every GPU (nvidia-smi), whoever uses it."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,memory.used",
+                              "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    used = {}
+    for line in out.splitlines():
+        f = [x.strip() for x in line.split(",")]
+        if len(f) == 2 and f[0].isdigit() and f[1].isdigit():
+            used[int(f[0])] = int(f[1]) * MIB
     return used
 
 
@@ -707,7 +728,7 @@ class Matrix:
             p.kill()
             return p, p.finish(), [f"{tag} never ready: {p.stderr_tail()}"], notes, {}, {}
         hold = {int(d): int(b) for d, b in p.values("HOLDDEV").items()}
-        base = per_gpu_used(p.pid)
+        base = per_gpu_used(p.pid, self.idle_gpus)
         notes.append(f"{tag} at ready GPU0/GPU1 {mib(base.get(0))}/{mib(base.get(1))} MiB")
         steps = {}
         for d in (0, 1):
@@ -719,7 +740,7 @@ class Matrix:
                                    f"{pick_str(sj, 'message') or text}"[:200])
                     self.ctl("wake", p.pid, "--device", d, timeout=30)
                     break
-                st["asleep"] = per_gpu_used(p.pid)
+                st["asleep"] = per_gpu_used(p.pid, self.idle_gpus)
                 st["sleep_s"] = seconds_of(sj, wall)
                 st["released"] = pick(sj, {"released"})
             p.send(f"work {o}")
@@ -734,7 +755,7 @@ class Matrix:
                     p.kill()  # it would wait for a wake that does not come
                     break
                 st["wake_s"] = seconds_of(wj, wall)
-                st["awake"] = per_gpu_used(p.pid)
+                st["awake"] = per_gpu_used(p.pid, self.idle_gpus)
                 if w is None:
                     w = p.wait_for(rf"^WORK {o} (\w+) (\S+)", timeout=60)
             st["work_after_s"] = time.time() - t0
@@ -767,6 +788,7 @@ class Matrix:
         if self.left() < 90:
             self.add(name, False, "not run: out of time")
             return
+        self.idle_gpus = gpus_used()  # for a per-process list that does not show our pids
         nat, nrc, reasons, notes, _, nmem = self.device_sleep_run(False)
         shm, src, sreasons, snotes, steps, smem = self.device_sleep_run(True)
         reasons += sreasons
