@@ -358,10 +358,13 @@ CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 }
 
 /* The current context gained (or lost) access to peer's memory: so does it to the core's heap on
- * peer's device. */
+ * peer's device. The core is made here if it does not exist yet: a program enables peer access
+ * before its first allocation as often as after, and the heaps made later must know it (on two
+ * H200s a kernel reading the peer's memory faulted). */
 static void follow_peer(CUcontext peer, bool enable)
 {
-	vmm_core *core = hook_cuda_core();
+	shim_runtime *rt = shim_runtime_cuda();
+	vmm_core *core = rt ? rt->side[SHIM_CUDA].core : NULL;
 	int self, other;
 	vmm_error err;
 

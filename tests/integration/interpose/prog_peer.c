@@ -1,7 +1,10 @@
 /* Peer access: memory allocated on device 0 becomes reachable from device 1 once device 1's context
  * enables peer access to device 0's (cuCtxEnablePeerAccess), as with native cuMemAlloc memory. A
- * simdev "kernel" on a device-1 stream checks the access the way a GPU would fault. */
+ * simdev "kernel" on a device-1 stream checks the access the way a GPU would fault.
+ * `prog_peer first`: peer access is enabled before anything is allocated (what a cudart program
+ * does at start: on two H200s the shim missed it, and a peer kernel read faulted). */
 #include <cuda.h>
+#include <string.h>
 
 #include "prog_common.h"
 #include "simdev.h"
@@ -28,7 +31,31 @@ static int access_from(CUcontext ctx, CUdeviceptr p)
 	return result;
 }
 
-int main(void)
+/* Both ways enabled first, then memory on each device, each reached from the other. */
+static int enabled_first(CUcontext c0, CUcontext c1)
+{
+	CUdeviceptr p0, p1;
+	int a10, a01;
+
+	CHECK_CU(cuCtxSetCurrent(c0));
+	CHECK_CU(cuCtxEnablePeerAccess(c1, 0));
+	CHECK_CU(cuCtxSetCurrent(c1));
+	CHECK_CU(cuCtxEnablePeerAccess(c0, 0));
+	CHECK_CU(cuCtxSetCurrent(c0));
+	CHECK_CU(cuMemAlloc(&p0, 64 << 20));
+	CHECK_CU(cuCtxSetCurrent(c1));
+	CHECK_CU(cuMemAlloc(&p1, 64 << 20));
+	a10 = access_from(c1, p0);
+	a01 = access_from(c0, p1);
+	printf("prog_peer: enabled first: device 1 reaches device 0's memory %d, device 0 reaches "
+	       "device 1's %d\n", a10, a01);
+	CHECK_CU(cuMemFree(p1));
+	CHECK_CU(cuCtxSetCurrent(c0));
+	CHECK_CU(cuMemFree(p0));
+	return a10 == 0 && a01 == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
 {
 	CUcontext c0, c1;
 	CUdeviceptr p;
@@ -37,6 +64,8 @@ int main(void)
 	CHECK_CU(cuInit(0));
 	CHECK_CU(cuDevicePrimaryCtxRetain(&c0, 0));
 	CHECK_CU(cuDevicePrimaryCtxRetain(&c1, 1));
+	if (argc > 1 && !strcmp(argv[1], "first"))
+		return enabled_first(c0, c1);
 	CHECK_CU(cuCtxSetCurrent(c0));
 	CHECK_CU(cuMemAlloc(&p, 1 << 20));
 	before = access_from(c1, p);

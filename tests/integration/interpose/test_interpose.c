@@ -230,6 +230,20 @@ Test(interpose, peer_access_reaches_the_shims_memory)
 	run_free(r);
 }
 
+/* Peer access enabled before the first allocation (as cudart programs do) covers the memory
+ * allocated after it, on both devices. */
+Test(interpose, peer_access_enabled_before_any_allocation)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_peer"), "first"),
+				    ENV("SIMDEV_DEVICES=2"));
+
+	cr_expect_eq(r->status, 0, "stdout:\n%s\nstderr:\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "device 1 reaches device 0's memory 0, device 0 reaches device "
+			 "1's 0"), "%s", r->out);
+	expect_served(r);
+	run_free(r);
+}
+
 /* One rank of a two-GPU job uses device 1 only: a sleep and wake from a thread without a context
  * must not make a context on device 0 (on a GPU a primary context there held 518 MiB). */
 Test(interpose, sleep_makes_no_context_on_an_unused_device)
