@@ -141,58 +141,91 @@ static int by_va(const void *a, const void *b)
 	return x->va < y->va ? -1 : x->va > y->va;
 }
 
-/* Copy the backups of hs[0..n) (those that have one) back into their mapped handles. */
-static vmm_status copy_back(struct devheap *dh, struct phandle **hs, size_t n, uint64_t *copied,
-			    bool *issued, vmm_error *err)
+/* Handles are brought back in batches so that the copy of one overlaps the creation, mapping and
+ * access grant of the next (the driver's cost per byte there is a few percent of the copy's). The
+ * first batch is small, so that the copy starts early; later ones grow up to the cap. */
+#define WAKE_BATCH_FIRST ((uint64_t)64 << 20)
+#define WAKE_BATCH_MAX ((uint64_t)1 << 30)
+
+/* Where a restore stands, for its unwinding: hs[0..created) exist, hs[0..mapped) are mapped. */
+struct restore {
+	struct devheap *dh;
+	struct phandle **hs;
+	size_t created, mapped;
+	bool copying;           /* the engine was begun: vmm_copy_end is due */
+	vmm_copy_range *r;
+	size_t cap;
+};
+
+/* Create, map and grant hs[i..j) (address order), then issue the copy of their backups. */
+static vmm_status restore_batch(struct restore *rs, size_t i, size_t j, bool no_copy,
+				vmm_error *err)
 {
-	vmm_copy_range *r = NULL;
-	size_t nr = 0, cap = 0;
-	vmm_copy_stats cs;
+	struct devheap *dh = rs->dh;
+	vmm_backend *be = dh->core->be;
+	struct phandle **hs = rs->hs;
+	size_t nr = 0;
 	vmm_status st = VMM_OK;
 
-	for (size_t i = 0; i < n && !st; i++)
-		if (hs[i]->has_backup)
-			st = live_ranges(dh, hs[i], &r, &nr, &cap, err);
-	*issued = !st && nr;
-	if (*issued) {
+	for (; rs->created < j; rs->created++)
+		if ((st = be->create(be, dh->dev, hs[rs->created]->size, &hs[rs->created]->h, err)))
+			return st;
+	for (; rs->mapped < j; rs->mapped++)
+		if ((st = be->map(be, hs[rs->mapped]->va, hs[rs->mapped]->size, hs[rs->mapped]->h,
+				  err)))
+			return st;
+	st = grant_runs(dh, hs + i, j - i, err);
+	for (size_t k = i; k < j && !st && !no_copy; k++)
+		if (hs[k]->has_backup)
+			st = live_ranges(dh, hs[k], &rs->r, &nr, &rs->cap, err);
+	if (st || !nr)
+		return st;
+	if (!rs->copying) {
 		st = engine_of(dh, err);
 		if (!st)
-			st = vmm_copy_in(dh->ce, r, nr, &cs, err);
-		if (!st)
-			*copied += cs.bytes;
+			st = vmm_copy_begin(dh->ce, 1, err);
+		if (st)
+			return st;
+		rs->copying = true;
 	}
-	free(r);
-	return st;
+	return vmm_copy_add(dh->ce, rs->r, nr, err);
 }
 
-/* Re-create, map, grant and (unless `no_copy`) fill the handles hs[0..n) that are released. On
- * failure they are released again and stay asleep; the host copies are untouched. */
+/* Re-create, map, grant and (unless `no_copy`) fill the handles hs[0..n) that are released, in
+ * batches whose copies overlap the next batch's setup. On failure every copy issued is waited
+ * for, the handles are released again and stay asleep; the host copies are untouched. */
 static vmm_status restore_handles(struct devheap *dh, struct phandle **hs, size_t n, bool no_copy,
 				  uint64_t *copied, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
-	size_t created = 0, mapped = 0;
-	bool issued = false;
-	vmm_status st = VMM_OK;
+	struct restore rs = { .dh = dh, .hs = hs };
+	uint64_t batch = WAKE_BATCH_FIRST;
+	vmm_copy_stats cs;
+	vmm_status st = VMM_OK, cst;
 
 	qsort(hs, n, sizeof(*hs), by_va);
-	for (; created < n; created++)
-		if ((st = be->create(be, dh->dev, hs[created]->size, &hs[created]->h, err)))
-			break;
-	for (; !st && mapped < n; mapped++)
-		if ((st = be->map(be, hs[mapped]->va, hs[mapped]->size, hs[mapped]->h, err)))
-			break;
-	if (!st)
-		st = grant_runs(dh, hs, n, err);
-	if (!st && !no_copy)
-		st = copy_back(dh, hs, n, copied, &issued, err);
+	for (size_t i = 0; i < n && !st;) {
+		uint64_t bytes = 0;
+		size_t j = i;
+
+		while (j < n && (j == i || bytes + hs[j]->size <= batch))
+			bytes += hs[j++]->size;
+		st = restore_batch(&rs, i, j, no_copy, err);
+		i = j;
+		batch = batch * 2 < WAKE_BATCH_MAX ? batch * 2 : WAKE_BATCH_MAX;
+	}
+	if (rs.copying) {
+		cst = vmm_copy_end(dh->ce, &cs, st ? NULL : err);
+		if (!st && !cst)
+			*copied += cs.bytes;
+		st = st ? st : cst;
+	}
+	free(rs.r);
 	if (!st)
 		return VMM_OK;
-	if (issued)
-		be->synchronize(be, dh->dev, NULL); /* a failed copy-in may still be running */
-	for (size_t i = 0; i < mapped; i++)
+	for (size_t i = 0; i < rs.mapped; i++)
 		phys_unmap(be, hs[i]->va, hs[i]->size);
-	for (size_t i = 0; i < created; i++)
+	for (size_t i = 0; i < rs.created; i++)
 		phys_release(be, hs[i]->h);
 	return st;
 }

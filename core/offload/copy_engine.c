@@ -23,6 +23,17 @@ struct staged {
 	size_t n;
 };
 
+enum dir { D2H, H2D };
+
+/* The transfer in progress, between vmm_copy_begin and vmm_copy_end. */
+struct ce_run {
+	enum dir dir;
+	vmm_status st;          /* the first failure: nothing more is issued */
+	double t0, wait_s, prov_s;
+	uint64_t bytes, staged_bytes;
+	unsigned long chunk_no;
+};
+
 struct vmm_copy_engine {
 	vmm_backend *be;
 	int dev;
@@ -37,9 +48,9 @@ struct vmm_copy_engine {
 	/* Only while a transfer provisions: the steady state needs no threads, and the program
 	 * should not carry idle ones between sleeps. */
 	struct prov_pool *pool;
+	struct ce_run run;
 };
 
-enum dir { D2H, H2D };
 
 vmm_status vmm_copy_engine_create(vmm_backend *be, int dev, vmm_copy_engine **out, vmm_error *err)
 {
@@ -252,37 +263,49 @@ static vmm_status issue(vmm_copy_engine *ce, enum dir d, int k, vmm_devptr dev, 
 	return be->copy_h2d_async(be, dev, ce->stage[k], n, ce->streams[k], err);
 }
 
-static vmm_status transfer(vmm_copy_engine *ce, enum dir d, const vmm_copy_range *rg, size_t n,
-			   vmm_copy_stats *stats, vmm_error *err)
+/* Begin a transfer in steps: take the engine (held until vmm_copy_end) and start its streams. */
+vmm_status vmm_copy_begin(vmm_copy_engine *ce, int to_device, vmm_error *err)
 {
-	double t0 = vmm_now_s(), wait_s = 0, prov_s = 0;
-	uint64_t bytes = 0, staged_bytes = 0;
-	vmm_status st = VMM_OK, sst;
-	unsigned long chunk_no = 0;
+	vmm_status st;
 
-	if (stats)
-		memset(stats, 0, sizeof(*stats));
-	if (!ce || (n && !rg))
-		return vmm_fail(err, VMM_E_INVALID, 0, "copy: no engine or no ranges");
-	for (size_t i = 0; i < n; i++)
-		if (rg[i].size && (!rg[i].host || !rg[i].dev))
-			return vmm_fail(err, VMM_E_INVALID, 0, "copy range %zu has a null address",
-					i);
+	if (!ce)
+		return vmm_fail(err, VMM_E_INVALID, 0, "copy: no engine");
 	pthread_mutex_lock(&ce->lock);
 	st = start(ce, err);
-	if (!st)
-		st = plan_provisioning(ce, rg, n, &prov_s, err);
 	if (st) {
 		pthread_mutex_unlock(&ce->lock);
 		return st;
 	}
-	{
-		uint64_t total = 0; /* what this transfer adds to the operation's bytes to copy */
+	memset(&ce->run, 0, sizeof(ce->run));
+	ce->run.dir = to_device ? H2D : D2H;
+	ce->run.t0 = vmm_now_s();
+	return VMM_OK;
+}
 
-		for (size_t i = 0; i < n; i++)
-			total += rg[i].size;
-		vmm_progress_plan(total);
+/* Issue the ranges on the streams; returns once they are queued, not done. A failure is kept
+ * for vmm_copy_end too: nothing more is issued after it. */
+vmm_status vmm_copy_add(vmm_copy_engine *ce, const vmm_copy_range *rg, size_t n, vmm_error *err)
+{
+	struct ce_run *run = &ce->run;
+	vmm_status st = VMM_OK;
+	uint64_t total = 0; /* what these ranges add to the operation's bytes to copy */
+
+	if (run->st)
+		return vmm_fail(err, run->st, 0, "copy: an earlier part of this transfer failed");
+	if (n && !rg)
+		st = vmm_fail(err, VMM_E_INVALID, 0, "copy: no ranges");
+	for (size_t i = 0; i < n && !st; i++)
+		if (rg[i].size && (!rg[i].host || !rg[i].dev))
+			st = vmm_fail(err, VMM_E_INVALID, 0, "copy range %zu has a null address", i);
+	if (!st)
+		st = plan_provisioning(ce, rg, n, &run->prov_s, err);
+	if (st) {
+		run->st = st;
+		return st;
 	}
+	for (size_t i = 0; i < n; i++)
+		total += rg[i].size;
+	vmm_progress_plan(total);
 	for (size_t i = 0; i < n && !st; i++) {
 		struct hb_rec *r = rg[i].size ? hb_find(rg[i].host) : NULL;
 		size_t off = 0;
@@ -291,7 +314,7 @@ static vmm_status transfer(vmm_copy_engine *ce, enum dir d, const vmm_copy_range
 			char *host = (char *)rg[i].host + off;
 			size_t len = rg[i].size - off;
 			bool staged = false;
-			int k = (int)(chunk_no++ % (unsigned long)ce->nstreams);
+			int k = (int)(run->chunk_no++ % (unsigned long)ce->nstreams);
 
 			if (len > ce->chunk)
 				len = ce->chunk;
@@ -302,17 +325,32 @@ static vmm_status transfer(vmm_copy_engine *ce, enum dir d, const vmm_copy_range
 				hb_seg_bounds(r, seg, &s0, &slen);
 				if (host + len > s0 + slen)
 					len = (size_t)(s0 + slen - host);
-				staged = hb_wait(r, seg, &wait_s) != HB_PINNED;
+				staged = hb_wait(r, seg, &run->wait_s) != HB_PINNED;
 			}
-			st = issue(ce, d, k, rg[i].dev + off, host, len, staged, &staged_bytes,
-				   err);
+			st = issue(ce, run->dir, k, rg[i].dev + off, host, len, staged,
+				   &run->staged_bytes, err);
 			if (!st) {
-				bytes += len;
+				run->bytes += len;
 				vmm_progress_advance(len);
 			}
 			off += len;
 		}
 	}
+	run->st = st;
+	return st;
+}
+
+/* Wait for everything issued (always, whatever happened), deliver staged chunks, give the
+ * engine back. Returns the transfer's first failure (an add's: its message went with it). */
+vmm_status vmm_copy_end(vmm_copy_engine *ce, vmm_copy_stats *stats, vmm_error *err)
+{
+	struct ce_run *run = &ce->run;
+	vmm_status st = run->st, sst;
+	struct ce_run done;
+
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	/* A failed add already said why (err is left alone for it). */
 	/* Nothing stays in flight on return, whatever happened. */
 	for (int k = 0; k < ce->nstreams; k++) {
 		vmm_error serr;
@@ -330,25 +368,51 @@ static vmm_status transfer(vmm_copy_engine *ce, enum dir d, const vmm_copy_range
 		ce->pend[k].n = 0;
 	}
 	if (ce->pool) {
-		prov_s += prov_pool_drain(ce->pool);
+		run->prov_s += prov_pool_drain(ce->pool);
 		prov_pool_destroy(ce->pool);
 		ce->pool = NULL;
 	}
+	done = *run; /* the engine may be taken again once unlocked */
+	run = &done;
 	pthread_mutex_unlock(&ce->lock);
 	if (stats) {
-		stats->bytes = st ? 0 : bytes;
-		stats->seconds = vmm_now_s() - t0;
-		stats->provision_seconds = prov_s;
-		stats->provision_wait_seconds = wait_s;
-		stats->staged_bytes = staged_bytes;
+		stats->bytes = st ? 0 : run->bytes;
+		stats->seconds = vmm_now_s() - run->t0;
+		stats->provision_seconds = run->prov_s;
+		stats->provision_wait_seconds = run->wait_s;
+		stats->staged_bytes = run->staged_bytes;
 	}
 	if (!st && vmm_log_enabled(VMM_LOG_DEBUG))
 		vmm_log(VMM_LOG_DEBUG,
 			"copy %s dev %d: %llu bytes in %.3f s (provisioning %.3f s, waited %.3f s, "
-			"staged %llu bytes)", d == D2H ? "out" : "in", ce->dev,
-			(unsigned long long)bytes, vmm_now_s() - t0, prov_s, wait_s,
-			(unsigned long long)staged_bytes);
+			"staged %llu bytes)", run->dir == D2H ? "out" : "in", ce->dev,
+			(unsigned long long)run->bytes, vmm_now_s() - run->t0, run->prov_s,
+			run->wait_s, (unsigned long long)run->staged_bytes);
 	return st;
+}
+
+static vmm_status transfer(vmm_copy_engine *ce, enum dir d, const vmm_copy_range *rg, size_t n,
+			   vmm_copy_stats *stats, vmm_error *err)
+{
+	vmm_status st;
+
+	if (stats)
+		memset(stats, 0, sizeof(*stats));
+	if (!ce || (n && !rg))
+		return vmm_fail(err, VMM_E_INVALID, 0, "copy: no engine or no ranges");
+	for (size_t i = 0; i < n; i++)
+		if (rg[i].size && (!rg[i].host || !rg[i].dev))
+			return vmm_fail(err, VMM_E_INVALID, 0, "copy range %zu has a null address",
+					i);
+	st = vmm_copy_begin(ce, d == H2D, err);
+	if (st)
+		return st;
+	st = vmm_copy_add(ce, rg, n, err);
+	if (st) {
+		vmm_copy_end(ce, stats, NULL); /* err keeps the add's message */
+		return st;
+	}
+	return vmm_copy_end(ce, stats, err);
 }
 
 vmm_status vmm_copy_out(vmm_copy_engine *ce, const vmm_copy_range *ranges, size_t n,

@@ -63,4 +63,14 @@ vmm_status vmm_copy_out(vmm_copy_engine *ce, const vmm_copy_range *ranges, size_
 vmm_status vmm_copy_in(vmm_copy_engine *ce, const vmm_copy_range *ranges, size_t n,
 		       vmm_copy_stats *stats, vmm_error *err);
 
+/* The same in steps, for a caller that makes ranges ready while earlier ones copy (a wake
+ * creating and mapping memory ahead of its copy): vmm_copy_begin takes the engine for this
+ * thread, each vmm_copy_add issues its ranges and returns without waiting for them, and
+ * vmm_copy_end (due after every successful begin, also after a failure) waits for everything
+ * issued and returns the first failure. Host memory of an added range must stay until the end. */
+vmm_status vmm_copy_begin(vmm_copy_engine *ce, int to_device, vmm_error *err);
+vmm_status vmm_copy_add(vmm_copy_engine *ce, const vmm_copy_range *ranges, size_t n,
+			vmm_error *err);
+vmm_status vmm_copy_end(vmm_copy_engine *ce, vmm_copy_stats *stats, vmm_error *err);
+
 #endif
