@@ -26,7 +26,7 @@ export FAKE_STATE=$t/state GPUCHECK_NO_NVML=1 PATH=$t/path:$PATH FAKE_HANG=alloc
 	FAKE_DIFFER=graph
 python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmmshim.so" \
 	--vmmctl "$here/fake_vmmctl.py" --log "$t/log" --deadline $(( $(date +%s) + 300 )) \
-	--train-rounds 2 --sleep-sizes 1,2 --ckpt-gib 1 --progress-gib 1 --timeout-scale 0.1 >"$t/out.txt" 2>&1 &&
+	--train-rounds 2 --sleep-sizes 1,2 --small-gib 1 --ckpt-gib 1 --progress-gib 1 --timeout-scale 0.1 >"$t/out.txt" 2>&1 &&
 	rc=0 || rc=$?
 tail -40 "$t/out.txt"
 mkdir -p "$t/log2"
@@ -79,7 +79,9 @@ if "plain VMM: one handle 1.00x, 2 MiB pieces 0.90x" not in \
 if bench.get("train NO_CACHING shim vs expandable native: ms/step", {}).get("ratio") != "1.100x":
     bad.append("the pairs' ratio of ms/step is not 110/100")
 for prefix in ("sleep 1 GiB", "wake 2 GiB", "discard sleep / wake 2 GiB",
-               "sleep / wake 1 GiB first cycle, backup provisioned", "driver checkpoint 1 GiB"):
+               "sleep / wake 1 GiB first cycle, backup provisioned", "driver checkpoint 1 GiB",
+               "sleep 1 GiB small handles", "wake 1 GiB small handles",
+               "discard sleep / wake 1 GiB small handles"):
     if not any(m.startswith(prefix) for m in bench):
         bad.append(f"no benchmark row {prefix!r}")
 peak = bench.get("train default native: ms/step, peak GiB", {}).get("shim", "")
