@@ -199,11 +199,16 @@ static vmm_status restore_handles(struct devheap *dh, struct phandle **hs, size_
 {
 	vmm_backend *be = dh->core->be;
 	struct restore rs = { .dh = dh, .hs = hs };
-	uint64_t batch = WAKE_BATCH_FIRST;
+	uint64_t batch = UINT64_MAX;
 	vmm_copy_stats cs;
 	vmm_status st = VMM_OK, cst;
 
 	qsort(hs, n, sizeof(*hs), by_va);
+	/* Batches only pay where there is a copy to hide the setup under; otherwise one batch
+	 * keeps the fewest access grants. */
+	for (size_t i = 0; i < n && !no_copy; i++)
+		if (hs[i]->has_backup)
+			batch = WAKE_BATCH_FIRST;
 	for (size_t i = 0; i < n && !st;) {
 		uint64_t bytes = 0;
 		size_t j = i;
@@ -212,7 +217,8 @@ static vmm_status restore_handles(struct devheap *dh, struct phandle **hs, size_
 			bytes += hs[j++]->size;
 		st = restore_batch(&rs, i, j, no_copy, err);
 		i = j;
-		batch = batch * 2 < WAKE_BATCH_MAX ? batch * 2 : WAKE_BATCH_MAX;
+		if (batch < WAKE_BATCH_MAX)
+			batch = batch * 2 < WAKE_BATCH_MAX ? batch * 2 : WAKE_BATCH_MAX;
 	}
 	if (rs.copying) {
 		cst = vmm_copy_end(dh->ce, &cs, st ? NULL : err);

@@ -1,0 +1,180 @@
+/* A wake brings handles back in batches whose copies overlap the next batch's creation, mapping
+ * and access grant (heap_offload.c). The heap here is fragmented (many small allocations, a third
+ * freed, the holes refilled) and large enough for several batches. Each create, map, grant and
+ * host-to-device copy of the wake is made to fail in turn, early, in the middle and last
+ * (SIMDEV_FAIL, counted past the calls the setup makes; one child process per case): the failed
+ * wake leaves the heap asleep with nothing mapped for it and its host copy intact, the next
+ * wake brings every byte back, and nothing leaks at exit. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "heap_offload.h"
+
+#define MAXA 64
+
+enum stop { AFTER_SETUP, AFTER_ALL };
+
+static int say(const char *what)
+{
+	fprintf(stderr, "wake pipeline: %s\n", what);
+	return 1;
+}
+
+static int intact(vmm_devptr *p, const size_t *sz, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (p[i] && !t_check(p[i], sz[i], (uint64_t)i + 7))
+			return say("contents lost");
+	return 0;
+}
+
+/* Many small allocations of mixed sizes; a third freed and the holes refilled. */
+static int fragment(struct tctx *t, vmm_devptr *p, size_t *sz, int *n)
+{
+	static const size_t mib[] = { 1, 3, 2, 5, 8, 1, 4 };
+	vmm_error err;
+
+	*n = 0;
+	for (int i = 0; i < 40; i++, (*n)++) {
+		sz[*n] = mib[i % 7] * MiB + (size_t)(i % 3) * 4096;
+		if (vmm_malloc(t->core, 0, sz[*n], 0, NULL, &p[*n], &err))
+			return say(err.msg);
+	}
+	for (int i = 1; i < *n; i += 3) {
+		vmm_free(t->core, p[i], NULL);
+		p[i] = 0;
+	}
+	for (int i = 0; i < 14; i++, (*n)++) {
+		sz[*n] = mib[(i + 3) % 7] * MiB;
+		if (vmm_malloc(t->core, 0, sz[*n], 0, NULL, &p[*n], &err))
+			return say(err.msg);
+	}
+	for (int i = 0; i < *n; i++)
+		if (p[i])
+			t_fill(p[i], sz[i], (uint64_t)i + 7);
+	return 0;
+}
+
+static int scenario(enum stop stop)
+{
+	vmm_sleep_opts o = { .tag = NULL, .device = -1 };
+	vmm_devptr p[MAXA] = { 0 };
+	size_t sz[MAXA];
+	struct tctx t;
+	vmm_error err;
+	vmm_stats s;
+	int n;
+
+	if (t_try_open(&t, NULL, &err))
+		return say(err.msg);
+	if (fragment(&t, p, sz, &n))
+		return 1;
+	if (stop == AFTER_SETUP)
+		return 0;
+	if (vmm_sleep(t.core, &o, NULL, &err))
+		return say(err.msg);
+	if (vmm_wake(t.core, &o, NULL, &err)) {
+		/* The injected failure: asleep, nothing of it left on the device. */
+		if (!vmm_is_asleep(t.core, 0, NULL))
+			return say("a failed wake left the heap awake");
+		vmm_stats_get(t.core, 0, NULL, &s, NULL);
+		if (s.mapped_bytes != t_dev_used(&t, 0) || s.mapped_bytes)
+			return say("a failed wake left memory mapped");
+		if (vmm_wake(t.core, &o, NULL, &err))
+			return say("the wake after a failed one failed too");
+	}
+	if (vmm_is_asleep(t.core, 0, NULL))
+		return say("asleep after a wake");
+	vmm_stats_get(t.core, 0, NULL, &s, NULL);
+	if (s.mapped_bytes != t_dev_used(&t, 0))
+		return say("mapped bytes differ from the driver's");
+	if (intact(p, sz, n))
+		return 1;
+	for (int i = 0; i < n; i++)
+		if (p[i])
+			vmm_free(t.core, p[i], NULL);
+	vmm_trim(t.core, -1, NULL);
+	t_close(&t);
+	return 0;
+}
+
+struct counts {
+	long live;
+	long calls[4];
+};
+
+static const char *names[] = { "cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemcpyHtoDAsync" };
+
+static int run_child(enum stop stop, const char *fail, const char *stats, struct counts *c)
+{
+	pid_t pid = fork();
+	int status;
+	char name[96];
+	long v;
+	FILE *f;
+
+	if (pid == 0) {
+		setenv("SIMDEV_MEMORY", "512M", 1);
+		setenv("SIMDEV_STATS", stats, 1);
+		if (fail)
+			setenv("SIMDEV_FAIL", fail, 1);
+		else
+			unsetenv("SIMDEV_FAIL");
+		exit(scenario(stop)); /* exit: simdev writes SIMDEV_STATS from a destructor */
+	}
+	cr_assert_gt(pid, 0);
+	waitpid(pid, &status, 0);
+	memset(c, 0, sizeof(*c));
+	c->live = -1;
+	f = fopen(stats, "r");
+	while (f && fscanf(f, "%95s %ld", name, &v) == 2) {
+		if (!strcmp(name, "live_bytes"))
+			c->live = v;
+		/* A base name counts all its variants (_v2, _ptsz), as SIMDEV_FAIL does. */
+		for (int k = 0; k < 4; k++)
+			if (!strncmp(name, names[k], strlen(names[k])) &&
+			    (!name[strlen(names[k])] || name[strlen(names[k])] == '_'))
+				c->calls[k] += v;
+	}
+	if (f)
+		fclose(f);
+	return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+Test(heap_wake_pipeline, every_step_of_a_batched_wake_can_fail, .timeout = 120)
+{
+	char stats[] = "/tmp/vmm-wake-pipeline-XXXXXX";
+	struct counts setup, all, c;
+	int fd = mkstemp(stats), cases = 0;
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(run_child(AFTER_SETUP, NULL, stats, &setup), 0, "the setup runs");
+	cr_assert_eq(run_child(AFTER_ALL, NULL, stats, &all), 0, "the cycle passes without faults");
+	cr_assert_eq(all.live, 0);
+	for (int k = 0; k < 4; k++) {
+		/* The wake's calls: all of them past the setup (a sleep makes none of these). */
+		long wake = all.calls[k] - setup.calls[k];
+		long at[] = { 2, wake / 2, wake };
+
+		cr_assert_gt(wake, 2, "%s: the wake made %ld call(s), expected batches", names[k],
+			     wake);
+		for (size_t j = 0; j < sizeof(at) / sizeof(at[0]); j++) {
+			char fail[96];
+			int rc;
+
+			snprintf(fail, sizeof(fail), "%s:%ld", names[k], setup.calls[k] + at[j]);
+			rc = run_child(AFTER_ALL, fail, stats, &c);
+			cr_expect_eq(rc, 0, "SIMDEV_FAIL=%s: the scenario failed (%d)", fail, rc);
+			cr_expect_eq(c.live, 0, "SIMDEV_FAIL=%s: %ld device bytes leaked", fail, c.live);
+			cases++;
+		}
+	}
+	cr_log_info("%d injected failures checked", cases);
+	unlink(stats);
+}
