@@ -2,7 +2,8 @@
  * quarantine, give wholly free handles back without copying, copy the live ranges of the other
  * handles into host buffers (kept per handle and reused across cycles), unmap and release them;
  * the addresses stay reserved. Wake: check the driver's free memory, re-create every handle, map
- * it at its old address, grant access to the owner and peers, copy back. Any failure rolls back;
+ * it at its old address, grant access to the owner and peers, copy back: in batches, each copy
+ * running while the next batch is set up. Any failure rolls back;
  * a rollback that fails leaves the partial state (offload/transfer.h), never lost contents. */
 #include "heap_offload.h"
 
