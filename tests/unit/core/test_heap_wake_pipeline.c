@@ -60,40 +60,21 @@ static int fragment(struct tctx *t, vmm_devptr *p, size_t *sz, int *n)
 	return 0;
 }
 
+static int sleep_wake(struct tctx *t, vmm_devptr *p, const size_t *sz, int n);
+
 static int scenario(enum stop stop)
 {
-	vmm_sleep_opts o = { .tag = NULL, .device = -1 };
 	vmm_devptr p[MAXA] = { 0 };
 	size_t sz[MAXA];
 	struct tctx t;
 	vmm_error err;
-	vmm_stats s;
 	int n;
 
 	if (t_try_open(&t, NULL, &err))
 		return say(err.msg);
 	if (fragment(&t, p, sz, &n))
 		return 1;
-	if (stop == AFTER_SETUP)
-		return 0;
-	if (vmm_sleep(t.core, &o, NULL, &err))
-		return say(err.msg);
-	if (vmm_wake(t.core, &o, NULL, &err)) {
-		/* The injected failure: asleep, nothing of it left on the device. */
-		if (!vmm_is_asleep(t.core, 0, NULL))
-			return say("a failed wake left the heap awake");
-		vmm_stats_get(t.core, 0, NULL, &s, NULL);
-		if (s.mapped_bytes != t_dev_used(&t, 0) || s.mapped_bytes)
-			return say("a failed wake left memory mapped");
-		if (vmm_wake(t.core, &o, NULL, &err))
-			return say("the wake after a failed one failed too");
-	}
-	if (vmm_is_asleep(t.core, 0, NULL))
-		return say("asleep after a wake");
-	vmm_stats_get(t.core, 0, NULL, &s, NULL);
-	if (s.mapped_bytes != t_dev_used(&t, 0))
-		return say("mapped bytes differ from the driver's");
-	if (intact(p, sz, n))
+	if (stop != AFTER_SETUP && sleep_wake(&t, p, sz, n))
 		return 1;
 	for (int i = 0; i < n; i++)
 		if (p[i])
@@ -101,6 +82,33 @@ static int scenario(enum stop stop)
 	vmm_trim(t.core, -1, NULL);
 	t_close(&t);
 	return 0;
+}
+
+/* Sleep, then wake (a second time where the injected failure hit the first). */
+static int sleep_wake(struct tctx *t, vmm_devptr *p, const size_t *sz, int n)
+{
+	vmm_sleep_opts o = { .tag = NULL, .device = -1 };
+	vmm_error err;
+	vmm_stats s;
+
+	if (vmm_sleep(t->core, &o, NULL, &err))
+		return say(err.msg);
+	if (vmm_wake(t->core, &o, NULL, &err)) {
+		/* The injected failure: asleep, nothing of it left on the device. */
+		if (!vmm_is_asleep(t->core, 0, NULL))
+			return say("a failed wake left the heap awake");
+		vmm_stats_get(t->core, 0, NULL, &s, NULL);
+		if (s.mapped_bytes != t_dev_used(t, 0) || s.mapped_bytes)
+			return say("a failed wake left memory mapped");
+		if (vmm_wake(t->core, &o, NULL, &err))
+			return say("the wake after a failed one failed too");
+	}
+	if (vmm_is_asleep(t->core, 0, NULL))
+		return say("asleep after a wake");
+	vmm_stats_get(t->core, 0, NULL, &s, NULL);
+	if (s.mapped_bytes != t_dev_used(t, 0))
+		return say("mapped bytes differ from the driver's");
+	return intact(p, sz, n);
 }
 
 struct counts {
