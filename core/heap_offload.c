@@ -73,7 +73,14 @@ static struct filter filter_of(const vmm_sleep_opts *o)
 	return (struct filter){ .tag = o ? o->tag : NULL, .discard = o && o->discard };
 }
 
-/* The ranges of h that hold live data (used blocks and slabs), merged, appended to *r. */
+/* A shared handle stays mapped through a sleep, unless a group sleep allowed its release. */
+static bool stays(const struct phandle *h, const struct filter *f)
+{
+	return h->shared && (!h->release_ok || f->discard);
+}
+
+/* The ranges of h that hold live data (used blocks and slabs; in a shared handle also retired
+ * blocks, which an importer may still map), merged, appended to *r. */
 static vmm_status live_ranges(struct devheap *dh, struct phandle *h, vmm_copy_range **r,
 			      size_t *n, size_t *cap, vmm_error *err)
 {
@@ -83,7 +90,8 @@ static vmm_status live_ranges(struct devheap *dh, struct phandle *h, vmm_copy_ra
 	for (struct blk *b = blk_containing(dh, h->va); b && b->addr < end; b = b->next) {
 		vmm_devptr lo, hi;
 
-		if (b->state != BLK_USED && b->state != BLK_SLAB)
+		if (b->state != BLK_USED && b->state != BLK_SLAB &&
+		    !(h->shared && b->state == BLK_RETIRED))
 			continue;
 		lo = b->addr > h->va ? b->addr : h->va;
 		hi = b->addr + b->size < end ? b->addr + b->size : end;
@@ -261,7 +269,7 @@ static vmm_status plan_sleep(struct devheap *dh, const struct filter *f, struct 
 
 	memset(p, 0, sizeof(*p));
 	for (struct phandle *h = dh->handles; h; h = h->next)
-		if (sleeps(h->arena, f) && h->va && !h->asleep && !h->shared)
+		if (sleeps(h->arena, f) && h->va && !h->asleep && !stays(h, f))
 			n++;
 	p->live = calloc(n ? n : 1, sizeof(*p->live));
 	p->idle = calloc(n ? n : 1, sizeof(*p->idle));
@@ -271,7 +279,7 @@ static vmm_status plan_sleep(struct devheap *dh, const struct filter *f, struct 
 	}
 	for (struct phandle *h = dh->handles; h; h = h->next) {
 		/* Shared handles stay: another process maps them (heap_share.h). */
-		if (!sleeps(h->arena, f) || !h->va || h->asleep || h->shared)
+		if (!sleeps(h->arena, f) || !h->va || h->asleep || stays(h, f))
 			continue;
 		if (handle_wholly_free(dh, h)) {
 			p->idle[p->nidle++] = h;

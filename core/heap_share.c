@@ -146,7 +146,7 @@ void share_settle(struct devheap *dh)
 	for (size_t i = 0; i < dh->nshared;) {
 		struct phandle *h = dh->shared[i];
 
-		if (!all_retired(dh, h)) {
+		if (h->asleep || !all_retired(dh, h)) {
 			i++;
 			continue;
 		}
@@ -258,6 +258,37 @@ static struct alloc *awake_alloc_at(struct devheap *dh, vmm_devptr ptr, vmm_erro
 	return NULL;
 }
 
+/* The program holds r's handle by value: it may never be released and re-created. */
+static void mark_retained(struct devheap *dh, const struct alloc *r)
+{
+	vmm_devptr lo, hi, va;
+
+	span_of(dh, r, &lo, &hi);
+	for (va = lo; va < hi;) {
+		struct phandle *h = page_handle_get(dh, va);
+
+		if (!h)
+			return;
+		h->retained = true;
+		h->release_ok = false;
+		va = h->va + h->size;
+	}
+}
+
+void vmm_share_release_allow(vmm_core *core, bool allow)
+{
+	for (int d = 0; d < core->ndev; d++) {
+		struct devheap *dh = heap_for(core, d, false, NULL);
+
+		if (!dh)
+			continue;
+		pthread_mutex_lock(&dh->lock);
+		for (size_t i = 0; i < dh->nshared; i++)
+			dh->shared[i]->release_ok = allow && !dh->shared[i]->retained;
+		pthread_mutex_unlock(&dh->lock);
+	}
+}
+
 vmm_status vmm_share_own_plan(vmm_core *core, vmm_devptr ptr, bool *move, vmm_error *err)
 {
 	struct devheap *dh = heap_of_ptr(core, ptr);
@@ -305,6 +336,8 @@ vmm_status vmm_share_own(vmm_core *core, vmm_devptr ptr, vmm_share_info *out, vm
 		st = VMM_OK;
 	}
 	if (!st)
+		mark_retained(dh, r);
+	if (!st)
 		fill_info(dh, r, out);
 	pthread_mutex_unlock(&dh->lock);
 	return st;
@@ -343,6 +376,11 @@ vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share
 		struct phandle *h = page_handle_get(dh, va);
 		vmm_devptr end = h->va + h->size < hi ? h->va + h->size : hi;
 
+		if (h->asleep) {
+			st = vmm_fail(err, VMM_E_BUSY, 0, "export %llu is asleep with its process's "
+				      "group (wake the exporter first)", (unsigned long long)id);
+			break;
+		}
 		if (k == max) {
 			st = vmm_fail(err, VMM_E_UNSUPPORTED, 0, "more than %zu pieces", max);
 			break;

@@ -90,6 +90,11 @@ struct phandle {
 	/* Shared (heap_share.c): another process may map it. Never moved, split, cached or slept;
 	 * the memory in it is never reused; released once everything in it is retired. */
 	bool shared;
+	/* A group sleep whose members hold every mapping of it may release it too (copied out
+	 * whole, retired bytes included: an importer may still read them); never a handle the
+	 * program retained (its handle value names this physical memory). */
+	bool release_ok;
+	bool retained;
 	struct phandle *prev, *next;
 };
 

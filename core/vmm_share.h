@@ -58,6 +58,12 @@ vmm_status vmm_share_own(vmm_core *core, vmm_devptr ptr, vmm_share_info *out, vm
 vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share_info *info,
 			 vmm_share_piece *pieces, size_t max, size_t *n, vmm_error *err);
 
+/* A group sleep whose members hold every mapping of this process's exports (tools/group.c)
+ * allows (true) the next sleep to copy out and release its shared handles too, not those the
+ * program retained; false again afterwards. Their contents come back at wake, at the same
+ * addresses, in new handles that importers fetch again (vmm_share_fds refuses while asleep). */
+void vmm_share_release_allow(vmm_core *core, bool allow);
+
 /* The live exported allocations (up to max); returns how many there are. */
 size_t vmm_share_list(vmm_core *core, vmm_share_info *out, size_t max);
 
