@@ -309,6 +309,26 @@ static bool printable(const char *s)
 	return true;
 }
 
+/* "PID,PID,...": 1 to 64 positive decimal numbers. */
+static bool valid_pid_list(const char *s)
+{
+	int n = 0;
+
+	if (strlen(s) >= PROTO_SHARE_GROUP_MAX)
+		return false;
+	for (;;) {
+		size_t k = strspn(s, "0123456789");
+
+		if (!k || k > 10 || s[0] == '0' || ++n > 64)
+			return false;
+		s += k;
+		if (!*s)
+			return true;
+		if (*s++ != ',')
+			return false;
+	}
+}
+
 /* Which keys each verb accepts. */
 static bool verb_takes(proto_verb v, const char *key)
 {
@@ -319,7 +339,7 @@ static bool verb_takes(proto_verb v, const char *key)
 		return v != PROTO_HELLO && v != PROTO_CANCEL && v != PROTO_SHARE_OPEN;
 	if (!strcmp(key, "export") || !strcmp(key, "base"))
 		return v == PROTO_SHARE_OPEN;
-	if (!strcmp(key, "reason"))
+	if (!strcmp(key, "reason") || !strcmp(key, "share_group"))
 		return v == PROTO_SLEEP;
 	if (!strcmp(key, "discard") || !strcmp(key, "autowake"))
 		return v == PROTO_SLEEP;
@@ -366,6 +386,11 @@ static int apply_field(proto_request *req, const proto_field *f, char *why, size
 					"reason must be a string of 1 to %d printable ASCII bytes",
 					PROTO_REASON_MAX - 1);
 		snprintf(req->reason, sizeof(req->reason), "%s", f->value);
+	} else if (!strcmp(f->key, "share_group")) {
+		if (f->type != PROTO_T_STRING || !valid_pid_list(f->value))
+			return why_fail(why, whylen, "share_group must be 1 to 64 pids, separated "
+					"by commas");
+		snprintf(req->share_group, sizeof(req->share_group), "%s", f->value);
 	} else {
 		if (f->type != PROTO_T_BOOL)
 			return why_fail(why, whylen, "%s must be true or false", f->key);
@@ -504,6 +529,9 @@ size_t proto_format_request(const proto_request *req, char *buf, size_t cap)
 	if (ok && req->reason[0] && verb_takes(req->verb, "reason"))
 		ok = put_text(buf, cap, &len, " reason=") &&
 		     put_quoted(buf, cap, &len, req->reason);
+	if (ok && req->share_group[0] && verb_takes(req->verb, "share_group"))
+		ok = put_text(buf, cap, &len, " share_group=") &&
+		     put_quoted(buf, cap, &len, req->share_group);
 	if (ok)
 		ok = put_text(buf, cap, &len, "\n");
 	if (!ok || len > PROTO_MAX_REQUEST)

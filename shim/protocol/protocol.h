@@ -24,6 +24,10 @@
  *            never vmmctl): export=N base=N, both required; the reply's first bytes carry the
  *            pieces' file descriptors (SCM_RIGHTS, fd_pass.h) and a `piece` record each.
  *            reason="..." (sleep only: a sharing peer's sleep, why; shown by status).
+ *            share_group="PID,PID,..." (sleep only, from a group sleep: these processes are or
+ *            will be asleep with the memory they imported from each other released; release
+ *            legacy-IPC memory imported from them, and exported memory all of whose importers
+ *            are among them: docs/vmmctl.md, "How a group sleeps").
  *   A key may appear once; unknown verbs, keys or versions, bad values and over-long requests are
  *   refused with an error response and change nothing. The server reads a request for at most
  *   PROTO_READ_DEADLINE_MS; a client that is slower is disconnected. A sleep or wake whose
@@ -121,6 +125,7 @@ typedef enum proto_verb {
 } proto_verb;
 
 #define PROTO_REASON_MAX 128       /* bytes with the NUL */
+#define PROTO_SHARE_GROUP_MAX 768  /* bytes with the NUL: 64 pids and their commas */
 
 typedef struct proto_request {
 	proto_verb verb;
@@ -133,6 +138,7 @@ typedef struct proto_request {
 	uint64_t share_base;
 	int drain_ms;             /* sleep: 0 = the server's VMMSHIM_SLEEP_TIMEOUT */
 	char reason[PROTO_REASON_MAX]; /* sleep: "" = not a sharing peer's */
+	char share_group[PROTO_SHARE_GROUP_MAX]; /* sleep: "" = not a group's; else "PID,PID" */
 } proto_request;
 
 const char *proto_verb_name(proto_verb v);

@@ -74,6 +74,25 @@ Test(wire, trim_and_a_sleep_with_a_reason)
 	cr_expect(back.autowake);
 }
 
+Test(wire, a_group_sleep_names_its_share_group)
+{
+	proto_request r, back;
+	char line[PROTO_MAX_REQUEST + 1];
+
+	cr_assert_eq(parse("vmmshim/1 sleep share_group=\"4101,4102,77\"\n", &r), 0);
+	cr_expect_str_eq(r.share_group, "4101,4102,77");
+	cr_assert_eq(parse("vmmshim/1 sleep\n", &r), 0);
+	cr_expect_str_eq(r.share_group, "", "a single sleep names no group");
+	memset(&r, 0, sizeof(r));
+	r.verb = PROTO_SLEEP;
+	r.device = -1;
+	snprintf(r.share_group, sizeof(r.share_group), "12,13");
+	cr_assert_gt(proto_format_request(&r, line, sizeof(line)), 0);
+	cr_expect(strstr(line, " share_group=\"12,13\""), "%s", line);
+	cr_assert_eq(parse(line, &back), 0, "%s", line);
+	cr_expect_str_eq(back.share_group, "12,13");
+}
+
 Test(wire, refusals_say_why)
 {
 	static const char *const bad[][2] = {
@@ -100,6 +119,13 @@ Test(wire, refusals_say_why)
 		{ "vmmshim/1 sleep reason=\"\"\n", "reason" },
 		{ "vmmshim/1 sleep reason=5\n", "reason" },
 		{ "vmmshim/1 sleep reason=\"%01\"\n", "reason" },
+		{ "vmmshim/1 wake share_group=\"1\"\n", "does not take" },
+		{ "vmmshim/1 sleep share_group=\"\"\n", "share_group" },
+		{ "vmmshim/1 sleep share_group=\"1,,2\"\n", "share_group" },
+		{ "vmmshim/1 sleep share_group=\"0\"\n", "share_group" },
+		{ "vmmshim/1 sleep share_group=\"12,x\"\n", "share_group" },
+		{ "vmmshim/1 sleep share_group=\"12345678901\"\n", "share_group" },
+		{ "vmmshim/1 sleep share_group=12\n", "share_group" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		proto_request r;
