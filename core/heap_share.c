@@ -289,6 +289,21 @@ void vmm_share_release_allow(vmm_core *core, bool allow)
 	}
 }
 
+uint64_t vmm_share_asleep_bytes(vmm_core *core, int dev)
+{
+	struct devheap *dh = dev >= 0 && dev < core->ndev ? heap_for(core, dev, false, NULL) : NULL;
+	uint64_t bytes = 0;
+
+	if (!dh)
+		return 0;
+	pthread_mutex_lock(&dh->lock);
+	for (size_t i = 0; i < dh->nshared; i++)
+		if (dh->shared[i]->asleep)
+			bytes += dh->shared[i]->size;
+	pthread_mutex_unlock(&dh->lock);
+	return bytes;
+}
+
 vmm_status vmm_share_own_plan(vmm_core *core, vmm_devptr ptr, bool *move, vmm_error *err)
 {
 	struct devheap *dh = heap_of_ptr(core, ptr);

@@ -64,6 +64,9 @@ vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share
  * addresses, in new handles that importers fetch again (vmm_share_fds refuses while asleep). */
 void vmm_share_release_allow(vmm_core *core, bool allow);
 
+/* Bytes of dev's shared handles that a group sleep released (asleep, re-created at wake). */
+uint64_t vmm_share_asleep_bytes(vmm_core *core, int dev);
+
 /* The live exported allocations (up to max); returns how many there are. */
 size_t vmm_share_list(vmm_core *core, vmm_share_info *out, size_t max);
 

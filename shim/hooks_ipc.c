@@ -14,6 +14,7 @@
 #include "hooks_common.h"
 #include "ipc_handle.h"
 #include "ipc_registry.h"
+#include "ipc_sleep.h"
 #include "protocol/peer_request.h"
 #include "protocol/protocol.h"
 
@@ -52,15 +53,7 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 	return CUDA_SUCCESS;
 }
 
-/* What the exporter answered: the span and its pieces (records "share" and "piece"). */
-struct open_reply {
-	uint64_t base, span, span_size, npieces;
-	uint64_t off[IPC_IMPORT_MAX_PIECES], size[IPC_IMPORT_MAX_PIECES],
-		hoff[IPC_IMPORT_MAX_PIECES];
-	char error[200];
-};
-
-static bool parse_reply(char *text, struct open_reply *o)
+bool ipc_open_reply_parse(char *text, struct open_reply *o)
 {
 	uint64_t k = 0;
 	char *line = text, *nl, why[96];
@@ -201,7 +194,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 			h->pid, why);
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
-	if (!parse_reply(reply.text, &o) || reply.nfds != o.npieces) {
+	if (!ipc_open_reply_parse(reply.text, &o) || reply.nfds != o.npieces) {
 		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: pid %u did not give its memory: %s",
 			h->pid, o.error[0] ? o.error : "unexpected reply");
 		peer_reply_free(&reply);
@@ -212,6 +205,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	m.start_time = h->start_time;
 	m.id = h->id;
 	m.remote_base = h->base;
+	m.opener_device = cur;
 	m.size = h->size;
 	gate_enter();
 	r = map_import(be, &o, reply.fds, cur, flags, &m);
@@ -258,7 +252,8 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 		return CALL_REAL(cuIpcCloseMemHandle, (dptr));
 	if (last && rt && rt->side[SHIM_CUDA].be) {
 		gate_enter();
-		unmap_import(rt->side[SHIM_CUDA].be, &m, m.span_size);
+		/* Released by a group sleep: only the range is left to give back. */
+		unmap_import(rt->side[SHIM_CUDA].be, &m, m.released ? 0 : m.span_size);
 		gate_leave();
 	}
 	return CUDA_SUCCESS;

@@ -148,10 +148,52 @@ uint64_t ipc_registry_imported_bytes(int dev)
 
 	pthread_mutex_lock(&lock);
 	for (size_t i = 0; i < nimports; i++)
-		if (imports[i]->device == dev)
+		if (imports[i]->device == dev && !imports[i]->released)
 			bytes += imports[i]->span_size;
 	pthread_mutex_unlock(&lock);
 	return bytes;
+}
+
+size_t ipc_registry_all_importers(pid_t *out, size_t max)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nimporters; i++) {
+		bool seen = false;
+
+		if (kill(importers[i].pid, 0) && errno == ESRCH) {
+			importers[i--] = importers[--nimporters];
+			continue;
+		}
+		for (size_t k = 0; k < n && k < max && !seen; k++)
+			seen = out[k] == importers[i].pid;
+		if (!seen && n++ < max)
+			out[n - 1] = importers[i].pid;
+	}
+	pthread_mutex_unlock(&lock);
+	return n;
+}
+
+bool ipc_registry_set_released(vmm_devptr span, bool released, const vmm_phys *handles,
+			       size_t n)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nimports && !found; i++) {
+		ipc_import *m = imports[i];
+
+		if (m->span != span)
+			continue;
+		found = true;
+		m->released = released;
+		m->nhandles = released ? 0 : n;
+		if (!released)
+			memcpy(m->handles, handles, n * sizeof(*handles));
+	}
+	pthread_mutex_unlock(&lock);
+	return found;
 }
 
 void ipc_registry_after_fork(void)

@@ -28,6 +28,7 @@ typedef struct ipc_import {
 	uint64_t id;                /* the export's id there */
 	vmm_devptr remote_base;     /* the allocation's base there */
 	int device;                 /* here */
+	int opener_device;          /* current when it was opened: granted access too */
 	vmm_devptr span;            /* reserved and mapped here */
 	size_t span_size;
 	vmm_devptr base;            /* what the program got: span + (remote base - remote span) */
@@ -35,6 +36,9 @@ typedef struct ipc_import {
 	vmm_phys handles[IPC_IMPORT_MAX_PIECES];
 	size_t nhandles;
 	unsigned opens;             /* cuIpcOpenMemHandle calls not closed yet */
+	/* A group sleep unmapped and released it (nhandles 0), the span kept reserved; the wake
+	 * imports it again from the exporter (ipc_sleep.h). */
+	bool released;
 } ipc_import;
 
 /* Find the import of (exporter, start_time, id) and count one more open: true with *out a copy. */
@@ -58,6 +62,14 @@ typedef struct ipc_import_summary {
 size_t ipc_registry_summaries(ipc_import_summary *out, size_t max);
 /* Bytes mapped from other processes on dev. */
 uint64_t ipc_registry_imported_bytes(int dev);
+
+/* Every living pid that opened any export of ours (up to max); returns how many there are. */
+size_t ipc_registry_all_importers(pid_t *out, size_t max);
+
+/* Group sleep (ipc_sleep.c). Mark the import at span released (its handles gone) or mapped
+ * again with handles[0..n): false when no import is at span any more (closed meanwhile). */
+bool ipc_registry_set_released(vmm_devptr span, bool released, const vmm_phys *handles,
+			       size_t n);
 
 /* In a forked child: the parent's imports are not the child's to close. */
 void ipc_registry_after_fork(void);

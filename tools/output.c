@@ -297,11 +297,17 @@ void out_status(FILE *f, const client_reply *r)
 				"mapped in part, which this backend cannot map again\n",
 				out_bytes(u64(d, "app_unreleasable") - u64(d, "app_shared"), b[0],
 					  32));
-		if (u64(d, "ipc_shared"))
+		if (u64(d, "ipc_shared") > u64(d, "ipc_shared_asleep"))
 			fprintf(f, "  %s of vmmshim's memory is mapped by other processes (CUDA IPC) "
-				"and stays resident while asleep; %s of it freed, not reusable\n",
-				out_bytes(u64(d, "ipc_shared"), b[0], 32),
+				"and stays resident while asleep (only a group sleep of every "
+				"process that opened it releases it); %s of it freed, not reusable\n",
+				out_bytes(u64(d, "ipc_shared") - u64(d, "ipc_shared_asleep"), b[0],
+					  32),
 				out_bytes(u64(d, "ipc_retired"), b[1], 32));
+		if (u64(d, "ipc_shared_asleep"))
+			fprintf(f, "  %s of vmmshim's memory shared with other processes (CUDA IPC) "
+				"was released by a group sleep; re-shared at wake\n",
+				out_bytes(u64(d, "ipc_shared_asleep"), b[0], 32));
 		if (u64(d, "ipc_imported"))
 			fprintf(f, "  %s opened from other processes (CUDA IPC), resident\n",
 				out_bytes(u64(d, "ipc_imported"), b[0], 32));

@@ -6,6 +6,7 @@
 
 #include "../../core/heap_offload.h"
 #include "../../core/offload/app_vmm.h"
+#include "../../core/offload/transition.h"
 #include "../protocol/protocol.h"
 
 /* Default bound on the wait for in-flight device calls when closing the gate. */
@@ -17,6 +18,7 @@ typedef struct control_limits {
 	int drain_ms;                /* the drain alone, when shorter than VMMSHIM_SLEEP_TIMEOUT */
 	bool (*gone)(void *arg);     /* polled between steps and while waiting; true: roll back */
 	void *gone_arg;
+	const char *share_group;     /* sleep: a group sleep's share_group ("PID,..."), or NULL */
 } control_limits;
 
 /* shim_sleep / shim_wake with every knob: autowake (a submission while held wakes the process)
@@ -28,6 +30,16 @@ vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake,
 			 const control_limits *lim, vmm_transfer_result *res, vmm_error *err);
 vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,
 			vmm_transfer_result *res, vmm_error *err);
+/* The core's sleep and wake with the memory shared across a group (group_share.c): a sleep
+ * whose lim names a share_group releases shared legacy-IPC memory too; a wake imports again what
+ * such a sleep released. Same contract as vmm_offload_sleep / vmm_offload_wake. */
+vmm_status control_group_sleep(const vmm_offload_parts *parts, const vmm_selection *sel,
+			       const vmm_limits *core_lim, const control_limits *lim,
+			       vmm_transfer_result *r, vmm_error *err);
+vmm_status control_group_wake(const vmm_offload_parts *parts, const vmm_selection *sel,
+			      const vmm_limits *core_lim, int timeout_ms, vmm_transfer_result *r,
+			      vmm_error *err);
+
 /* Cancel the sleep or wake in progress (it rolls back); VMM_E_INVALID when none runs. */
 vmm_status control_cancel(vmm_error *err);
 

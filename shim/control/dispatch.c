@@ -313,6 +313,7 @@ static void put_shared(proto_writer *w, const shim_side *s, int dev)
 	vmm_share_bytes(s->core, dev, &shared, &retired);
 	proto_put_u64(w, "ipc_shared", shared);
 	proto_put_u64(w, "ipc_retired", retired);
+	proto_put_u64(w, "ipc_shared_asleep", vmm_share_asleep_bytes(s->core, dev));
 	proto_put_u64(w, "ipc_imported", ipc_registry_imported_bytes(dev));
 }
 
@@ -613,6 +614,7 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 
 	lim.timeout_ms = deadline ? (int)(deadline - now_ms()) : 0;
 	lim.drain_ms = req->drain_ms;
+	lim.share_group = req->share_group[0] ? req->share_group : NULL;
 	if (deadline && lim.timeout_ms < 1)
 		lim.timeout_ms = 1;
 	/* A sleep from outside holds the program's device work until wake: the program does not

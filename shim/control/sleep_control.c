@@ -299,7 +299,7 @@ static vmm_status sleep_step(const struct transition *t, struct op *op,
 	if (!was_held && (s = gate_close_within(op->gate_ms, op_stop, op, err)))
 		return s;
 	vmm_log(VMM_LOG_DEBUG, "sleep: device work is held; offloading");
-	s = vmm_offload_sleep(parts, &sel, &op->core_lim, r, err);
+	s = control_group_sleep(parts, &sel, &op->core_lim, op->lim, r, err);
 	note_partial(parts, t->opts, s, r);
 	if (!s && t->hold_after) {
 		hold(t->opts, t->autowake);
@@ -320,7 +320,8 @@ static vmm_status wake_step(const struct transition *t, struct op *op,
 			    const vmm_offload_parts *parts, vmm_transfer_result *r, vmm_error *err)
 {
 	vmm_selection sel = selection_of(t->opts);
-	vmm_status s = vmm_offload_wake(parts, &sel, &op->core_lim, r, err);
+	vmm_status s = control_group_wake(parts, &sel, &op->core_lim,
+					  op->lim ? op->lim->timeout_ms : 0, r, err);
 
 	note_partial(parts, t->opts, s, r);
 	if (!s || s == VMM_E_ALREADY)

@@ -1,0 +1,234 @@
+/* Release and re-import of legacy-IPC memory around a group sleep (ipc_sleep.h). Runs on the
+ * control thread, inside a sleep or wake, with the program's device work held at the gate, so
+ * the program cannot touch an import while its mapping changes. */
+#include "ipc_sleep.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/log.h"
+#include "hooks_common.h"
+#include "ipc_handle.h"
+#include "protocol/peer_request.h"
+#include "protocol/protocol.h"
+#include "runtime.h"
+
+size_t ipc_sleep_parse_group(const char *s, pid_t *out, size_t max)
+{
+	size_t n = 0;
+
+	while (s && *s && n < max) {
+		char *end;
+		long v = strtol(s, &end, 10);
+
+		if (end == s)
+			break;
+		if (v > 0)
+			out[n++] = (pid_t)v;
+		s = *end == ',' ? end + 1 : end;
+	}
+	return n;
+}
+
+static bool in_group(const pid_t *g, size_t n, pid_t pid)
+{
+	for (size_t i = 0; i < n; i++)
+		if (g[i] == pid)
+			return true;
+	return false;
+}
+
+bool ipc_sleep_exports_releasable(const pid_t *group, size_t n)
+{
+	pid_t who[IPC_SLEEP_MAX_GROUP + 1];
+	size_t k = ipc_registry_all_importers(who, IPC_SLEEP_MAX_GROUP + 1);
+
+	if (k > IPC_SLEEP_MAX_GROUP)
+		return false;
+	for (size_t i = 0; i < k; i++)
+		if (!in_group(group, n, who[i]))
+			return false;
+	return true;
+}
+
+static vmm_backend *backend(void)
+{
+	shim_runtime *rt = shim_runtime_peek();
+
+	return rt ? rt->side[SHIM_CUDA].be : NULL;
+}
+
+/* A copy of the imports (malloc'd; *n of them), or NULL when there are none or no memory. */
+static ipc_import *snapshot(size_t *n)
+{
+	size_t cap = ipc_registry_imports(NULL, 0);
+	ipc_import *v;
+
+	*n = 0;
+	if (!cap || !(v = malloc(cap * sizeof(*v))))
+		return NULL;
+	*n = ipc_registry_imports(v, cap);
+	if (*n > cap)
+		*n = cap;
+	return v;
+}
+
+size_t ipc_sleep_released_exporters(pid_t *out, size_t max)
+{
+	size_t n, k = 0;
+	ipc_import *v = snapshot(&n);
+
+	for (size_t i = 0; i < n; i++)
+		if (v[i].released && !in_group(out, k, v[i].exporter) && k < max)
+			out[k++] = v[i].exporter;
+	free(v);
+	return k;
+}
+
+/* Unmap m and release its handles; the range stays reserved. */
+static vmm_status release_one(vmm_backend *be, const ipc_import *m, vmm_error *err)
+{
+	vmm_status st = be->unmap(be, m->span, m->span_size, err);
+
+	if (st)
+		return st;
+	for (size_t i = 0; i < m->nhandles; i++)
+		if (be->release(be, m->handles[i], NULL))
+			vmm_log(VMM_LOG_WARN, "group sleep: releasing a handle imported from pid %d "
+				"failed; its memory stays with the driver until exit",
+				(int)m->exporter);
+	ipc_registry_set_released(m->span, true, NULL, 0);
+	return VMM_OK;
+}
+
+/* Ask m's exporter for its pieces again and map them at m's range. */
+static vmm_status restore_one(vmm_backend *be, const char *run_dir, const ipc_import *m,
+			      int timeout_ms, vmm_error *err)
+{
+	static struct open_reply o; /* large; the control thread runs one operation at a time */
+	vmm_phys hs[IPC_IMPORT_MAX_PIECES];
+	size_t nh = 0, mapped = 0;
+	peer_reply reply;
+	char line[160], why[256];
+	vmm_status st = VMM_OK;
+	int peers[1] = { m->opener_device };
+
+	if (ipc_process_start_time(m->exporter) != m->start_time)
+		return vmm_fail(err, VMM_E_DRIVER, 0, "pid %d, which exported memory this process "
+				"maps at 0x%llx, has ended", (int)m->exporter,
+				(unsigned long long)m->base);
+	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu\n", PROTO_MAGIC,
+		 (unsigned long long)m->id, (unsigned long long)m->remote_base);
+	if (peer_request(run_dir, m->exporter, line, timeout_ms, &reply, why, sizeof(why)))
+		return vmm_fail(err, VMM_E_BUSY, 0, "asking pid %d for the memory mapped at 0x%llx "
+				"again: %s", (int)m->exporter, (unsigned long long)m->base, why);
+	if (!ipc_open_reply_parse(reply.text, &o) || reply.nfds != o.npieces ||
+	    o.span_size != m->span_size || o.base - o.span != m->base - m->span) {
+		st = vmm_fail(err, VMM_E_BUSY, 0, "pid %d did not give the memory mapped at 0x%llx "
+			      "again: %s", (int)m->exporter, (unsigned long long)m->base,
+			      o.error[0] ? o.error : "unexpected reply");
+		peer_reply_free(&reply);
+		return st;
+	}
+	for (size_t i = 0; i < o.npieces && !st; i++) {
+		int d;
+
+		if (!(st = be->import_fd(be, reply.fds[i], &hs[i], &d, err)))
+			nh++;
+	}
+	peer_reply_free(&reply);
+	for (size_t i = 0; i < o.npieces && !st; i++) {
+		if (o.off[i] != mapped)
+			st = vmm_fail(err, VMM_E_INVALID, 0, "pieces out of order");
+		else if (!(st = be->map_at(be, m->span + o.off[i], o.size[i], o.hoff[i], hs[i],
+					   err)))
+			mapped += o.size[i];
+	}
+	if (!st)
+		st = be->set_access(be, m->device, m->span, m->span_size, peers,
+				   m->opener_device != m->device ? 1 : 0, err);
+	if (!st && !ipc_registry_set_released(m->span, false, hs, nh))
+		st = vmm_fail(err, VMM_E_INVALID, 0, "the import at 0x%llx was closed meanwhile",
+			      (unsigned long long)m->base);
+	if (st) {
+		if (mapped)
+			be->unmap(be, m->span, mapped, NULL);
+		for (size_t i = 0; i < nh; i++)
+			be->release(be, hs[i], NULL);
+	}
+	return st;
+}
+
+/* Release again the imports of v (those not released now: restored by this call). */
+static void release_restored(vmm_backend *be, const ipc_import *v, size_t n)
+{
+	size_t k;
+	ipc_import *now = snapshot(&k);
+
+	for (size_t i = 0; i < k; i++)
+		for (size_t j = 0; j < n; j++)
+			if (now[i].span == v[j].span && v[j].released && !now[i].released &&
+			    release_one(be, &now[i], NULL))
+				vmm_log(VMM_LOG_ERROR, "group wake undo: the memory of pid %d at 0x%llx "
+					"stays mapped", (int)now[i].exporter,
+					(unsigned long long)now[i].base);
+	free(now);
+}
+
+static vmm_status restore_released(const ipc_import *v, size_t n, int timeout_ms, vmm_error *err)
+{
+	shim_runtime *rt = shim_runtime_peek();
+	vmm_backend *be = backend();
+	vmm_status st = VMM_OK;
+
+	if (!be || !rt)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no CUDA backend");
+	for (size_t i = 0; i < n && !st; i++)
+		if (v[i].released)
+			st = restore_one(be, rt->cfg.run_dir, &v[i], timeout_ms, err);
+	if (st)
+		release_restored(be, v, n);
+	return st;
+}
+
+vmm_status ipc_sleep_release(const pid_t *group, size_t ng, size_t *count, vmm_error *err)
+{
+	vmm_backend *be = backend();
+	size_t n;
+	ipc_import *v = snapshot(&n);
+	vmm_status st = VMM_OK;
+
+	*count = 0;
+	for (size_t i = 0; i < n; i++)
+		v[i].released = false;  /* from here: released by this call */
+	for (size_t i = 0; i < n && be && !st; i++) {
+		if (!in_group(group, ng, v[i].exporter) || !v[i].nhandles)
+			continue;
+		if (!(st = release_one(be, &v[i], err))) {
+			v[i].released = true;
+			++*count;
+		}
+	}
+	if (st) {
+		vmm_error undo;
+
+		vmm_error_clear(&undo);
+		if (restore_released(v, n, 10000, &undo))
+			vmm_log(VMM_LOG_ERROR, "group sleep undo: imported memory stays released: "
+				"%s (a wake imports it again)", undo.msg);
+		*count = ipc_sleep_released_exporters(&(pid_t){ 0 }, 1); /* then the caller stays asleep */
+	}
+	free(v);
+	return st;
+}
+
+vmm_status ipc_sleep_restore(int timeout_ms, vmm_error *err)
+{
+	size_t n;
+	ipc_import *v = snapshot(&n);
+	vmm_status st = restore_released(v, n, timeout_ms > 0 ? timeout_ms : 10000, err);
+
+	free(v);
+	return st;
+}
