@@ -14,7 +14,15 @@
  * in a collective would hold their drains forever. Each member's drain is therefore bounded
  * (drain_ms, short at first) and a sleep that could not drain is aborted on every member, which
  * reopens every gate so the collective completes, then retried with a longer drain, until the
- * group's deadline. Requests go out to all members at once, so that the gates close together. */
+ * group's deadline. Requests go out to all members at once, so that the gates close together.
+ *
+ * Shared memory (legacy CUDA IPC through the shim). When a member has exported memory that
+ * another process opened, the group goes in two phases, so that an exporter copies its shared
+ * memory out only once every importer in the group is drained and has let it go, and an importer
+ * maps it again only once its exporter has re-created it: a sleep asks the other members first
+ * (they release what they imported from the group), then the exporters (they release exports all
+ * of whose importers sleep); a wake asks the exporters first. Each sleep request names the
+ * members whose imports are released (share_group). An abort undoes the second phase first. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,15 +114,16 @@ static bool retryable(const struct member *m)
 
 /* Put the members this attempt changed back: wake them after a failed sleep, sleep them
  * (held) after a failed wake. */
-static void undo(struct member *ms, int n, proto_verb verb, bool autowake, double deadline)
+static void undo(struct member *ms, int n, const bool *phase, proto_verb verb, bool autowake,
+		 double deadline)
 {
-	bool sel[VMMCTL_MAX_GROUP];
+	bool sel[VMMCTL_MAX_GROUP] = { false };
 	double left = deadline - now();
 
 	if (left < GROUP_UNDO_MIN_S)
 		left = GROUP_UNDO_MIN_S;
 	for (int i = 0; i < n; i++) {
-		sel[i] = ms[i].changed;
+		sel[i] = ms[i].changed && phase[i];
 		if (!sel[i])
 			continue;
 		ms[i].req = (proto_request){ .verb = verb == PROTO_SLEEP ? PROTO_WAKE : PROTO_SLEEP,
@@ -232,6 +241,64 @@ static void print_text(const struct member *ms, int n, const char *verb, bool ok
 			ms_any_undo_failed(ms, n) ? ", except those named above" : "");
 }
 
+/* Has this member exported memory that another process opened (or keeps shared memory whose
+ * export was freed since)? Asked with a status; a member that does not answer counts as not. */
+static bool exports_shared(const struct member *m, double timeout)
+{
+	proto_request req = { .verb = PROTO_STATUS, .device = -1 };
+	client_reply r = { 0 };
+	client_error e;
+	bool yes = false;
+
+	if (client_call(&m->t, &req, timeout, false, false, &r, &e) || client_reply_error(&r, &e)) {
+		client_reply_free(&r);
+		return false;
+	}
+	for (int j = 0; j < r.nrecords && !yes; j++) {
+		const proto_record *rec = r.records[j];
+		const char *by = proto_record_str(rec, "opened_by");
+		uint64_t v;
+
+		yes = (!strcmp(rec->kind, "ipc_export") && by && *by) ||
+		      (proto_record_u64(rec, "ipc_shared", &v) && v);
+	}
+	client_reply_free(&r);
+	return yes;
+}
+
+/* "PID,PID,..." of the members that sel selects. */
+static void pid_list(const struct member *ms, int n, const bool *sel, char *out, size_t cap)
+{
+	size_t len = 0;
+
+	out[0] = '\0';
+	for (int i = 0; i < n && len < cap; i++)
+		if (sel[i])
+			len += (size_t)snprintf(out + len, cap - len, "%s%d", len ? "," : "",
+						(int)ms[i].pid);
+}
+
+/* Ask the members of one phase; false when one of them failed (code and *again updated). */
+static bool run_phase(struct member *ms, int n, const bool *phase, int *code, bool *again)
+{
+	bool failed = false;
+
+	call_all(ms, n, phase);
+	for (int i = 0; i < n; i++) {
+		if (!phase[i])
+			continue;
+		if (answered(&ms[i], "ok")) {
+			ms[i].changed = true;
+		} else if (!answered(&ms[i], "already")) {
+			failed = true;
+			*again = *again && retryable(&ms[i]);
+			if (!*code)
+				*code = ms[i].rc;
+		}
+	}
+	return !failed;
+}
+
 int group_run(const vmmctl_args *a)
 {
 	static struct member ms[VMMCTL_MAX_GROUP];
@@ -239,7 +306,9 @@ int group_run(const vmmctl_args *a)
 	proto_verb verb = a->cmd == CMD_SLEEP ? PROTO_SLEEP : PROTO_WAKE;
 	double t0 = now(), deadline = t0 + (a->timeout > 0 ? a->timeout : GROUP_DEFAULT_TIMEOUT);
 	int drain_ms = GROUP_DRAIN_FIRST_MS;
-	bool ok = false, sel[VMMCTL_MAX_GROUP];
+	bool ok = false, sel[VMMCTL_MAX_GROUP] = { false }, exporter[VMMCTL_MAX_GROUP], first[VMMCTL_MAX_GROUP],
+	     second[VMMCTL_MAX_GROUP], shares = false;
+	static char all_pids[PROTO_SHARE_GROUP_MAX], importer_pids[PROTO_SHARE_GROUP_MAX];
 
 	memset(ms, 0, sizeof(ms));
 	/* Every member must be there before anything changes. */
@@ -255,6 +324,20 @@ int group_run(const vmmctl_args *a)
 			return code;
 		}
 	}
+	/* Who exports shared memory: they sleep after and wake before the others. */
+	for (int i = 0; i < n; i++)
+		shares = (exporter[i] = exports_shared(&ms[i], GROUP_SHARES_TIMEOUT_S)) || shares;
+	for (int i = 0; i < n; i++) {
+		first[i] = !shares || (verb == PROTO_SLEEP ? !exporter[i] : exporter[i]);
+		second[i] = !first[i];
+		exporter[i] = exporter[i] && shares;
+	}
+	pid_list(ms, n, sel, all_pids, sizeof(all_pids));
+	for (int i = 0; i < n; i++)
+		sel[i] = !exporter[i];
+	pid_list(ms, n, sel, importer_pids, sizeof(importer_pids));
+	for (int i = 0; i < n; i++)
+		sel[i] = true;
 	for (;;) {
 		double left = deadline - now();
 		bool again = true, failed = false;
@@ -267,26 +350,25 @@ int group_run(const vmmctl_args *a)
 			if (verb == PROTO_SLEEP)
 				ms[i].req.drain_ms = drain_ms < left * 1000 ? drain_ms :
 						     (int)(left * 1000) + 1;
+			/* Importers release what they opened from any member; exporters what only
+			 * the importers (asleep by then) opened. */
+			if (verb == PROTO_SLEEP && shares)
+				snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group), "%s",
+					 exporter[i] ? importer_pids : all_pids);
 			ms[i].timeout = left;
 			ms[i].changed = ms[i].undone = false;
 		}
-		call_all(ms, n, sel);
-		for (int i = 0; i < n; i++) {
-			if (answered(&ms[i], "ok")) {
-				ms[i].changed = true;
-			} else if (!answered(&ms[i], "already")) {
-				failed = true;
-				again = again && retryable(&ms[i]);
-				if (!code)
-					code = ms[i].rc;
-			}
-		}
+		failed = !run_phase(ms, n, first, &code, &again) ||
+			 !run_phase(ms, n, second, &code, &again);
 		if (!failed) {
 			ok = true;
 			code = EXIT_OK;
 			break;
 		}
-		undo(ms, n, verb, a->autowake, deadline);
+		/* The second phase is put back first: exporters wake before their importers, and
+		 * importers go back to sleep before their exporters. */
+		undo(ms, n, second, verb, a->autowake, deadline);
+		undo(ms, n, first, verb, a->autowake, deadline);
 		for (int i = 0; i < n; i++)
 			again = again && !ms[i].undo_failed;
 		/* Retry only a sleep that could not drain, while the deadline leaves room. */
