@@ -1,0 +1,248 @@
+/* A group whose members share memory through legacy CUDA IPC under the shim (torch.multiprocessing's
+ * pattern): member 0 allocates with cuMemAlloc and exports it with cuIpcGetMemHandle, the others
+ * open it with cuIpcOpenMemHandle. `vmmctl sleep` of the whole group releases that memory too
+ * (the importers let it go, then the exporter copies it out and releases it) and `vmmctl wake`
+ * re-creates it at the same address and re-shares it; checked: the device memory the simdev
+ * group gets back while all sleep, every byte after wake in every process, writes crossing
+ * between importer and exporter after wake, a fault in the middle of the sleep or the wake
+ * leaving every process as it was with its data, and a holder outside the group keeping the
+ * memory resident. share_peer (tests/simdev) is the program, run under the shim. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SHARE_PEER (getenv("CTL_SHARE_PEER"))
+#include "../../simdev/share_util.h"
+#include "harness.h"
+
+TestSuite(group_ipc, .fini = harness_cleanup);
+
+static struct ctl_out o;
+static char run_dir[64], env_group[96], env_preload[512], env_run[128];
+#define SAN_ENV "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:halt_on_error=1"
+
+#define OWN_BYTES (8u << 20)     /* each member's own memory */
+#define SHARED_BYTES (32u << 20) /* the exporter's allocation, opened by the others */
+
+static void setup_env(void)
+{
+	snprintf(run_dir, sizeof(run_dir), "/tmp/vmmshim-grpipc-XXXXXX");
+	cr_assert(mkdtemp(run_dir));
+	snprintf(env_group, sizeof(env_group), "SIMDEV_SHARED=vmmgi-%d", (int)getpid());
+	snprintf(env_preload, sizeof(env_preload), "LD_PRELOAD=%s", getenv("CTL_SHIM"));
+	snprintf(env_run, sizeof(env_run), "VMMSHIM_RUN_DIR=%s", run_dir);
+}
+
+/* A member with extra settings (NULL: none). */
+static void start(struct peer *p, const char *extra)
+{
+	const char *env[] = { env_group, env_preload, env_run, "SIMDEV_MEMORY=2G",
+			      "VMMSHIM_LOG=warn", SAN_ENV, extra, NULL };
+
+	peer_start(p, env);
+	peer_ok(p, "init");
+}
+
+/* vmmctl VERB on the n members of ps; its exit code. */
+static int group(const char *verb, struct peer *ps, int n)
+{
+	char pids[256] = "";
+	size_t len = 0;
+
+	for (int i = 0; i < n; i++)
+		len += (size_t)snprintf(pids + len, sizeof(pids) - len, " %d", (int)ps[i].pid);
+	return vmmctl_run(&o, run_dir, -1, "--timeout 30 %s%s", verb, pids), o.code;
+}
+
+static long long group_free(struct peer *observer)
+{
+	long long fr = 0, tot = 0;
+
+	peer_cmd(observer, -1, "info");
+	cr_assert_eq(sscanf(observer->reply, "ok %lld %lld", &fr, &tot), 2, "%s",
+		     observer->reply);
+	return fr;
+}
+
+static void expect_read(struct peer *p, long long slot, const char *want)
+{
+	char text[96];
+
+	snprintf(text, sizeof(text), "ok %s", want);
+	cr_expect_str_eq(peer_cmd(p, -1, "read %lld", slot), text, "pid %d slot %lld",
+			 (int)p->pid, slot);
+}
+
+/* The members: ps[0] exports, ps[1..n) open it; each has memory of its own too. */
+struct sharing {
+	struct peer ps[3];
+	int n;
+	long long own[3], shared[3];
+};
+
+static void build(struct sharing *s, int n, const char *const *extra)
+{
+	char text[64], hex[200];
+
+	s->n = n;
+	for (int i = 0; i < n; i++) {
+		start(&s->ps[i], extra ? extra[i] : NULL);
+		s->own[i] = peer_ok(&s->ps[i], "alloc %u", OWN_BYTES);
+		snprintf(text, sizeof(text), "own-%d", i);
+		peer_ok(&s->ps[i], "write %lld %s", s->own[i], text);
+	}
+	s->shared[0] = peer_ok(&s->ps[0], "alloc %u", SHARED_BYTES);
+	peer_ok(&s->ps[0], "write %lld shared-by-0", s->shared[0]);
+	peer_cmd(&s->ps[0], -1, "ipcget %lld", s->shared[0]);
+	cr_assert(!strncmp(s->ps[0].reply, "ok ", 3), "ipcget: %s", s->ps[0].reply);
+	snprintf(hex, sizeof(hex), "%s", s->ps[0].reply + 3);
+	for (int i = 1; i < n; i++) {
+		s->shared[i] = peer_ok(&s->ps[i], "ipcopen %s", hex);
+		expect_read(&s->ps[i], s->shared[i], "shared-by-0");
+	}
+}
+
+/* Every process has its data, and the shared memory is one memory both ways. */
+static void check(struct sharing *s, const char *shared_now)
+{
+	char text[64];
+
+	for (int i = 0; i < s->n; i++) {
+		snprintf(text, sizeof(text), "own-%d", i);
+		expect_read(&s->ps[i], s->own[i], text);
+		expect_read(&s->ps[i], s->shared[i], shared_now);
+	}
+	for (int i = 1; i < s->n; i++) {
+		snprintf(text, sizeof(text), "written-by-%d", i);
+		peer_ok(&s->ps[i], "write %lld %s", s->shared[i], text);
+		expect_read(&s->ps[0], s->shared[0], text);
+	}
+	peer_ok(&s->ps[0], "write %lld back-from-0", s->shared[0]);
+	for (int i = 1; i < s->n; i++)
+		expect_read(&s->ps[i], s->shared[i], "back-from-0");
+}
+
+static void finish(struct sharing *s, struct peer *observer)
+{
+	char cmd[128];
+
+	for (int i = 0; i < s->n; i++)
+		peer_exit(&s->ps[i]);
+	if (observer)
+		peer_exit(observer);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
+	cr_expect_eq(system(cmd), 0);
+}
+
+static void released_and_reshared(int n)
+{
+	struct sharing s;
+	struct peer observer;
+	long long before, asleep;
+
+	setup_env();
+	start(&observer, NULL);
+	build(&s, n, NULL);
+	before = group_free(&observer);
+	cr_assert_eq(group("sleep", s.ps, n), 0, "group sleep: %s %s", o.out, o.err);
+	asleep = group_free(&observer);
+	/* Everything went back to the driver, the shared allocation included. */
+	cr_expect_geq(asleep - before, (long long)n * OWN_BYTES + SHARED_BYTES,
+		      "free %lld before, %lld asleep: the shared memory was not released", before,
+		      asleep);
+	vmmctl_run(&o, run_dir, -1, "--json status %d", (int)s.ps[0].pid);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "ipc_shared_asleep"), SHARED_BYTES, "%s",
+		     o.out);
+	vmmctl_run(&o, run_dir, -1, "status %d", (int)s.ps[0].pid);
+	cr_expect(strstr(o.out, "released by a group sleep; re-shared at wake"), "%s", o.out);
+	cr_assert_eq(group("wake", s.ps, n), 0, "group wake: %s %s", o.out, o.err);
+	cr_expect_leq(group_free(&observer), before, "every byte is back");
+	check(&s, "shared-by-0");
+	finish(&s, &observer);
+}
+
+Test(group_ipc, two_processes_release_and_reshare_ipc_memory, .timeout = 60)
+{
+	released_and_reshared(2);
+}
+
+Test(group_ipc, three_processes_release_and_reshare_ipc_memory, .timeout = 60)
+{
+	released_and_reshared(3);
+}
+
+/* The exporter's copy fails half way (its second copy to host): it rolls back, and the importers,
+ * which had let the memory go already, are woken and map it again. Then the group sleeps and
+ * wakes for real. */
+Test(group_ipc, a_fault_in_the_middle_of_the_sleep_leaves_every_process_as_it_was,
+     .timeout = 60)
+{
+	const char *extra[3] = { "SIMDEV_FAIL=cuMemcpyDtoHAsync:2", NULL, NULL };
+	struct sharing s;
+
+	setup_env();
+	build(&s, 3, extra);
+	cr_assert_neq(group("sleep", s.ps, 3), 0, "the fault did not hit: %s %s", o.out, o.err);
+	for (int i = 0; i < 3; i++) {
+		vmmctl_run(&o, run_dir, -1, "--json status %d", (int)s.ps[i].pid);
+		cr_expect(strstr(o.out, "\"state\": \"awake\""), "pid %d: %s", (int)s.ps[i].pid,
+			  o.out);
+	}
+	check(&s, "shared-by-0");
+	cr_assert_eq(group("sleep", s.ps, 3), 0, "%s %s", o.out, o.err);
+	cr_assert_eq(group("wake", s.ps, 3), 0, "%s %s", o.out, o.err);
+	check(&s, "back-from-0");
+	finish(&s, NULL);
+}
+
+/* An importer cannot import the memory again at wake (its second import fails): it stays asleep,
+ * the members that woke are put back to sleep, and a second wake brings every byte back. */
+Test(group_ipc, a_fault_in_the_middle_of_the_wake_leaves_every_process_as_it_was,
+     .timeout = 60)
+{
+	const char *extra[3] = { NULL, NULL, "SIMDEV_FAIL=cuMemImportFromShareableHandle:2" };
+	struct sharing s;
+
+	setup_env();
+	build(&s, 3, extra);
+	cr_assert_eq(group("sleep", s.ps, 3), 0, "%s %s", o.out, o.err);
+	cr_assert_neq(group("wake", s.ps, 3), 0, "the fault did not hit: %s %s", o.out, o.err);
+	for (int i = 0; i < 3; i++) {
+		vmmctl_run(&o, run_dir, -1, "--json status %d", (int)s.ps[i].pid);
+		cr_expect(strstr(o.out, "\"state\": \"asleep\""), "pid %d: %s", (int)s.ps[i].pid,
+			  o.out);
+	}
+	cr_assert_eq(group("wake", s.ps, 3), 0, "%s %s", o.out, o.err);
+	check(&s, "shared-by-0");
+	finish(&s, NULL);
+}
+
+/* A process outside the group opened the memory too: it stays resident through the group's
+ * sleep (status says ipc_shared), and every process still sees one memory after wake. */
+Test(group_ipc, a_holder_outside_the_group_keeps_the_memory_resident, .timeout = 60)
+{
+	struct sharing s;
+	struct peer observer;
+	long long before, asleep;
+
+	setup_env();
+	start(&observer, NULL);
+	build(&s, 3, NULL);
+	before = group_free(&observer);
+	cr_assert_eq(group("sleep", s.ps, 2), 0, "%s %s", o.out, o.err);
+	asleep = group_free(&observer);
+	cr_expect_geq(asleep - before, 2LL * OWN_BYTES, "own memory released");
+	cr_expect_lt(asleep - before, 2LL * OWN_BYTES + SHARED_BYTES,
+		     "the shared memory stayed resident: free %lld before, %lld asleep", before,
+		     asleep);
+	vmmctl_run(&o, run_dir, -1, "status %d", (int)s.ps[0].pid);
+	cr_expect(strstr(o.out, "and stays resident while asleep (only a group sleep"), "%s", o.out);
+	cr_expect(!strstr(o.out, "released by a group sleep"), "%s", o.out);
+	/* The outsider keeps using it meanwhile. */
+	peer_ok(&s.ps[2], "write %lld outsider-wrote", s.shared[2]);
+	cr_assert_eq(group("wake", s.ps, 2), 0, "%s %s", o.out, o.err);
+	check(&s, "outsider-wrote");
+	finish(&s, &observer);
+}
