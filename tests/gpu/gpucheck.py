@@ -1143,6 +1143,62 @@ class Matrix:
         self.add(name, not reasons, "; ".join(reasons) or passed, native=str(nrc),
                  shim=str(src), share="-")
 
+    def ipc_group_row(self):
+        """torch.multiprocessing tensors shared parent->child, then `vmmctl sleep PARENT CHILD`
+        as one group under the shim: the shared tensors are released too (the parent's status
+        shows ipc_shared_asleep >= the 64 MiB tensor, the child's ipc_imported 0, and the GPU's
+        used memory drops by at least 90% of what both have asleep), and after `vmmctl wake` the
+        child, through its re-imported mapping, and the parent see the same sums as before."""
+        name = "torch IPC tensors released by a group sleep, re-shared at wake"
+        if not self.want(name):
+            return
+        if not self.shim_ok or not self.ctl_ok:
+            self.add(name, False, "libvmmshim.so or vmmctl was not built")
+            return
+        argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/ipc_torch.py"),
+                "--group-sleep", self.a.vmmctl]
+        p = Proc(name, argv, self.env(True), self.log, self.timeout(240))
+        rc = p.finish()
+        out = "\n".join(l for _, l in p.lines)
+        res = p.results()
+        group = [l.split()[1:] for l in out.splitlines() if l.startswith("GROUP ")]
+        reasons = []
+        if rc != 0:
+            reasons.append(f"run failed (rc {rc}: {p.stderr_tail()})")
+        kv = {}
+        statuses = []
+        freed = 0
+        for g in group:
+            if g and g[0] == "status" and len(g) >= 10:
+                statuses.append({g[i]: int(g[i + 1]) for i in range(2, len(g) - 1, 2)})
+            elif g and g[0] in ("sleep_rc", "wake_rc"):
+                kv.update({g[i]: g[i + 1] for i in range(0, len(g) - 1, 2)})
+            elif g and g[0] == "child_sees_after":
+                kv["after"] = " ".join(g[1:])
+        if kv.get("sleep_rc") != "0" or kv.get("wake_rc") != "0":
+            reasons.append(f"group sleep rc {kv.get('sleep_rc')}, wake rc {kv.get('wake_rc')}")
+        if len(statuses) != 2:
+            reasons.append("no status of both processes while asleep")
+        else:
+            if statuses[0].get("ipc_shared_asleep", 0) < 64 << 20:
+                reasons.append(f"parent's shared memory not released: {statuses[0]}")
+            if statuses[1].get("ipc_imported", 1) != 0:
+                reasons.append(f"child still maps the tensors: {statuses[1]}")
+            asleep = sum(s.get("asleep", 0) for s in statuses)
+            freed = (int(kv.get("used_before_mib", 0)) - int(kv.get("used_asleep_mib", 0))) << 20
+            if freed < 0.9 * asleep:
+                reasons.append(f"the GPU got back {freed >> 20} MiB of {asleep >> 20} MiB asleep")
+        want = {r.split()[1]: r.split()[2:] for r in res if len(r.split()) > 1}
+        wrote = want.get("child_wrote")
+        if not wrote or kv.get("after") != " ".join(wrote):
+            reasons.append(f"child sees {kv.get('after')} after wake, wrote {wrote}")
+        if want.get("parent_sees_child_write") != ["True"]:
+            reasons.append("parent does not see the child's write after wake")
+        self.add(name, not reasons, "; ".join(reasons) or
+                 f"released {statuses[0].get('ipc_shared_asleep', 0) >> 20} MiB shared, GPU "
+                 f"got back {freed >> 20} MiB; sums intact in both after wake",
+                 shim=str(rc), share="-")
+
     def nccl_register_row(self):
         """NCCL user-buffer registration's driver calls in two processes (nccl_register.c):
         retain at the base, properties, export; the child maps the whole buffer from the
@@ -1901,6 +1957,7 @@ def main():
         m.progress_row()
         m.share_facts_row()
         m.ipc_row()
+        m.ipc_group_row()
         m.nccl_register_row()
         m.nccl_group_rows()
         m.x2_rows()

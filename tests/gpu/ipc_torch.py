@@ -7,11 +7,19 @@ and the parent sees the change. Prints RESULT lines (the same natively and under
 --x2: across two GPUs instead: the parent makes a tensor on cuda:0; the child copies it to cuda:1
 and checks the copy, changes the original in place on cuda:0 through the IPC mapping, and sends
 back a tensor it made on cuda:1, which the parent opens and checks.
+--group-sleep VMMCTL (under the shim): once the child has written, `VMMCTL sleep PARENT CHILD`
+sleeps both as one group, which releases the shared tensors too (the child lets its mapping go,
+the parent copies them out); while asleep it prints GROUP lines (vmmctl status of each, the GPU's
+used memory before and while asleep); after `VMMCTL wake` the child reads the tensors again through
+its re-imported mapping (GROUP child_sees_after) and the parent checks them as usual.
 
 --bench N: instead, the child times opening N 1 GiB tensors (BENCH open_1gib_ms, the median of
 the unpickling, which is the cudaIpcOpenMemHandle) and the parent checks one byte of each."""
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -40,7 +48,45 @@ def child(q_in, q_out, bench):
     small.add_(7)
     torch.cuda.synchronize()
     q_out.put(("done", float(weights.sum().item()), int(small.sum().item())))
-    q_in.get()  # keep our references until the parent has read them
+    msg = q_in.get()  # keep our references until the parent has read them
+    if msg == "check":  # after a group sleep and wake: read through the mapping again
+        q_out.put((float(weights.sum().item()), int(small.sum().item())))
+        q_in.get()
+
+
+def gpu_used_mib():
+    out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits",
+                          "-i", "0"], capture_output=True, text=True, timeout=30).stdout
+    return int(out.split()[0]) if out.split() else -1
+
+
+def group_sleep(vmmctl, pids):
+    """Sleep the parent and the child as one group, report, wake them."""
+    ids = [str(p) for p in pids]
+    before = gpu_used_mib()
+    sl = subprocess.run([vmmctl, "--timeout", "60", "sleep", *ids], capture_output=True,
+                        text=True, timeout=90)
+    asleep = gpu_used_mib()
+    print(f"GROUP sleep_rc {sl.returncode} used_before_mib {before} used_asleep_mib {asleep}",
+          flush=True)
+    if sl.returncode:
+        print(f"GROUP sleep_error {(sl.stdout + sl.stderr).strip()[-300:]!r}", flush=True)
+    for pid in ids:
+        st = subprocess.run([vmmctl, "--json", "status", pid], capture_output=True, text=True,
+                            timeout=30)
+        try:
+            j = json.loads(st.stdout)
+            d = j["devices"][0]
+            print(f"GROUP status {pid} asleep {j['info'].get('asleep', -1)} ipc_shared "
+                  f"{d.get('ipc_shared', 0)} ipc_shared_asleep {d.get('ipc_shared_asleep', 0)} "
+                  f"ipc_imported {d.get('ipc_imported', 0)}", flush=True)
+        except (ValueError, KeyError, IndexError):
+            print(f"GROUP status {pid} unreadable {st.stdout[-200:]!r}", flush=True)
+    wk = subprocess.run([vmmctl, "--timeout", "60", "wake", *ids], capture_output=True,
+                        text=True, timeout=90)
+    print(f"GROUP wake_rc {wk.returncode}", flush=True)
+    if wk.returncode:
+        print(f"GROUP wake_error {(wk.stdout + wk.stderr).strip()[-300:]!r}", flush=True)
 
 
 def child_x2(q_in, q_out):
@@ -91,6 +137,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", type=int, default=0)
     ap.add_argument("--x2", action="store_true")
+    ap.add_argument("--group-sleep", metavar="VMMCTL")
     a = ap.parse_args()
     ctx = mp.get_context("spawn")
     if a.x2:
@@ -118,6 +165,11 @@ def main():
     seen = q_out.get(timeout=120)
     done = q_out.get(timeout=120)
     torch.cuda.synchronize()
+    if a.group_sleep:
+        group_sleep(a.group_sleep, [os.getpid(), p.pid])
+        q_in.put("check")
+        after = q_out.get(timeout=120)
+        print(f"GROUP child_sees_after {after[0]:.1f} {after[1]}", flush=True)
     print(f"RESULT child_saw {seen[1]:.1f} {seen[2]}", flush=True)
     print(f"RESULT child_wrote {done[1]:.1f} {done[2]}", flush=True)
     print(f"RESULT parent_sees {float(weights.sum().item()):.1f} {int(small.sum().item())}",

@@ -123,6 +123,16 @@ elif name == "ipc_torch.py" and "--x2" in sys.argv:
 elif name == "ipc_torch.py":
     if "--bench" in sys.argv:
         print(f"BENCH open_1gib_ms {2.0 if shim else 1.5}")
+    elif "--group-sleep" in sys.argv:
+        pid = os.getpid()
+        print(f"GROUP sleep_rc 0 used_before_mib 1500 used_asleep_mib 1200\n"
+              f"GROUP status {pid} asleep 201326592 ipc_shared 67108864 ipc_shared_asleep "
+              f"67108864 ipc_imported 0\n"
+              f"GROUP status {pid + 1} asleep 0 ipc_shared 0 ipc_shared_asleep 0 ipc_imported 0\n"
+              f"GROUP wake_rc 0\nGROUP child_sees_after 9901.0 5650")
+        for r in ("child_saw 4950.0 4950", "child_wrote 9901.0 5650",
+                  "parent_sees 9901.0 5650", "parent_sees_child_write True"):
+            print(f"RESULT {r}")
     else:
         for r in ("child_saw 4950.0 4950", "child_wrote 9901.0 5650",
                   "parent_sees 9901.0 5650", "parent_sees_child_write True"):

@@ -42,8 +42,8 @@ rows = {x["row"]: x["ok"] for x in r["rows"]}
 bench = {b["metric"]: b for b in r["bench"]}
 fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
 bad = [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in rows.items() if v == (k in fail_expected)]
-if len(rows) != 28:
-    bad.append(f"{len(rows)} rows, expected 28")
+if len(rows) != 29:
+    bad.append(f"{len(rows)} rows, expected 29")
 if any("(x2)" in k for k in rows) or "SKIP the x2 rows" not in open(sys.argv[5]).read():
     bad.append("with one GPU the x2 rows did not skip themselves")
 x2 = {x["row"]: x for x in json.load(open(sys.argv[3]))["rows"]}
