@@ -159,3 +159,54 @@ Test(heap_share, foreign_and_wrong_ids_refused)
 	cr_expect_eq(vmm_share_list(t.core, &info, 1), 0);
 	t_close(&t);
 }
+
+/* A group sleep whose members have all let the memory go (vmm_share_release_allow): the shared
+ * handles are copied out and released like the rest, an export cannot be fetched while asleep,
+ * and at wake the memory is back at its address with its bytes and exports again. A handle the
+ * program retained (vmm_share_own) is never released: the program holds its value. */
+Test(heap_share, a_group_sleep_may_release_exported_memory)
+{
+	vmm_devptr a, b, r, view;
+	vmm_share_info si, sr;
+	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
+	vmm_sleep_opts all = { .tag = NULL, .device = -1, .discard = false };
+	vmm_transfer_result res;
+	struct tctx t;
+	vmm_error err;
+	size_t n;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 8 * MiB, 0, NULL, &a, &err), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 8 * MiB, 0, "other", &b, &err), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 32 * MiB, 0, "kept", &r, &err), VMM_OK);
+	t_fill(a, 8 * MiB, 3);
+	t_fill(b, 8 * MiB, 4);
+	t_fill(r, 32 * MiB, 5);
+	cr_assert_eq(vmm_share_export(t.core, a, &si, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(vmm_share_own(t.core, r, &sr, &err), VMM_OK, "%s", err.msg);
+	/* The importer wrote through its view, then let it go. */
+	view = import_view(&t, &si);
+	t_fill(view, 8 * MiB, 6);
+	cr_assert_eq(t.be->unmap(t.be, si.span + (view - si.base), si.span_size, &err), VMM_OK);
+	t.be->unreserve(t.be, 0, si.span + (view - si.base), si.span_size, &err);
+
+	vmm_share_release_allow(t.core, true);
+	cr_assert_eq(vmm_sleep(t.core, &all, &res, &err), VMM_OK, "%s", err.msg);
+	vmm_share_release_allow(t.core, false);
+	cr_expect_geq(res.bytes_released, 16 * MiB, "the exported memory was released too");
+	cr_expect_geq(vmm_share_asleep_bytes(t.core, 0), 8 * MiB);
+	cr_expect_lt(vmm_share_asleep_bytes(t.core, 0), 32 * MiB, "the retained handle stayed");
+	cr_expect(t_check(r, 32 * MiB, 5), "the retained handle stays mapped");
+	cr_expect_eq(vmm_share_fds(t.core, si.base, si.id, &si, pieces, VMM_SHARE_MAX_PIECES, &n,
+				   &err), VMM_E_BUSY, "no descriptor of released memory");
+	cr_assert_eq(vmm_wake(t.core, &all, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(vmm_share_asleep_bytes(t.core, 0), 0);
+	cr_expect(t_check(a, 8 * MiB, 6), "the importer's write came back");
+	cr_expect(t_check(b, 8 * MiB, 4));
+	/* Shared again: a new import sees the same memory as the exporter. */
+	view = import_view(&t, &si);
+	t_fill(view, 8 * MiB, 7);
+	cr_expect(t_check(a, 8 * MiB, 7));
+	t_close(&t);
+}
