@@ -102,6 +102,33 @@ static vmm_status release_one(vmm_backend *be, const ipc_import *m, vmm_error *e
 	return VMM_OK;
 }
 
+/* The exporter ended while the group slept, taking the memory it had released with it. The
+ * program's pointers must not fault: fresh memory goes in the range (contents lost, said). */
+static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *err)
+{
+	int peers[1] = { m->opener_device };
+	vmm_phys h;
+	vmm_status st = be->create(be, m->device, m->span_size, &h, err);
+
+	if (st)
+		return st;
+	if ((st = be->map(be, m->span, m->span_size, h, err))) {
+		be->release(be, h, NULL);
+		return st;
+	}
+	if ((st = be->set_access(be, m->device, m->span, m->span_size, peers,
+				 m->opener_device != m->device ? 1 : 0, err)) ||
+	    !ipc_registry_set_released(m->span, false, &h, 1)) {
+		be->unmap(be, m->span, m->span_size, NULL);
+		be->release(be, h, NULL);
+		return st ? st : vmm_fail(err, VMM_E_INVALID, 0, "the import was closed meanwhile");
+	}
+	vmm_log(VMM_LOG_ERROR, "group wake: pid %d, which exported the memory at 0x%llx (%zu "
+		"bytes), ended while the group slept; its contents are lost and new memory is "
+		"mapped there", (int)m->exporter, (unsigned long long)m->base, m->span_size);
+	return VMM_OK;
+}
+
 /* Ask m's exporter for its pieces again and map them at m's range. */
 static vmm_status restore_one(vmm_backend *be, const char *run_dir, const ipc_import *m,
 			      int timeout_ms, vmm_error *err)
@@ -115,9 +142,7 @@ static vmm_status restore_one(vmm_backend *be, const char *run_dir, const ipc_im
 	int peers[1] = { m->opener_device };
 
 	if (ipc_process_start_time(m->exporter) != m->start_time)
-		return vmm_fail(err, VMM_E_DRIVER, 0, "pid %d, which exported memory this process "
-				"maps at 0x%llx, has ended", (int)m->exporter,
-				(unsigned long long)m->base);
+		return replace_lost(be, m, err);
 	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu\n", PROTO_MAGIC,
 		 (unsigned long long)m->id, (unsigned long long)m->remote_base);
 	if (peer_request(run_dir, m->exporter, line, timeout_ms, &reply, why, sizeof(why)))

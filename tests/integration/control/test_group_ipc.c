@@ -246,3 +246,24 @@ Test(group_ipc, a_holder_outside_the_group_keeps_the_memory_resident, .timeout =
 	check(&s, "outsider-wrote");
 	finish(&s, &observer);
 }
+
+/* The exporter is killed while the group sleeps: the memory it released goes with it. The
+ * importer still wakes, with its own data, and its pointer to the lost memory stays usable
+ * (fresh memory is mapped there, the loss logged), so the program does not fault. */
+Test(group_ipc, an_exporter_killed_while_asleep_does_not_strand_its_importer, .timeout = 60)
+{
+	struct sharing s;
+	char cmd[128];
+
+	setup_env();
+	build(&s, 2, NULL);
+	cr_assert_eq(group("sleep", s.ps, 2), 0, "%s %s", o.out, o.err);
+	peer_kill(&s.ps[0]);
+	cr_assert_eq(group("wake", &s.ps[1], 1), 0, "%s %s", o.out, o.err);
+	expect_read(&s.ps[1], s.own[1], "own-1");
+	peer_ok(&s.ps[1], "write %lld still-usable", s.shared[1]);
+	expect_read(&s.ps[1], s.shared[1], "still-usable");
+	peer_exit(&s.ps[1]);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
+	cr_expect_eq(system(cmd), 0);
+}
