@@ -333,11 +333,6 @@ int group_run(const vmmctl_args *a)
 		exporter[i] = exporter[i] && shares;
 	}
 	pid_list(ms, n, sel, all_pids, sizeof(all_pids));
-	for (int i = 0; i < n; i++)
-		sel[i] = !exporter[i];
-	pid_list(ms, n, sel, importer_pids, sizeof(importer_pids));
-	for (int i = 0; i < n; i++)
-		sel[i] = true;
 	for (;;) {
 		double left = deadline - now();
 		bool again = true, failed = false;
@@ -354,12 +349,25 @@ int group_run(const vmmctl_args *a)
 			 * the importers (asleep by then) opened. */
 			if (verb == PROTO_SLEEP && shares)
 				snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group), "%s",
-					 exporter[i] ? importer_pids : all_pids);
+					 exporter[i] ? "" : all_pids); /* exporters: below */
 			ms[i].timeout = left;
 			ms[i].changed = ms[i].undone = false;
 		}
-		failed = !run_phase(ms, n, first, &code, &again) ||
-			 !run_phase(ms, n, second, &code, &again);
+		failed = !run_phase(ms, n, first, &code, &again);
+		if (!failed && shares && verb == PROTO_SLEEP) {
+			/* Only the importers this attempt put to sleep have let the memory go (one
+			 * that was asleep already answered "already" and kept its mappings). */
+			for (int i = 0; i < n; i++)
+				sel[i] = first[i] && ms[i].changed;
+			pid_list(ms, n, sel, importer_pids, sizeof(importer_pids));
+			for (int i = 0; i < n; i++) {
+				sel[i] = true;
+				if (second[i])
+					snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group),
+						 "%s", importer_pids);
+			}
+		}
+		failed = failed || !run_phase(ms, n, second, &code, &again);
 		if (!failed) {
 			ok = true;
 			code = EXIT_OK;

@@ -267,3 +267,21 @@ Test(group_ipc, an_exporter_killed_while_asleep_does_not_strand_its_importer, .t
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
 	cr_expect_eq(system(cmd), 0);
 }
+
+/* An importer that was asleep already (slept alone: it kept its mapping) answers "already" to
+ * the group sleep, so its exporter must keep the memory: were it re-created at wake, the
+ * importer would still map the old memory and their writes would no longer meet. */
+Test(group_ipc, an_importer_asleep_already_keeps_the_memory_shared, .timeout = 60)
+{
+	struct sharing s;
+
+	setup_env();
+	build(&s, 2, NULL);
+	cr_assert_eq(group("sleep", &s.ps[1], 1), 0, "%s %s", o.out, o.err);
+	cr_assert_eq(group("sleep", s.ps, 2), 0, "%s %s", o.out, o.err);
+	vmmctl_run(&o, run_dir, -1, "--json status %d", (int)s.ps[0].pid);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "ipc_shared_asleep"), 0, "%s", o.out);
+	cr_assert_eq(group("wake", s.ps, 2), 0, "%s %s", o.out, o.err);
+	check(&s, "shared-by-0");
+	finish(&s, NULL);
+}
