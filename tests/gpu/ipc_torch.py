@@ -7,6 +7,7 @@ and the parent sees the change. Prints RESULT lines (the same natively and under
 --x2: across two GPUs instead: the parent makes a tensor on cuda:0; the child copies it to cuda:1
 and checks the copy, changes the original in place on cuda:0 through the IPC mapping, and sends
 back a tensor it made on cuda:1, which the parent opens and checks.
+
 --group-sleep VMMCTL (under the shim): once the child has written, `VMMCTL sleep PARENT CHILD`
 sleeps both as one group, which releases the shared tensors too (the child lets its mapping go,
 the parent copies them out); while asleep it prints GROUP lines (vmmctl status of each, the GPU's
