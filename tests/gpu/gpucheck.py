@@ -273,6 +273,21 @@ class Proc:
 # ---------------------------------------------------------------------------------------------
 # vmmctl and its JSON
 
+def stray_gpus(nat, shm):
+    """NCCL rows: a rank under the shim may hold memory only on the GPUs it uses natively, at
+    every stage (nccl_group.py's per-process lists); one reason per stray."""
+    own = {r: set(g.keys()) for r, g in nat["stages"].get("after_nccl", {}).items()}
+    return [f"{st}: rank {r} holds memory on GPU {sorted(set(gpus.keys()) - own.get(r, set()))}"
+            for st, ranks in shm["stages"].items() for r, gpus in ranks.items()
+            if set(gpus.keys()) - own.get(r, set())]
+
+
+def stage_lists(nat, shm):
+    """Both runs' per-process MiB at each stage, for a row's reason."""
+    return "; ".join(f"{m['mode']} {st} {ranks}" for m in (nat, shm)
+                     for st, ranks in m["stages"].items())
+
+
 def leaves(js, path=()):
     if isinstance(js, dict):
         for k, v in js.items():
@@ -659,14 +674,8 @@ class Matrix:
                 reasons.append(f"{k}: rc {ctl.get(k, {}).get('rc')} "
                                f"{str(ctl.get(k, {}).get('json'))[:150]}")
         # No rank may hold memory on a GPU it does not use natively, at any stage.
-        own = {r: set(g.keys()) for r, g in nat["stages"].get("after_nccl", {}).items()}
-        for st, ranks in shm["stages"].items():
-            for r, gpus in ranks.items():
-                extra = set(gpus.keys()) - own.get(r, set())
-                if extra:
-                    reasons.append(f"{st}: rank {r} holds memory on GPU {sorted(extra)}")
-        lists = "; ".join(f"{m['mode']} {st} {ranks}" for m in (nat, shm)
-                          for st, ranks in m["stages"].items())
+        reasons += stray_gpus(nat, shm)
+        lists = stage_lists(nat, shm)
         self.add(name, not reasons, ("; ".join(reasons) or "sums correct, group sleep/wake ok, "
                  "no process on a GPU it does not use") + f" | per-process MiB: {lists}"[:900],
                  native="0" if not nat.get("error") else "err",
@@ -870,14 +879,8 @@ class Matrix:
                 reasons.append(f"{rep['mode']} exit {rep.get('rc')}")
         if nat.get("results") != shm.get("results"):
             reasons.append("results differ natively and under the shim")
-        own = {r: set(g.keys()) for r, g in nat["stages"].get("after_nccl", {}).items()}
-        for st, ranks in shm["stages"].items():
-            for r, gpus in ranks.items():
-                extra = set(gpus.keys()) - own.get(r, set())
-                if extra:
-                    reasons.append(f"{st}: rank {r} holds memory on GPU {sorted(extra)}")
-        lists = "; ".join(f"{m['mode']} {st} {ranks}" for m in (nat, shm)
-                          for st, ranks in m["stages"].items())
+        reasons += stray_gpus(nat, shm)
+        lists = stage_lists(nat, shm)
         self.add(name, not reasons, ("; ".join(reasons) or "sums correct and the same, no "
                  "process on a GPU it does not use") + f" | per-process MiB: {lists}"[:700],
                  native="0" if not nat.get("error") else "err",

@@ -612,3 +612,14 @@ int raw_stall(const char *sock, const char *partial)
 	}
 	return fd;
 }
+
+bool shared_env_setup(struct shared_env *e, const char *name)
+{
+	snprintf(e->run_dir, sizeof(e->run_dir), "/tmp/vmmshim-%s-XXXXXX", name);
+	if (!mkdtemp(e->run_dir))
+		return false;
+	snprintf(e->group, sizeof(e->group), "SIMDEV_SHARED=%s-%d", name, (int)getpid());
+	snprintf(e->preload, sizeof(e->preload), "LD_PRELOAD=%s", getenv("CTL_SHIM"));
+	snprintf(e->run, sizeof(e->run), "VMMSHIM_RUN_DIR=%s", e->run_dir);
+	return true;
+}

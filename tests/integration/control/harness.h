@@ -37,6 +37,14 @@ void target_log(const struct target *t, char *buf, size_t cap);
 /* The target's socket path. */
 void target_socket(const struct target *t, char *buf, size_t cap);
 
+/* The environment of targets that share one simdev device and are started by hand: a fresh
+ * run folder (/tmp/vmmshim-NAME-XXXXXX), SIMDEV_SHARED=NAME-<test pid>, the shim preloaded, as
+ * "K=V" strings. false when the folder cannot be made. */
+struct shared_env {
+	char run_dir[64], group[96], preload[512], run[128];
+};
+bool shared_env_setup(struct shared_env *e, const char *name);
+
 #define CTL_OUT_MAX (256 * 1024)
 
 struct ctl_out {

@@ -20,7 +20,7 @@
 TestSuite(group_ipc, .fini = harness_cleanup);
 
 static struct ctl_out o;
-static char run_dir[64], env_group[96], env_preload[512], env_run[128];
+static struct shared_env se;
 #define SAN_ENV "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:halt_on_error=1"
 
 #define OWN_BYTES (8u << 20)     /* each member's own memory */
@@ -28,17 +28,13 @@ static char run_dir[64], env_group[96], env_preload[512], env_run[128];
 
 static void setup_env(void)
 {
-	snprintf(run_dir, sizeof(run_dir), "/tmp/vmmshim-grpipc-XXXXXX");
-	cr_assert(mkdtemp(run_dir));
-	snprintf(env_group, sizeof(env_group), "SIMDEV_SHARED=vmmgi-%d", (int)getpid());
-	snprintf(env_preload, sizeof(env_preload), "LD_PRELOAD=%s", getenv("CTL_SHIM"));
-	snprintf(env_run, sizeof(env_run), "VMMSHIM_RUN_DIR=%s", run_dir);
+	cr_assert(shared_env_setup(&se, "grpipc"));
 }
 
 /* A member with extra settings (NULL: none). */
 static void start(struct peer *p, const char *extra)
 {
-	const char *env[] = { env_group, env_preload, env_run, "SIMDEV_MEMORY=2G",
+	const char *env[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=2G",
 			      "VMMSHIM_LOG=warn", SAN_ENV, extra, NULL };
 
 	peer_start(p, env);
@@ -53,7 +49,7 @@ static int group(const char *verb, struct peer *ps, int n)
 
 	for (int i = 0; i < n; i++)
 		len += (size_t)snprintf(pids + len, sizeof(pids) - len, " %d", (int)ps[i].pid);
-	return vmmctl_run(&o, run_dir, -1, "--timeout 30 %s%s", verb, pids), o.code;
+	return vmmctl_run(&o, se.run_dir, -1, "--timeout 30 %s%s", verb, pids), o.code;
 }
 
 static long long group_free(struct peer *observer)
@@ -132,7 +128,7 @@ static void finish(struct sharing *s, struct peer *observer)
 		peer_exit(&s->ps[i]);
 	if (observer)
 		peer_exit(observer);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", se.run_dir);
 	cr_expect_eq(system(cmd), 0);
 }
 
@@ -152,10 +148,10 @@ static void released_and_reshared(int n)
 	cr_expect_geq(asleep - before, (long long)n * OWN_BYTES + SHARED_BYTES,
 		      "free %lld before, %lld asleep: the shared memory was not released", before,
 		      asleep);
-	vmmctl_run(&o, run_dir, -1, "--json status %d", (int)s.ps[0].pid);
+	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)s.ps[0].pid);
 	cr_expect_eq(json_num(o.out, "\"devices\": [", "ipc_shared_asleep"), SHARED_BYTES, "%s",
 		     o.out);
-	vmmctl_run(&o, run_dir, -1, "status %d", (int)s.ps[0].pid);
+	vmmctl_run(&o, se.run_dir, -1, "status %d", (int)s.ps[0].pid);
 	cr_expect(strstr(o.out, "released by a group sleep; re-shared at wake"), "%s", o.out);
 	cr_assert_eq(group("wake", s.ps, n), 0, "group wake: %s %s", o.out, o.err);
 	cr_expect_leq(group_free(&observer), before, "every byte is back");
@@ -186,7 +182,7 @@ Test(group_ipc, a_fault_in_the_middle_of_the_sleep_leaves_every_process_as_it_wa
 	build(&s, 3, extra);
 	cr_assert_neq(group("sleep", s.ps, 3), 0, "the fault did not hit: %s %s", o.out, o.err);
 	for (int i = 0; i < 3; i++) {
-		vmmctl_run(&o, run_dir, -1, "--json status %d", (int)s.ps[i].pid);
+		vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)s.ps[i].pid);
 		cr_expect(strstr(o.out, "\"state\": \"awake\""), "pid %d: %s", (int)s.ps[i].pid,
 			  o.out);
 	}
@@ -210,7 +206,7 @@ Test(group_ipc, a_fault_in_the_middle_of_the_wake_leaves_every_process_as_it_was
 	cr_assert_eq(group("sleep", s.ps, 3), 0, "%s %s", o.out, o.err);
 	cr_assert_neq(group("wake", s.ps, 3), 0, "the fault did not hit: %s %s", o.out, o.err);
 	for (int i = 0; i < 3; i++) {
-		vmmctl_run(&o, run_dir, -1, "--json status %d", (int)s.ps[i].pid);
+		vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)s.ps[i].pid);
 		cr_expect(strstr(o.out, "\"state\": \"asleep\""), "pid %d: %s", (int)s.ps[i].pid,
 			  o.out);
 	}
@@ -237,7 +233,7 @@ Test(group_ipc, a_holder_outside_the_group_keeps_the_memory_resident, .timeout =
 	cr_expect_lt(asleep - before, 2LL * OWN_BYTES + SHARED_BYTES,
 		     "the shared memory stayed resident: free %lld before, %lld asleep", before,
 		     asleep);
-	vmmctl_run(&o, run_dir, -1, "status %d", (int)s.ps[0].pid);
+	vmmctl_run(&o, se.run_dir, -1, "status %d", (int)s.ps[0].pid);
 	cr_expect(strstr(o.out, "and stays resident while asleep (only a group sleep"), "%s", o.out);
 	cr_expect(!strstr(o.out, "released by a group sleep"), "%s", o.out);
 	/* The outsider keeps using it meanwhile. */
@@ -264,7 +260,7 @@ Test(group_ipc, an_exporter_killed_while_asleep_does_not_strand_its_importer, .t
 	peer_ok(&s.ps[1], "write %lld still-usable", s.shared[1]);
 	expect_read(&s.ps[1], s.shared[1], "still-usable");
 	peer_exit(&s.ps[1]);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", se.run_dir);
 	cr_expect_eq(system(cmd), 0);
 }
 
@@ -279,7 +275,7 @@ Test(group_ipc, an_importer_asleep_already_keeps_the_memory_shared, .timeout = 6
 	build(&s, 2, NULL);
 	cr_assert_eq(group("sleep", &s.ps[1], 1), 0, "%s %s", o.out, o.err);
 	cr_assert_eq(group("sleep", s.ps, 2), 0, "%s %s", o.out, o.err);
-	vmmctl_run(&o, run_dir, -1, "--json status %d", (int)s.ps[0].pid);
+	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)s.ps[0].pid);
 	cr_expect_eq(json_num(o.out, "\"devices\": [", "ipc_shared_asleep"), 0, "%s", o.out);
 	cr_assert_eq(group("wake", s.ps, 2), 0, "%s %s", o.out, o.err);
 	check(&s, "shared-by-0");

@@ -20,11 +20,11 @@
 TestSuite(group_share, .fini = harness_cleanup);
 
 static struct ctl_out o;
-static char run_dir[64], env_group[96], env_preload[512], env_run[128];
+static struct shared_env se;
 /* In the sanitize pass share_peer and the shim are built with ASan, which must not insist on
  * coming first (the shim is preloaded); the driver cannot tell, so the setting is always given. */
 #define SAN_ENV "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:halt_on_error=1"
-static const char *env[] = { env_group, env_preload, env_run, "SIMDEV_MEMORY=2G",
+static const char *env[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=2G",
 			     "VMMSHIM_LOG=warn", SAN_ENV, NULL };
 
 #define OWN_BYTES (8u << 20)     /* each member's own cuMemAlloc memory */
@@ -32,16 +32,12 @@ static const char *env[] = { env_group, env_preload, env_run, "SIMDEV_MEMORY=2G"
 
 static void setup_env(void)
 {
-	snprintf(run_dir, sizeof(run_dir), "/tmp/vmmshim-grpshare-XXXXXX");
-	cr_assert(mkdtemp(run_dir));
-	snprintf(env_group, sizeof(env_group), "SIMDEV_SHARED=vmmgs-%d", (int)getpid());
-	snprintf(env_preload, sizeof(env_preload), "LD_PRELOAD=%s", getenv("CTL_SHIM"));
-	snprintf(env_run, sizeof(env_run), "VMMSHIM_RUN_DIR=%s", run_dir);
+	cr_assert(shared_env_setup(&se, "grpshare"));
 }
 
 static long long status_num(struct peer *p, const char *section, const char *key)
 {
-	vmmctl_run(&o, run_dir, -1, "--json status %d", (int)p->pid);
+	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)p->pid);
 	cr_assert_eq(o.code, 0, "status of %d: %s %s", (int)p->pid, o.out, o.err);
 	return json_num(o.out, section, key);
 }
@@ -53,7 +49,7 @@ static void group(const char *verb, struct peer *ps, int n)
 
 	for (int i = 0; i < n; i++)
 		len += (size_t)snprintf(pids + len, sizeof(pids) - len, " %d", (int)ps[i].pid);
-	vmmctl_run(&o, run_dir, -1, "--timeout 60 %s%s", verb, pids);
+	vmmctl_run(&o, se.run_dir, -1, "--timeout 60 %s%s", verb, pids);
 	cr_assert_eq(o.code, 0, "group %s: %s %s", verb, o.out, o.err);
 }
 
@@ -120,7 +116,7 @@ static void shared_group(int n)
 		cr_expect_eq(status_num(&ps[i], "\"devices\": [", "app_shared"), SHARED_BYTES,
 			     "status names the shared bytes of member %d: %s", i, o.out);
 	/* And says why, in words. */
-	vmmctl_run(&o, run_dir, -1, "status %d", (int)ps[0].pid);
+	vmmctl_run(&o, se.run_dir, -1, "status %d", (int)ps[0].pid);
 	cr_expect(strstr(o.out, "shared with other processes"), "%s", o.out);
 	group("wake", ps, n);
 	for (int i = 0; i < n; i++) {
@@ -135,7 +131,7 @@ static void shared_group(int n)
 		peer_exit(&ps[i]);
 	peer_exit(&observer);
 	char cmd[128];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", se.run_dir);
 	cr_expect_eq(system(cmd), 0);
 }
 
@@ -186,12 +182,12 @@ Test(group_share, holders_that_keep_shared_memory_resident_are_named, .timeout =
 	snprintf(text, sizeof(text), "pid %d, outside the group, holds it", (int)outsider.pid);
 	cr_expect(strstr(o.out, text), "'%s' in: %s", text, o.out);
 	/* status of the exporter says so too. */
-	vmmctl_run(&o, run_dir, -1, "status %d", (int)ps[0].pid);
+	vmmctl_run(&o, se.run_dir, -1, "status %d", (int)ps[0].pid);
 	snprintf(text, sizeof(text), "the program holds descriptor %lld of it open", kept);
 	cr_expect(strstr(o.out, text), "'%s' in: %s", text, o.out);
 	/* The same in JSON, per holder. */
 	group("wake", ps, 2);
-	vmmctl_run(&o, run_dir, -1, "--json --timeout 60 sleep %d %d", (int)ps[0].pid,
+	vmmctl_run(&o, se.run_dir, -1, "--json --timeout 60 sleep %d %d", (int)ps[0].pid,
 		   (int)ps[1].pid);
 	cr_assert_eq(o.code, 0, "%s %s", o.out, o.err);
 	snprintf(text, sizeof(text), "\"outside\": [%d]", (int)outsider.pid);
@@ -204,7 +200,7 @@ Test(group_share, holders_that_keep_shared_memory_resident_are_named, .timeout =
 	for (int i = 0; i < 2; i++)
 		peer_exit(&ps[i]);
 	peer_exit(&outsider);
-	snprintf(text, sizeof(text), "rm -rf '%s'", run_dir);
+	snprintf(text, sizeof(text), "rm -rf '%s'", se.run_dir);
 	cr_expect_eq(system(text), 0);
 }
 
@@ -243,7 +239,7 @@ Test(group_share, shared_memory_is_freed_when_the_programs_let_it_go, .timeout =
 		      "free %lld before, %lld mapped", before, mapped);
 	/* Each shim lists its duplicate while the handle lives. */
 	for (int i = 0; i < 2; i++) {
-		vmmctl_run(&o, run_dir, -1, "status %d", (int)ps[i].pid);
+		vmmctl_run(&o, se.run_dir, -1, "status %d", (int)ps[i].pid);
 		cr_expect(strstr(o.out, "shared handle"), "%s", o.out);
 	}
 	for (int i = 0; i < 2; i++) {
@@ -257,6 +253,6 @@ Test(group_share, shared_memory_is_freed_when_the_programs_let_it_go, .timeout =
 	for (int i = 0; i < 2; i++)
 		peer_exit(&ps[i]);
 	peer_exit(&observer);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", run_dir);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", se.run_dir);
 	cr_expect_eq(system(cmd), 0);
 }
