@@ -299,22 +299,23 @@ static bool run_phase(struct member *ms, int n, const bool *phase, int *code, bo
 	return !failed;
 }
 
-int group_run(const vmmctl_args *a)
-{
-	static struct member ms[VMMCTL_MAX_GROUP];
-	int n = a->npids, attempts = 0, code = EXIT_OK;
-	proto_verb verb = a->cmd == CMD_SLEEP ? PROTO_SLEEP : PROTO_WAKE;
-	double t0 = now(), deadline = t0 + (a->timeout > 0 ? a->timeout : GROUP_DEFAULT_TIMEOUT);
-	int drain_ms = GROUP_DRAIN_FIRST_MS;
-	bool ok = false, sel[VMMCTL_MAX_GROUP] = { false }, exporter[VMMCTL_MAX_GROUP], first[VMMCTL_MAX_GROUP],
-	     second[VMMCTL_MAX_GROUP], shares = false;
-	static char all_pids[PROTO_SHARE_GROUP_MAX], importer_pids[PROTO_SHARE_GROUP_MAX];
+/* Who goes in which phase: exporters of shared memory sleep after and wake before the others. */
+struct group_plan {
+	int n;
+	proto_verb verb;
+	bool shares;                       /* some member exports memory another one opened */
+	bool exporter[VMMCTL_MAX_GROUP];
+	bool first[VMMCTL_MAX_GROUP], second[VMMCTL_MAX_GROUP];
+	char all_pids[PROTO_SHARE_GROUP_MAX], importer_pids[PROTO_SHARE_GROUP_MAX];
+};
 
-	memset(ms, 0, sizeof(ms));
-	/* Every member must be there before anything changes. */
-	for (int i = 0; i < n; i++) {
+/* Every member must be there before anything changes: 0, or the exit code (reported). */
+static int find_members(const vmmctl_args *a, struct member *ms)
+{
+	int code;
+
+	for (int i = 0; i < a->npids; i++) {
 		ms[i].pid = a->pids[i];
-		sel[i] = true;
 		if ((code = client_find_socket(ms[i].pid, &ms[i].t, &ms[i].e))) {
 			if (a->json)
 				out_json_error(stdout, &ms[i].e);
@@ -324,64 +325,111 @@ int group_run(const vmmctl_args *a)
 			return code;
 		}
 	}
-	/* Who exports shared memory: they sleep after and wake before the others. */
-	for (int i = 0; i < n; i++)
-		shares = (exporter[i] = exports_shared(&ms[i], GROUP_SHARES_TIMEOUT_S)) || shares;
-	for (int i = 0; i < n; i++) {
-		first[i] = !shares || (verb == PROTO_SLEEP ? !exporter[i] : exporter[i]);
-		second[i] = !first[i];
-		exporter[i] = exporter[i] && shares;
+	return 0;
+}
+
+static void plan_phases(struct member *ms, struct group_plan *g)
+{
+	bool all[VMMCTL_MAX_GROUP];
+
+	for (int i = 0; i < g->n; i++) {
+		all[i] = true;
+		g->shares = (g->exporter[i] = exports_shared(&ms[i], GROUP_SHARES_TIMEOUT_S)) ||
+			    g->shares;
 	}
-	pid_list(ms, n, sel, all_pids, sizeof(all_pids));
+	for (int i = 0; i < g->n; i++) {
+		g->first[i] = !g->shares ||
+			      (g->verb == PROTO_SLEEP ? !g->exporter[i] : g->exporter[i]);
+		g->second[i] = !g->first[i];
+		g->exporter[i] = g->exporter[i] && g->shares;
+	}
+	pid_list(ms, g->n, all, g->all_pids, sizeof(g->all_pids));
+}
+
+/* Each member's request for this attempt. Importers release what they opened from any member;
+ * exporters what only the importers (asleep by then) opened: set by narrow_exporters. */
+static void prepare_requests(struct member *ms, const struct group_plan *g, const vmmctl_args *a,
+			     double left, int drain_ms)
+{
+	for (int i = 0; i < g->n; i++) {
+		ms[i].req = (proto_request){ .verb = g->verb, .device = -1,
+					     .autowake = a->autowake,
+					     .timeout_ms = server_ms(left) };
+		if (g->verb == PROTO_SLEEP)
+			ms[i].req.drain_ms = drain_ms < left * 1000 ? drain_ms : (int)(left * 1000) + 1;
+		if (g->verb == PROTO_SLEEP && g->shares)
+			snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group), "%s",
+				 g->exporter[i] ? "" : g->all_pids);
+		ms[i].timeout = left;
+		ms[i].changed = ms[i].undone = false;
+	}
+}
+
+/* Only the importers this attempt put to sleep have let the memory go (one that was asleep
+ * already answered "already" and kept its mappings): the exporters release only that. */
+static void narrow_exporters(struct member *ms, struct group_plan *g)
+{
+	bool slept[VMMCTL_MAX_GROUP];
+
+	for (int i = 0; i < g->n; i++)
+		slept[i] = g->first[i] && ms[i].changed;
+	pid_list(ms, g->n, slept, g->importer_pids, sizeof(g->importer_pids));
+	for (int i = 0; i < g->n; i++)
+		if (g->second[i])
+			snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group), "%s",
+				 g->importer_pids);
+}
+
+/* Both phases; on a failure everything done is put back, the second phase first (exporters
+ * wake before their importers, importers go back to sleep before their exporters). true: done;
+ * *again: a retry could help (a drain that timed out, every undo done). */
+static bool one_attempt(struct member *ms, struct group_plan *g, const vmmctl_args *a,
+			double deadline, int *code, bool *again)
+{
+	bool failed;
+
+	*again = true;
+	failed = !run_phase(ms, g->n, g->first, code, again);
+	if (!failed && g->shares && g->verb == PROTO_SLEEP)
+		narrow_exporters(ms, g);
+	failed = failed || !run_phase(ms, g->n, g->second, code, again);
+	if (!failed)
+		return true;
+	undo(ms, g->n, g->second, g->verb, a->autowake, deadline);
+	undo(ms, g->n, g->first, g->verb, a->autowake, deadline);
+	for (int i = 0; i < g->n; i++)
+		*again = *again && !ms[i].undo_failed;
+	return false;
+}
+
+int group_run(const vmmctl_args *a)
+{
+	static struct member ms[VMMCTL_MAX_GROUP];
+	static struct group_plan g;
+	double t0 = now(), deadline = t0 + (a->timeout > 0 ? a->timeout : GROUP_DEFAULT_TIMEOUT);
+	int attempts = 0, code, drain_ms = GROUP_DRAIN_FIRST_MS;
+	const char *what = a->cmd == CMD_SLEEP ? "sleep" : "wake";
+	bool ok = false, again;
+
+	memset(ms, 0, sizeof(ms));
+	memset(&g, 0, sizeof(g));
+	g.n = a->npids;
+	g.verb = a->cmd == CMD_SLEEP ? PROTO_SLEEP : PROTO_WAKE;
+	if ((code = find_members(a, ms)))
+		return code;
+	plan_phases(ms, &g);
 	for (;;) {
 		double left = deadline - now();
-		bool again = true, failed = false;
 
 		attempts++;
-		for (int i = 0; i < n; i++) {
-			ms[i].req = (proto_request){ .verb = verb, .device = -1,
-						     .autowake = a->autowake,
-						     .timeout_ms = server_ms(left) };
-			if (verb == PROTO_SLEEP)
-				ms[i].req.drain_ms = drain_ms < left * 1000 ? drain_ms :
-						     (int)(left * 1000) + 1;
-			/* Importers release what they opened from any member; exporters what only
-			 * the importers (asleep by then) opened. */
-			if (verb == PROTO_SLEEP && shares)
-				snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group), "%s",
-					 exporter[i] ? "" : all_pids); /* exporters: below */
-			ms[i].timeout = left;
-			ms[i].changed = ms[i].undone = false;
-		}
-		failed = !run_phase(ms, n, first, &code, &again);
-		if (!failed && shares && verb == PROTO_SLEEP) {
-			/* Only the importers this attempt put to sleep have let the memory go (one
-			 * that was asleep already answered "already" and kept its mappings). */
-			for (int i = 0; i < n; i++)
-				sel[i] = first[i] && ms[i].changed;
-			pid_list(ms, n, sel, importer_pids, sizeof(importer_pids));
-			for (int i = 0; i < n; i++) {
-				sel[i] = true;
-				if (second[i])
-					snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group),
-						 "%s", importer_pids);
-			}
-		}
-		failed = failed || !run_phase(ms, n, second, &code, &again);
-		if (!failed) {
-			ok = true;
+		prepare_requests(ms, &g, a, left, drain_ms);
+		if ((ok = one_attempt(ms, &g, a, deadline, &code, &again))) {
 			code = EXIT_OK;
 			break;
 		}
-		/* The second phase is put back first: exporters wake before their importers, and
-		 * importers go back to sleep before their exporters. */
-		undo(ms, n, second, verb, a->autowake, deadline);
-		undo(ms, n, first, verb, a->autowake, deadline);
-		for (int i = 0; i < n; i++)
-			again = again && !ms[i].undo_failed;
 		/* Retry only a sleep that could not drain, while the deadline leaves room. */
 		left = deadline - now();
-		if (verb != PROTO_SLEEP || !again || left < 2 * drain_ms / 1000.0 + 0.5)
+		if (g.verb != PROTO_SLEEP || !again || left < 2 * drain_ms / 1000.0 + 0.5)
 			break;
 		code = EXIT_OK;
 		drain_ms = drain_ms * 2 > GROUP_DRAIN_MAX_MS ? GROUP_DRAIN_MAX_MS : drain_ms * 2;
@@ -389,10 +437,10 @@ int group_run(const vmmctl_args *a)
 			  NULL);
 	}
 	if (a->json)
-		print_json(ms, n, verb == PROTO_SLEEP ? "sleep" : "wake", ok, attempts, now() - t0);
+		print_json(ms, g.n, what, ok, attempts, now() - t0);
 	else
-		print_text(ms, n, verb == PROTO_SLEEP ? "sleep" : "wake", ok, attempts, now() - t0);
-	for (int i = 0; i < n; i++)
+		print_text(ms, g.n, what, ok, attempts, now() - t0);
+	for (int i = 0; i < g.n; i++)
 		client_reply_free(&ms[i].reply);
 	return ok ? EXIT_OK : code ? code : EXIT_REPORTED;
 }
