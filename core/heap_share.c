@@ -205,28 +205,46 @@ static size_t count_pieces(struct devheap *dh, const struct alloc *r)
 	return n;
 }
 
+/* ptr's device heap in *out, or VMM_E_NOT_OURS when ptr is not the core's. */
+static vmm_status ours_heap(vmm_core *core, vmm_devptr ptr, struct devheap **out,
+			    vmm_error *err)
+{
+	*out = heap_of_ptr(core, ptr);
+	return *out ? VMM_OK : vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx was not allocated by "
+					"vmmshim", (unsigned long long)ptr);
+}
+
+/* The live, awake allocation containing ptr in *out, or why not (caller holds the lock). */
+static vmm_status awake_alloc_at(struct devheap *dh, vmm_devptr ptr, struct alloc **out,
+				 vmm_error *err)
+{
+	struct alloc *r = alloc_at(dh, ptr);
+
+	*out = r;
+	if (!r)
+		return vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx is in no live allocation",
+				(unsigned long long)ptr);
+	if (r->arena->asleep)
+		return vmm_fail(err, VMM_E_BUSY, 0, "the allocation at 0x%llx is asleep",
+				(unsigned long long)r->base);
+	return VMM_OK;
+}
+
 vmm_status vmm_share_export(vmm_core *core, vmm_devptr ptr, vmm_share_info *out, vmm_error *err)
 {
-	struct devheap *dh = heap_of_ptr(core, ptr);
+	struct devheap *dh;
 	vmm_backend *be = core->be;
 	struct alloc *r;
 	vmm_status st = VMM_OK;
 
-	if (!dh)
-		return vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx was not allocated by vmmshim",
-				(unsigned long long)ptr);
+	if ((st = ours_heap(core, ptr, &dh, err)))
+		return st;
 	if (!be->export_fd || !be->shareable || !be->shareable(be, dh->dev))
 		return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "device %d's memory cannot be exported "
 				"as file descriptors", dh->dev);
 	pthread_mutex_lock(&dh->lock);
-	r = alloc_at(dh, ptr);
-	if (!r) {
-		st = vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx is in no live allocation",
-			      (unsigned long long)ptr);
-	} else if (r->arena->asleep) {
-		st = vmm_fail(err, VMM_E_BUSY, 0, "the allocation at 0x%llx is asleep",
-			      (unsigned long long)r->base);
-	} else if (!r->share_id) {
+	st = awake_alloc_at(dh, ptr, &r, err);
+	if (!st && !r->share_id) {
 		if (count_pieces(dh, r) > VMM_SHARE_MAX_PIECES)
 			st = vmm_fail(err, VMM_E_UNSUPPORTED, 0, "the allocation at 0x%llx lies in "
 				      "more than %d physical handles", (unsigned long long)r->base,
@@ -240,22 +258,6 @@ vmm_status vmm_share_export(vmm_core *core, vmm_devptr ptr, vmm_share_info *out,
 		fill_info(dh, r, out);
 	pthread_mutex_unlock(&dh->lock);
 	return st;
-}
-
-/* The live, awake allocation containing ptr, or NULL with err set (caller holds the lock). */
-static struct alloc *awake_alloc_at(struct devheap *dh, vmm_devptr ptr, vmm_error *err)
-{
-	struct alloc *r = alloc_at(dh, ptr);
-
-	if (!r)
-		vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx is in no live allocation",
-			 (unsigned long long)ptr);
-	else if (r->arena->asleep)
-		vmm_fail(err, VMM_E_BUSY, 0, "the allocation at 0x%llx is asleep",
-			 (unsigned long long)r->base);
-	else
-		return r;
-	return NULL;
 }
 
 /* The program holds r's handle by value: it may never be released and re-created. */
@@ -306,21 +308,16 @@ uint64_t vmm_share_asleep_bytes(vmm_core *core, int dev)
 
 vmm_status vmm_share_own_plan(vmm_core *core, vmm_devptr ptr, bool *move, vmm_error *err)
 {
-	struct devheap *dh = heap_of_ptr(core, ptr);
+	struct devheap *dh;
 	struct alloc *r;
 	vmm_status st;
 
 	*move = false;
-	if (!dh)
-		return vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx was not allocated by vmmshim",
-				(unsigned long long)ptr);
+	if ((st = ours_heap(core, ptr, &dh, err)))
+		return st;
 	pthread_mutex_lock(&dh->lock);
-	r = awake_alloc_at(dh, ptr, err);
-	if (!r)
-		st = err ? err->status : VMM_E_NOT_OURS;
-	else if (r->share_id && own_has(dh, r))
-		st = VMM_OK;
-	else
+	st = awake_alloc_at(dh, ptr, &r, err);
+	if (!st && !(r->share_id && own_has(dh, r)))
 		st = own_check(dh, r, move, err);
 	pthread_mutex_unlock(&dh->lock);
 	return st;
@@ -328,32 +325,27 @@ vmm_status vmm_share_own_plan(vmm_core *core, vmm_devptr ptr, bool *move, vmm_er
 
 vmm_status vmm_share_own(vmm_core *core, vmm_devptr ptr, vmm_share_info *out, vmm_error *err)
 {
-	struct devheap *dh = heap_of_ptr(core, ptr);
+	struct devheap *dh;
 	struct alloc *r;
 	vmm_status st;
 	bool move;
 
-	if (!dh)
-		return vmm_fail(err, VMM_E_NOT_OURS, 0, "0x%llx was not allocated by vmmshim",
-				(unsigned long long)ptr);
+	if ((st = ours_heap(core, ptr, &dh, err)))
+		return st;
 	pthread_mutex_lock(&dh->lock);
-	r = awake_alloc_at(dh, ptr, err);
-	if (!r) {
-		st = err ? err->status : VMM_E_NOT_OURS;
-	} else if (!r->share_id || !own_has(dh, r)) {
+	st = awake_alloc_at(dh, ptr, &r, err);
+	if (!st && (!r->share_id || !own_has(dh, r))) {
 		/* Checked again: the heap may have changed since the plan. */
 		st = own_check(dh, r, &move, err);
 		if (!st && move)
 			st = own_move(dh, r, err);
 		if (!st && !r->share_id && !(st = share_mark(dh, r, err)))
 			r->share_id = atomic_fetch_add(&core->last_share_id, 1) + 1;
-	} else {
-		st = VMM_OK;
 	}
-	if (!st)
+	if (!st) {
 		mark_retained(dh, r);
-	if (!st)
 		fill_info(dh, r, out);
+	}
 	pthread_mutex_unlock(&dh->lock);
 	return st;
 }
