@@ -26,7 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "prog_common.h"
+#include "prog_device_pattern.h"
 
 #define BIG (6u << 20)
 #define SMALL 1000u
@@ -47,26 +47,6 @@ static void from_hex(const char *s, void *p, size_t n)
 			FAIL("bad handle text");
 		((unsigned char *)p)[i] = (unsigned char)v;
 	}
-}
-
-static void put_pattern(CUdeviceptr d, size_t n, uint32_t seed)
-{
-	void *h = malloc(n);
-
-	pattern_fill(h, n, seed);
-	CHECK_CU(cuMemcpyHtoD(d, h, n));
-	free(h);
-}
-
-static int has_pattern(CUdeviceptr d, size_t n, uint32_t seed)
-{
-	void *h = malloc(n);
-	int ok;
-
-	CHECK_CU(cuMemcpyDtoH(h, d, n));
-	ok = !pattern_check(h, n, seed);
-	free(h);
-	return ok;
 }
 
 static void driver_init(void)

@@ -12,7 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "prog_common.h"
+#include "prog_device_pattern.h"
 
 #define GRAN (2ull << 20)
 #define NNEIGH 8
@@ -20,26 +20,6 @@
 
 static int (*shim_sleep)(const char *, int);
 static int (*shim_wake)(const char *);
-
-static void put_pattern(CUdeviceptr d, size_t n, uint32_t seed)
-{
-	void *h = malloc(n);
-
-	pattern_fill(h, n, seed);
-	CHECK_CU(cuMemcpyHtoD(d, h, n));
-	free(h);
-}
-
-static int has_pattern(CUdeviceptr d, size_t n, uint32_t seed)
-{
-	void *h = malloc(n);
-	int ok;
-
-	CHECK_CU(cuMemcpyDtoH(h, d, n));
-	ok = !pattern_check(h, n, seed);
-	free(h);
-	return ok;
-}
 
 static void driver_init(void)
 {
