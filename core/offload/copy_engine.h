@@ -48,6 +48,9 @@ vmm_status vmm_copy_engine_tune(vmm_copy_engine *ce, size_t chunk_bytes, int str
 vmm_status vmm_host_buf_alloc(vmm_backend *be, size_t size, int provision_now, vmm_host_buf *out,
 			      vmm_error *err);
 void vmm_host_buf_free(vmm_backend *be, vmm_host_buf *buf);
+/* Touch and pin the segments under buf now (buf may be a piece of a larger buffer); sets
+ * buf->pinned when all of it is pinned. */
+void vmm_host_buf_provision(vmm_host_buf *buf);
 /* Bytes of buf that are registered with the backend now. */
 size_t vmm_host_buf_pinned_bytes(const vmm_host_buf *buf);
 /* Host backups are pinned in segments of this many bytes (default 1 GiB: the driver's cost is per

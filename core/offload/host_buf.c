@@ -320,7 +320,7 @@ enum hb_seg_state hb_register(struct hb_rec *r, size_t seg)
 
 struct now_arg {
 	struct hb_rec *r;
-	size_t next;
+	size_t next, end;       /* offsets in r still to touch */
 	pthread_mutex_t lock;
 };
 
@@ -335,34 +335,62 @@ static void *now_worker(void *a)
 		off = na->next;
 		na->next += NOW_PIECE;
 		pthread_mutex_unlock(&na->lock);
-		if (off >= na->r->size)
+		if (off >= na->end)
 			return NULL;
-		hb_touch(na->r->base + off,
-			 na->r->size - off < NOW_PIECE ? na->r->size - off : NOW_PIECE);
+		hb_touch(na->r->base + off, na->end - off < NOW_PIECE ? na->end - off : NOW_PIECE);
 	}
 }
 
-static void provision_all(struct hb_rec *r)
+/* Provision segments [first, end) of r now, those this call claims (RAW ones), with
+ * short-lived threads touching pieces in parallel, then registering segment by segment (what
+ * free and the copy engine expect). Segments another thread provisions are waited for. */
+static void provision_segments(struct hb_rec *r, size_t first, size_t end)
 {
-	size_t pieces = (r->size + NOW_PIECE - 1) / NOW_PIECE;
+	size_t lo = end, hi = first, pieces;
 	int nt = prov_default_threads(), started = 0;
 	pthread_t th[NOW_MAX_THREADS];
-	struct now_arg na = { .r = r, .next = 0 };
+	struct now_arg na = { .r = r };
+	bool *mine = calloc(end - first, sizeof(*mine));
+	double ignored = 0;
+	char *start;
+	size_t len;
 
-	if ((size_t)nt > pieces)
-		nt = (int)pieces;
-	if (nt > NOW_MAX_THREADS)
-		nt = NOW_MAX_THREADS;
-	pthread_mutex_init(&na.lock, NULL);
-	for (int i = 1; i < nt; i++)
-		if (hb_thread_create(&th[started], now_worker, &na) == 0)
-			started++;
-	now_worker(&na);
-	for (int i = 0; i < started; i++)
-		pthread_join(th[i], NULL);
-	pthread_mutex_destroy(&na.lock);
-	for (size_t s = 0; s < r->nseg; s++)
-		hb_settle(r, s, hb_register(r, s));
+	if (!mine)
+		return;   /* the first copy provisions them instead */
+	for (size_t s = first; s < end; s++) {
+		if (!(mine[s - first] = hb_claim(r, s)))
+			continue;
+		lo = s < lo ? s : lo;
+		hi = s + 1;
+	}
+	if (lo < hi) {
+		/* Segments in between that others provision are touched again: that changes
+		 * nothing (contents are kept). */
+		hb_seg_bounds(r, lo, &start, &len);
+		na.next = (size_t)(start - r->base);
+		hb_seg_bounds(r, hi - 1, &start, &len);
+		na.end = (size_t)(start - r->base) + len;
+		pieces = (na.end - na.next + NOW_PIECE - 1) / NOW_PIECE;
+		if ((size_t)nt > pieces)
+			nt = (int)pieces;
+		if (nt > NOW_MAX_THREADS)
+			nt = NOW_MAX_THREADS;
+		pthread_mutex_init(&na.lock, NULL);
+		for (int i = 1; i < nt; i++)
+			if (hb_thread_create(&th[started], now_worker, &na) == 0)
+				started++;
+		now_worker(&na);
+		for (int i = 0; i < started; i++)
+			pthread_join(th[i], NULL);
+		pthread_mutex_destroy(&na.lock);
+	}
+	for (size_t s = first; s < end; s++) {
+		if (mine[s - first])
+			hb_settle(r, s, hb_register(r, s));
+		else
+			hb_wait(r, s, &ignored);
+	}
+	free(mine);
 }
 
 vmm_status vmm_host_buf_alloc(vmm_backend *be, size_t size, int provision_now, vmm_host_buf *out,
@@ -427,20 +455,24 @@ vmm_status vmm_host_buf_alloc(vmm_backend *be, size_t size, int provision_now, v
 		free(r);
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the buffer table");
 	}
-	if (provision_now) {
-		for (size_t s = 0; s < r->nseg; s++)
-			hb_claim(r, s);
-		provision_all(r);
-		out->pinned = 1;
-		pthread_mutex_lock(&tab_lock);
-		for (size_t s = 0; s < r->nseg; s++)
-			if (r->seg[s] != HB_PINNED)
-				out->pinned = 0;
-		pthread_mutex_unlock(&tab_lock);
-	}
 	out->ptr = base;
 	out->size = size;
+	if (provision_now)
+		vmm_host_buf_provision(out);
 	return VMM_OK;
+}
+
+void vmm_host_buf_provision(vmm_host_buf *buf)
+{
+	struct hb_rec *r = buf && buf->ptr && buf->size ? hb_find(buf->ptr) : NULL;
+	size_t first, end;
+
+	if (!r)
+		return;
+	first = hb_seg_index(r, buf->ptr);
+	end = hb_seg_index(r, (char *)buf->ptr + buf->size - 1) + 1;
+	provision_segments(r, first, end);
+	buf->pinned = vmm_host_buf_pinned_bytes(buf) >= buf->size;
 }
 
 void vmm_host_buf_free(vmm_backend *be, vmm_host_buf *buf)
@@ -472,18 +504,24 @@ void vmm_host_buf_free(vmm_backend *be, vmm_host_buf *buf)
 size_t vmm_host_buf_pinned_bytes(const vmm_host_buf *buf)
 {
 	struct hb_rec *r = buf && buf->ptr ? hb_find(buf->ptr) : NULL;
+	char *lo, *hi;
 	size_t bytes = 0;
 
 	if (!r)
 		return 0;
+	/* A buffer may be a piece of a larger one (backup_pool.c): only its own bytes count. */
+	lo = buf->ptr;
+	hi = lo + buf->size;
 	pthread_mutex_lock(&tab_lock);
 	for (size_t s = 0; s < r->nseg; s++) {
-		char *start;
+		char *start, *a, *b;
 		size_t len;
 
 		hb_seg_bounds(r, s, &start, &len);
-		if (r->seg[s] == HB_PINNED)
-			bytes += len;
+		a = start > lo ? start : lo;
+		b = start + len < hi ? start + len : hi;
+		if (r->seg[s] == HB_PINNED && a < b)
+			bytes += (size_t)(b - a);
 	}
 	pthread_mutex_unlock(&tab_lock);
 	return bytes;
