@@ -39,6 +39,8 @@ void devheap_destroy(struct devheap *dh)
 	phys_teardown(dh);
 	if (dh->ce && dh->ce_destroy)
 		dh->ce_destroy(dh->ce);
+	if (dh->backups && dh->backups_destroy)
+		dh->backups_destroy(dh->backups);
 	free_all_blocks(dh);
 	va_release_all(dh);
 	records_free_all(dh);

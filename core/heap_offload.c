@@ -12,6 +12,7 @@
 
 #include "heap_internal.h"
 #include "log.h"
+#include "offload/backup_pool.h"
 #include "offload/drain.h"
 
 /* Which arenas an operation acts on: a tag's (NULL: every tag), or, for an undo, exactly those
@@ -113,6 +114,20 @@ static vmm_status live_ranges(struct devheap *dh, struct phandle *h, vmm_copy_ra
 		(*r)[(*n)++].size = hi - lo;
 	}
 	return VMM_OK;
+}
+
+/* A host backup for h from the device's pool (the pool made at the first). */
+static vmm_status backup_for(struct devheap *dh, struct phandle *h, size_t size, int provision_now,
+			     vmm_error *err)
+{
+	if (!dh->backups) {
+		dh->backups = vmm_backup_pool_create(dh->core->be);
+		if (!dh->backups)
+			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a backup pool");
+		dh->backup_put = vmm_backup_put;
+		dh->backups_destroy = vmm_backup_pool_destroy;
+	}
+	return vmm_backup_get(dh->backups, size, provision_now, &h->backup, err);
 }
 
 static vmm_status engine_of(struct devheap *dh, vmm_error *err)
@@ -320,12 +335,8 @@ static vmm_status copy_out(struct devheap *dh, struct sleep_plan *p, vmm_transfe
 	for (size_t i = 0; i < p->nlive && !st; i++) {
 		struct phandle *h = p->live[i];
 
-		if (!h->backup.ptr) {
-			st = vmm_host_buf_alloc(be, h->size, 0, &h->backup, err);
-			if (st)
-				break;
-			dh->backup_free = vmm_host_buf_free;
-		}
+		if (!h->backup.ptr && (st = backup_for(dh, h, h->size, 0, err)))
+			break;
 		st = live_ranges(dh, h, &r, &nr, &cap, err);
 	}
 	if (!st && nr) {
@@ -845,11 +856,8 @@ vmm_status vmm_provision_backup(vmm_core *core, const vmm_sleep_opts *opts, vmm_
 			break;
 		}
 		for (struct phandle *h = dh->handles; h && !st; h = h->next) {
-			if (selected(h->arena, &f) && !h->asleep && !h->backup.ptr) {
-				st = vmm_host_buf_alloc(dh->core->be, h->size, 1, &h->backup, err);
-				if (!st)
-					dh->backup_free = vmm_host_buf_free;
-			}
+			if (selected(h->arena, &f) && !h->asleep && !h->backup.ptr)
+				st = backup_for(dh, h, h->size, 1, err);
 		}
 	}
 	unlock_all(&s);

@@ -181,14 +181,19 @@ vmm_status handle_detach(struct devheap *dh, struct phandle *h, vmm_error *err)
 	return VMM_OK;
 }
 
+void heap_backup_put(struct devheap *dh, vmm_host_buf *backup)
+{
+	if (backup->ptr && dh->backup_put)
+		dh->backup_put(dh->backups, backup);
+}
+
 void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *acct)
 {
 	vmm_backend *be = dh->core->be;
 
 	phys_release(be, h->h);
 	acct->st.handles_released++;
-	if (h->backup.ptr && dh->backup_free)
-		dh->backup_free(be, &h->backup);
+	heap_backup_put(dh, &h->backup);
 	free(h);
 }
 
@@ -252,8 +257,7 @@ uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n)
 		/* A handle the driver would not take back is lost to this heap either way. */
 		bytes += hs[i]->size;
 		acct[i]->st.handles_released++;
-		if (hs[i]->backup.ptr && dh->backup_free)
-			dh->backup_free(be, &hs[i]->backup);
+		heap_backup_put(dh, &hs[i]->backup);
 		free(hs[i]);
 	}
 out:
@@ -303,8 +307,7 @@ void phys_teardown(struct devheap *dh)
 			phys_unmap(be, h->va, h->size);
 		if (!h->asleep)
 			phys_release(be, h->h);
-		if (h->backup.ptr && dh->backup_free)
-			dh->backup_free(be, &h->backup);
+		heap_backup_put(dh, &h->backup);
 		free(h);
 	}
 	dh->handles = NULL;

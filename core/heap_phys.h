@@ -35,6 +35,8 @@ vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err);
 uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n);
 /* Release wholly free handles until at most keep_bytes of them remain. */
 void heap_release_free_handles(struct devheap *dh, size_t keep_bytes);
+/* Give a handle's host backup back to the device's pool (nothing when it has none). */
+void heap_backup_put(struct devheap *dh, vmm_host_buf *backup);
 /* Teardown: unmap and release every handle of the device, free the records and backups. */
 void phys_teardown(struct devheap *dh);
 

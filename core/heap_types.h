@@ -161,9 +161,11 @@ struct devheap {
 	struct alloc *alloc_pool;
 	uint64_t quar_total;
 	uint64_t cut_since_sync;        /* bytes cut from large free blocks (heap_fit.c) */
-	/* Set by the offload engine when it provisions a backup; keeps the allocator free of a
-	 * link-time dependency on the copy engine. */
-	void (*backup_free)(vmm_backend *be, vmm_host_buf *buf);
+	/* Host backups of the handles, carved from the offload engine's pool (created with the
+	 * first backup). The hooks keep the allocator free of a link-time dependency on it. */
+	struct vmm_backup_pool *backups;
+	void (*backup_put)(struct vmm_backup_pool *pool, vmm_host_buf *buf);
+	void (*backups_destroy)(struct vmm_backup_pool *pool);
 	vmm_copy_engine *ce;    /* the offload engine's, created at the first sleep */
 	void (*ce_destroy)(vmm_copy_engine *ce);
 	uint64_t live_total, live_req, mapped_total, peak_live, peak_mapped;
