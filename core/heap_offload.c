@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "heap_coalesce.h"
 #include "heap_internal.h"
 #include "log.h"
 #include "offload/backup_pool.h"
@@ -116,8 +117,8 @@ static vmm_status live_ranges(struct devheap *dh, struct phandle *h, vmm_copy_ra
 	return VMM_OK;
 }
 
-/* A host backup for h from the device's pool (the pool made at the first). */
-static vmm_status backup_for(struct devheap *dh, struct phandle *h, size_t size, int provision_now,
+/* A host backup of size bytes from the device's pool (the pool made at the first). */
+static vmm_status backup_get(struct devheap *dh, size_t size, int provision_now, vmm_host_buf *out,
 			     vmm_error *err)
 {
 	if (!dh->backups) {
@@ -127,7 +128,49 @@ static vmm_status backup_for(struct devheap *dh, struct phandle *h, size_t size,
 		dh->backup_put = vmm_backup_put;
 		dh->backups_destroy = vmm_backup_pool_destroy;
 	}
-	return vmm_backup_get(dh->backups, size, provision_now, &h->backup, err);
+	return vmm_backup_get(dh->backups, size, provision_now, out, err);
+}
+
+static vmm_status backup_for(struct devheap *dh, struct phandle *h, int provision_now,
+			     vmm_error *err)
+{
+	return backup_get(dh, h->size, provision_now, &h->backup, err);
+}
+
+/* Each run that will become one handle after the sleep (heap_coalesce.h) is backed by one piece,
+ * its handles by slices of it in address order. The old pieces go back after the new one is had
+ * (a pool chunk emptied first would be mapped and pinned again); where the host cannot hold
+ * both, they go back first. */
+static vmm_status run_backups(struct devheap *dh, struct phandle **hs,
+			      const struct handle_run *runs, size_t nruns, vmm_error *err)
+{
+	for (size_t i = 0; i < nruns; i++) {
+		const struct handle_run *r = &runs[i];
+		vmm_host_buf piece;
+		bool put = false;
+		vmm_status st;
+
+		if (run_backup_contiguous(hs, r))
+			continue;
+		st = backup_get(dh, r->bytes, 0, &piece, err);
+		if (st == VMM_E_HOST_OOM) {
+			for (size_t k = r->first; k < r->first + r->n; k++)
+				heap_backup_put(dh, &hs[k]->backup);
+			put = true;
+			st = backup_get(dh, r->bytes, 0, &piece, err);
+		}
+		if (st)
+			return st;
+		for (size_t k = r->first; k < r->first + r->n; k++) {
+			if (!put)
+				heap_backup_put(dh, &hs[k]->backup);
+			hs[k]->backup = (vmm_host_buf){
+				.ptr = (char *)piece.ptr + (hs[k]->va - hs[r->first]->va),
+				.size = hs[k]->size,
+			};
+		}
+	}
+	return VMM_OK;
 }
 
 static vmm_status engine_of(struct devheap *dh, vmm_error *err)
@@ -335,7 +378,7 @@ static vmm_status copy_out(struct devheap *dh, struct sleep_plan *p, vmm_transfe
 	for (size_t i = 0; i < p->nlive && !st; i++) {
 		struct phandle *h = p->live[i];
 
-		if (!h->backup.ptr && (st = backup_for(dh, h, h->size, 0, err)))
+		if (!h->backup.ptr && (st = backup_for(dh, h, 0, err)))
 			break;
 		st = live_ranges(dh, h, &r, &nr, &cap, err);
 	}
@@ -514,7 +557,9 @@ static void mark_asleep(struct devheap *dh, const struct filter *f)
 static vmm_status sleep_device(struct devheap *dh, const struct filter *f, const vmm_limits *lim,
 			       vmm_transfer_result *res, vmm_error *err)
 {
+	struct handle_run *runs = NULL;
 	struct sleep_plan p;
+	size_t nruns;
 	vmm_status st;
 
 	st = vmm_drain(dh->core->be, dh->dev, lim, err);
@@ -528,11 +573,15 @@ static vmm_status sleep_device(struct devheap *dh, const struct filter *f, const
 	st = plan_sleep(dh, f, &p, err);
 	if (st)
 		return st;
+	qsort(p.live, p.nlive, sizeof(*p.live), by_va);
+	nruns = coalesce_runs(dh, p.live, p.nlive, &runs);
 	st = check_host(dh, &p, err);
 	if (!st) {
 		if (p.nidle)
 			res->bytes_released += heap_drop_handles(dh, p.idle, p.nidle);
 		if (!f->discard)
+			st = run_backups(dh, p.live, runs, nruns, err);
+		if (!st && !f->discard)
 			st = copy_out(dh, &p, res, err);
 	}
 	if (!st)
@@ -547,11 +596,15 @@ static vmm_status sleep_device(struct devheap *dh, const struct filter *f, const
 			if (!p.live[i]->asleep)
 				p.live[i]->has_backup = false;
 		plan_free(&p);
+		free(runs);
 		return st;
 	}
 	commit_asleep(p.live, p.nlive, f->discard, res);
+	for (size_t i = 0; i < nruns; i++)
+		coalesce_asleep(dh, p.live, &runs[i]);
 	mark_asleep(dh, f);
 	plan_free(&p);
+	free(runs);
 	return VMM_OK;
 }
 
@@ -857,7 +910,7 @@ vmm_status vmm_provision_backup(vmm_core *core, const vmm_sleep_opts *opts, vmm_
 		}
 		for (struct phandle *h = dh->handles; h && !st; h = h->next) {
 			if (selected(h->arena, &f) && !h->asleep && !h->backup.ptr)
-				st = backup_for(dh, h, h->size, 1, err);
+				st = backup_for(dh, h, 1, err);
 		}
 	}
 	unlock_all(&s);
