@@ -1,10 +1,12 @@
 /* A wake brings handles back in batches whose copies overlap the next batch's creation, mapping
- * and access grant (heap_offload.c). The heap here is fragmented (many small allocations, a third
- * freed, the holes refilled) and large enough for several batches. Each create, map, grant and
- * host-to-device copy of the wake is made to fail in turn, early, in the middle and last
- * (SIMDEV_FAIL, counted past the calls the setup makes; one child process per case): the failed
- * wake leaves the heap asleep with nothing mapped for it and its host copy intact, the next
- * wake brings every byte back, and nothing leaks at exit. */
+ * and access grant, and a sleep releases each batch while the next one copies out
+ * (heap_offload.c). The heap here is fragmented (many small allocations, a third freed, the
+ * holes refilled) and large enough for several batches. Each create, map, grant and
+ * host-to-device copy of the wake, and each device-to-host copy, unmap and release of the sleep,
+ * is made to fail in turn, early, in the middle and last (SIMDEV_FAIL, counted past the calls
+ * made before; one child process per case): a failed sleep leaves the heap awake with every byte,
+ * a failed wake leaves it asleep with nothing mapped for it and its host copy intact, the next
+ * try succeeds, and nothing leaks at exit. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +19,8 @@
 
 #define MAXA 64
 
-enum stop { AFTER_SETUP, AFTER_ALL };
+/* AFTER_SETUP tears the heap down; SETUP_ONLY and AFTER_SLEEP exit without (they only count). */
+enum stop { AFTER_SETUP, SETUP_ONLY, AFTER_SLEEP, AFTER_ALL };
 
 static int say(const char *what)
 {
@@ -74,6 +77,10 @@ static int scenario(enum stop stop)
 		return say(err.msg);
 	if (fragment(&t, p, sz, &n))
 		return 1;
+	if (stop == SETUP_ONLY)
+		return 0;
+	if (stop == AFTER_SLEEP)
+		return vmm_sleep(t.core, NULL, NULL, &err) ? say(err.msg) : 0;
 	if (stop != AFTER_SETUP && sleep_wake(&t, p, sz, n))
 		return 1;
 	for (int i = 0; i < n; i++)
@@ -91,8 +98,18 @@ static int sleep_wake(struct tctx *t, vmm_devptr *p, const size_t *sz, int n)
 	vmm_error err;
 	vmm_stats s;
 
-	if (vmm_sleep(t->core, &o, NULL, &err))
-		return say(err.msg);
+	if (vmm_sleep(t->core, &o, NULL, &err)) {
+		/* The injected failure: awake, every byte where it was. */
+		if (vmm_is_asleep(t->core, 0, NULL))
+			return say("a failed sleep left the heap asleep");
+		vmm_stats_get(t->core, 0, NULL, &s, NULL);
+		if (s.mapped_bytes != t_dev_used(t, 0))
+			return say("a failed sleep: mapped bytes differ from the driver's");
+		if (intact(p, sz, n))
+			return 1;
+		if (vmm_sleep(t->core, &o, NULL, &err))
+			return say("the sleep after a failed one failed too");
+	}
 	if (vmm_wake(t->core, &o, NULL, &err)) {
 		/* The injected failure: asleep, nothing of it left on the device. */
 		if (!vmm_is_asleep(t->core, 0, NULL))
@@ -111,12 +128,17 @@ static int sleep_wake(struct tctx *t, vmm_devptr *p, const size_t *sz, int n)
 	return intact(p, sz, n);
 }
 
+#define NCALLS 7
+#define NWAKE 4   /* names[0..NWAKE): the wake's calls; the rest: the sleep's */
+
 struct counts {
 	long live;
-	long calls[4];
+	long calls[NCALLS];
 };
 
-static const char *names[] = { "cuMemCreate", "cuMemMap", "cuMemSetAccess", "cuMemcpyHtoDAsync" };
+static const char *names[NCALLS] = { "cuMemCreate", "cuMemMap", "cuMemSetAccess",
+				     "cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync", "cuMemUnmap",
+				     "cuMemRelease" };
 
 static int run_child(enum stop stop, const char *fail, const char *stats, struct counts *c)
 {
@@ -144,7 +166,7 @@ static int run_child(enum stop stop, const char *fail, const char *stats, struct
 		if (!strcmp(name, "live_bytes"))
 			c->live = v;
 		/* A base name counts all its variants (_v2, _ptsz), as SIMDEV_FAIL does. */
-		for (int k = 0; k < 4; k++)
+		for (int k = 0; k < NCALLS; k++)
 			if (!strncmp(name, names[k], strlen(names[k])) &&
 			    (!name[strlen(names[k])] || name[strlen(names[k])] == '_'))
 				c->calls[k] += v;
@@ -154,35 +176,60 @@ static int run_child(enum stop stop, const char *fail, const char *stats, struct
 	return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
-Test(heap_wake_pipeline, every_step_of_a_batched_wake_can_fail, .timeout = 120)
+/* Fail each of names[first..last)'s calls early, in the middle and last of those between the
+ * runs counted in `before` and `after`; every case must recover. Returns the cases run. */
+static int fail_each(int first, int last, const struct counts *before, const struct counts *after,
+		     const char *stats)
 {
-	char stats[] = "/tmp/vmm-wake-pipeline-XXXXXX";
-	struct counts setup, all, c;
-	int fd = mkstemp(stats), cases = 0;
+	struct counts c;
+	int cases = 0;
 
-	cr_assert_geq(fd, 0);
-	close(fd);
-	cr_assert_eq(run_child(AFTER_SETUP, NULL, stats, &setup), 0, "the setup runs");
-	cr_assert_eq(run_child(AFTER_ALL, NULL, stats, &all), 0, "the cycle passes without faults");
-	cr_assert_eq(all.live, 0);
-	for (int k = 0; k < 4; k++) {
-		/* The wake's calls: all of them past the setup (a sleep makes none of these). */
-		long wake = all.calls[k] - setup.calls[k];
-		long at[] = { 2, wake / 2, wake };
+	for (int k = first; k < last; k++) {
+		long made = after->calls[k] - before->calls[k];
+		long at[] = { 2, made / 2, made };
 
-		cr_assert_gt(wake, 2, "%s: the wake made %ld call(s), expected batches", names[k],
-			     wake);
+		cr_assert_gt(made, 2, "%s: %ld call(s), expected batches", names[k], made);
 		for (size_t j = 0; j < sizeof(at) / sizeof(at[0]); j++) {
 			char fail[96];
 			int rc;
 
-			snprintf(fail, sizeof(fail), "%s:%ld", names[k], setup.calls[k] + at[j]);
+			snprintf(fail, sizeof(fail), "%s:%ld", names[k], before->calls[k] + at[j]);
 			rc = run_child(AFTER_ALL, fail, stats, &c);
 			cr_expect_eq(rc, 0, "SIMDEV_FAIL=%s: the scenario failed (%d)", fail, rc);
 			cr_expect_eq(c.live, 0, "SIMDEV_FAIL=%s: %ld device bytes leaked", fail, c.live);
 			cases++;
 		}
 	}
-	cr_log_info("%d injected failures checked", cases);
+	return cases;
+}
+
+Test(heap_wake_pipeline, every_step_of_a_batched_sleep_can_fail, .timeout = 120)
+{
+	char stats[] = "/tmp/vmm-sleep-pipeline-XXXXXX";
+	struct counts setup, slept;
+	int fd = mkstemp(stats);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(run_child(SETUP_ONLY, NULL, stats, &setup), 0, "the setup runs");
+	cr_assert_eq(run_child(AFTER_SLEEP, NULL, stats, &slept), 0, "the sleep passes");
+	cr_log_info("%d injected failures checked",
+		    fail_each(NWAKE, NCALLS, &setup, &slept, stats));
+	unlink(stats);
+}
+
+Test(heap_wake_pipeline, every_step_of_a_batched_wake_can_fail, .timeout = 120)
+{
+	char stats[] = "/tmp/vmm-wake-pipeline-XXXXXX";
+	struct counts setup, all;
+	int fd = mkstemp(stats);
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(run_child(AFTER_SETUP, NULL, stats, &setup), 0, "the setup runs");
+	cr_assert_eq(run_child(AFTER_ALL, NULL, stats, &all), 0, "the cycle passes without faults");
+	cr_assert_eq(all.live, 0);
+	/* The wake's calls: all of them past the setup (a sleep makes none of these). */
+	cr_log_info("%d injected failures checked", fail_each(0, NWAKE, &setup, &all, stats));
 	unlink(stats);
 }
