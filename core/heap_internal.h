@@ -5,6 +5,7 @@
  * structures they share):
  *
  *   heap.c, heap_offload.c  the public API; sleep and wake
+ *   heap_coalesce.c a sleep's runs of handles inside one allocation become one  -> phys, blocks
  *   heap_share.c    exported allocations, shared handles pinned and retired (vmm_share.h)
  *                   -> own, phys, slab, blocks, va
  *   heap_own.c      an exported allocation given one handle of its own (moved on the device)
