@@ -142,7 +142,8 @@ static vmm_status backup_for(struct devheap *dh, struct phandle *h, int provisio
  * (a pool chunk emptied first would be mapped and pinned again); where the host cannot hold
  * both, they go back first. */
 static vmm_status run_backups(struct devheap *dh, struct phandle **hs,
-			      const struct handle_run *runs, size_t nruns, vmm_error *err)
+			      const struct handle_run *runs, size_t nruns, int provision_now,
+			      vmm_error *err)
 {
 	for (size_t i = 0; i < nruns; i++) {
 		const struct handle_run *r = &runs[i];
@@ -152,12 +153,12 @@ static vmm_status run_backups(struct devheap *dh, struct phandle **hs,
 
 		if (run_backup_contiguous(hs, r))
 			continue;
-		st = backup_get(dh, r->bytes, 0, &piece, err);
+		st = backup_get(dh, r->bytes, provision_now, &piece, err);
 		if (st == VMM_E_HOST_OOM) {
 			for (size_t k = r->first; k < r->first + r->n; k++)
 				heap_backup_put(dh, &hs[k]->backup);
 			put = true;
-			st = backup_get(dh, r->bytes, 0, &piece, err);
+			st = backup_get(dh, r->bytes, provision_now, &piece, err);
 		}
 		if (st)
 			return st;
@@ -646,7 +647,7 @@ static vmm_status sleep_device(struct devheap *dh, const struct filter *f, const
 		if (p.nidle)
 			res->bytes_released += heap_drop_handles(dh, p.idle, p.nidle);
 		if (!f->discard)
-			st = run_backups(dh, p.live, runs, nruns, err);
+			st = run_backups(dh, p.live, runs, nruns, 0, err);
 		if (!st)
 			st = copy_out_and_release(dh, &p, f->discard, lim, res, err);
 	}
@@ -945,6 +946,35 @@ bool vmm_is_asleep(vmm_core *core, int device, const char *tag)
 	return r;
 }
 
+/* Backups for the selected resident handles of one device, provisioned now, shaped as the
+ * sleep will want them: a run that will become one handle gets one piece. */
+static vmm_status provision_device(struct devheap *dh, const struct filter *f, vmm_error *err)
+{
+	struct handle_run *runs = NULL;
+	struct phandle **hs;
+	size_t n = 0, nruns;
+	vmm_status st = VMM_OK;
+
+	for (struct phandle *h = dh->handles; h; h = h->next)
+		n += selected(h->arena, f) && !h->asleep && h->va;
+	hs = calloc(n ? n : 1, sizeof(*hs));
+	if (!hs)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan the backup");
+	n = 0;
+	for (struct phandle *h = dh->handles; h; h = h->next)
+		if (selected(h->arena, f) && !h->asleep && h->va)
+			hs[n++] = h;
+	qsort(hs, n, sizeof(*hs), by_va);
+	nruns = coalesce_runs(dh, hs, n, &runs);
+	st = run_backups(dh, hs, runs, nruns, 1, err);
+	for (size_t i = 0; i < n && !st; i++)
+		if (!hs[i]->backup.ptr)
+			st = backup_for(dh, hs[i], 1, err);
+	free(runs);
+	free(hs);
+	return st;
+}
+
 vmm_status vmm_provision_backup(vmm_core *core, const vmm_sleep_opts *opts, vmm_error *err)
 {
 	struct filter f = filter_of(opts);
@@ -968,10 +998,7 @@ vmm_status vmm_provision_backup(vmm_core *core, const vmm_sleep_opts *opts, vmm_
 				      (unsigned long long)vmm_host_available_bytes());
 			break;
 		}
-		for (struct phandle *h = dh->handles; h && !st; h = h->next) {
-			if (selected(h->arena, &f) && !h->asleep && !h->backup.ptr)
-				st = backup_for(dh, h, 1, err);
-		}
+		st = provision_device(dh, &f, err);
 	}
 	unlock_all(&s);
 	return st;
