@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "../mono_wait.h"
 #include "offload_internal.h"
 
 #define POLL_S 0.05   /* how often a waiting caller looks at its cancelled() callback */
@@ -17,6 +18,7 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t posted = PTHREAD_COND_INITIALIZER;   /* for the helper: a job is there */
 static pthread_cond_t finished = PTHREAD_COND_INITIALIZER; /* for callers: a job is done */
+static pthread_once_t finished_once = PTHREAD_ONCE_INIT;
 static bool helper_started, atfork_registered;
 static struct {
 	vmm_backend *be;
@@ -27,6 +29,19 @@ static bool running;      /* the helper is inside a synchronize */
 static uint64_t last_id, done_id;
 static vmm_status done_status;
 static vmm_error done_err;
+
+/* Callers wait on `finished` with deadlines: it measures them on CLOCK_MONOTONIC, set up before
+ * anyone can wait on it (every path takes the lock through here). */
+static void finished_init(void)
+{
+	vmm_cond_init_monotonic(&finished);
+}
+
+static void lock_drain(void)
+{
+	pthread_once(&finished_once, finished_init);
+	pthread_mutex_lock(&lock);
+}
 
 vmm_status vmm_limits_check(const vmm_limits *lim, const char *what, vmm_error *err)
 {
@@ -43,7 +58,7 @@ vmm_status vmm_limits_check(const vmm_limits *lim, const char *what, vmm_error *
 static void *helper_main(void *arg)
 {
 	(void)arg;
-	pthread_mutex_lock(&lock);
+	lock_drain();
 	for (;;) {
 		vmm_backend *be;
 		vmm_status st;
@@ -61,7 +76,7 @@ static void *helper_main(void *arg)
 		pthread_mutex_unlock(&lock);
 		vmm_error_clear(&e);
 		st = be->synchronize(be, dev, &e);
-		pthread_mutex_lock(&lock);
+		lock_drain();
 		running = false;
 		done_id = id;
 		done_status = st;
@@ -76,7 +91,8 @@ static void after_fork_in_child(void)
 	/* The helper is the parent's: the child starts its own when it needs one. */
 	pthread_mutex_init(&lock, NULL);
 	pthread_cond_init(&posted, NULL);
-	pthread_cond_init(&finished, NULL);
+	vmm_cond_init_monotonic(&finished);
+	pthread_once(&finished_once, finished_init); /* done: not again over it later */
 	helper_started = running = false;
 	job.id = 0;
 }
@@ -107,10 +123,7 @@ static void wait_slice(double until)
 
 	if (slice <= 0)
 		return;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += (long)(slice * 1e9);
-	ts.tv_sec += ts.tv_nsec / 1000000000L;
-	ts.tv_nsec %= 1000000000L;
+	vmm_deadline_ms(&ts, (long long)(slice * 1000) + 1);
 	pthread_cond_timedwait(&finished, &lock, &ts);
 }
 
@@ -125,7 +138,7 @@ static bool must_stop(const vmm_limits *lim, double until)
 		return false;
 	pthread_mutex_unlock(&lock);
 	stop = lim->cancelled(lim->arg);
-	pthread_mutex_lock(&lock);
+	lock_drain();
 	return stop;
 }
 
@@ -158,7 +171,7 @@ vmm_status vmm_drain(vmm_backend *be, int dev, const vmm_limits *lim, vmm_error 
 		until = lim->deadline;
 	if (lim->drain_s > 0 && t0 + lim->drain_s < until)
 		until = t0 + lim->drain_s;
-	pthread_mutex_lock(&lock);
+	lock_drain();
 	if (!helper_locked()) {
 		/* No thread to be had: wait here, unbounded, as a plain synchronize would. */
 		pthread_mutex_unlock(&lock);
@@ -194,7 +207,7 @@ bool vmm_drain_idle(void)
 {
 	bool idle;
 
-	pthread_mutex_lock(&lock);
+	lock_drain();
 	idle = !job.id && !running;
 	pthread_mutex_unlock(&lock);
 	return idle;
@@ -204,7 +217,7 @@ bool vmm_drain_wait_idle(double until)
 {
 	bool idle;
 
-	pthread_mutex_lock(&lock);
+	lock_drain();
 	while (!(idle = !job.id && !running) && vmm_now_s() < until)
 		wait_slice(until);
 	pthread_mutex_unlock(&lock);

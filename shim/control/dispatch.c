@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "../../core/log.h"
+#include "../../core/mono_wait.h"
 #include "../../core/offload/progress.h"
 #include "../../core/vmm_share.h"
 #include "../gate.h"
@@ -34,7 +35,8 @@ _Static_assert(PROTO_MAX_DEVICE == VMM_MAX_DEVICES - 1, "protocol and core agree
 
 /* The sleep or wake from a client that runs now (at most one), and how the last one ended. */
 static pthread_mutex_t op_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t op_cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t op_cond = PTHREAD_COND_INITIALIZER; /* CLOCK_MONOTONIC: lock_op */
+static pthread_once_t op_cond_once = PTHREAD_ONCE_INIT;
 static struct {
 	bool running;
 	proto_verb verb;
@@ -59,17 +61,25 @@ static long long now_ms(void)
 	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static void op_cond_init(void)
+{
+	vmm_cond_init_monotonic(&op_cond);
+}
+
+/* Every path to op_lock: op_cond measures its deadlines on CLOCK_MONOTONIC before anyone can
+ * wait on it or signal it. */
+static void lock_op(void)
+{
+	pthread_once(&op_cond_once, op_cond_init);
+	pthread_mutex_lock(&op_lock);
+}
+
 /* Wait on op_cond for at most 50 ms (op_lock held). */
 static void op_wait_a_little(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += 50 * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
+	vmm_deadline_ms(&ts, 50);
 	pthread_cond_timedwait(&op_cond, &op_lock, &ts);
 }
 
@@ -436,7 +446,7 @@ static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
 	if (pthread_rwlock_tryrdlock(&figures_lock)) {
 		operation = "unknown"; /* an operation is starting */
 	} else {
-		pthread_mutex_lock(&op_lock);
+		lock_op();
 		if (op.running) {
 			operation = proto_verb_name(op.verb);
 			ms = now_ms() - op.started_ms;
@@ -510,7 +520,7 @@ static bool take_op_slot(const proto_request *req, const control_client *client,
 {
 	const char *verb = proto_verb_name(req->verb);
 
-	pthread_mutex_lock(&op_lock);
+	lock_op();
 	while (op.running) {
 		if (req->verb == PROTO_WAKE && wake_covers_op(req) &&
 		    __atomic_load_n(&cancel_gen, __ATOMIC_ACQUIRE) != op.gen) {
@@ -553,7 +563,7 @@ static bool take_op_slot(const proto_request *req, const control_client *client,
 
 static void release_op_slot(unsigned long gen, vmm_status s)
 {
-	pthread_mutex_lock(&op_lock);
+	lock_op();
 	op.running = false;
 	op.done_gen = gen;
 	op.done_status = s;
@@ -648,7 +658,7 @@ static void do_cancel(const proto_request *req, const control_client *client, pr
 	unsigned long gen = 0;
 	control_state cs;
 
-	pthread_mutex_lock(&op_lock);
+	lock_op();
 	if (op.running) {
 		gen = op.gen;
 		operation = proto_verb_name(op.verb);
@@ -754,7 +764,8 @@ void control_dispatch(const proto_request *req, const control_client *client, pr
 void control_dispatch_after_fork(void)
 {
 	pthread_mutex_init(&op_lock, NULL);
-	pthread_cond_init(&op_cond, NULL);
+	op_cond_init();
+	pthread_once(&op_cond_once, op_cond_init); /* done: not again over it later */
 	pthread_rwlock_init(&figures_lock, NULL);
 	op.running = false;
 }

@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "../../core/log.h"
+#include "../../core/mono_wait.h"
 #include "control.h"
 #include "control_internal.h"
 #include "../../core/vmm_share.h"
@@ -57,7 +58,8 @@ static bool hooks_registered;
 /* Requests being answered; exit waits (bounded) for them, so that nothing is answered from a
  * runtime that is being torn down. */
 static pthread_mutex_t work_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER; /* CLOCK_MONOTONIC: work_cond_init */
+static pthread_once_t work_cond_once = PTHREAD_ONCE_INIT;
 static int workers;
 static bool stopping;
 
@@ -462,6 +464,12 @@ static bool socket_alive(const char *path)
 	return alive;
 }
 
+/* at_exit waits for the workers with a deadline: measured on CLOCK_MONOTONIC. */
+static void work_cond_init(void)
+{
+	vmm_cond_init_monotonic(&work_cond);
+}
+
 static void at_exit(void)
 {
 	struct timespec ts;
@@ -470,8 +478,7 @@ static void at_exit(void)
 		return;
 	control_sleep_shutdown();
 	/* Requests being answered finish first (bounded: exit must not hang on them). */
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += 5;
+	vmm_deadline_ms(&ts, 5000);
 	pthread_mutex_lock(&work_lock);
 	stopping = true;
 	while (workers > 0)
@@ -500,7 +507,8 @@ static void in_child(void)
 	listen_fd = -1;
 	pthread_mutex_init(&server_lock, NULL);
 	pthread_mutex_init(&work_lock, NULL);
-	pthread_cond_init(&work_cond, NULL);
+	vmm_cond_init_monotonic(&work_cond);
+	pthread_once(&work_cond_once, work_cond_init); /* done: not again over it later */
 	workers = 0;
 	control_dispatch_after_fork();
 	control_sleep_after_fork();
@@ -551,6 +559,8 @@ vmm_status shim_control_start(shim_runtime *rt, vmm_error *err)
 
 	if (!rt)
 		return vmm_fail(err, VMM_E_INVALID, 0, "no runtime");
+	/* Before any worker (the only ones to signal it) or at_exit (which waits on it) exists. */
+	pthread_once(&work_cond_once, work_cond_init);
 	pthread_mutex_lock(&server_lock);
 	if (listen_fd >= 0 && owner_pid == getpid())
 		goto out; /* already serving */
