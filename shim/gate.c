@@ -5,16 +5,20 @@
  * never waits for a thread that is waiting for it. */
 #include "gate.h"
 
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 
+#include "../core/mono_wait.h"
+#include "gate_who.h"
+
 static atomic_int inflight;         /* threads inside the gate */
 static atomic_bool closed;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+/* Both measure their deadlines on CLOCK_MONOTONIC (conds_init, before any wait). */
 static pthread_cond_t reopened = PTHREAD_COND_INITIALIZER;
 static pthread_cond_t drained = PTHREAD_COND_INITIALIZER;
+static pthread_once_t conds_once = PTHREAD_ONCE_INIT;
 static bool autowake;
 static void (*wake_fn)(void);
 static bool wake_running;
@@ -53,26 +57,24 @@ long long gate_idle_ms(void)
 /* Calls that met the gate closed and waited (each counted once): for metrics. */
 static atomic_ullong held_calls;
 
-static void deadline_in(struct timespec *ts, long ms)
+static void conds_init(void)
 {
-	clock_gettime(CLOCK_REALTIME, ts);
-	ts->tv_sec += ms / 1000;
-	ts->tv_nsec += (ms % 1000) * 1000000L;
-	if (ts->tv_nsec >= 1000000000L) {
-		ts->tv_sec++;
-		ts->tv_nsec -= 1000000000L;
-	}
+	vmm_cond_init_monotonic(&reopened);
+	vmm_cond_init_monotonic(&drained);
 }
 
-static bool before(const struct timespec *a, const struct timespec *b)
+/* Every path that waits on or signals the conditions passes here first (never the open
+ * gate_enter): the static initialisers are replaced once, before anyone can wait on them. */
+static void lock_gate(void)
 {
-	return a->tv_sec < b->tv_sec || (a->tv_sec == b->tv_sec && a->tv_nsec < b->tv_nsec);
+	pthread_once(&conds_once, conds_init);
+	pthread_mutex_lock(&lock);
 }
 
 static void leave_count(void)
 {
 	if (atomic_fetch_sub(&inflight, 1) <= 2 && atomic_load(&closed)) {
-		pthread_mutex_lock(&lock);
+		lock_gate();
 		pthread_cond_broadcast(&drained);
 		pthread_mutex_unlock(&lock);
 	}
@@ -84,7 +86,7 @@ static void wait_open(void)
 {
 	struct timespec ts;
 
-	pthread_mutex_lock(&lock);
+	lock_gate();
 	while (atomic_load(&closed)) {
 		if (autowake && wake_fn && !wake_running) {
 			void (*fn)(void) = wake_fn;
@@ -96,12 +98,12 @@ static void wait_open(void)
 			wake_running = false;
 			if (!atomic_load(&closed))
 				break;
-			deadline_in(&ts, 1000);
+			vmm_deadline_ms(&ts, 1000);
 			pthread_cond_timedwait(&reopened, &lock, &ts);
 			continue;
 		}
 		if (autowake) {
-			deadline_in(&ts, 1000);
+			vmm_deadline_ms(&ts, 1000);
 			pthread_cond_timedwait(&reopened, &lock, &ts);
 		} else {
 			pthread_cond_wait(&reopened, &lock);
@@ -110,7 +112,7 @@ static void wait_open(void)
 	pthread_mutex_unlock(&lock);
 }
 
-void gate_enter(void)
+void gate_enter_as(const char *what)
 {
 	bool counted = false;
 
@@ -124,6 +126,7 @@ void gate_enter(void)
 		atomic_fetch_add(&inflight, 1);
 		if (!atomic_load(&closed)) {
 			depth = 1; /* only once inside: a waiter is not inside */
+			gate_who_set(what);
 			return;
 		}
 		leave_count();
@@ -134,7 +137,7 @@ void gate_enter(void)
 	}
 }
 
-bool gate_try_enter(void)
+bool gate_try_enter_as(const char *what)
 {
 	if (atomic_load_explicit(&track, memory_order_relaxed))
 		note_entry();
@@ -145,6 +148,7 @@ bool gate_try_enter(void)
 	atomic_fetch_add(&inflight, 1);
 	if (!atomic_load(&closed)) {
 		depth = 1;
+		gate_who_set(what);
 		return true;
 	}
 	leave_count();
@@ -162,6 +166,7 @@ void gate_leave(void)
 		return; /* unbalanced leave: ignore rather than corrupt the count */
 	if (--depth > 0)
 		return;
+	gate_who_set(NULL);
 	leave_count();
 }
 
@@ -172,53 +177,63 @@ static void reopen_locked(void)
 	pthread_cond_broadcast(&reopened);
 }
 
+/* The threads still inside, not counting a closer that is itself inside. Read under the lock;
+ * the number a close gives up on is this one, read once (a thread may leave just after). */
+static int busy_now(int self)
+{
+	return atomic_load(&inflight) - self;
+}
+
 vmm_status gate_close_within(int timeout_ms, bool (*stop)(void *arg), void *arg, vmm_error *err)
 {
-	int self = depth > 0 ? 1 : 0;
-	struct timespec end, slice;
-	bool stopped = false;
-	int rc = 0;
+	int self = depth > 0 ? 1 : 0, busy;
+	struct timespec end, slice, now;
+	bool stopped = false, timed_out = false;
+	char who[160];
 
-	pthread_mutex_lock(&lock);
+	lock_gate();
 	if (atomic_load(&closed)) {
 		pthread_mutex_unlock(&lock);
 		return vmm_fail(err, VMM_E_BUSY, 0, "the submission gate is already closed");
 	}
 	atomic_store(&closed, true);
 	if (timeout_ms >= 0)
-		deadline_in(&end, timeout_ms);
-	while (atomic_load(&inflight) > self && rc != ETIMEDOUT && !stopped) {
-		if (!stop) {
-			if (timeout_ms >= 0)
-				rc = pthread_cond_timedwait(&drained, &lock, &end);
-			else
-				pthread_cond_wait(&drained, &lock);
+		vmm_deadline_ms(&end, timeout_ms);
+	/* Each pass: done when nobody is inside; else give up if stopped or past the deadline; else
+	 * wait (in short slices with a stop test, so that it is asked while the wait lasts). */
+	while ((busy = busy_now(self)) > 0 && !stopped && !timed_out) {
+		if (!stop && timeout_ms < 0) {
+			pthread_cond_wait(&drained, &lock);
 			continue;
 		}
-		/* Wait in short slices, asking stop() between them. */
-		deadline_in(&slice, STOP_POLL_MS);
-		if (timeout_ms >= 0 && before(&end, &slice))
+		if (stop) {
+			vmm_deadline_ms(&slice, STOP_POLL_MS);
+			if (timeout_ms >= 0 && vmm_time_before(&end, &slice))
+				slice = end;
+		} else {
 			slice = end;
-		pthread_cond_timedwait(&drained, &lock, &slice);
-		if (timeout_ms >= 0 && !before(&slice, &end) && atomic_load(&inflight) > self) {
-			rc = ETIMEDOUT;
-			break;
 		}
-		pthread_mutex_unlock(&lock);
-		stopped = stop(arg);
-		pthread_mutex_lock(&lock);
+		pthread_cond_timedwait(&drained, &lock, &slice);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		timed_out = timeout_ms >= 0 && !vmm_time_before(&now, &end);
+		if (stop) {
+			pthread_mutex_unlock(&lock);
+			stopped = stop(arg);
+			lock_gate();
+		}
 	}
-	if (atomic_load(&inflight) > self) {
-		int busy = atomic_load(&inflight) - self;
-
+	if (busy > 0) {
+		gate_who_list(who, sizeof(who));
 		reopen_locked();
 		pthread_mutex_unlock(&lock);
 		if (stopped)
 			return vmm_fail(err, VMM_E_BUSY, 0, "cancelled while %d thread(s) were still "
-					"inside a device call; gate reopened", busy);
+					"inside a device call%s%s%s; gate reopened", busy,
+					who[0] ? " (" : "", who, who[0] ? ")" : "");
 		return vmm_fail(err, VMM_E_BUSY, 0,
-				"%d thread(s) still inside a device call after %d ms; gate reopened",
-				busy, timeout_ms);
+				"%d thread(s) still inside a device call%s%s%s after %d ms; gate "
+				"reopened", busy, who[0] ? " (" : "", who, who[0] ? ")" : "",
+				timeout_ms);
 	}
 	pthread_mutex_unlock(&lock);
 	return VMM_OK;
@@ -231,7 +246,7 @@ vmm_status gate_close(int timeout_ms, vmm_error *err)
 
 void gate_open(void)
 {
-	pthread_mutex_lock(&lock);
+	lock_gate();
 	atomic_store(&closed, false);
 	pthread_cond_broadcast(&reopened);
 	pthread_mutex_unlock(&lock);
@@ -244,7 +259,7 @@ bool gate_is_closed(void)
 
 void gate_set_autowake(bool on, void (*fn)(void))
 {
-	pthread_mutex_lock(&lock);
+	lock_gate();
 	autowake = on;
 	wake_fn = fn;
 	pthread_cond_broadcast(&reopened);
@@ -255,8 +270,9 @@ void gate_reset_after_fork(void)
 {
 	/* The child has one thread: nobody else is inside, and no sleep is in progress here. */
 	pthread_mutex_init(&lock, NULL);
-	pthread_cond_init(&reopened, NULL);
-	pthread_cond_init(&drained, NULL);
+	conds_init();
+	pthread_once(&conds_once, conds_init); /* a parent that never waited: not again later */
+	gate_who_after_fork();
 	atomic_store(&inflight, depth > 0 ? 1 : 0);
 	atomic_store(&closed, false);
 	wake_running = false;

@@ -14,13 +14,18 @@
 
 #include "../core/vmm_error.h"
 
-void gate_enter(void);
+/* gate_enter() and gate_try_enter() note the calling function's name (the hook), so that a close
+ * that gives up can say which calls it waited for (gate_who.h). */
+void gate_enter_as(const char *what);
+#define gate_enter() gate_enter_as(__func__)
 void gate_leave(void);
 /* Enter only if the gate is open (true: inside, leave with gate_leave); never waits. */
-bool gate_try_enter(void);
+bool gate_try_enter_as(const char *what);
+#define gate_try_enter() gate_try_enter_as(__func__)
 
 /* Stop new submissions and wait (at most timeout_ms; <0 = forever) for those in flight.
- * VMM_E_BUSY on timeout, with the gate reopened. */
+ * VMM_E_BUSY on timeout, with the gate reopened; its message has the number of threads it gave
+ * up on and the calls they were in. */
 vmm_status gate_close(int timeout_ms, vmm_error *err);
 /* The same, also giving up (VMM_E_BUSY, gate reopened) as soon as stop(arg) says so: it is asked
  * every few tens of milliseconds while the wait lasts, without the gate's lock held. */

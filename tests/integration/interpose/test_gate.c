@@ -222,3 +222,41 @@ Test(gate, try_enter_never_waits_and_counts_like_enter)
 	cr_assert(!gate_is_closed(), "the timed-out close did not reopen");
 	gate_leave();
 }
+
+/* A close that gives up says how many threads it gave up on (the number it saw, not one read
+ * again later) and which calls they are in: what a user needs to find who kept the sleep out. */
+static void *inside_a_named_call(void *arg)
+{
+	(void)arg;
+	gate_enter_as("cuMemcpyDtoH_v2");
+	atomic_store(&inside, 1);
+	while (!atomic_load(&release_holder))
+		usleep(1000);
+	gate_leave();
+	return NULL;
+}
+
+Test(gate, a_close_that_gives_up_names_the_calls_it_waited_for)
+{
+	vmm_error err;
+	pthread_t t[2];
+
+	for (int i = 0; i < 2; i++) {
+		atomic_store(&inside, 0);
+		pthread_create(&t[i], NULL, inside_a_named_call, NULL);
+		wait_for(&inside);
+	}
+	gate_enter(); /* the closer itself inside: neither counted nor named */
+	cr_assert_eq(gate_close(50, &err), VMM_E_BUSY);
+	cr_assert(strstr(err.msg, "2 thread(s) still inside a device call (cuMemcpyDtoH_v2) "
+			  "after 50 ms"), "%s", err.msg);
+	cr_assert_eq(gate_close_within(50, stop_now, NULL, &err), VMM_E_BUSY);
+	cr_assert(strstr(err.msg, "cancelled while 2 thread(s) were still inside a device call "
+			  "(cuMemcpyDtoH_v2)"), "%s", err.msg);
+	atomic_store(&release_holder, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	gate_leave();
+	cr_assert_eq(gate_close(1000, &err), VMM_OK, "%s", err.msg);
+	gate_open();
+}
