@@ -165,8 +165,31 @@ static const client_target *targets_of(const struct member *ms, int n)
 	return t;
 }
 
+/* Where a group operation's time went (seconds), for --json: the parts a single-process sleep
+ * does not have (finding, planning, the pauses between attempts, the shares report) beside the
+ * members' requests themselves. */
+struct group_steps {
+	double find, plan, phases, undo, pauses, report;
+	const char *shared;        /* the shares report, rendered (NULL: print it directly) */
+};
+
+static void print_steps(const struct group_steps *st)
+{
+	printf(", \"steps\": {\"find_s\": %.6f, \"plan_s\": %.6f, \"phases_s\": %.6f, "
+	       "\"undo_s\": %.6f, \"pauses_s\": %.6f, \"report_s\": %.6f}", st->find, st->plan,
+	       st->phases, st->undo, st->pauses, st->report);
+}
+
+static void print_shared(const struct member *ms, int n, const struct group_steps *st, bool json)
+{
+	if (st->shared)
+		fputs(st->shared, stdout);
+	else
+		group_shares_report(targets_of(ms, n), n, GROUP_SHARES_TIMEOUT_S, json, stdout);
+}
+
 static void print_json(const struct member *ms, int n, const char *verb, bool ok, int attempts,
-		       double secs)
+		       double secs, const struct group_steps *st)
 {
 	printf("{\"status\": \"%s\", \"operation\": \"%s\", \"attempts\": %d, \"seconds\": %.6f, "
 	       "\"members\": [", ok ? "ok" : "error", verb, attempts, secs);
@@ -190,15 +213,16 @@ static void print_json(const struct member *ms, int n, const char *verb, bool ok
 		fputs("}", stdout);
 	}
 	fputs("]", stdout);
+	print_steps(st);
 	if (ok && !strcmp(verb, "sleep")) {
 		fputs(", \"shared\": ", stdout);
-		group_shares_report(targets_of(ms, n), n, GROUP_SHARES_TIMEOUT_S, true, stdout);
+		print_shared(ms, n, st, true);
 	}
 	puts("}");
 }
 
 static void print_text(const struct member *ms, int n, const char *verb, bool ok, int attempts,
-		       double secs)
+		       double secs, const struct group_steps *st)
 {
 	bool sleeping = !strcmp(verb, "sleep");
 	uint64_t released = 0, copied = 0;
@@ -229,7 +253,7 @@ static void print_text(const struct member *ms, int n, const char *verb, bool ok
 			copied += v;
 	}
 	if (ok && sleeping)
-		group_shares_report(targets_of(ms, n), n, GROUP_SHARES_TIMEOUT_S, false, stdout);
+		print_shared(ms, n, st, false);
 	if (ok)
 		printf("group of %d: %s. %s %s, copied %s in %.3f s (%d attempt%s)\n", n,
 		       sleeping ? "asleep" : "awake", sleeping ? "released" : "re-created",
@@ -242,27 +266,22 @@ static void print_text(const struct member *ms, int n, const char *verb, bool ok
 }
 
 /* Has this member exported memory that another process opened (or keeps shared memory whose
- * export was freed since)? Asked with a status; a member that does not answer counts as not. */
-static bool exports_shared(const struct member *m, double timeout)
+ * export was freed since)? Read from its status reply; a member that did not answer counts as
+ * not. */
+static bool exports_shared(const struct member *m)
 {
-	proto_request req = { .verb = PROTO_STATUS, .device = -1 };
-	client_reply r = { 0 };
-	client_error e;
 	bool yes = false;
 
-	if (client_call(&m->t, &req, timeout, false, false, &r, &e) || client_reply_error(&r, &e)) {
-		client_reply_free(&r);
+	if (m->rc)
 		return false;
-	}
-	for (int j = 0; j < r.nrecords && !yes; j++) {
-		const proto_record *rec = r.records[j];
+	for (int j = 0; j < m->reply.nrecords && !yes; j++) {
+		const proto_record *rec = m->reply.records[j];
 		const char *by = proto_record_str(rec, "opened_by");
 		uint64_t v;
 
 		yes = (!strcmp(rec->kind, "ipc_export") && by && *by) ||
 		      (proto_record_u64(rec, "ipc_shared", &v) && v);
 	}
-	client_reply_free(&r);
 	return yes;
 }
 
@@ -328,14 +347,23 @@ static int find_members(const vmmctl_args *a, struct member *ms)
 	return 0;
 }
 
+/* Every member is asked for its status at once (one round trip for the group, not one per
+ * member), then who goes in which phase is decided from the answers. */
 static void plan_phases(struct member *ms, struct group_plan *g)
 {
 	bool all[VMMCTL_MAX_GROUP];
 
 	for (int i = 0; i < g->n; i++) {
 		all[i] = true;
-		g->shares = (g->exporter[i] = exports_shared(&ms[i], GROUP_SHARES_TIMEOUT_S)) ||
-			    g->shares;
+		ms[i].req = (proto_request){ .verb = PROTO_STATUS, .device = -1 };
+		ms[i].timeout = GROUP_SHARES_TIMEOUT_S;
+	}
+	call_all(ms, g->n, all);
+	for (int i = 0; i < g->n; i++) {
+		g->shares = (g->exporter[i] = exports_shared(&ms[i])) || g->shares;
+		client_reply_free(&ms[i].reply);
+		ms[i].rc = 0;
+		memset(&ms[i].e, 0, sizeof(ms[i].e));
 	}
 	for (int i = 0; i < g->n; i++) {
 		g->first[i] = !g->shares ||
@@ -384,8 +412,9 @@ static void narrow_exporters(struct member *ms, struct group_plan *g)
  * wake before their importers, importers go back to sleep before their exporters). true: done;
  * *again: a retry could help (a drain that timed out, every undo done). */
 static bool one_attempt(struct member *ms, struct group_plan *g, const vmmctl_args *a,
-			double deadline, int *code, bool *again)
+			double deadline, int *code, bool *again, struct group_steps *st)
 {
+	double t = now();
 	bool failed;
 
 	*again = true;
@@ -393,13 +422,33 @@ static bool one_attempt(struct member *ms, struct group_plan *g, const vmmctl_ar
 	if (!failed && g->shares && g->verb == PROTO_SLEEP)
 		narrow_exporters(ms, g);
 	failed = failed || !run_phase(ms, g->n, g->second, code, again);
+	st->phases += now() - t;
 	if (!failed)
 		return true;
+	t = now();
 	undo(ms, g->n, g->second, g->verb, a->autowake, deadline);
 	undo(ms, g->n, g->first, g->verb, a->autowake, deadline);
+	st->undo += now() - t;
 	for (int i = 0; i < g->n; i++)
 		*again = *again && !ms[i].undo_failed;
 	return false;
+}
+
+/* The shares report after a sleep, rendered now so that its time is measured apart. */
+static char *render_shared(const struct member *ms, int n, bool json)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f)
+		return NULL;
+	group_shares_report(targets_of(ms, n), n, GROUP_SHARES_TIMEOUT_S, json, f);
+	if (fclose(f)) {
+		free(text);
+		return NULL;
+	}
+	return text;
 }
 
 int group_run(const vmmctl_args *a)
@@ -407,8 +456,11 @@ int group_run(const vmmctl_args *a)
 	static struct member ms[VMMCTL_MAX_GROUP];
 	static struct group_plan g;
 	double t0 = now(), deadline = t0 + (a->timeout > 0 ? a->timeout : GROUP_DEFAULT_TIMEOUT);
+	double t, secs;
 	int attempts = 0, code, drain_ms = GROUP_DRAIN_FIRST_MS;
 	const char *what = a->cmd == CMD_SLEEP ? "sleep" : "wake";
+	struct group_steps st = { 0 };
+	char *shared = NULL;
 	bool ok = false, again;
 
 	memset(ms, 0, sizeof(ms));
@@ -417,13 +469,15 @@ int group_run(const vmmctl_args *a)
 	g.verb = a->cmd == CMD_SLEEP ? PROTO_SLEEP : PROTO_WAKE;
 	if ((code = find_members(a, ms)))
 		return code;
+	st.find = (t = now()) - t0;
 	plan_phases(ms, &g);
+	st.plan = now() - t;
 	for (;;) {
 		double left = deadline - now();
 
 		attempts++;
 		prepare_requests(ms, &g, a, left, drain_ms);
-		if ((ok = one_attempt(ms, &g, a, deadline, &code, &again))) {
+		if ((ok = one_attempt(ms, &g, a, deadline, &code, &again, &st))) {
 			code = EXIT_OK;
 			break;
 		}
@@ -433,13 +487,22 @@ int group_run(const vmmctl_args *a)
 			break;
 		code = EXIT_OK;
 		drain_ms = drain_ms * 2 > GROUP_DRAIN_MAX_MS ? GROUP_DRAIN_MAX_MS : drain_ms * 2;
+		t = now();
 		nanosleep(&(struct timespec){ 0, 50 * 1000000L * (attempts < 10 ? attempts : 10) },
 			  NULL);
+		st.pauses += now() - t;
+	}
+	secs = now() - t0;
+	if (ok && g.verb == PROTO_SLEEP) {
+		t = now();
+		st.shared = shared = render_shared(ms, g.n, a->json);
+		st.report = now() - t;
 	}
 	if (a->json)
-		print_json(ms, g.n, what, ok, attempts, now() - t0);
+		print_json(ms, g.n, what, ok, attempts, secs, &st);
 	else
-		print_text(ms, g.n, what, ok, attempts, now() - t0);
+		print_text(ms, g.n, what, ok, attempts, secs, &st);
+	free(shared);
 	for (int i = 0; i < g.n; i++)
 		client_reply_free(&ms[i].reply);
 	return ok ? EXIT_OK : code ? code : EXIT_REPORTED;
