@@ -5,7 +5,8 @@
  *
  *   bench_group [MIB_PER_PROCESS [ROUNDS]]     (defaults 128 and 5)
  *
- * Prints the median wall time of each (vmmctl started and finished) and their ratio. */
+ * Prints the median wall time of each (vmmctl started and finished) and their ratio, and where
+ * the group's time went (vmmctl --json's steps: the parts a single-process sleep does not have). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,12 +48,30 @@ static struct target *start_with(long long bytes)
 	return t;
 }
 
-static double timed(const char *run_dir, const char *what)
+/* The steps a group reports, in the order of step_names. */
+static const char *const step_names[] = { "find_s", "plan_s", "phases_s", "pauses_s",
+					  "report_s" };
+#define NSTEPS (int)(sizeof(step_names) / sizeof(step_names[0]))
+
+static double json_seconds(const char *json, const char *key)
 {
-	if (vmmctl_run(&o, run_dir, -1, "--timeout 300 %s", what)) {
-		fprintf(stderr, "bench_group: vmmctl %s: %s\n", what, o.err);
+	char pat[64];
+	const char *p;
+
+	snprintf(pat, sizeof(pat), "\"%s\": ", key);
+	p = strstr(json, pat);
+	return p ? strtod(p + strlen(pat), NULL) : -1;
+}
+
+/* vmmctl --json WHAT: its wall time; steps (group only, may be NULL) filled from its output. */
+static double timed(const char *run_dir, const char *what, double *steps)
+{
+	if (vmmctl_run(&o, run_dir, -1, "--json --timeout 300 %s", what)) {
+		fprintf(stderr, "bench_group: vmmctl %s: %s %s\n", what, o.out, o.err);
 		exit(1);
 	}
+	for (int k = 0; steps && k < NSTEPS; k++)
+		steps[k] = json_seconds(o.out, step_names[k]);
 	return o.seconds;
 }
 
@@ -60,7 +79,7 @@ int main(int argc, char **argv)
 {
 	long long mib = argc > 1 ? atoll(argv[1]) : 128;
 	int rounds = argc > 2 ? atoi(argv[2]) : 5;
-	double gs[64], gw[64], ss[64], sw[64];
+	double gs[64], gw[64], ss[64], sw[64], sst[NSTEPS][64], wst[NSTEPS][64];
 	struct target *a, *b, *one;
 	char pair[64], single[32];
 
@@ -77,13 +96,19 @@ int main(int argc, char **argv)
 		char cmd[96];
 
 		snprintf(cmd, sizeof(cmd), "sleep %s", pair);
-		gs[r] = timed(a->run_dir, cmd);
+		double st[NSTEPS];
+
+		gs[r] = timed(a->run_dir, cmd, st);
+		for (int k = 0; k < NSTEPS; k++)
+			sst[k][r] = st[k];
 		snprintf(cmd, sizeof(cmd), "wake %s", pair);
-		gw[r] = timed(a->run_dir, cmd);
+		gw[r] = timed(a->run_dir, cmd, st);
+		for (int k = 0; k < NSTEPS; k++)
+			wst[k][r] = st[k];
 		snprintf(cmd, sizeof(cmd), "sleep %s", single);
-		ss[r] = timed(one->run_dir, cmd);
+		ss[r] = timed(one->run_dir, cmd, NULL);
 		snprintf(cmd, sizeof(cmd), "wake %s", single);
-		sw[r] = timed(one->run_dir, cmd);
+		sw[r] = timed(one->run_dir, cmd, NULL);
 	}
 	double g_s = median(gs, rounds), g_w = median(gw, rounds);
 	double s_s = median(ss, rounds), s_w = median(sw, rounds);
@@ -94,6 +119,13 @@ int main(int argc, char **argv)
 	printf("wake:  group %.3f s, single %.3f s, ratio %.2f\n", g_w, s_w, g_w / s_w);
 	printf("cycle: group %.3f s, single %.3f s, ratio %.2f\n", g_s + g_w, s_s + s_w,
 	       (g_s + g_w) / (s_s + s_w));
+	for (int v = 0; v < 2; v++) {
+		printf("group %s steps (medians, ms):", v ? "wake " : "sleep");
+		for (int k = 0; k < NSTEPS; k++)
+			printf(" %.*s %.1f", (int)strlen(step_names[k]) - 2, step_names[k],
+			       1000 * median(v ? wst[k] : sst[k], rounds));
+		printf("\n");
+	}
 	target_stop(a, 10000);
 	target_stop(b, 10000);
 	target_stop(one, 10000);
