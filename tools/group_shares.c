@@ -12,14 +12,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <linux/kcmp.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "cli.h"
 #include "group_shares.h"
 #include "output.h"
 
@@ -48,53 +49,72 @@ static long kcmp_file(pid_t a, pid_t b, int fa, int fb)
 	return syscall(SYS_kcmp, a, b, KCMP_FILE, fa, fb);
 }
 
-static double now_s(void)
-{
-	struct timespec ts;
+/* One member's status, asked on a thread of its own (gather). */
+struct asking {
+	const client_target *t;
+	double timeout;
+	int rc;
+	client_reply r;
+};
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+static void *ask_status(void *arg)
+{
+	struct asking *q = arg;
+	proto_request req = { .verb = PROTO_STATUS, .device = -1 };
+	client_error e;
+
+	q->rc = client_call(q->t, &req, q->timeout, false, false, &q->r, &e);
+	if (!q->rc && client_reply_error(&q->r, &e))
+		q->rc = -1;
+	return NULL;
 }
 
-/* The members' app_share records, all asked within timeout seconds (a member that does not
- * answer in time is left out: its shares are then not named). */
+/* One member's app_share records, appended to s from k on; the new count. */
+static int take_shares(pid_t pid, const client_reply *r, struct share *s, int k)
+{
+	for (int j = 0; j < r->nrecords && k < MAX_SHARES; j++) {
+		const proto_record *rec = r->records[j];
+		const char *role = proto_record_str(rec, "role");
+		const char *fds = proto_record_str(rec, "fds");
+		uint64_t v;
+
+		if (strcmp(rec->kind, "app_share") || !role || !fds || !*fds)
+			continue;
+		s[k] = (struct share){ .pid = pid, .exporter = !strcmp(role, "export"),
+				       .memory = -1 };
+		for (const char *p = fds; *p && s[k].nfds < 8; p += strcspn(p, ","), p += *p == ',')
+			s[k].fds[s[k].nfds++] = atoi(p);
+		proto_record_u64(rec, "handle", &s[k].handle);
+		proto_record_u64(rec, "size", &s[k].size);
+		s[k].program_fds = proto_record_u64(rec, "program_fds", &v) ? (long long)v : -1;
+		s[k].program_fd = proto_record_u64(rec, "program_fd", &v) ? (long long)v : -1;
+		s[k].kcmp_errno = proto_record_u64(rec, "kcmp_errno", &v) ? (long long)v : 0;
+		k++;
+	}
+	return k;
+}
+
+/* The members' app_share records, all asked at once within timeout seconds (a member that does
+ * not answer in time is left out: its shares are then not named). */
 static int gather(const client_target *t, int n, double timeout, struct share *s)
 {
-	double deadline = now_s() + timeout;
+	static struct asking q[VMMCTL_MAX_GROUP];
+	pthread_t th[VMMCTL_MAX_GROUP];
+	bool started[VMMCTL_MAX_GROUP] = { false };
 	int k = 0;
 
-	for (int i = 0; i < n; i++) {
-		proto_request req = { .verb = PROTO_STATUS, .device = -1 };
-		client_reply r = { 0 };
-		client_error e;
-		double left = deadline - now_s();
-
-		if (left < 0.05 || client_call(&t[i], &req, left, false, false, &r, &e) ||
-		    client_reply_error(&r, &e)) {
-			client_reply_free(&r);
-			continue;
-		}
-		for (int j = 0; j < r.nrecords && k < MAX_SHARES; j++) {
-			const proto_record *rec = r.records[j];
-			const char *role = proto_record_str(rec, "role");
-			const char *fds = proto_record_str(rec, "fds");
-			uint64_t v;
-
-			if (strcmp(rec->kind, "app_share") || !role || !fds || !*fds)
-				continue;
-			s[k] = (struct share){ .pid = t[i].pid, .exporter = !strcmp(role, "export"),
-					       .memory = -1 };
-			for (const char *p = fds; *p && s[k].nfds < 8; p += strcspn(p, ","),
-					p += *p == ',')
-				s[k].fds[s[k].nfds++] = atoi(p);
-			proto_record_u64(rec, "handle", &s[k].handle);
-			proto_record_u64(rec, "size", &s[k].size);
-			s[k].program_fds = proto_record_u64(rec, "program_fds", &v) ? (long long)v : -1;
-			s[k].program_fd = proto_record_u64(rec, "program_fd", &v) ? (long long)v : -1;
-			s[k].kcmp_errno = proto_record_u64(rec, "kcmp_errno", &v) ? (long long)v : 0;
-			k++;
-		}
-		client_reply_free(&r);
+	for (int i = 0; i < n && i < VMMCTL_MAX_GROUP; i++) {
+		q[i] = (struct asking){ .t = &t[i], .timeout = timeout };
+		started[i] = !pthread_create(&th[i], NULL, ask_status, &q[i]);
+	}
+	for (int i = 0; i < n && i < VMMCTL_MAX_GROUP; i++) {
+		if (started[i])
+			pthread_join(th[i], NULL);
+		else
+			ask_status(&q[i]);
+		if (!q[i].rc)
+			k = take_shares(t[i].pid, &q[i].r, s, k);
+		client_reply_free(&q[i].r);
 	}
 	return k;
 }
@@ -107,14 +127,66 @@ static bool is_member(const client_target *t, int n, pid_t pid)
 	return false;
 }
 
-/* Other processes of this user with a descriptor of one of the memories. */
+/* The open file behind descriptor fd of pid, as stat sees it (its inode): two descriptors of
+ * one open file have the same, so a descriptor whose inode no share has is not compared. */
+static bool fd_inode(pid_t pid, long fd, struct stat *st)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/%ld/fd/%ld", (long)pid, fd);
+	return !stat(path, st);
+}
+
+struct inodes {
+	dev_t dev[MAX_SHARES * 8];
+	ino_t ino[MAX_SHARES * 8];
+	int n;
+	bool unknown;          /* a share's inode could not be read: compare every descriptor */
+};
+
+static void collect_inodes(const struct share *s, int ns, struct inodes *in)
+{
+	struct stat st;
+
+	in->n = 0;
+	in->unknown = false;
+	for (int k = 0; k < ns; k++)
+		for (int j = 0; j < s[k].nfds; j++) {
+			if (!fd_inode(s[k].pid, s[k].fds[j], &st)) {
+				in->unknown = true;
+				continue;
+			}
+			in->dev[in->n] = st.st_dev;
+			in->ino[in->n++] = st.st_ino;
+		}
+}
+
+static bool may_be_shared(const struct inodes *in, pid_t pid, long fd)
+{
+	struct stat st;
+
+	if (in->unknown || !fd_inode(pid, fd, &st))
+		return true;
+	for (int i = 0; i < in->n; i++)
+		if (in->dev[i] == st.st_dev && in->ino[i] == st.st_ino)
+			return true;
+	return false;
+}
+
+/* Other processes of this user with a descriptor of one of the memories. Only descriptors of
+ * the same inode as a share are compared with kcmp (a process holds many descriptors, and this
+ * runs within the group's time); nothing is scanned when nothing is shared. */
 static void scan_outside(const client_target *t, int n, struct share *s, int ns,
 			 struct memory *m, int nm)
 {
-	DIR *proc = opendir("/proc");
+	static struct inodes in;
+	DIR *proc;
 	struct dirent *e;
 
-	if (!proc)
+	if (!nm)
+		return;
+	collect_inodes(s, ns, &in);
+	if (!(proc = opendir("/proc")))
 		return;
 	while ((e = readdir(proc))) {
 		char path[64], *end;
@@ -131,7 +203,7 @@ static void scan_outside(const client_target *t, int n, struct share *s, int ns,
 		while ((f = readdir(fdd))) {
 			long fd = strtol(f->d_name, &end, 10);
 
-			if (*end || end == f->d_name)
+			if (*end || end == f->d_name || !may_be_shared(&in, (pid_t)pid, fd))
 				continue;
 			for (int i = 0; i < nm; i++) {
 				bool named = false, same = false;
