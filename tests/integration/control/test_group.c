@@ -264,6 +264,52 @@ Test(group, a_drain_held_by_a_gated_launch_is_retried_not_deadlocked, .timeout =
 		cmd_ok(ts[i], "check", "ok 2");
 }
 
+/* The member's state as its status says it ("awake", "changing", "asleep", ...). */
+static void state_of(struct target *t, char *s, size_t cap)
+{
+	vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
+	if (o.code || !json_str(o.out, "\"info\"", "state", s, cap))
+		snprintf(s, cap, "?");
+}
+
+/* Members are acted on side by side: one whose copies are slow (every copy to the host waits
+ * half a second) does not hold up the others. It comes first in the group; the others are seen
+ * asleep while it is still going to sleep (one after another, they would wait behind it). */
+Test(group, a_slow_member_does_not_hold_up_the_others, .timeout = 120)
+{
+	struct target *ts[3] = { member("SIMDEV_DELAY=cuMemcpyDtoHAsync:500"), member(NULL),
+				 member(NULL) };
+	char s0[32] = "", s1[32], s2[32];
+	bool side_by_side = false;
+	pid_t ctl;
+
+	for (int i = 0; i < 3; i++)
+		cmd_ok(ts[i], "alloc 6 3000000", "ok");
+	ctl = vmmctl_spawn(ts[0]->run_dir, "--json --timeout 60 sleep %d %d %d", (int)ts[0]->pid,
+			   (int)ts[1]->pid, (int)ts[2]->pid);
+	cr_assert_gt(ctl, 0);
+	/* Until the slow member is asleep (or the group gave up): at most 60 s. */
+	for (int i = 0; i < 6000 && !side_by_side && strcmp(s0, "asleep"); i++) {
+		state_of(ts[0], s0, sizeof(s0));
+		if (!strcmp(s0, "changing")) {
+			state_of(ts[1], s1, sizeof(s1));
+			state_of(ts[2], s2, sizeof(s2));
+			state_of(ts[0], s0, sizeof(s0));
+			side_by_side = !strcmp(s1, "asleep") && !strcmp(s2, "asleep") &&
+				       !strcmp(s0, "changing");
+		}
+		usleep(10000);
+	}
+	cr_assert_eq(vmmctl_wait(ctl, &o, 60000), 0, "the group slept: %s %s", o.out, o.err);
+	cr_expect(side_by_side, "the other members were not asleep while the slow one still "
+		  "was going to sleep (last seen: %s, %s, %s)", s0, s1, s2);
+	for (int i = 0; i < 3; i++)
+		state_is(ts[i], "asleep");
+	cr_assert_eq(group("wake", ts, 3, false), 0, "group wake: %s %s", o.out, o.err);
+	for (int i = 0; i < 3; i++)
+		cmd_ok(ts[i], "check", "ok 6");
+}
+
 /* Bad input changes nothing: a pid that is not under the shim, a pid named twice. */
 Test(group, a_group_with_a_stranger_changes_nothing, .timeout = 60)
 {
