@@ -4,8 +4,9 @@ checks the sums before and after the group sleep/wake. Measured per GPU with nvi
 per-process list: right after the CUDA context (before NCCL), after NCCL, while the group is
 asleep and after wake; under the shim also each rank's `vmmctl status` while asleep (the
 breakdown: what the shim released, what stays resident because it is shared, what it does not
-manage). Then each rank alone is slept and woken (the same bytes, one process at a time) for the
-group-vs-single benchmark.
+manage). Then each rank alone is slept and woken (the same bytes, one process at a time), and
+the group again, for the group-vs-single benchmark (the group's first cycle also provisions every
+rank's host backup, so the comparison uses its second).
 
 With --no-sleep the same two ranks all-reduce natively and under the shim and nothing sleeps
 (plain NCCL under the shim, the anchor of the group sleep).
@@ -155,6 +156,10 @@ def run_mode(a, shim):
             for r, pid in enumerate(pids):  # the same bytes, one process at a time
                 vmmctl(f"single_sleep_{r}", "sleep", pid)
                 vmmctl(f"single_wake_{r}", "wake", pid)
+            # The group again: its first cycle above also touched and pinned every rank's host
+            # backup (kept for later cycles), which the single sleeps after it did not pay.
+            vmmctl("group_sleep_again", "sleep", *pids)
+            vmmctl("group_wake_again", "wake", *pids)
         go()
         for r, p in enumerate(procs):
             out, _ = p.communicate(timeout=120)

@@ -46,9 +46,15 @@ def nccl_group_report():
     shm = dict(nat, mode="shim" + tag, stages=dict(stages))
     if not tag:
         shm["stages"]["asleep"] = {"0": {"0": 520}, "1": {"1": 520}}
+        steps = {"find_s": 0.001, "plan_s": 0.002, "phases_s": 0.2, "undo_s": 0,
+                 "pauses_s": 0, "report_s": 0.003}
+        members = [{"pid": 1, "outcome": "ok", "result": {"seconds": 0.19}}]
         shm["ctl"] = {"group_sleep": {"rc": 0, "wall": 0.5}, "group_wake": {"rc": 0, "wall": 0.4},
                       "single_sleep_0": {"rc": 0, "wall": 0.3}, "single_wake_0": {"rc": 0,
-                                                                               "wall": 0.2}}
+                                                                               "wall": 0.2},
+                      "group_sleep_again": {"rc": 0, "wall": 0.25, "json": {
+                          "steps": steps, "members": members}},
+                      "group_wake_again": {"rc": 0, "wall": 0.25}}
         for r in ("0", "1"):
             shm["ctl"][f"status_asleep_{r}"] = {"rc": 0, "json": {"devices": [
                 {"dev": int(r), "mapped": 0, "app_unreleasable": 0, "app_bytes": 0,

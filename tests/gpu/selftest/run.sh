@@ -58,6 +58,13 @@ for part in ("--device 0: GPU0 1524 -> 500 -> 1524 MiB (context 500), GPU1 1524 
              "GPU1's kernel was held until the wake", "--device 1: GPU1 1524 -> 500"):
     if part not in dev:
         bad.append(f"per-device row does not say {part!r}: {dev[:300]}")
+x2_bench = {b["metric"]: b for b in json.load(open(sys.argv[3]))["bench"]}
+grp = x2_bench.get("group sleep+wake of 2 NCCL ranks vs one rank at a time (s)", {})
+if grp.get("ratio") != "1.00x" or "first group cycle 0.9 s" not in grp.get("note", "") or \
+        "group_sleep_again: wall 250 ms, slowest member 190 ms, find 1 plan 2" not in \
+        grp.get("note", ""):
+    bad.append(f"group benchmark: not the second group cycle against the singles, or no "
+               f"steps: {grp}")
 if sys.argv[4] != "0":
     bad.append(f"x2 exit status {sys.argv[4]}, expected 0")
 if sys.argv[2] != "1":
