@@ -348,15 +348,18 @@ static int find_members(const vmmctl_args *a, struct member *ms)
 }
 
 /* Every member is asked for its status at once (one round trip for the group, not one per
- * member), then who goes in which phase is decided from the answers. */
-static void plan_phases(struct member *ms, struct group_plan *g)
+ * member), within the group's deadline; who goes in which phase is decided from the answers. */
+static void plan_phases(struct member *ms, struct group_plan *g, double deadline)
 {
+	double left = deadline - now();
 	bool all[VMMCTL_MAX_GROUP];
 
+	if (left > GROUP_SHARES_TIMEOUT_S)
+		left = GROUP_SHARES_TIMEOUT_S;
 	for (int i = 0; i < g->n; i++) {
 		all[i] = true;
 		ms[i].req = (proto_request){ .verb = PROTO_STATUS, .device = -1 };
-		ms[i].timeout = GROUP_SHARES_TIMEOUT_S;
+		ms[i].timeout = left > 0.05 ? left : 0.05;
 	}
 	call_all(ms, g->n, all);
 	for (int i = 0; i < g->n; i++) {
@@ -470,7 +473,7 @@ int group_run(const vmmctl_args *a)
 	if ((code = find_members(a, ms)))
 		return code;
 	st.find = (t = now()) - t0;
-	plan_phases(ms, &g);
+	plan_phases(ms, &g, deadline);
 	st.plan = now() - t;
 	for (;;) {
 		double left = deadline - now();
