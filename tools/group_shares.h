@@ -9,7 +9,8 @@
 
 #include "client.h"
 
-/* Ask each member (targets t[0..n)) for its app_share records, all within timeout seconds;
+/* Ask each member (targets t[0..n)) for its app_share records, all at once, each within timeout
+ * seconds;
  * match them across the members with kcmp(KCMP_FILE); look for other processes of this user that
  * hold the same memory; print one line per shared memory (text) or a "shared" JSON array value
  * (json: what follows `"shared": `). Prints nothing in text when nothing is shared. */
