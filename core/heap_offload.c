@@ -620,6 +620,32 @@ static void mark_asleep(struct devheap *dh, const struct filter *f)
 	}
 }
 
+/* Give the wholly free handles back, without a copy. One whose unmap fails stays mapped and free
+ * in its arena (heap_drop_handles): it gets one more try, and where it stays the sleep fails here,
+ * before anything live is touched. Going on would mark its arena asleep with the handle still
+ * mapped, and every later sleep passes over an asleep arena (sleeps()): device memory held while
+ * the program reads as asleep. */
+static vmm_status drop_idle(struct devheap *dh, const struct filter *f, struct sleep_plan *p,
+			    vmm_transfer_result *res, vmm_error *err)
+{
+	if (!p->nidle)
+		return VMM_OK;
+	res->bytes_released += heap_drop_handles(dh, p->idle, p->nidle);
+	for (struct phandle *h = dh->handles, *next; h; h = next) {
+		size_t size = h->size;
+		vmm_status st;
+
+		next = h->next;
+		if (!sleeps(h->arena, f) || stays(h, f) || !handle_wholly_free(dh, h))
+			continue;
+		st = handle_drop(dh, h, err);
+		if (st)
+			return st;
+		res->bytes_released += size;
+	}
+	return VMM_OK;
+}
+
 /* Sleep the selected arenas of one device (its lock held). */
 static vmm_status sleep_device(struct devheap *dh, const struct filter *f, const vmm_limits *lim,
 			       vmm_transfer_result *res, vmm_error *err)
@@ -644,9 +670,8 @@ static vmm_status sleep_device(struct devheap *dh, const struct filter *f, const
 	nruns = coalesce_runs(dh, p.live, p.nlive, &runs);
 	st = check_host(dh, &p, err);
 	if (!st) {
-		if (p.nidle)
-			res->bytes_released += heap_drop_handles(dh, p.idle, p.nidle);
-		if (!f->discard)
+		st = drop_idle(dh, f, &p, res, err);
+		if (!st && !f->discard)
 			st = run_backups(dh, p.live, runs, nruns, 0, err);
 		if (!st)
 			st = copy_out_and_release(dh, &p, f->discard, lim, res, err);
