@@ -24,13 +24,15 @@ run_suites() { # dir, label, suites...
   if meson test -C "$dir" "${args[@]}" --print-errorlogs --num-processes "$jobs"; then :; else status=1; fi
   summary+=("$(python3 - "$dir/meson-logs/testlog.json" "$label" <<'PY'
 import json, sys
-ok = bad = skip = 0
+ok = skip = 0
+bad = []
 for line in open(sys.argv[1]):
-    r = json.loads(line)["result"]
+    t = json.loads(line)
+    r = t["result"]
     if r in ("OK", "EXPECTEDFAIL"): ok += 1
     elif r == "SKIP": skip += 1
-    else: bad += 1
-print(f"{sys.argv[2]} {ok} {bad} {skip}")
+    else: bad.append(f"{t['name']}({r})")
+print(f"{sys.argv[2]} {ok} {len(bad)} {skip} {' '.join(bad)}")
 PY
 )")
 }
@@ -86,21 +88,21 @@ declare -A tsan_filter=(
   # an attempt and the gate. Simdev's group lock is one TSan follows (sim_group.c).
   [control_share]='@(share/two_processes*|share/a_waiting*|share/a_sleep_between*)'
 )
-tsan_ok=0; tsan_bad=0
+tsan_ok=0; tsan_bad=0; tsan_failed=()
 for t in "${tsan_tests[@]}"; do
   echo "== tsan: meson test $t ${tsan_filter[$t]}"
   filter=(); [ -n "${tsan_filter[$t]}" ] && filter=(--test-args "--filter ${tsan_filter[$t]}")
   if CTL_SLOW=4 CTL_SANITIZER=thread TSAN_OPTIONS="log_path=$PWD/build-tsan/tsan-reports/report" \
      meson test -C build-tsan --no-rebuild "$t" --print-errorlogs "${filter[@]}"
   then tsan_ok=$((tsan_ok + 1))
-  else tsan_bad=$((tsan_bad + 1)); status=1; fi
+  else tsan_bad=$((tsan_bad + 1)); tsan_failed+=("$t"); status=1; fi
 done
 if compgen -G "build-tsan/tsan-reports/report*" >/dev/null; then
   echo "== tsan: races found (build-tsan/tsan-reports/):"
   cat build-tsan/tsan-reports/report*
-  tsan_bad=$((tsan_bad + 1)); status=1
+  tsan_bad=$((tsan_bad + 1)); tsan_failed+=("races"); status=1
 fi
-summary+=("tsan $tsan_ok $tsan_bad 0")
+summary+=("tsan $tsan_ok $tsan_bad 0 ${tsan_failed[*]}")
 
 if command -v clang >/dev/null; then
   echo "== fuzz build (clang, libFuzzer) into build-fuzz/"
@@ -111,8 +113,9 @@ fi
 
 passed=0; failed=0
 for line in "${summary[@]}"; do
-  read -r label ok bad skip <<<"$line"
-  echo "   $label: $ok passed, $bad failed, $skip skipped"
+  read -r label ok bad skip names <<<"$line"
+  # The names of what failed come last, where a CI log's tail still shows them.
+  echo "   $label: $ok passed, $bad failed, $skip skipped${names:+ (failed: $names)}"
   passed=$((passed + ok)); failed=$((failed + bad))
 done
 [ "$failed" -eq 0 ] || status=1
