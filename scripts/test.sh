@@ -16,25 +16,17 @@ configure() { # dir, options...
 }
 status=0
 summary=()
+# The last lines of each failed test, printed again just before the summary.
+fail_tails=$(mktemp)
+trap 'rm -f "$fail_tails"' EXIT
 run_suites() { # dir, label, suites...
   local dir=$1 label=$2; shift 2
   local args=()
   for s in "$@"; do args+=(--suite "$s"); done
   echo "== $label: meson test ${args[*]}"
   if meson test -C "$dir" "${args[@]}" --print-errorlogs --num-processes "$jobs"; then :; else status=1; fi
-  summary+=("$(python3 - "$dir/meson-logs/testlog.json" "$label" <<'PY'
-import json, sys
-ok = skip = 0
-bad = []
-for line in open(sys.argv[1]):
-    t = json.loads(line)
-    r = t["result"]
-    if r in ("OK", "EXPECTEDFAIL"): ok += 1
-    elif r == "SKIP": skip += 1
-    else: bad.append(f"{t['name']}({r})")
-print(f"{sys.argv[2]} {ok} {len(bad)} {skip} {' '.join(bad)}")
-PY
-)")
+  summary+=("$(python3 scripts/testlog.py count "$dir/meson-logs/testlog.json" "$label")")
+  python3 scripts/testlog.py tails "$dir/meson-logs/testlog.json" >>"$fail_tails"
 }
 
 echo "== build (gcc, -Werror) into build/"
@@ -95,7 +87,10 @@ for t in "${tsan_tests[@]}"; do
   if CTL_SLOW=4 CTL_SANITIZER=thread TSAN_OPTIONS="log_path=$PWD/build-tsan/tsan-reports/report" \
      meson test -C build-tsan --no-rebuild "$t" --print-errorlogs "${filter[@]}"
   then tsan_ok=$((tsan_ok + 1))
-  else tsan_bad=$((tsan_bad + 1)); tsan_failed+=("$t"); status=1; fi
+  else
+    tsan_bad=$((tsan_bad + 1)); tsan_failed+=("$t"); status=1
+    python3 scripts/testlog.py tails build-tsan/meson-logs/testlog.json 25 >>"$fail_tails"
+  fi
 done
 if compgen -G "build-tsan/tsan-reports/report*" >/dev/null; then
   echo "== tsan: races found (build-tsan/tsan-reports/):"
@@ -111,6 +106,10 @@ if command -v clang >/dev/null; then
   run_suites build-fuzz fuzz fuzz
 fi
 
+if [ -s "$fail_tails" ]; then
+  echo "== what failed (the end of each one's output; the whole of it is above)"
+  cat "$fail_tails"
+fi
 passed=0; failed=0
 for line in "${summary[@]}"; do
   read -r label ok bad skip names <<<"$line"
