@@ -755,13 +755,16 @@ int client_list_sockets(client_target **out, void (*note_fn)(const char *msg, vo
 			if (!d)
 				continue;
 			while (!rc && (de = readdir(d))) {
-				if (b == 0 && !strncmp(de->d_name, "vmmshim-", 8) &&
-				    strlen(de->d_name) < 200)
+				/* Only the folders named for a uid as the shim makes them: other
+				 * entries (a test's /tmp/vmmshim-soak-1.stats) are not ours to judge. */
+				if (strlen(de->d_name) >= 200)
+					continue;
+				if (b == 0)
 					snprintf(dir, sizeof(dir), "/tmp/%s", de->d_name);
-				else if (b == 1 && de->d_name[0] != '.' && strlen(de->d_name) < 200)
+				else
 					snprintf(dir, sizeof(dir), "/run/user/%s/vmmshim",
 						 de->d_name);
-				else
+				if (trust_dir_named_uid(dir) < 0)
 					continue;
 				rc |= scan_dir(&f, dir);
 			}

@@ -431,6 +431,29 @@ Test(api, usable_from_python_ctypes, .timeout = 60)
 	cr_expect(strstr(out, "api ok"), "%s", out);
 }
 
+/* root's list looks in every user's folder, /tmp/vmmshim-UID: another file whose name starts so
+ * (a test's stats file) is not a folder of the shim's and is passed over without a word. */
+Test(vmmctl, list_as_root_passes_over_files_named_like_run_folders, .timeout = 30)
+{
+	struct target *t;
+	char path[128];
+	FILE *f;
+
+	if (geteuid() != 0)
+		cr_skip_test("only root's list looks in every user's folders");
+	t = start(NULL);
+	snprintf(path, sizeof(path), "/tmp/vmmshim-listtest-%d.stats", (int)getpid());
+	f = fopen(path, "w");
+	cr_assert(f);
+	fclose(f);
+	vmmctl_run(&o, t->run_dir, -1, "list");
+	unlink(path);
+	cr_expect_eq(o.code, 0);
+	cr_expect(!strstr(o.err, "vmmshim-listtest"), "%s", o.err);
+	cr_expect(strstr(o.out, "ctl_target"), "%s", o.out);
+	finish(t);
+}
+
 /* Issue 8, item 8: a socket left by a process that has ended is removed by list. */
 Test(vmmctl, list_removes_stale_sockets, .timeout = 30)
 {
