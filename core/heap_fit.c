@@ -34,10 +34,6 @@ vmm_status heap_reclaim_capped(struct devheap *dh, struct arena *who, vmm_error 
  *    that is less than the request (reclaimed blocks coalesce with free neighbours, and a free
  *    block is grown by the rest only); below it the heap grows, so that a malloc/free cycle of
  *    one tensor does not wait on the device each time;
- *  - except where that growth could raise the device's peak of mapped memory: then any
- *    quarantine at all is reclaimed first, so that the heap never holds more at its peak than a
- *    program that freed with cudaFree (which synchronizes) would. A new peak is rare after the
- *    first steps of a workload, so this costs few syncs;
  *  - a request of REUSE_MIN or more that would be cut from a free block at least
  *    REUSE_SPREAD times its size syncs when QUARANTINE_MIN has been cut that way since the last
  *    sync and a quarantined block fits it within 1/16: training frees and asks again for the
@@ -51,26 +47,9 @@ vmm_status heap_reclaim_capped(struct devheap *dh, struct arena *who, vmm_error 
 #define REUSE_SPREAD 4
 #define REUSE_SCAN 64
 
-/* Do the device's wholly free handles hold size bytes (growth moves them before it creates)? */
-static bool free_handles_hold(struct devheap *dh, size_t size)
+static bool miss_syncs(struct devheap *dh)
 {
-	size_t got = 0;
-
-	for (struct phandle *h = dh->handles; h && got < size; h = h->next)
-		if (handle_wholly_free(dh, h))
-			got += h->size;
-	return got >= size;
-}
-
-/* Could growth for size bytes raise the device's peak of mapped memory? Only new memory can. */
-static bool may_raise_peak(struct devheap *dh, size_t size)
-{
-	return dh->mapped_total + size > dh->peak_mapped && !free_handles_hold(dh, size);
-}
-
-static bool miss_syncs(struct devheap *dh, size_t size)
-{
-	return dh->quar_total >= QUARANTINE_MIN || (dh->quar_total > 0 && may_raise_peak(dh, size));
+	return dh->quar_total >= QUARANTINE_MIN;
 }
 
 /* Does a quarantined block (among the most recent REUSE_SCAN) fit size within 1/16? */
@@ -107,7 +86,7 @@ static struct blk *find_or_reclaim(struct arena *a, size_t size, size_t align)
 {
 	struct blk *b = find_fit(a, size, align);
 
-	if ((b ? reuse_syncs(a, b, size) : miss_syncs(a->dh, size)) &&
+	if ((b ? reuse_syncs(a, b, size) : miss_syncs(a->dh)) &&
 	    heap_reclaim_capped(a->dh, a, NULL) == VMM_OK)
 		b = find_fit(a, size, align);
 	return b;
