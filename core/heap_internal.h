@@ -1,10 +1,16 @@
 /* The heap's internal layers, for the two files at its top: heap.c (the public API, heap.h) and
- * heap_offload.c (sleep and wake, heap_offload.h). Nothing outside core/ includes this.
+ * heap_offload.c (sleep and wake, heap_offload.h) with the files under it, which share
+ * heap_offload_internal.h. Nothing outside core/ includes this.
  *
  * Each file calls only the files below it (no file calls back up; heap_types.h holds the
  * structures they share):
  *
- *   heap.c, heap_offload.c  the public API; sleep and wake
+ *   heap.c, heap_offload.c  the public API; sleep and wake: the devices, the undo
+ *   heap_sleep.c    one device's sleep: plan, copy out, release, undo a failure
+ *                   -> wake, backups, coalesce, records, slab, phys
+ *   heap_wake.c     one device's wake: handles restored in batches       -> backups, phys
+ *   heap_backups.c  host backups of handles, their copy ranges, the copy engine
+ *                   -> coalesce, phys, blocks
  *   heap_coalesce.c a sleep's runs of handles inside one allocation become one  -> phys, blocks
  *   heap_share.c    exported allocations, shared handles pinned and retired (vmm_share.h)
  *                   -> own, phys, slab, blocks, va
