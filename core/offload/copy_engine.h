@@ -1,6 +1,7 @@
 /* Moves device ranges to host backup memory and back at link speed: chunked, on several streams,
  * with host memory that is pinned once and reused across sleep/wake cycles. Used by the heap's
- * sleep/wake (core/heap_offload.c) and by the program's own VMM handles (app_offload.c). */
+ * sleep/wake (core/heap_sleep.c, heap_wake.c) and by the program's own VMM handles
+ * (app_offload.c). */
 #ifndef VMM_COPY_ENGINE_H
 #define VMM_COPY_ENGINE_H
 

@@ -1,7 +1,7 @@
 /* A wake brings handles back in batches whose copies overlap the next batch's creation, mapping
  * and access grant, and a sleep releases each batch while the next one copies out
- * (heap_offload.c). The heap here is fragmented (many small allocations, a third freed, the
- * holes refilled) and large enough for several batches. Each create, map, grant and
+ * (heap_wake.c, heap_sleep.c). The heap here is fragmented (many small allocations, a third
+ * freed, the holes refilled) and large enough for several batches. Each create, map, grant and
  * host-to-device copy of the wake, and each device-to-host copy, unmap and release of the sleep,
  * is made to fail in turn, early, in the middle and last (SIMDEV_FAIL, counted past the calls
  * made before; one child process per case): a failed sleep leaves the heap awake with every byte,
