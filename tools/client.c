@@ -728,6 +728,13 @@ static int scan_dir(struct found *f, const char *dir)
 	return 0;
 }
 
+static bool is_real_folder(const char *path)
+{
+	struct stat st;
+
+	return !lstat(path, &st) && S_ISDIR(st.st_mode);
+}
+
 int client_list_sockets(client_target **out, void (*note_fn)(const char *msg, void *arg),
 			void *arg)
 {
@@ -755,8 +762,6 @@ int client_list_sockets(client_target **out, void (*note_fn)(const char *msg, vo
 			if (!d)
 				continue;
 			while (!rc && (de = readdir(d))) {
-				/* Only the folders named for a uid as the shim makes them: other
-				 * entries (a test's /tmp/vmmshim-soak-1.stats) are not ours to judge. */
 				if (strlen(de->d_name) >= 200)
 					continue;
 				if (b == 0)
@@ -764,7 +769,10 @@ int client_list_sockets(client_target **out, void (*note_fn)(const char *msg, vo
 				else
 					snprintf(dir, sizeof(dir), "/run/user/%s/vmmshim",
 						 de->d_name);
-				if (trust_dir_named_uid(dir) < 0)
+				/* A folder named for a uid is judged (a link there is worth a word);
+				 * another entry only when it is a real folder: a file such as a
+				 * test's /tmp/vmmshim-soak-1.stats is not a run folder at all. */
+				if (trust_dir_named_uid(dir) < 0 && !is_real_folder(dir))
 					continue;
 				rc |= scan_dir(&f, dir);
 			}
