@@ -55,6 +55,22 @@ Test(env, fault_injection_fails_the_nth_call_only)
 	CU_OK(cuMemAlloc(&d, 8));
 }
 
+Test(env, one_name_listed_twice_fails_two_calls_in_a_row)
+{
+	/* Each entry counts the calls on its own: a retry of the failed call fails too. */
+	setenv("SIMDEV_FAIL", "cuMemRelease:1,cuMemRelease:2", 1);
+	su_ctx(0);
+	CUmemAllocationProp p = su_prop(0);
+	CUmemGenericAllocationHandle h;
+	size_t base = su_used();
+	CU_OK(cuMemCreate(&h, GRAN, &p, 0));
+	cr_expect_eq(cuMemRelease(h), CUDA_ERROR_UNKNOWN);
+	cr_expect_eq(cuMemRelease(h), CUDA_ERROR_UNKNOWN, "the retry fails as well");
+	cr_expect_eq(su_used(), base + GRAN, "the failed releases freed nothing");
+	CU_OK(cuMemRelease(h));
+	cr_expect_eq(su_used(), base, "the third release frees the memory");
+}
+
 static void stats_child(const char *path)
 {
 	setenv("SIMDEV_STATS", path, 1);
