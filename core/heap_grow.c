@@ -216,7 +216,7 @@ static vmm_status plan_create(struct arena *a, struct grow_plan *p, struct large
 		if (st)
 			return st;
 		if (!plan_add(p, h, true)) {
-			phys_release(a->dh->core->be, h->h);
+			phys_release(a->dh, h->h, h->size);
 			a->st.handles_released++;
 			free(h);
 			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a growth plan");

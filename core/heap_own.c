@@ -177,7 +177,7 @@ vmm_status own_move(struct devheap *dh, struct alloc *r, vmm_error *err)
 	}
 	if ((st = copy_into(dh, nh, lo, size, err)) ||
 	    (st = swap_in(dh, hs, n, lo, size, nh, err))) {
-		phys_release(be, nh);
+		phys_release(dh, nh, size);
 		free(own);
 		free(hs);
 		return st;

@@ -1,6 +1,6 @@
 /* Physical handles of a device (heap_phys.h): their list, moving a wholly free one out of its
- * arena, giving handles back to the driver (several side by side), access grants, and the mapped
- * bytes' accounting. */
+ * arena, giving handles back to the driver (several side by side; the ones it refuses are parked
+ * and tried again), access grants, and the mapped bytes' accounting. */
 #include "heap_phys.h"
 
 #include <stdlib.h>
@@ -20,10 +20,64 @@ void stats_mapped(struct arena *a, int64_t delta)
 		dh->peak_mapped = dh->mapped_total;
 }
 
-void phys_release(vmm_backend *be, vmm_phys h)
+/* Keep a handle the driver would not take back, to try again later; logged once, here. */
+static void park(struct devheap *dh, vmm_phys h, size_t size, const vmm_error *why)
 {
-	if (be->release(be, h, NULL) && be->release(be, h, NULL))
-		vmm_log(VMM_LOG_ERROR, "a physical handle could not be released");
+	if (dh->nparked == dh->cap_parked) {
+		size_t cap = dh->cap_parked ? 2 * dh->cap_parked : 4;
+		struct parked_phys *p = realloc(dh->parked, cap * sizeof(*p));
+
+		if (!p) {
+			vmm_log(VMM_LOG_ERROR, "device %d: the driver would not take back a handle "
+				"of %zu bytes (%s), and no host memory is left to keep it: its memory "
+				"is held until the process exits", dh->dev, size, why->msg);
+			return;
+		}
+		dh->parked = p;
+		dh->cap_parked = cap;
+	}
+	dh->parked[dh->nparked++] = (struct parked_phys){ .h = h, .size = size };
+	dh->parked_bytes += size;
+	vmm_log(VMM_LOG_ERROR, "device %d: the driver would not take back a handle of %zu bytes "
+		"(%s); it is kept and released again at the next give-back (status: "
+		"release_pending)", dh->dev, size, why->msg);
+}
+
+/* A release of h failed once already: one more try, then park it. */
+static void release_again_or_park(struct devheap *dh, vmm_phys h, size_t size)
+{
+	vmm_backend *be = dh->core->be;
+	vmm_error e;
+
+	vmm_error_clear(&e);
+	if (be->release(be, h, &e))
+		park(dh, h, size, &e);
+}
+
+void phys_release(struct devheap *dh, vmm_phys h, size_t size)
+{
+	vmm_backend *be = dh->core->be;
+
+	if (be->release(be, h, NULL))
+		release_again_or_park(dh, h, size);
+}
+
+void phys_retry_parked(struct devheap *dh)
+{
+	vmm_backend *be = dh->core->be;
+
+	for (size_t i = 0; i < dh->nparked;) {
+		struct parked_phys *p = &dh->parked[i];
+
+		if (be->release(be, p->h, NULL)) {
+			i++;
+			continue;
+		}
+		vmm_log(VMM_LOG_INFO, "device %d: a handle of %zu bytes the driver had refused "
+			"is released now", dh->dev, p->size);
+		dh->parked_bytes -= p->size;
+		*p = dh->parked[--dh->nparked];
+	}
 }
 
 void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size)
@@ -189,9 +243,7 @@ void heap_backup_put(struct devheap *dh, vmm_host_buf *backup)
 
 void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *acct)
 {
-	vmm_backend *be = dh->core->be;
-
-	phys_release(be, h->h);
+	phys_release(dh, h->h, h->size);
 	acct->st.handles_released++;
 	heap_backup_put(dh, &h->backup);
 	free(h);
@@ -253,8 +305,8 @@ uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n)
 	phys_release_many(be, ph, k, ok, NULL);
 	for (size_t i = 0; i < k; i++) {
 		if (!ok[i])
-			phys_release(be, ph[i]);
-		/* A handle the driver would not take back is lost to this heap either way. */
+			release_again_or_park(dh, ph[i], hs[i]->size);
+		/* A handle the driver would not take back is parked: no longer this heap's. */
 		bytes += hs[i]->size;
 		acct[i]->st.handles_released++;
 		heap_backup_put(dh, &hs[i]->backup);
@@ -272,6 +324,7 @@ void heap_release_free_handles(struct devheap *dh, size_t keep_bytes)
 	size_t free_bytes = 0, n = 0, cap = 0;
 	struct phandle **hs = NULL;
 
+	phys_retry_parked(dh);
 	for (struct phandle *h = dh->handles; h; h = h->next) {
 		if (handle_wholly_free(dh, h)) {
 			free_bytes += h->size;
@@ -301,14 +354,25 @@ void phys_teardown(struct devheap *dh)
 {
 	vmm_backend *be = dh->core->be;
 
+	phys_retry_parked(dh);
 	for (struct phandle *h = dh->handles, *n; h; h = n) {
 		n = h->next;
 		if (h->va && !h->asleep)
 			phys_unmap(be, h->va, h->size);
 		if (!h->asleep)
-			phys_release(be, h->h);
+			phys_release(dh, h->h, h->size);
 		heap_backup_put(dh, &h->backup);
 		free(h);
 	}
 	dh->handles = NULL;
+	/* The last chance: what the driver still refuses is its to free at the process's exit. */
+	phys_retry_parked(dh);
+	if (dh->nparked)
+		vmm_log(VMM_LOG_ERROR, "device %d: %zu handle(s), %llu bytes, the driver would not "
+			"take back are left to it", dh->dev, dh->nparked,
+			(unsigned long long)dh->parked_bytes);
+	free(dh->parked);
+	dh->parked = NULL;
+	dh->nparked = dh->cap_parked = 0;
+	dh->parked_bytes = 0;
 }

@@ -1,6 +1,6 @@
 /* Physical handles of a device heap (heap_phys.c): the device's list of handles, taking a wholly
- * free one out of its arena, giving handles back (several side by side), access grants, and the
- * mapped bytes' accounting. Calls the block and address-space layers. */
+ * free one out of its arena, giving handles back (several side by side; the refused ones parked),
+ * access grants, and the mapped bytes' accounting. Calls the block and address-space layers. */
 #ifndef VMM_HEAP_PHYS_H
 #define VMM_HEAP_PHYS_H
 
@@ -9,8 +9,15 @@
 #include "heap_va.h"
 
 void stats_mapped(struct arena *a, int64_t delta);
-/* Teardown calls, retried once: a transient failure must not leak device memory. */
-void phys_release(vmm_backend *be, vmm_phys h);
+/* Give h (size bytes) back to the driver, retried once: a transient failure must not leak device
+ * memory. Where both tries fail it is parked on dh (logged once, counted in release_pending) and
+ * tried again by phys_retry_parked. */
+void phys_release(struct devheap *dh, vmm_phys h, size_t size);
+/* Try the parked handles again; each one the driver takes leaves the list. Called first by every
+ * give-back of the device: heap_release_free_handles (trim, the cache limit, out of memory), a
+ * sleep, and phys_teardown. */
+void phys_retry_parked(struct devheap *dh);
+/* Teardown call, retried once. */
 void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size);
 /* Release hs[0..n) (spread over a few threads where the backend allows): ok[i] says which went;
  * returns the first failure's status (err: its message), VMM_OK when all went. */
@@ -37,7 +44,8 @@ uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n);
 void heap_release_free_handles(struct devheap *dh, size_t keep_bytes);
 /* Give a handle's host backup back to the device's pool (nothing when it has none). */
 void heap_backup_put(struct devheap *dh, vmm_host_buf *backup);
-/* Teardown: unmap and release every handle of the device, free the records and backups. */
+/* Teardown: unmap and release every handle of the device (and the parked ones), free the records
+ * and backups. */
 void phys_teardown(struct devheap *dh);
 
 #endif

@@ -90,7 +90,7 @@ static bool remap_or_release(struct devheap *dh, struct phandle *h)
 	    !heap_grant_access(dh, h->va, h->size, NULL))
 		return true;
 	phys_unmap(be, h->va, h->size);
-	phys_release(be, h->h);
+	phys_release(dh, h->h, h->size);
 	return false;
 }
 
@@ -373,6 +373,7 @@ vmm_status heap_sleep_device(struct devheap *dh, const struct filter *f, const v
 		return st;
 	/* That drain began after every free in the quarantine (the lock is held): no second one. */
 	heap_reclaim_synced(dh);
+	phys_retry_parked(dh); /* what the driver refused before goes back first */
 	for (int i = 0; i < dh->narenas; i++)
 		if (arena_sleeps(dh->arenas[i], f))
 			slab_release_empty(dh, dh->arenas[i]);

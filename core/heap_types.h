@@ -78,6 +78,13 @@ struct slab {
 	bool frozen;                /* inside a shared handle: hands out no slot again */
 };
 
+/* A handle the driver would not take back (its release failed twice): kept on its device heap
+ * and released again at the device's next give-back (heap_phys.c), rather than forgotten. */
+struct parked_phys {
+	vmm_phys h;
+	size_t size;
+};
+
 /* A physical handle of the device, mapped at va (or asleep: released, to be re-created at va). */
 struct phandle {
 	vmm_phys h;
@@ -149,6 +156,11 @@ struct devheap {
 	_Atomic size_t nres;    /* reservations are append-only: readable without the lock */
 	struct reservation res[MAX_RESERVATIONS];
 	struct phandle *handles;        /* every handle of the device */
+	/* Released, but the driver would not take them back: retried at every give-back of the
+	 * device; parked_bytes is the status figure release_pending. */
+	struct parked_phys *parked;
+	size_t nparked, cap_parked;
+	uint64_t parked_bytes;
 	struct arena *arenas[MAX_ARENAS];
 	int narenas;
 	int peers[VMM_MAX_DEVICES];

@@ -108,7 +108,7 @@ vmm_status heap_restore_handles(struct devheap *dh, struct phandle **hs, size_t 
 	for (size_t i = 0; i < rs.mapped; i++)
 		phys_unmap(be, hs[i]->va, hs[i]->size);
 	for (size_t i = 0; i < rs.created; i++)
-		phys_release(be, hs[i]->h);
+		phys_release(dh, hs[i]->h, hs[i]->size);
 	return st;
 }
 

@@ -41,6 +41,8 @@
 	X(free_calls, ARENA, "", 0, PUBLIC)                                                    \
 	X(handles_created, ARENA, "handles_created", VMM_STAT_DEVICE, PRIVATE)                 \
 	X(handles_released, ARENA, "handles_released", VMM_STAT_DEVICE, PRIVATE)               \
+	/* released, but the driver would not take them back: tried again at every give-back */ \
+	X(release_pending_bytes, OWN, "release_pending", VMM_STAT_DEVICE, PRIVATE)             \
 	/* device synchronizations made to reuse quarantined memory */                         \
 	X(syncs, ARENA, "", 0, PRIVATE)                                                        \
 	/* legacy IPC (heap_share.c): bytes in handles another process may map (they stay      \
