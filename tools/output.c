@@ -287,6 +287,10 @@ void out_status(FILE *f, const client_reply *r)
 				out_bytes(u64(t, "asleep"), b[3], 32),
 				out_bytes(u64(t, "host_backup"), b[4], 32));
 		}
+		if (u64(d, "release_pending"))
+			fprintf(f, "  %s given back stay on the device: the driver would not take "
+				"them yet; the next trim or sleep tries again\n",
+				out_bytes(u64(d, "release_pending"), b[0], 32));
 		if (u64(d, "app_shared"))
 			fprintf(f, "  %s of the program's own mappings stay resident while asleep: "
 				"shared with other processes (exported or imported handles; the "

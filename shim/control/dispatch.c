@@ -328,7 +328,8 @@ static void put_shared(proto_writer *w, const shim_side *s, int dev)
 }
 
 /* One device: the core's heap, the program's own mappings, and what the driver says is in use.
- * unmanaged = used - (the shim's resident memory): context, modules, pass-through allocations;
+ * unmanaged = used - (the shim's resident memory, the handles the driver would not take back
+ * included): context, modules, pass-through allocations;
  * on a real GPU the driver's figure is device-wide, so other processes are in it too. */
 static void put_device(proto_writer *w, const shim_side *s, int dev)
 {
@@ -344,7 +345,7 @@ static void put_device(proto_writer *w, const shim_side *s, int dev)
 		vmm_app_stats_get(s->app, dev, &as);
 	have_info = !s->be->mem_info(s->be, dev, &free_b, &total_b, NULL);
 	app_resident = as.handle_bytes > as.asleep_bytes ? as.handle_bytes - as.asleep_bytes : 0;
-	resident = st.mapped_bytes + app_resident;
+	resident = st.mapped_bytes + st.release_pending_bytes + app_resident;
 	used = have_info && total_b >= free_b ? total_b - free_b : 0;
 	proto_record_begin(w, "device");
 	proto_put_str(w, "backend", s->name);

@@ -49,7 +49,7 @@
  *            unknown: one the program started itself) and `operation_ms` (how long it has run)
  *            say what is going on.
  *   device   backend, dev, live, count, mapped, cached, reserved, asleep, host_backup, peak_live,
- *            handles_created, handles_released, app_handles, app_bytes, app_mapped, app_asleep,
+ *            handles_created, handles_released, release_pending, app_handles, app_bytes, app_mapped, app_asleep,
  *            app_host_backup, app_unreleasable, app_shared (the part of app_unreleasable that
  *            other processes share: exported or imported), ipc_shared, ipc_retired,
  *            ipc_imported (CUDA), and when the driver answers: free, total, used,

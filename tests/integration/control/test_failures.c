@@ -276,3 +276,43 @@ Test(failures, exit_during_a_long_sleep_is_bounded_and_safe, .timeout = 120)
 	no_sanitizer_report(t);
 	target_free(t);
 }
+
+/* The driver refuses to take back a free handle twice in a row, in a sleep (the program has
+ * released nothing before: cuMemRelease calls 1 and 2 are that handle's). The sleep succeeds,
+ * `status` shows the bytes as release_pending (and the human view says so), and the next sleep
+ * gives them back. */
+Test(failures, memory_the_driver_will_not_take_back_shows_and_goes_at_the_next_sleep,
+     .timeout = 60)
+{
+	const char *env[] = { "SIMDEV_FAIL=cuMemRelease:1,cuMemRelease:2", SAN_ENV, NULL };
+	struct target *t = start_under_shim(env);
+	long long held;
+
+	cmd_ok(t, "alloc 1 1000000", "ok");
+	cmd_ok(t, "freeall", "freed 1");
+	status(t);
+	cr_assert_eq(json_num(o.out, "\"devices\": [", "handles_released"), 0, "%s", o.out);
+	held = json_num(o.out, "\"devices\": [", "mapped");
+	cr_assert_gt(held, 0, "%s", o.out);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "release_pending"), 0, "%s", o.out);
+
+	vmmctl_run(&o, t->run_dir, -1, "sleep %d", (int)t->pid);
+	cr_assert_eq(o.code, 0, "the sleep succeeds: %s%s", o.out, o.err);
+	state_is(t, "asleep");
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "release_pending"), held, "%s", o.out);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "mapped"), 0, "%s", o.out);
+	vmmctl_run(&o, t->run_dir, -1, "status %d", (int)t->pid);
+	cr_expect(strstr(o.out, "the driver would not take them yet"), "%s", o.out);
+
+	vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
+	cr_assert_eq(o.code, 0, "%s%s", o.out, o.err);
+	vmmctl_run(&o, t->run_dir, -1, "sleep %d", (int)t->pid);
+	cr_assert_eq(o.code, 0, "%s%s", o.out, o.err);
+	state_is(t, "asleep");
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "release_pending"), 0, "%s", o.out);
+	vmmctl_run(&o, t->run_dir, -1, "status %d", (int)t->pid);
+	cr_expect(!strstr(o.out, "would not take"), "%s", o.out);
+	no_sanitizer_report(t);
+	cr_expect_eq(target_stop(t, 10000), 0);
+	target_free(t);
+}
