@@ -202,7 +202,8 @@ static vmm_status create_handle(struct arena *a, size_t sz, struct phandle **out
 }
 
 /* Fill step 3: new handles of at most `piece` bytes for the rest. When the driver is out of
- * memory, another larger idle handle is given back first, while there is one. */
+ * memory, the handles it refused to take back earlier are tried again, then another larger idle
+ * handle is given back first, while there is one. */
 static vmm_status plan_create(struct arena *a, struct grow_plan *p, struct larger *l, size_t want,
 			      size_t piece, vmm_error *err)
 {
@@ -211,7 +212,7 @@ static vmm_status plan_create(struct arena *a, struct grow_plan *p, struct large
 		struct phandle *h = NULL;
 		vmm_status st = create_handle(a, sz, &h, err);
 
-		if (st == VMM_E_OOM && plan_recycle(a->dh, l))
+		if (st == VMM_E_OOM && (phys_retry_parked(a->dh) || plan_recycle(a->dh, l)))
 			continue;
 		if (st)
 			return st;

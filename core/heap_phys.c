@@ -62,9 +62,10 @@ void phys_release(struct devheap *dh, vmm_phys h, size_t size)
 		release_again_or_park(dh, h, size);
 }
 
-void phys_retry_parked(struct devheap *dh)
+uint64_t phys_retry_parked(struct devheap *dh)
 {
 	vmm_backend *be = dh->core->be;
+	uint64_t went = 0;
 
 	for (size_t i = 0; i < dh->nparked;) {
 		struct parked_phys *p = &dh->parked[i];
@@ -76,8 +77,10 @@ void phys_retry_parked(struct devheap *dh)
 		vmm_log(VMM_LOG_INFO, "device %d: a handle of %zu bytes the driver had refused "
 			"is released now", dh->dev, p->size);
 		dh->parked_bytes -= p->size;
+		went += p->size;
 		*p = dh->parked[--dh->nparked];
 	}
+	return went;
 }
 
 void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size)

@@ -13,10 +13,10 @@ void stats_mapped(struct arena *a, int64_t delta);
  * memory. Where both tries fail it is parked on dh (logged once, counted in release_pending) and
  * tried again by phys_retry_parked. */
 void phys_release(struct devheap *dh, vmm_phys h, size_t size);
-/* Try the parked handles again; each one the driver takes leaves the list. Called first by every
- * give-back of the device: heap_release_free_handles (trim, the cache limit, out of memory), a
- * sleep, and phys_teardown. */
-void phys_retry_parked(struct devheap *dh);
+/* Try the parked handles again; each one the driver takes leaves the list. Returns the bytes that
+ * went. Called first by every give-back of the device: heap_release_free_handles (trim, the cache
+ * limit), a sleep, phys_teardown, and by growth when the driver is out of memory. */
+uint64_t phys_retry_parked(struct devheap *dh);
 /* Teardown call, retried once. */
 void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size);
 /* Release hs[0..n) (spread over a few threads where the backend allows): ok[i] says which went;

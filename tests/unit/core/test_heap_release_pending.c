@@ -148,3 +148,29 @@ Test(heap_release_pending, teardown_releases_a_parked_handle)
 	cr_assert_eq(WEXITSTATUS(status), 0, "the child's check %d failed", WEXITSTATUS(status));
 	cr_expect_eq(live, 0, "the driver holds nothing at exit");
 }
+
+/* Growth that finds the driver out of memory tries the parked handle again before it fails:
+ * the device's whole capacity is usable once the driver takes it back. */
+Test(heap_release_pending, an_allocation_short_of_memory_takes_back_a_parked_handle)
+{
+	vmm_config cfg = { .cache_limit = SIZE_MAX };
+	struct tctx t;
+	vmm_devptr p, all;
+	vmm_error err;
+	uint64_t total;
+
+	t_simdev_env("16M", NULL, FAIL_FIRST_TWO_RELEASES);
+	t_open(&t, &cfg);
+	total = t_dev_total(&t, 0);
+	cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &p, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, p, NULL), VMM_OK);
+	cr_assert_eq(vmm_trim(t.core, 0, NULL), VMM_OK);
+	cr_assert_eq(t_stats(&t, 0, NULL).release_pending_bytes, 2 * MiB, "the handle is parked");
+	cr_assert_eq(vmm_malloc(t.core, 0, total, 0, NULL, &all, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(t_stats(&t, 0, NULL).release_pending_bytes, 0);
+	cr_expect_eq(t_dev_used(&t, 0), total);
+	t_fill(all, total, 3);
+	cr_expect(t_check(all, total, 3));
+	vmm_free(t.core, all, NULL);
+	t_close(&t);
+}
