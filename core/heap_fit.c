@@ -96,9 +96,10 @@ static void fail_oom(struct devheap *dh, size_t size, const vmm_error *local, vm
 {
 	vmm_fail(err, VMM_E_OOM, local->driver_code,
 		 "device %d: cannot allocate %zu bytes: %llu bytes free on the device, %llu cached in "
-		 "the heap (%s)",
+		 "the heap, %llu the driver would not take back (%s)",
 		 dh->dev, size, (unsigned long long)device_free_bytes(dh),
-		 (unsigned long long)(dh->mapped_total - dh->live_total), local->msg);
+		 (unsigned long long)(dh->mapped_total - dh->live_total),
+		 (unsigned long long)dh->parked_bytes, local->msg);
 }
 
 /* Grow for the request and return a free block that holds it. When the driver is out, the

@@ -120,6 +120,9 @@ vmm_status heap_wake_fits(struct devheap *dh, const struct filter *f, vmm_error 
 	uint64_t need = 0;
 	vmm_status st;
 
+	/* Memory the driver refused to take back earlier would count against the wake. */
+	phys_retry_parked(dh);
+
 	for (struct phandle *h = dh->handles; h; h = h->next)
 		if (h->asleep && arena_selected(h->arena, f))
 			need += h->size;

@@ -1,6 +1,6 @@
 /* A handle the driver would not take back (cuMemRelease failing twice in a row, SIMDEV_FAIL) is
  * not forgotten: the heap keeps it, shows its bytes as release_pending, and the next give-back of
- * the device (a trim, a sleep, the teardown) releases it, so the driver's use comes back to what
+ * the device (a trim, a sleep, a wake, the teardown) releases it, so the driver's use comes back to what
  * the heap maps. No cuMemRelease happens before the give-back under test: the setup only grows. */
 #include <criterion/criterion.h>
 #include <stdint.h>
@@ -90,6 +90,22 @@ Test(heap_release_pending, the_next_sleep_releases_what_a_sleep_could_not)
 	cr_assert_eq(vmm_sleep(t.core, &rest, NULL, &err), VMM_OK, "%s", err.msg);
 	expect_given_back(&t, "the next sleep");
 	cr_expect_eq(t_dev_used(&t, 0), 0, "everything asleep, nothing on the device");
+	t_close(&t);
+}
+
+Test(heap_release_pending, a_wake_releases_what_a_sleep_could_not)
+{
+	static const vmm_sleep_opts t0 = { .tag = "t0", .device = -1 };
+	struct tctx t;
+	vmm_devptr a, b;
+	uint64_t cached = setup(&t, &a, &b);
+	vmm_error err;
+
+	cr_expect_eq(sleep_t0_with_refusal(&t), cached);
+	cr_assert_eq(vmm_wake(t.core, &t0, NULL, &err), VMM_OK, "%s", err.msg);
+	expect_given_back(&t, "the wake");
+	t_fill(a, 2 * MiB, 9);
+	cr_expect(t_check(a, 2 * MiB, 9), "t0's allocation is usable after the wake");
 	t_close(&t);
 }
 
