@@ -7,6 +7,7 @@
  * not the shim's and handles that are not the shim's are the driver's. */
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../core/log.h"
@@ -20,6 +21,40 @@
 
 /* How long an open waits for the exporting process to answer. */
 #define IPC_OPEN_TIMEOUT_MS 10000
+
+/* Where one open's time went, for its info line (a few clock reads per open: the open is a
+ * socket round trip and several driver calls, so this costs nothing measurable). The named
+ * phases are measured, not derived, so they add up to at most the total. */
+enum open_phase { PH_REQUEST, PH_IMPORT, PH_RESERVE, PH_MAP, PH_ACCESS, PH_REST, PH_COUNT };
+static const char *const phase_names[PH_COUNT] = { "request", "import", "reserve", "map",
+						   "access", "rest" };
+
+struct open_timing {
+	double ms[PH_COUNT];
+	struct timespec start, mark; /* the open's start; the end of the last phase measured */
+};
+
+static void timing_start(struct open_timing *t)
+{
+	memset(t, 0, sizeof(*t));
+	clock_gettime(CLOCK_MONOTONIC, &t->start);
+	t->mark = t->start;
+}
+
+static double ms_between(const struct timespec *a, const struct timespec *b)
+{
+	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
+/* Add the time since the last mark to phase p and move the mark. */
+static void timing_add(struct open_timing *t, enum open_phase p)
+{
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	t->ms[p] += ms_between(&t->mark, &now);
+	t->mark = now;
+}
 
 CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 {
@@ -60,6 +95,7 @@ bool ipc_open_reply_parse(char *text, struct open_reply *o)
 	bool ok = false, head = true;
 
 	memset(o, 0, sizeof(*o));
+	o->export_ms = -1;
 	for (; line && *line; line = nl ? nl + 1 : NULL) {
 		proto_record rec;
 		const char *word;
@@ -82,6 +118,9 @@ bool ipc_open_reply_parse(char *text, struct open_reply *o)
 		    !proto_record_u64(&rec, "pieces", &o->npieces) ||
 		    o->npieces > IPC_IMPORT_MAX_PIECES))
 			return false;
+		/* Optional: exporters before it was added do not send it. */
+		if (!strcmp(rec.kind, "share") && !proto_record_double(&rec, "export_ms", &o->export_ms))
+			o->export_ms = -1;
 		if (!strcmp(rec.kind, "piece")) {
 			if (k == IPC_IMPORT_MAX_PIECES || !proto_record_u64(&rec, "offset", &o->off[k]) ||
 			    !proto_record_u64(&rec, "size", &o->size[k]) ||
@@ -107,7 +146,7 @@ static void unmap_import(vmm_backend *be, const ipc_import *m, size_t mapped_byt
 
 /* Import the pieces behind fds into a range of our own. */
 static CUresult map_import(vmm_backend *be, const struct open_reply *o, const int *fds,
-			   int cur, unsigned int flags, ipc_import *m)
+			   int cur, unsigned int flags, ipc_import *m, struct open_timing *t)
 {
 	size_t mapped = 0;
 	vmm_error err;
@@ -126,24 +165,28 @@ static CUresult map_import(vmm_backend *be, const struct open_reply *o, const in
 		}
 		dev = d;
 	}
+	timing_add(t, PH_IMPORT);
 	m->device = dev;
 	if (be->reserve(be, dev, o->span_size, 0, &m->span, &err)) {
 		m->span = 0;
 		goto fail;
 	}
 	m->span_size = o->span_size;
+	timing_add(t, PH_RESERVE);
 	for (size_t i = 0; i < o->npieces; i++) {
 		if (o->off[i] != mapped || be->map_at(be, m->span + o->off[i], o->size[i], o->hoff[i],
 						      m->handles[i], &err))
 			goto fail;
 		mapped += o->size[i];
 	}
+	timing_add(t, PH_MAP);
 	peers[0] = cur;
 	/* The opener's device gets access too when it is another one (as the lazy peer flag
 	 * asks; without it the driver would need peer access enabled, which we grant). */
 	(void)flags;
 	if (be->set_access(be, dev, m->span, m->span_size, peers, cur != dev ? 1 : 0, &err))
 		goto fail;
+	timing_add(t, PH_ACCESS);
 	m->base = m->span + (o->base - o->span);
 	return CUDA_SUCCESS;
 fail:
@@ -153,6 +196,25 @@ fail:
 	return err.status == VMM_E_OOM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_MAP_FAILED;
 }
 
+/* The open's one info line: where it was mapped and where its time went (docs/monitoring.md).
+ * exporter_export is the exporter's own figure, part of request (absent from older exporters). */
+static void log_open(const ipc_import *m, const struct open_timing *t, double exporter_ms)
+{
+	char phases[256], extra[48] = "";
+	size_t len = 0;
+
+	for (int p = 0; p < PH_COUNT; p++) {
+		len += (size_t)snprintf(phases + len, len < sizeof(phases) ? sizeof(phases) - len : 0,
+					" %s=%.3f", phase_names[p], t->ms[p]);
+	}
+	if (exporter_ms >= 0)
+		snprintf(extra, sizeof(extra), " exporter_export=%.3f", exporter_ms);
+	vmm_log(VMM_LOG_INFO, "cuIpcOpenMemHandle: export %llu of pid %d at 0x%llx (%zu pieces) "
+		"open_phases_ms total=%.3f%s%s", (unsigned long long)m->id, (int)m->exporter,
+		(unsigned long long)m->base, m->nhandles, ms_between(&t->start, &t->mark), phases,
+		extra);
+}
+
 static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int flags)
 {
 	shim_runtime *rt;
@@ -160,6 +222,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	struct open_reply o;
 	peer_reply reply;
 	ipc_import m;
+	struct open_timing t;
 	char line[160], why[256];
 	CUresult r;
 	int cur;
@@ -181,6 +244,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 		*pdptr = (CUdeviceptr)m.base;
 		return CUDA_SUCCESS;
 	}
+	timing_start(&t);
 	if (ipc_process_start_time((pid_t)h->pid) != h->start_time) {
 		vmm_log(VMM_LOG_INFO, "cuIpcOpenMemHandle: the exporting process %u has ended",
 			h->pid);
@@ -188,12 +252,14 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	}
 	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu\n", PROTO_MAGIC,
 		 (unsigned long long)h->id, (unsigned long long)h->base);
+	timing_add(&t, PH_REST);
 	if (peer_request(rt->cfg.run_dir, (pid_t)h->pid, line, IPC_OPEN_TIMEOUT_MS, &reply, why,
 			 sizeof(why))) {
 		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: asking pid %u for its memory: %s",
 			h->pid, why);
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
+	timing_add(&t, PH_REQUEST);
 	if (!ipc_open_reply_parse(reply.text, &o) || reply.nfds != o.npieces) {
 		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: pid %u did not give its memory: %s",
 			h->pid, o.error[0] ? o.error : "unexpected reply");
@@ -207,8 +273,9 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	m.remote_base = h->base;
 	m.opener_device = cur;
 	m.size = h->size;
+	timing_add(&t, PH_REST);
 	gate_enter();
-	r = map_import(be, &o, reply.fds, cur, flags, &m);
+	r = map_import(be, &o, reply.fds, cur, flags, &m, &t);
 	gate_leave();
 	peer_reply_free(&reply); /* the descriptors: the imported handles hold the memory now */
 	if (r)
@@ -217,8 +284,8 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 		unmap_import(be, &m, m.span_size);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	vmm_log(VMM_LOG_DEBUG, "cuIpcOpenMemHandle: export %llu of pid %u at 0x%llx (%zu pieces)",
-		(unsigned long long)m.id, h->pid, (unsigned long long)m.base, m.nhandles);
+	timing_add(&t, PH_REST);
+	log_open(&m, &t, o.export_ms);
 	*pdptr = (CUdeviceptr)m.base;
 	return CUDA_SUCCESS;
 }

@@ -24,6 +24,7 @@ struct open_reply {
 	uint64_t off[IPC_IMPORT_MAX_PIECES], size[IPC_IMPORT_MAX_PIECES],
 		hoff[IPC_IMPORT_MAX_PIECES];
 	char error[200];
+	double export_ms; /* the exporter's time to export the pieces; -1 when it did not say */
 };
 
 /* Parse a share_open reply (hooks_ipc.c); false when it is not a usable ok. */

@@ -160,6 +160,11 @@ static void send_error_now(int fd, const char *word, const char *msg)
 	proto_writer_free(&w);
 }
 
+static double ms_between(const struct timespec *a, const struct timespec *b)
+{
+	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
 static void *worker_main(void *arg)
 {
 	struct job *j = arg;
@@ -168,6 +173,7 @@ static void *worker_main(void *arg)
 	int fds[VMM_SHARE_MAX_PIECES];
 	size_t nfds = 0;
 	proto_writer w;
+	struct timespec t0, t1, t2; /* for share_open's info line */
 	bool exiting;
 
 	proto_writer_init(&w);
@@ -176,6 +182,7 @@ static void *worker_main(void *arg)
 	pthread_mutex_unlock(&work_lock);
 	vmm_log(VMM_LOG_DEBUG, "control: %s from pid %ld", proto_verb_name(j->req.verb),
 		client.pid);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (exiting)
 		proto_error_response(&w, PROTO_ERR_BUSY, "the process is exiting");
 	else if (j->req.verb == PROTO_SHARE_OPEN)
@@ -189,12 +196,19 @@ static void *worker_main(void *arg)
 		nfds = 0;
 	}
 	/* Memory descriptors travel with the reply's first bytes (share_open only). */
+	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (!w.failed && w.len && nfds)
 		fd_pass_send_many(j->fd, w.buf, w.len, fds, nfds,
 				  fd_pass_now_ms() + PROTO_WRITE_DEADLINE_MS);
 	else if (!w.failed && w.len)
 		write_reply(j->fd, w.buf, w.len);
 	control_share_close_fds(fds, nfds);
+	clock_gettime(CLOCK_MONOTONIC, &t2);
+	/* The exporter's side of one legacy IPC open (the importer logs its own, hooks_ipc.c). */
+	if (nfds)
+		vmm_log(VMM_LOG_INFO, "share_open: %zu descriptors to pid %ld share_open_phases_ms "
+			"export=%.3f send=%.3f", nfds, client.pid, ms_between(&t0, &t1),
+			ms_between(&t1, &t2));
 	proto_writer_free(&w);
 	drain_and_close(j->fd);
 	free(j);

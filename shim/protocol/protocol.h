@@ -71,7 +71,8 @@
  *            ended: it ended, how is not known (one the program started itself) | running:
  *            not ended within timeout_ms | none: nothing was in progress, with the word
  *            "already"), seconds
- *   share    device, base, size, span, span_size, pieces (share_open)
+ *   share    device, base, size, span, span_size, pieces, export_ms (share_open; export_ms:
+ *            the exporter's time to look the export up and export its pieces)
  *   piece    offset, size, handle_offset (share_open; the n-th record goes with the n-th fd)
  *   error    status (one of the PROTO_ERR_* words), message
  *
