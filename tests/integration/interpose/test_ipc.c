@@ -115,3 +115,77 @@ Test(ipc, importer_without_shim_gets_driver_error)
 	cr_expect(rc > 0 && rc < 128, "child status %d\n%s", rc, r->out);
 	run_free(r);
 }
+
+/* The value after " key=" in line (up to its end); -1 when absent. */
+static double phase(const char *line, const char *end, const char *key)
+{
+	char pat[48];
+	const char *p;
+	double v = -1;
+
+	snprintf(pat, sizeof(pat), " %s=", key);
+	p = strstr(line, pat);
+	if (p && p < end)
+		sscanf(p + strlen(pat), "%lf", &v);
+	return v;
+}
+
+/* How many lines of text carry tag, each checked by check (which may assert). */
+static int tagged_lines(const char *text, const char *tag,
+			void (*check)(const char *line, const char *end))
+{
+	int n = 0;
+
+	for (const char *p = strstr(text, tag); p; p = strstr(p + 1, tag)) {
+		const char *start = p, *end = strchr(p, '\n');
+
+		while (start > text && start[-1] != '\n')
+			start--;
+		check(start, end ? end : p + strlen(p));
+		n++;
+	}
+	return n;
+}
+
+static void check_open_line(const char *line, const char *end)
+{
+	static const char *const names[] = { "request", "import", "reserve", "map", "access",
+					      "rest", "exporter_export" };
+	double total = phase(line, end, "total"), sum = 0;
+
+	cr_expect_geq(total, 0, "%.*s", (int)(end - line), line);
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		double v = phase(line, end, names[i]);
+
+		cr_expect_geq(v, 0, "%s missing: %.*s", names[i], (int)(end - line), line);
+		if (i < 6)
+			sum += v;
+	}
+	/* The phases are measured one after the other; each value is rounded to 1 us. */
+	cr_expect_leq(sum, total + 0.0035, "%.*s", (int)(end - line), line);
+	/* The exporter's part happens inside the importer's request. */
+	cr_expect_leq(phase(line, end, "exporter_export"), phase(line, end, "request") + 0.0005,
+		      "%.*s", (int)(end - line), line);
+}
+
+static void check_share_line(const char *line, const char *end)
+{
+	cr_expect_geq(phase(line, end, "export"), 0, "%.*s", (int)(end - line), line);
+	cr_expect_geq(phase(line, end, "send"), 0, "%.*s", (int)(end - line), line);
+}
+
+Test(ipc, open_logs_where_its_time_went)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_ipc"), "torch"),
+				    (const char *const[]){ "SIMDEV_MEMORY=2G",
+							   "VMMSHIM_WHOLE_HANDLE_MIN=1G",
+							   "VMMSHIM_LOG=info", NULL });
+
+	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
+	/* The child opens two handles and the first again: the reopen asks nobody and maps
+	 * nothing, so two lines on each side. */
+	cr_expect_eq(tagged_lines(r->err, " open_phases_ms ", check_open_line), 2, "%s", r->err);
+	cr_expect_eq(tagged_lines(r->err, " share_open_phases_ms ", check_share_line), 2, "%s",
+		     r->err);
+	run_free(r);
+}
