@@ -1235,7 +1235,7 @@ class Matrix:
             self.badd("IPC open of a 1 GiB tensor (ms)", "not run", "", "", "",
                       "out of time" if self.shim_ok else "libvmmshim.so missing")
             return
-        got = {}
+        got, phases = {}, []
         for shim in (False, True):
             p = Proc("bench_ipc." + ("shim" if shim else "native"),
                      [sys.executable, os.path.join(self.a.root, "tests/gpu/ipc_torch.py"),
@@ -1243,9 +1243,13 @@ class Matrix:
             rc = p.finish()
             v = p.values("BENCH").get("open_1gib_ms")
             got[shim] = (rc, float(v) if v is not None else None)
+            if shim:  # the shim's medians per phase of one open (ipc_torch.py's child log)
+                phases = [l.split(None, 2)[2] for _, l in p.lines
+                          if l.startswith("BENCH open_phases_ms ") and len(l.split()) > 2]
         s, n = got[True][1], got[False][1]
         self.badd("IPC open of a 1 GiB tensor (ms)", fmt(s), fmt(n), ratio(s, n), "<= 2x",
                   verdict(s and n, s and n and s <= 2 * n))
+        self.bench[-1]["note"] += "; shim phases (ms): " + (phases[-1] if phases else "none")
         for shim, (rc, _) in got.items():
             if rc != 0:
                 self.bench[-1]["note"] += f"; {'shim' if shim else 'native'} run rc {rc}"

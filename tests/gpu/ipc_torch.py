@@ -15,20 +15,27 @@ used memory before and while asleep); after `VMMCTL wake` the child reads the te
 its re-imported mapping (GROUP child_sees_after) and the parent checks them as usual.
 
 --bench N: instead, the child times opening N 1 GiB tensors (BENCH open_1gib_ms, the median of
-the unpickling, which is the cudaIpcOpenMemHandle) and the parent checks one byte of each."""
+the unpickling, which is the cudaIpcOpenMemHandle) and the parent checks one byte of each. Under
+the shim the child runs with VMMSHIM_LOG=info and its stderr in a file, from which the parent takes
+the shim's phase line of each open and prints BENCH open_phases_ms NAME=MEDIAN ... (ms)."""
 import argparse
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
 import torch.multiprocessing as mp
 
 
-def child(q_in, q_out, bench):
+def child(q_in, q_out, bench, log_path=None):
+    if log_path:  # the shim logs to fd 2: its phase lines go to the parent through this file
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)
+        os.dup2(fd, 2)
+        os.close(fd)
     torch.cuda.set_device(0)
     if bench:
         times = []
@@ -134,6 +141,21 @@ def main_x2(ctx):
     return 0 if ok and p.exitcode == 0 else 1
 
 
+def phase_medians(text):
+    """{phase: median ms} over the shim's 'open_phases_ms name=value ...' lines in text."""
+    per = {}
+    for line in text.splitlines():
+        if " open_phases_ms " not in line:
+            continue
+        for f in line.split(" open_phases_ms ", 1)[1].split():
+            k, _, v = f.partition("=")
+            try:
+                per.setdefault(k, []).append(float(v))
+            except ValueError:
+                pass
+    return {k: statistics.median(v) for k, v in per.items()}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--bench", type=int, default=0)
@@ -144,7 +166,12 @@ def main():
     if a.x2:
         sys.exit(main_x2(ctx))
     q_in, q_out = ctx.Queue(), ctx.Queue()
-    p = ctx.Process(target=child, args=(q_in, q_out, a.bench))
+    log_path = None
+    if a.bench and "vmmshim" in os.environ.get("LD_PRELOAD", ""):
+        fd, log_path = tempfile.mkstemp(prefix="ipc_torch_child_", suffix=".log")
+        os.close(fd)
+        os.environ["VMMSHIM_LOG"] = "info"  # read by the child's shim when it starts
+    p = ctx.Process(target=child, args=(q_in, q_out, a.bench, log_path))
     p.start()
     if a.bench:
         for i in range(a.bench):
@@ -158,6 +185,14 @@ def main():
             del t
         print(f"BENCH open_1gib_ms {q_out.get(timeout=60):.3f}", flush=True)
         p.join(60)
+        if log_path:
+            with open(log_path) as f:
+                text = f.read()
+            os.unlink(log_path)
+            sys.stderr.write(text)  # the child's log stays visible where it would have been
+            med = phase_medians(text)
+            print("BENCH open_phases_ms " + (" ".join(f"{k}={v:.3f}" for k, v in med.items())
+                                             or "none"), flush=True)
         sys.exit(p.exitcode or 0)
     torch.manual_seed(0)
     weights = torch.randint(0, 100, (1 << 24,), device="cuda").float()   # 64 MiB
