@@ -236,95 +236,114 @@ static void out_app_shares(FILE *f, const client_reply *r)
 
 #define COLS "%-10s %12s %12s %12s %12s %12s\n"
 
+/* The line of a sleep or wake in progress. */
+static void print_progress(FILE *f, const proto_record *pr)
+{
+	double gbps = 0, eta = -1;
+	char b[2][32];
+
+	proto_record_double(pr, "gbps", &gbps);
+	proto_record_double(pr, "eta_seconds", &eta);
+	fprintf(f, "  progress: %s %s, %s of %s copied, %.2f GB/s", str(pr, "operation"),
+		str(pr, "phase"), out_bytes(u64(pr, "bytes_done"), b[0], 32),
+		out_bytes(u64(pr, "bytes_total"), b[1], 32), gbps);
+	if (eta >= 0)
+		fprintf(f, ", %.1f s left", eta);
+	fputc('\n', f);
+}
+
+/* One row of the device table: label, then live, mapped, cached, asleep, host backup. */
+static void print_row(FILE *f, const char *label, uint64_t live, uint64_t mapped,
+		      const char *cached, uint64_t asleep, uint64_t backup)
+{
+	char b[4][32];
+
+	fprintf(f, COLS, label, out_bytes(live, b[0], 32), out_bytes(mapped, b[1], 32), cached,
+		out_bytes(asleep, b[2], 32), out_bytes(backup, b[3], 32));
+}
+
+/* A device's table: the heap, the program's own VMM mappings, each tag of the device. */
+static void print_device_table(FILE *f, const client_reply *r, const proto_record *d)
+{
+	char b[32], label[48];
+
+	fprintf(f, "\ndevice %s:%" PRIu64 "\n", str(d, "backend"), u64(d, "dev"));
+	fprintf(f, COLS, "", "live", "mapped", "cached", "asleep", "host backup");
+	print_row(f, "heap", u64(d, "live"), u64(d, "mapped"), out_bytes(u64(d, "cached"), b, 32),
+		  u64(d, "asleep"), u64(d, "host_backup"));
+	if (u64(d, "app_handles"))
+		print_row(f, "app vmm", u64(d, "app_bytes"), u64(d, "app_mapped"), "-",
+			  u64(d, "app_asleep"), u64(d, "app_host_backup"));
+	for (int j = 0; j < r->nrecords; j++) {
+		const proto_record *t = r->records[j];
+
+		if (strcmp(t->kind, "tag") || u64(t, "dev") != u64(d, "dev") ||
+		    strcmp(str(t, "backend"), str(d, "backend")))
+			continue;
+		snprintf(label, sizeof(label), " tag %s", str(t, "name"));
+		print_row(f, label, u64(t, "live"), u64(t, "mapped"),
+			  out_bytes(u64(t, "cached"), b, 32), u64(t, "asleep"),
+			  u64(t, "host_backup"));
+	}
+}
+
+/* Under a device's table: what stays resident and why, the driver's view, the reservation. */
+static void print_device_notes(FILE *f, const proto_record *d)
+{
+	char b[3][32];
+
+	if (u64(d, "release_pending"))
+		fprintf(f, "  %s given back stay on the device: the driver would not take "
+			"them yet; the next trim or sleep tries again\n",
+			out_bytes(u64(d, "release_pending"), b[0], 32));
+	if (u64(d, "app_shared"))
+		fprintf(f, "  %s of the program's own mappings stay resident while asleep: "
+			"shared with other processes (exported or imported handles; the "
+			"driver frees them only when every holder has let go)\n",
+			out_bytes(u64(d, "app_shared"), b[0], 32));
+	if (u64(d, "app_unreleasable") > u64(d, "app_shared"))
+		fprintf(f, "  %s of the program's own mappings stay resident while asleep: "
+			"mapped in part, which this backend cannot map again\n",
+			out_bytes(u64(d, "app_unreleasable") - u64(d, "app_shared"), b[0], 32));
+	if (u64(d, "ipc_shared") > u64(d, "ipc_shared_asleep"))
+		fprintf(f, "  %s of vmmshim's memory is mapped by other processes (CUDA IPC) "
+			"and stays resident while asleep (only a group sleep of every "
+			"process that opened it releases it); %s of it freed, not reusable\n",
+			out_bytes(u64(d, "ipc_shared") - u64(d, "ipc_shared_asleep"), b[0], 32),
+			out_bytes(u64(d, "ipc_retired"), b[1], 32));
+	if (u64(d, "ipc_shared_asleep"))
+		fprintf(f, "  %s of vmmshim's memory shared with other processes (CUDA IPC) "
+			"was released by a group sleep; re-shared at wake\n",
+			out_bytes(u64(d, "ipc_shared_asleep"), b[0], 32));
+	if (u64(d, "ipc_imported"))
+		fprintf(f, "  %s opened from other processes (CUDA IPC), resident\n",
+			out_bytes(u64(d, "ipc_imported"), b[0], 32));
+	if (proto_record_field(d, "total"))
+		fprintf(f, "  driver: %s used of %s; not managed by vmmshim: %s "
+			"(context, modules, pass-through%s)\n",
+			out_bytes(u64(d, "used"), b[0], 32), out_bytes(u64(d, "total"), b[1], 32),
+			out_bytes(u64(d, "unmanaged"), b[2], 32),
+			strcmp(str(d, "backend"), "cuda") ? "" : "; on a GPU also other processes");
+	fprintf(f, "  virtual address space reserved: %s\n",
+		out_bytes(u64(d, "reserved"), b[0], 32));
+}
+
 void out_status(FILE *f, const client_reply *r)
 {
 	const proto_record *info = client_reply_find(r, "info");
-	char b[6][32];
-
 	const proto_record *pr = client_reply_find(r, "progress");
+
 	if (info)
 		print_info(f, info);
-	if (pr) {
-		double gbps = 0, eta = -1;
-
-		proto_record_double(pr, "gbps", &gbps);
-		proto_record_double(pr, "eta_seconds", &eta);
-		fprintf(f, "  progress: %s %s, %s of %s copied, %.2f GB/s", str(pr, "operation"),
-			str(pr, "phase"), out_bytes(u64(pr, "bytes_done"), b[0], 32),
-			out_bytes(u64(pr, "bytes_total"), b[1], 32), gbps);
-		if (eta >= 0)
-			fprintf(f, ", %.1f s left", eta);
-		fputc('\n', f);
-	}
+	if (pr)
+		print_progress(f, pr);
 	for (int i = 0; i < r->nrecords; i++) {
 		const proto_record *d = r->records[i];
 
 		if (strcmp(d->kind, "device"))
 			continue;
-		fprintf(f, "\ndevice %s:%" PRIu64 "\n", str(d, "backend"), u64(d, "dev"));
-		fprintf(f, COLS, "", "live", "mapped", "cached", "asleep", "host backup");
-		fprintf(f, COLS, "heap", out_bytes(u64(d, "live"), b[0], 32),
-			out_bytes(u64(d, "mapped"), b[1], 32),
-			out_bytes(u64(d, "cached"), b[2], 32),
-			out_bytes(u64(d, "asleep"), b[3], 32),
-			out_bytes(u64(d, "host_backup"), b[4], 32));
-		if (u64(d, "app_handles"))
-			fprintf(f, COLS, "app vmm", out_bytes(u64(d, "app_bytes"), b[0], 32),
-				out_bytes(u64(d, "app_mapped"), b[1], 32), "-",
-				out_bytes(u64(d, "app_asleep"), b[3], 32),
-				out_bytes(u64(d, "app_host_backup"), b[4], 32));
-		for (int j = 0; j < r->nrecords; j++) {
-			const proto_record *t = r->records[j];
-			char label[48];
-
-			if (strcmp(t->kind, "tag") || u64(t, "dev") != u64(d, "dev") ||
-			    strcmp(str(t, "backend"), str(d, "backend")))
-				continue;
-			snprintf(label, sizeof(label), " tag %s", str(t, "name"));
-			fprintf(f, COLS, label, out_bytes(u64(t, "live"), b[0], 32),
-				out_bytes(u64(t, "mapped"), b[1], 32),
-				out_bytes(u64(t, "cached"), b[2], 32),
-				out_bytes(u64(t, "asleep"), b[3], 32),
-				out_bytes(u64(t, "host_backup"), b[4], 32));
-		}
-		if (u64(d, "release_pending"))
-			fprintf(f, "  %s given back stay on the device: the driver would not take "
-				"them yet; the next trim or sleep tries again\n",
-				out_bytes(u64(d, "release_pending"), b[0], 32));
-		if (u64(d, "app_shared"))
-			fprintf(f, "  %s of the program's own mappings stay resident while asleep: "
-				"shared with other processes (exported or imported handles; the "
-				"driver frees them only when every holder has let go)\n",
-				out_bytes(u64(d, "app_shared"), b[0], 32));
-		if (u64(d, "app_unreleasable") > u64(d, "app_shared"))
-			fprintf(f, "  %s of the program's own mappings stay resident while asleep: "
-				"mapped in part, which this backend cannot map again\n",
-				out_bytes(u64(d, "app_unreleasable") - u64(d, "app_shared"), b[0],
-					  32));
-		if (u64(d, "ipc_shared") > u64(d, "ipc_shared_asleep"))
-			fprintf(f, "  %s of vmmshim's memory is mapped by other processes (CUDA IPC) "
-				"and stays resident while asleep (only a group sleep of every "
-				"process that opened it releases it); %s of it freed, not reusable\n",
-				out_bytes(u64(d, "ipc_shared") - u64(d, "ipc_shared_asleep"), b[0],
-					  32),
-				out_bytes(u64(d, "ipc_retired"), b[1], 32));
-		if (u64(d, "ipc_shared_asleep"))
-			fprintf(f, "  %s of vmmshim's memory shared with other processes (CUDA IPC) "
-				"was released by a group sleep; re-shared at wake\n",
-				out_bytes(u64(d, "ipc_shared_asleep"), b[0], 32));
-		if (u64(d, "ipc_imported"))
-			fprintf(f, "  %s opened from other processes (CUDA IPC), resident\n",
-				out_bytes(u64(d, "ipc_imported"), b[0], 32));
-		if (proto_record_field(d, "total"))
-			fprintf(f, "  driver: %s used of %s; not managed by vmmshim: %s "
-				"(context, modules, pass-through%s)\n",
-				out_bytes(u64(d, "used"), b[0], 32),
-				out_bytes(u64(d, "total"), b[1], 32),
-				out_bytes(u64(d, "unmanaged"), b[2], 32),
-				strcmp(str(d, "backend"), "cuda") ? "" :
-					"; on a GPU also other processes");
-		fprintf(f, "  virtual address space reserved: %s\n",
-			out_bytes(u64(d, "reserved"), b[5], 32));
+		print_device_table(f, r, d);
+		print_device_notes(f, d);
 	}
 	out_app_shares(f, r);
 }
