@@ -215,6 +215,37 @@ static void log_open(const ipc_import *m, const struct open_timing *t, double ex
 		extra);
 }
 
+/* Ask the exporting process (still the one that made the handle) for the descriptors of the
+ * memory behind it: true with its reply parsed, each descriptor in reply->fds. */
+static bool ask_exporter(shim_runtime *rt, const ipc_handle *h, peer_reply *reply,
+			 struct open_reply *o, struct open_timing *t)
+{
+	char line[160], why[256];
+
+	if (ipc_process_start_time((pid_t)h->pid) != h->start_time) {
+		vmm_log(VMM_LOG_INFO, "cuIpcOpenMemHandle: the exporting process %u has ended",
+			h->pid);
+		return false;
+	}
+	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu\n", PROTO_MAGIC,
+		 (unsigned long long)h->id, (unsigned long long)h->base);
+	timing_add(t, PH_REST);
+	if (peer_request(rt->cfg.run_dir, (pid_t)h->pid, line, IPC_OPEN_TIMEOUT_MS, reply, why,
+			 sizeof(why))) {
+		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: asking pid %u for its memory: %s",
+			h->pid, why);
+		return false;
+	}
+	timing_add(t, PH_REQUEST);
+	if (!ipc_open_reply_parse(reply->text, o) || reply->nfds != o->npieces) {
+		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: pid %u did not give its memory: %s",
+			h->pid, o->error[0] ? o->error : "unexpected reply");
+		peer_reply_free(reply);
+		return false;
+	}
+	return true;
+}
+
 static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int flags)
 {
 	shim_runtime *rt;
@@ -223,7 +254,6 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	peer_reply reply;
 	ipc_import m;
 	struct open_timing t;
-	char line[160], why[256];
 	CUresult r;
 	int cur;
 
@@ -245,27 +275,8 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 		return CUDA_SUCCESS;
 	}
 	timing_start(&t);
-	if (ipc_process_start_time((pid_t)h->pid) != h->start_time) {
-		vmm_log(VMM_LOG_INFO, "cuIpcOpenMemHandle: the exporting process %u has ended",
-			h->pid);
+	if (!ask_exporter(rt, h, &reply, &o, &t))
 		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu\n", PROTO_MAGIC,
-		 (unsigned long long)h->id, (unsigned long long)h->base);
-	timing_add(&t, PH_REST);
-	if (peer_request(rt->cfg.run_dir, (pid_t)h->pid, line, IPC_OPEN_TIMEOUT_MS, &reply, why,
-			 sizeof(why))) {
-		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: asking pid %u for its memory: %s",
-			h->pid, why);
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
-	timing_add(&t, PH_REQUEST);
-	if (!ipc_open_reply_parse(reply.text, &o) || reply.nfds != o.npieces) {
-		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: pid %u did not give its memory: %s",
-			h->pid, o.error[0] ? o.error : "unexpected reply");
-		peer_reply_free(&reply);
-		return CUDA_ERROR_INVALID_HANDLE;
-	}
 	memset(&m, 0, sizeof(m));
 	m.exporter = (pid_t)h->pid;
 	m.start_time = h->start_time;
