@@ -25,9 +25,11 @@
 /* Where one open's time went, for its info line (a few clock reads per open: the open is a
  * socket round trip and several driver calls, so this costs nothing measurable). The named
  * phases are measured, not derived, so they add up to at most the total. */
-enum open_phase { PH_REQUEST, PH_IMPORT, PH_RESERVE, PH_MAP, PH_ACCESS, PH_REST, PH_COUNT };
-static const char *const phase_names[PH_COUNT] = { "request", "import", "reserve", "map",
-						   "access", "rest" };
+enum open_phase {
+	PH_CHECK, PH_REQUEST, PH_IMPORT, PH_RESERVE, PH_MAP, PH_ACCESS, PH_CLOSE, PH_REST, PH_COUNT
+};
+static const char *const phase_names[PH_COUNT] = { "check", "request", "import", "reserve",
+						   "map", "access", "close", "rest" };
 
 struct open_timing {
 	double ms[PH_COUNT];
@@ -227,9 +229,9 @@ static bool ask_exporter(shim_runtime *rt, const ipc_handle *h, peer_reply *repl
 			h->pid);
 		return false;
 	}
+	timing_add(t, PH_CHECK);
 	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu\n", PROTO_MAGIC,
 		 (unsigned long long)h->id, (unsigned long long)h->base);
-	timing_add(t, PH_REST);
 	if (peer_request(rt->cfg.run_dir, (pid_t)h->pid, line, IPC_OPEN_TIMEOUT_MS, reply, why,
 			 sizeof(why))) {
 		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: asking pid %u for its memory: %s",
@@ -288,7 +290,9 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	gate_enter();
 	r = map_import(be, &o, reply.fds, cur, flags, &m, &t);
 	gate_leave();
+	timing_add(&t, PH_REST);
 	peer_reply_free(&reply); /* the descriptors: the imported handles hold the memory now */
+	timing_add(&t, PH_CLOSE);
 	if (r)
 		return r;
 	if (!ipc_registry_add(&m)) {

@@ -149,8 +149,8 @@ static int tagged_lines(const char *text, const char *tag,
 
 static void check_open_line(const char *line, const char *end)
 {
-	static const char *const names[] = { "request", "import", "reserve", "map", "access",
-					      "rest", "exporter_export" };
+	static const char *const names[] = { "check", "request", "import", "reserve", "map",
+					      "access", "close", "rest", "exporter_export" };
 	double total = phase(line, end, "total"), sum = 0;
 
 	cr_expect_geq(total, 0, "%.*s", (int)(end - line), line);
