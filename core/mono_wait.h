@@ -1,4 +1,4 @@
-/* Timed waits on the monotonic clock. A condition variable made with the defaults measures its
+/* Timed waits (and the durations the logs give) on the monotonic clock. A condition variable made with the defaults measures its
  * deadlines on CLOCK_REALTIME, which a step of the wall clock (NTP, a manual date, a VM resumed)
  * moves: a wait then ends far too early or far too late. Every timed wait in core/ and shim/
  * uses a condition variable made by vmm_cond_init_monotonic and a deadline from vmm_deadline_ms. */
@@ -18,5 +18,8 @@ void vmm_deadline_ms(struct timespec *ts, long long ms);
 
 /* a < b */
 bool vmm_time_before(const struct timespec *a, const struct timespec *b);
+
+/* Milliseconds from a to b (negative when b is earlier). */
+double vmm_ms_between(const struct timespec *a, const struct timespec *b);
 
 #endif

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../core/log.h"
+#include "../core/mono_wait.h"
 #include "../core/vmm_share.h"
 #include "hooks_common.h"
 #include "ipc_handle.h"
@@ -43,18 +44,13 @@ static void timing_start(struct open_timing *t)
 	t->mark = t->start;
 }
 
-static double ms_between(const struct timespec *a, const struct timespec *b)
-{
-	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
-}
-
 /* Add the time since the last mark to phase p and move the mark. */
 static void timing_add(struct open_timing *t, enum open_phase p)
 {
 	struct timespec now;
 
 	clock_gettime(CLOCK_MONOTONIC, &now);
-	t->ms[p] += ms_between(&t->mark, &now);
+	t->ms[p] += vmm_ms_between(&t->mark, &now);
 	t->mark = now;
 }
 
@@ -213,7 +209,7 @@ static void log_open(const ipc_import *m, const struct open_timing *t, double ex
 		snprintf(extra, sizeof(extra), " exporter_export=%.3f", exporter_ms);
 	vmm_log(VMM_LOG_INFO, "cuIpcOpenMemHandle: export %llu of pid %d at 0x%llx (%zu pieces) "
 		"open_phases_ms total=%.3f%s%s", (unsigned long long)m->id, (int)m->exporter,
-		(unsigned long long)m->base, m->nhandles, ms_between(&t->start, &t->mark), phases,
+		(unsigned long long)m->base, m->nhandles, vmm_ms_between(&t->start, &t->mark), phases,
 		extra);
 }
 

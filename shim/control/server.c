@@ -160,11 +160,6 @@ static void send_error_now(int fd, const char *word, const char *msg)
 	proto_writer_free(&w);
 }
 
-static double ms_between(const struct timespec *a, const struct timespec *b)
-{
-	return (double)(b->tv_sec - a->tv_sec) * 1e3 + (double)(b->tv_nsec - a->tv_nsec) / 1e6;
-}
-
 static void *worker_main(void *arg)
 {
 	struct job *j = arg;
@@ -207,8 +202,8 @@ static void *worker_main(void *arg)
 	/* The exporter's side of one legacy IPC open (the importer logs its own, hooks_ipc.c). */
 	if (nfds)
 		vmm_log(VMM_LOG_INFO, "share_open: %zu descriptors to pid %ld share_open_phases_ms "
-			"export=%.3f send=%.3f", nfds, client.pid, ms_between(&t0, &t1),
-			ms_between(&t1, &t2));
+			"export=%.3f send=%.3f", nfds, client.pid, vmm_ms_between(&t0, &t1),
+			vmm_ms_between(&t1, &t2));
 	proto_writer_free(&w);
 	drain_and_close(j->fd);
 	free(j);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../../core/log.h"
+#include "../../core/mono_wait.h"
 #include "../../core/vmm_share.h"
 #include "../ipc_registry.h"
 #include "../runtime.h"
@@ -66,8 +67,7 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 	proto_put_u64(w, "span", info.span);
 	proto_put_u64(w, "span_size", info.span_size);
 	proto_put_u64(w, "pieces", n);
-	proto_put_double(w, "export_ms", (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
-			 (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+	proto_put_double(w, "export_ms", vmm_ms_between(&t0, &t1));
 	proto_record_end(w);
 	for (size_t i = 0; i < n; i++) {
 		proto_record_begin(w, "piece");
