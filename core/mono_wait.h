@@ -1,7 +1,8 @@
-/* Timed waits (and the durations the logs give) on the monotonic clock. A condition variable made with the defaults measures its
- * deadlines on CLOCK_REALTIME, which a step of the wall clock (NTP, a manual date, a VM resumed)
- * moves: a wait then ends far too early or far too late. Every timed wait in core/ and shim/
- * uses a condition variable made by vmm_cond_init_monotonic and a deadline from vmm_deadline_ms. */
+/* Timed waits (and the durations the logs give) on the monotonic clock. A condition variable
+ * made with the defaults measures its deadlines on CLOCK_REALTIME, which a step of the wall clock
+ * (NTP, a manual date, a VM resumed) moves: a wait then ends far too early or far too late.
+ * Every timed wait in core/ and shim/ uses a condition variable made by vmm_cond_init_monotonic
+ * and a deadline from vmm_deadline_ms. */
 #ifndef VMM_MONO_WAIT_H
 #define VMM_MONO_WAIT_H
 
