@@ -769,9 +769,13 @@ int client_list_sockets(client_target **out, void (*note_fn)(const char *msg, vo
 				else
 					snprintf(dir, sizeof(dir), "/run/user/%s/vmmshim",
 						 de->d_name);
-				/* A folder named for a uid is judged (a link there is worth a word);
-				 * another entry only when it is a real folder: a file such as a
-				 * test's /tmp/vmmshim-soak-1.stats is not a run folder at all. */
+				/* Only the shim's names (/tmp/vmmshim-*, /run/user/NAME/vmmshim). A
+				 * folder named for a uid is judged (a link there is worth a word);
+				 * another only when it is a real folder: a file such as a test's
+				 * /tmp/vmmshim-soak-1.stats is not a run folder at all. */
+				if ((b == 0 && strncmp(de->d_name, "vmmshim-", 8)) ||
+				    (b == 1 && de->d_name[0] == '.'))
+					continue;
 				if (trust_dir_named_uid(dir) < 0 && !is_real_folder(dir))
 					continue;
 				rc |= scan_dir(&f, dir);
