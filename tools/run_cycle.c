@@ -182,6 +182,22 @@ static bool ended_meanwhile(run_cycler *c)
 	return true;
 }
 
+/* A request answered "busy": a process that is exiting says so (server.c) before it has ended;
+ * give it 2 s to end, so that a program's normal exit is not taken for a failed cycle. */
+static bool ended_soon(run_cycler *c, const client_error *e)
+{
+	const struct timespec step = { 0, 20 * 1000 * 1000 };
+
+	if (strcmp(e->status, PROTO_ERR_BUSY))
+		return false;
+	for (int i = 0; i < 100; i++) {
+		if (ended_meanwhile(c))
+			return true;
+		nanosleep(&step, NULL);
+	}
+	return false;
+}
+
 static void do_sleep(run_cycler *c, double now)
 {
 	struct transfer t = { 0 };
@@ -210,7 +226,7 @@ static void do_sleep(run_cycler *c, double now)
 		struct transfer ignored = { 0 };
 		client_error e2;
 
-		if (ended_meanwhile(c))
+		if (ended_meanwhile(c) || ended_soon(c, &e))
 			return;
 		note_error(c, "sleep: %s", out_safe(e.message)); /* the process's words: escaped */
 		/* The discard tags already asleep come back (their contents are gone either way). */
