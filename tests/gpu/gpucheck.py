@@ -140,6 +140,31 @@ class PeakSampler:
         return self.peak
 
 
+class PeakMeter:
+    """The device's peak used memory from tests/gpu/peak_meter (NVML every ~100 us in C, with
+    its longest gap between samples); PeakSampler's 1 ms in Python where the meter cannot run.
+    .stop() returns (peak bytes, longest gap in us or None)."""
+
+    def __init__(self, binary, logdir, name):
+        self.p, self.fallback = None, None
+        if os.path.exists(binary):
+            self.p = Proc(name, [binary, "0", "100"], dict(os.environ), logdir, 600)
+            if not self.p.wait_for(r"^METER ready", timeout=10):
+                self.p.kill()
+                self.p.finish()
+                self.p = None
+        if self.p is None:
+            self.fallback = PeakSampler(0.001 if NVML is not None else 0.005)
+
+    def stop(self):
+        if self.fallback is not None:
+            return self.fallback.stop(), None
+        self.p.send("stop")
+        m = self.p.wait_for(r"^PEAK (\d+) SAMPLES (\d+) SECONDS (\S+) MAXGAP_US (\d+)", timeout=10)
+        self.p.finish()
+        return (int(m.group(1)), int(m.group(4))) if m else (0, None)
+
+
 # ---------------------------------------------------------------------------------------------
 # Processes with a line protocol on stdout, a deadline, and logs
 
@@ -1567,16 +1592,19 @@ class Matrix:
         """One varlen run: (ms/step, peak device GiB above the idle device) or None."""
         time.sleep(0.3)
         base = device_used()
-        sampler = PeakSampler(0.001 if NVML is not None else 0.005)
-        p = Proc(f"bench_train.{alloc}.{'shim' if shim else 'native'}.{rnd}", argv,
-                 self.env(shim, extra), self.log, self.timeout(120))
+        name = f"bench_train.{alloc}.{'shim' if shim else 'native'}.{rnd}"
+        meter = PeakMeter(f"{self.a.bin}/peak_meter", self.log, name + ".meter")
+        p = Proc(name, argv, self.env(shim, extra), self.log, self.timeout(120))
         rc = p.finish()
-        top = sampler.stop()
+        top, gap = meter.stop()
         v = p.values("BENCH")
         if rc != 0 or "ms_step" not in v:
             print(f"gpucheck: bench train {alloc} {'shim' if shim else 'native'} failed: rc {rc} "
                   f"{p.stderr_tail()}", flush=True)
             return None
+        # Per run, in MiB, for the reader who wants to see the rounds' spread.
+        self.train_peaks.setdefault((alloc, shim), []).append(
+            f"{(top - base) / MIB:.0f}" + (f" (gap {gap} us)" if gap is not None else ""))
         return float(v["ms_step"]), (top - base) / GIB
 
     def bench_train(self):
@@ -1596,6 +1624,7 @@ class Matrix:
         runs = [(alloc, extra, shim) for alloc, extra in self.TRAIN_CFGS
                 for shim in (False, True) if self.shim_ok or not shim]
         got = []  # one {(alloc, shim): (ms, peak)} per round
+        self.train_peaks = {}  # (alloc, shim): ["MiB (gap us)", ...] per run, in order
         for rnd in range(self.a.train_rounds):
             res, order = {}, runs[rnd % len(runs):] + runs[:rnd % len(runs)]
             for alloc, extra, shim in order:
@@ -1612,7 +1641,8 @@ class Matrix:
                     self.badd(f"train {alloc} {'shim' if shim else 'native'}: ms/step, peak GiB",
                               f"{fmt(statistics.median(x[0] for x in v))}, "
                               f"{fmt(statistics.median(x[1] for x in v))}", "", "", "",
-                              f"medians of {len(v)} run(s)")
+                              f"medians of {len(v)} run(s); peaks MiB "
+                              + ", ".join(self.train_peaks.get((alloc, shim), [])))
 
         def pairs(a, b, i):  # per-round ratios of field i: shim config a over anchor b
             return [r[a][i] / r[b][i] for r in got if a in r and b in r and r[b][i]]
