@@ -175,7 +175,7 @@ void quarantine_take(struct alloc *r)
 }
 
 /* The allocation's memory becomes free for anyone (its quarantine is over). */
-static void alloc_finish_free(struct devheap *dh, struct alloc *r)
+void heap_free_now(struct devheap *dh, struct alloc *r)
 {
 	if (r->slab)
 		slab_free_slot(dh, r);
@@ -211,7 +211,7 @@ void heap_reclaim_synced(struct devheap *dh)
 			a->quar_head = r->qnext;
 			if (a->quar_head)
 				a->quar_head->qprev = NULL;
-			alloc_finish_free(dh, r);
+			heap_free_now(dh, r);
 		}
 		a->quar_bytes = 0;
 	}

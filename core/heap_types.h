@@ -195,7 +195,12 @@ struct vmm_core {
 	struct devheap *_Atomic heaps[VMM_MAX_DEVICES];
 	int ndev;
 	_Atomic uint64_t last_share_id;
+	/* One-stream reuse (heap_ordered.c): ORDERED_OFF until the shim starts it, ORDERED_ON while
+	 * every device work of the process is in one stream, ORDERED_ENDED for good after. */
+	_Atomic int ordered;
 };
+
+enum { ORDERED_OFF, ORDERED_ON, ORDERED_ENDED };
 
 static inline size_t align_up(size_t v, size_t a)
 {
