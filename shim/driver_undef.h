@@ -28,6 +28,12 @@
 #undef cuMemMap
 #undef cuMemUnmap
 #undef cuMemSetAccess
+#undef cuStreamCreate
+#undef cuStreamCreateWithPriority
+#undef cuGreenCtxStreamCreate
+#undef cuGreenCtxCreate
+#undef cuCtxFromGreenCtx
+#undef cuDevicePrimaryCtxRetain
 #undef cuMemExportToShareableHandle
 #undef cuMemRetainAllocationHandle
 #undef cuMemGetAllocationPropertiesFromHandle

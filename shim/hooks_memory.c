@@ -10,6 +10,7 @@
 
 #include "../core/log.h"
 #include "hooks_common.h"
+#include "one_stream.h"
 #include "share/share.h"
 
 DRIVER_EXTRA_SLOT(cuDeviceGetAttribute);
@@ -196,7 +197,9 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 #define ALLOC_ASYNC(name, ptsz)                                                          \
 	CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)     \
 	{                                                                                \
+		static _Atomic signed char form = -1;                                    \
 		CUresult r = CUDA_SUCCESS;                                               \
+		one_stream_submit(#name, &form, true, hStream);                          \
 		gate_enter();                                                            \
 		if (!core_alloc_async(dptr, bytesize, NULL, hStream, ptsz, #name))       \
 			r = pass_alloc(CALL_REAL(name, (dptr, bytesize, hStream)), dptr,  \
@@ -209,7 +212,9 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 	CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,    \
 			      CUstream hStream)                                          \
 	{                                                                                \
+		static _Atomic signed char form = -1;                                    \
 		CUresult r = CUDA_SUCCESS;                                               \
+		one_stream_submit(#name, &form, true, hStream);                          \
 		gate_enter();                                                            \
 		if (!pool || !core_alloc_async(dptr, bytesize, pool, hStream, ptsz, #name)) \
 			r = pass_alloc(CALL_REAL(name, (dptr, bytesize, pool, hStream)),  \
@@ -221,8 +226,10 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 #define FREE_ASYNC(name, ptsz)                                                           \
 	CUresult CUDAAPI name(CUdeviceptr dptr, CUstream hStream)                       \
 	{                                                                                \
+		static _Atomic signed char form = -1;                                    \
 		bool done;                                                               \
 		CUresult r;                                                              \
+		one_stream_submit(#name, &form, true, hStream);                          \
 		gate_enter();                                                            \
 		r = core_free(dptr, &done, true, hStream, ptsz);                         \
 		if (!done) {                                                             \
