@@ -269,3 +269,44 @@ Test(interpose, peer_access_natively_for_comparison)
 	cr_expect_eq(run_stat(r, "cuMemCreate"), 0);
 	run_free(r);
 }
+
+/* One-stream reuse: all work on the default stream, so memory freed under a running kernel is
+ * handed out again at once and the write to it runs after the kernel (it read the old bytes). */
+Test(interpose, one_stream_reuses_freed_memory_in_stream_order)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_one_stream")), ENV(NULL));
+
+	cr_expect_eq(r->status, 0, "stdout:\n%s\nstderr:\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "same address"), "%s", r->out);
+	cr_expect(strstr(r->out, "kernel read the old bytes"), "%s", r->out);
+	run_free(r);
+}
+
+/* A stream made after the reuse: the shim waits for the old kernel before the new stream can
+ * write the reused memory, says so once, and quarantines frees from then on. */
+Test(interpose, one_stream_ends_with_a_sync_at_a_new_stream)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_one_stream"), "later-stream"),
+				    ENV("VMMSHIM_LOG=info"));
+	const char *line = "freed memory waits for a device sync from now on: the program "
+			   "created a stream";
+	const char *at = strstr(r->err, line);
+
+	cr_expect_eq(r->status, 0, "stdout:\n%s\nstderr:\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "same address"), "%s", r->out);
+	cr_expect(strstr(r->out, "kernel read the old bytes"), "%s", r->out);
+	cr_expect(at && !strstr(at + 1, line), "the line once:\n%s", r->err);
+	run_free(r);
+}
+
+/* VMMSHIM_ONE_STREAM_REUSE=0: freed memory waits in quarantine as before. */
+Test(interpose, one_stream_reuse_can_be_turned_off)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_one_stream")),
+				    ENV("VMMSHIM_ONE_STREAM_REUSE=0"));
+
+	cr_expect_eq(r->status, 0, "stdout:\n%s\nstderr:\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "another address"), "%s", r->out);
+	cr_expect(strstr(r->out, "kernel read the old bytes"), "%s", r->out);
+	run_free(r);
+}
