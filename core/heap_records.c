@@ -188,12 +188,15 @@ vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
 	vmm_status st;
+	uint64_t mark;
 
 	if (!dh->quar_total)
 		return VMM_OK;
+	heap_ordered_sync_begin(dh->core, &mark);
 	st = be->synchronize(be, dh->dev, err);
 	if (st)
 		return st;
+	heap_ordered_sync_done(dh->core, mark);
 	if (who)
 		who->st.syncs++;
 	heap_reclaim_synced(dh);

@@ -98,13 +98,6 @@ DRIVER_HOOK(cuCtxEnablePeerAccess,
 	(CUcontext peerContext, unsigned int Flags),
 	(peerContext, Flags))
 DRIVER_HOOK(cuCtxDisablePeerAccess, (CUcontext peerContext), (peerContext))
-DRIVER_HOOK(cuStreamCreate, (CUstream *phStream, unsigned int Flags), (phStream, Flags))
-DRIVER_HOOK(cuStreamCreateWithPriority,
-	(CUstream *phStream, unsigned int flags, int priority),
-	(phStream, flags, priority))
-DRIVER_HOOK(cuGreenCtxStreamCreate,
-	(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority),
-	(phStream, greenCtx, flags, priority))
 DRIVER_HOOK(cuGreenCtxCreate,
 	(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags),
 	(phCtx, desc, dev, flags))

@@ -28,9 +28,6 @@
 #undef cuMemMap
 #undef cuMemUnmap
 #undef cuMemSetAccess
-#undef cuStreamCreate
-#undef cuStreamCreateWithPriority
-#undef cuGreenCtxStreamCreate
 #undef cuGreenCtxCreate
 #undef cuCtxFromGreenCtx
 #undef cuDevicePrimaryCtxRetain

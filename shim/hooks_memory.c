@@ -199,12 +199,14 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 	{                                                                                \
 		static _Atomic signed char form = -1;                                    \
 		CUresult r = CUDA_SUCCESS;                                               \
-		one_stream_submit(#name, &form, true, hStream);                          \
+		bool side = one_stream_submit(#name, &form, true, hStream);              \
 		gate_enter();                                                            \
 		if (!core_alloc_async(dptr, bytesize, NULL, hStream, ptsz, #name))       \
 			r = pass_alloc(CALL_REAL(name, (dptr, bytesize, hStream)), dptr,  \
 				       bytesize);                                        \
 		gate_leave();                                                            \
+		if (side)                                                                \
+			one_stream_side_done();                                          \
 		return r;                                                                \
 	}
 
@@ -214,12 +216,14 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 	{                                                                                \
 		static _Atomic signed char form = -1;                                    \
 		CUresult r = CUDA_SUCCESS;                                               \
-		one_stream_submit(#name, &form, true, hStream);                          \
+		bool side = one_stream_submit(#name, &form, true, hStream);              \
 		gate_enter();                                                            \
 		if (!pool || !core_alloc_async(dptr, bytesize, pool, hStream, ptsz, #name)) \
 			r = pass_alloc(CALL_REAL(name, (dptr, bytesize, pool, hStream)),  \
 				       dptr, bytesize);                                  \
 		gate_leave();                                                            \
+		if (side)                                                                \
+			one_stream_side_done();                                          \
 		return r;                                                                \
 	}
 
@@ -229,7 +233,7 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 		static _Atomic signed char form = -1;                                    \
 		bool done;                                                               \
 		CUresult r;                                                              \
-		one_stream_submit(#name, &form, true, hStream);                          \
+		bool side = one_stream_submit(#name, &form, true, hStream);              \
 		gate_enter();                                                            \
 		r = core_free(dptr, &done, true, hStream, ptsz);                         \
 		if (!done) {                                                             \
@@ -238,6 +242,8 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 				shim_count_passthrough(PASS_DEVICE_FREE, 0);             \
 		}                                                                        \
 		gate_leave();                                                            \
+		if (side)                                                                \
+			one_stream_side_done();                                          \
 		return r;                                                                \
 	}
 

@@ -1,28 +1,11 @@
-/* Where the program makes a second stream, context or device its own: each ends one-stream reuse
- * (one_stream.h) before the driver call, so that no work can reach the new stream before the
- * device sync that ending makes. Creating a context, and enabling peer access, end it in
- * hooks_context.c and hooks_vmm.c. */
+/* Where the program makes a second context or device its own: each ends one-stream reuse
+ * (one_stream.h) before the driver call, because work in another context's default stream looks
+ * like default-stream work to the submission hooks. Creating a context, and enabling peer
+ * access, end it in hooks_context.c and hooks_vmm.c. A created stream does not: libraries make
+ * streams they never use (PyTorch does at start), and work on one is seen where it is submitted
+ * (hooks_submit.c), which ends the mode before that work reaches the driver. */
 #include "hooks_common.h"
 #include "one_stream.h"
-
-CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
-{
-	one_stream_end("created a stream");
-	return CALL_REAL(cuStreamCreate, (phStream, Flags));
-}
-
-CUresult CUDAAPI cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
-{
-	one_stream_end("created a stream");
-	return CALL_REAL(cuStreamCreateWithPriority, (phStream, flags, priority));
-}
-
-CUresult CUDAAPI cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx,
-					unsigned int flags, int priority)
-{
-	one_stream_end("created a green context's stream");
-	return CALL_REAL(cuGreenCtxStreamCreate, (phStream, greenCtx, flags, priority));
-}
 
 CUresult CUDAAPI cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
 				  unsigned int flags)

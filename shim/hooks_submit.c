@@ -10,11 +10,13 @@
 #define GATED_BODY(name, args, has_stream, stream)                         \
 	{                                                                  \
 		static _Atomic signed char form = -1;                      \
+		bool side = one_stream_submit(#name, &form, has_stream, stream); \
 		CUresult r;                                                \
-		one_stream_submit(#name, &form, has_stream, stream);       \
 		gate_enter();                                              \
 		r = CALL_REAL(name, args);                                 \
 		gate_leave();                                              \
+		if (side)                                                  \
+			one_stream_side_done();                            \
 		return r;                                                  \
 	}
 #define DRIVER_GATED(name, params, args) \

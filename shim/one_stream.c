@@ -29,14 +29,38 @@ void one_stream_end(const char *why)
 		why);
 }
 
-/* 1: the call's form submits outside the legacy stream; 0: it does not. */
+/* What a call's name says of where its work goes. */
+enum form { FORM_DEFAULT, FORM_PER_THREAD, FORM_OTHER_CONTEXT };
+
 static signed char form_of(const char *name)
 {
-	return strstr(name, "_ptsz") || strstr(name, "_ptds") || strstr(name, "Peer") ||
-	       strstr(name, "MultiDevice");
+	if (strstr(name, "Peer") || strstr(name, "MultiDevice"))
+		return FORM_OTHER_CONTEXT;
+	return strstr(name, "_ptsz") || strstr(name, "_ptds") ? FORM_PER_THREAD : FORM_DEFAULT;
 }
 
-void one_stream_submit_slow(const char *name, _Atomic signed char *form, bool has_stream,
+static atomic_bool side_logged;
+
+/* Work on another stream of this context: pause (the core syncs first when it was on). */
+static bool side_begin(const char *name, CUstream s)
+{
+	vmm_core *core = hook_cuda_core();
+	vmm_error err;
+
+	if (!core)
+		return false;
+	vmm_error_clear(&err);
+	if (vmm_ordered_side_begin(core, &err))
+		vmm_log(VMM_LOG_WARN, "the device sync before work on another stream failed: %s",
+			err.msg);
+	if (!atomic_exchange(&side_logged, true))
+		vmm_log(VMM_LOG_INFO, "one-stream reuse pauses: the program called %s on stream %p; "
+			"freed memory waits for a device sync until that work is done", name,
+			(void *)s);
+	return true;
+}
+
+bool one_stream_submit_slow(const char *name, _Atomic signed char *form, bool has_stream,
 			    CUstream s)
 {
 	signed char f = atomic_load_explicit(form, memory_order_relaxed);
@@ -46,13 +70,22 @@ void one_stream_submit_slow(const char *name, _Atomic signed char *form, bool ha
 		f = form_of(name);
 		atomic_store_explicit(form, f, memory_order_relaxed);
 	}
-	if (f) {
+	if (f == FORM_OTHER_CONTEXT) {
 		snprintf(why, sizeof(why), "called %s", name);
 		one_stream_end(why);
-	} else if (has_stream && s && s != CU_STREAM_LEGACY) {
-		snprintf(why, sizeof(why), "called %s on a stream other than the default", name);
-		one_stream_end(why);
+		return false;
 	}
+	if (f == FORM_PER_THREAD || (has_stream && s && s != CU_STREAM_LEGACY))
+		return side_begin(name, s);
+	return false;
+}
+
+void one_stream_side_done(void)
+{
+	vmm_core *core = hook_cuda_core();
+
+	if (core)
+		vmm_ordered_side_end(core);
 }
 
 void one_stream_device_used(int dev)

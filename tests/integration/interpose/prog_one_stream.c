@@ -3,7 +3,10 @@
  * what was there before the free, because the default stream runs the write after the kernel.
  * `prog_one_stream later-stream` then creates a non-blocking stream and writes the reused memory
  * on it: the shim must have waited for the kernel first, or the kernel reads the new bytes.
- * Prints "same address", "kernel read the old bytes" (or what it read instead). */
+ * Prints "same address", "kernel read the old bytes" (or what it read instead).
+ * `prog_one_stream resume`: after work on another stream, frees wait again ("another address
+ * while paused") until the heap's own sync, after which they are reused at once again ("same
+ * address after resuming"). */
 #include <cuda.h>
 #include <stdbool.h>
 #include <string.h>
@@ -25,6 +28,32 @@ static void slow_read(void **params)
 	memcpy(dst, src, 64);
 }
 
+/* Work on a stream of its own pauses the reuse; a sync of the heap's own resumes it. */
+static int pause_and_resume(void)
+{
+	CUdeviceptr a, b, c, big;
+	CUstream s;
+
+	CHECK_CU(cuMemAlloc(&a, SIZE));
+	CHECK_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CHECK_CU(cuMemsetD8Async(a, 0x33, SIZE, s));
+	CHECK_CU(cuStreamSynchronize(s));
+	CHECK_CU(cuMemFree(a));
+	CHECK_CU(cuMemAlloc(&b, SIZE));
+	printf("prog_one_stream: %s address while paused\n", b == a ? "same" : "another");
+	/* 80 MiB in quarantine, then a request no free block holds: the heap syncs. */
+	CHECK_CU(cuMemAlloc(&big, 80u << 20));
+	CHECK_CU(cuMemFree(big));
+	CHECK_CU(cuMemAlloc(&big, 200u << 20));
+	CHECK_CU(cuMemFree(b));
+	CHECK_CU(cuMemAlloc(&c, SIZE));
+	printf("prog_one_stream: %s address after resuming\n", c == b ? "same" : "another");
+	CHECK_CU(cuMemFree(c));
+	CHECK_CU(cuMemFree(big));
+	CHECK_CU(cuStreamDestroy(s));
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	bool later_stream = argc > 1 && !strcmp(argv[1], "later-stream");
@@ -39,6 +68,8 @@ int main(int argc, char **argv)
 	CHECK_CU(cuDeviceGet(&dev, 0));
 	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, dev));
 	CHECK_CU(cuCtxSetCurrent(ctx));
+	if (argc > 1 && !strcmp(argv[1], "resume"))
+		return pause_and_resume();
 	CHECK_CU(cuMemAlloc(&a, SIZE));
 	CHECK_CU(cuMemsetD8(a, 0x11, SIZE));
 	memset(seen, 0, sizeof(seen));

@@ -282,14 +282,13 @@ Test(interpose, one_stream_reuses_freed_memory_in_stream_order)
 	run_free(r);
 }
 
-/* A stream made after the reuse: the shim waits for the old kernel before the new stream can
- * write the reused memory, says so once, and quarantines frees from then on. */
-Test(interpose, one_stream_ends_with_a_sync_at_a_new_stream)
+/* Work on a stream made after the reuse: the shim waits for the old kernel before that work can
+ * write the reused memory, and says so once. */
+Test(interpose, one_stream_pauses_with_a_sync_at_another_stream)
 {
 	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_one_stream"), "later-stream"),
 				    ENV("VMMSHIM_LOG=info"));
-	const char *line = "freed memory waits for a device sync from now on: the program "
-			   "created a stream";
+	const char *line = "one-stream reuse pauses: the program called cuMemsetD8Async on stream";
 	const char *at = strstr(r->err, line);
 
 	cr_expect_eq(r->status, 0, "stdout:\n%s\nstderr:\n%s", r->out, r->err);
@@ -308,5 +307,18 @@ Test(interpose, one_stream_reuse_can_be_turned_off)
 	cr_expect_eq(r->status, 0, "stdout:\n%s\nstderr:\n%s", r->out, r->err);
 	cr_expect(strstr(r->out, "another address"), "%s", r->out);
 	cr_expect(strstr(r->out, "kernel read the old bytes"), "%s", r->out);
+	run_free(r);
+}
+
+/* Paused by work on another stream: frees wait for a sync again, and the heap's own sync (with
+ * that work done) resumes reuse at once. */
+Test(interpose, one_stream_resumes_after_a_sync_of_its_own)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_one_stream"), "resume"),
+				    ENV(NULL));
+
+	cr_expect_eq(r->status, 0, "stdout:\n%s\nstderr:\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "another address while paused"), "%s", r->out);
+	cr_expect(strstr(r->out, "same address after resuming"), "%s", r->out);
 	run_free(r);
 }
