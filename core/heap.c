@@ -178,12 +178,8 @@ static vmm_status free_common(vmm_core *core, vmm_devptr ptr, vmm_stream stream,
 	}
 	account_free(r->arena, r);
 	/* Quarantine: reused only after a device sync that began after this free, or at once on
-	 * the same stream for stream-ordered frees; no quarantine while the process's work is all
-	 * in one stream (heap_ordered.c). */
-	if (!on_stream && vmm_ordered_reuse_on(core))
-		heap_free_now(dh, r);
-	else
-		quarantine_put(r, on_stream, stream);
+	 * the same stream for stream-ordered frees. */
+	quarantine_put(r, on_stream, stream);
 	pthread_mutex_unlock(&dh->lock);
 	return VMM_OK;
 }

@@ -63,23 +63,6 @@ vmm_status vmm_malloc_on_stream(vmm_core *core, int dev, size_t size, const char
 				vmm_stream stream, vmm_devptr *out, vmm_error *err);
 vmm_status vmm_free_on_stream(vmm_core *core, vmm_devptr ptr, vmm_stream stream, vmm_error *err);
 
-/* One-stream reuse. While all device work in flight is in the legacy default stream of one
- * context on one device, that stream orders any later user of a freed block after all of its
- * earlier users, so vmm_free() can make the block reusable at once, with no quarantine and no
- * device sync. The shim starts it and tells the core about the rest:
- * - vmm_ordered_side_begin/_end around every submission to another stream: the first one while
- *   reuse is on pauses it and synchronizes every device with a heap before returning (so the new
- *   work cannot overlap a reused block's earlier users); frees are quarantined while paused, and
- *   the heap's next synchronization that began with no such submission in progress resumes it;
- * - vmm_ordered_reuse_end, before a second context or device can issue work: ends it for good
- *   (with the same synchronization); so do 32 pauses.
- * Both return the synchronization's error, if any (the state changes either way). */
-void vmm_ordered_reuse_start(vmm_core *core);
-vmm_status vmm_ordered_reuse_end(vmm_core *core, vmm_error *err);
-vmm_status vmm_ordered_side_begin(vmm_core *core, vmm_error *err);
-void vmm_ordered_side_end(vmm_core *core);
-bool vmm_ordered_reuse_on(vmm_core *core);
-
 /* What the core knows about the allocation containing ptr (any interior address). */
 typedef struct vmm_alloc_info {
 	vmm_devptr base;

@@ -96,7 +96,6 @@ static struct devheap *devheap_new(struct vmm_core *core, int dev, vmm_error *er
 struct devheap *heap_for(struct vmm_core *core, int dev, bool create, vmm_error *err)
 {
 	struct devheap *dh;
-	bool second = false;
 
 	if (dev < 0 || dev >= core->ndev) {
 		vmm_fail(err, VMM_E_INVALID, 0, "no device %d (the backend has %d)", dev, core->ndev);
@@ -108,17 +107,11 @@ struct devheap *heap_for(struct vmm_core *core, int dev, bool create, vmm_error 
 	pthread_mutex_lock(&core->init_lock);
 	dh = core->heaps[dev];
 	if (!dh) {
-		for (int d = 0; d < core->ndev; d++)
-			second |= core->heaps[d] != NULL;
 		dh = devheap_new(core, dev, err);
 		if (dh)
 			atomic_store_explicit(&core->heaps[dev], dh, memory_order_release);
 	}
 	pthread_mutex_unlock(&core->init_lock);
-	/* Memory on two devices: each has its own streams, and a copy between them runs in one
-	 * device's stream only. One-stream reuse ends (before the new heap hands anything out). */
-	if (dh && second)
-		vmm_ordered_reuse_end(core, NULL);
 	return dh;
 }
 

@@ -175,7 +175,7 @@ void quarantine_take(struct alloc *r)
 }
 
 /* The allocation's memory becomes free for anyone (its quarantine is over). */
-void heap_free_now(struct devheap *dh, struct alloc *r)
+static void alloc_finish_free(struct devheap *dh, struct alloc *r)
 {
 	if (r->slab)
 		slab_free_slot(dh, r);
@@ -188,15 +188,12 @@ vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
 	vmm_status st;
-	uint64_t mark;
 
 	if (!dh->quar_total)
 		return VMM_OK;
-	heap_ordered_sync_begin(dh->core, &mark);
 	st = be->synchronize(be, dh->dev, err);
 	if (st)
 		return st;
-	heap_ordered_sync_done(dh->core, mark);
 	if (who)
 		who->st.syncs++;
 	heap_reclaim_synced(dh);
@@ -214,7 +211,7 @@ void heap_reclaim_synced(struct devheap *dh)
 			a->quar_head = r->qnext;
 			if (a->quar_head)
 				a->quar_head->qprev = NULL;
-			heap_free_now(dh, r);
+			alloc_finish_free(dh, r);
 		}
 		a->quar_bytes = 0;
 	}

@@ -22,13 +22,6 @@ void account_free(struct arena *a, struct alloc *r);
 /* A freed allocation waits in its arena's quarantine (on_stream: freed on `stream`, reusable at
  * once there); quarantine_take hands one back out before its quarantine is over. */
 void quarantine_put(struct alloc *r, bool on_stream, vmm_stream stream);
-/* r's memory is free for anyone now: the end of its quarantine, or no quarantine at all. */
-void heap_free_now(struct devheap *dh, struct alloc *r);
-
-/* Around a synchronization of the heap's own: one that began with no submission to another
- * stream in progress, and saw none begin, resumes paused one-stream reuse (heap_ordered.c). */
-void heap_ordered_sync_begin(vmm_core *core, uint64_t *mark);
-void heap_ordered_sync_done(vmm_core *core, uint64_t mark);
 void quarantine_take(struct alloc *r);
 /* Synchronize the device, then every quarantined allocation becomes free memory (who, if any, is
  * counted as having made the sync). A failed sync changes nothing. */

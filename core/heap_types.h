@@ -195,16 +195,7 @@ struct vmm_core {
 	struct devheap *_Atomic heaps[VMM_MAX_DEVICES];
 	int ndev;
 	_Atomic uint64_t last_share_id;
-	/* One-stream reuse (heap_ordered.c): ORDERED_OFF until the shim starts it; ORDERED_ON while
-	 * all device work in flight is in the default stream; ORDERED_PAUSED while work on another
-	 * stream may be; ORDERED_ENDED for good. side_in/side_out count submissions to other
-	 * streams begun and done; pauses counts ON -> PAUSED. */
-	_Atomic int ordered;
-	_Atomic uint64_t side_in, side_out;
-	_Atomic int pauses;
 };
-
-enum { ORDERED_OFF, ORDERED_ON, ORDERED_PAUSED, ORDERED_ENDED };
 
 static inline size_t align_up(size_t v, size_t a)
 {

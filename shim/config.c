@@ -52,11 +52,6 @@ static const struct setting settings[] = {
 	  "link speed" },
 	{ "VMMSHIM_CONTROL", SET_BOOL, AT(control), "1",
 	  "0: no control socket (vmmctl cannot reach this process)" },
-	{ "VMMSHIM_ONE_STREAM_REUSE", SET_BOOL, AT(one_stream_reuse), "1",
-	  "1: while all device work in flight is in the default stream of one device, freed "
-	  "memory is reused at once (that stream orders its users); work on other streams pauses "
-	  "this, another context or device ends it. 0: freed memory always waits for a device "
-	  "sync" },
 	{ "VMMSHIM_SLEEP_TIMEOUT", SET_SECONDS, AT(sleep_timeout_s), "30",
 	  "seconds (2.5 or 500ms also) a sleep waits for each device to finish its work before it "
 	  "gives up, rolls back and says why; a request's own timeout bounds the whole sleep too" },

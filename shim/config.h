@@ -21,8 +21,6 @@ typedef struct shim_config {
 	bool autowake;             /* VMMSHIM_AUTOWAKE: work submitted while asleep wakes it */
 	bool provision_backup;     /* VMMSHIM_PROVISION_BACKUP: host backup made ahead of sleep */
 	bool control;              /* VMMSHIM_CONTROL: start the control server (default on) */
-	bool one_stream_reuse;     /* VMMSHIM_ONE_STREAM_REUSE: no quarantine while all work is in
-	                            * one stream (shim/one_stream.c; default on) */
 	double sleep_timeout_s;    /* VMMSHIM_SLEEP_TIMEOUT: the longest a sleep waits for the device
 	                            * to finish its work before it gives up (a request's timeout
 	                            * replaces it) */

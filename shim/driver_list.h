@@ -2,8 +2,7 @@
  * _ptds forms the driver exports), its parameters and the arguments to forward. The parameter lists
  * are the CUDA 13.0 cuda.h prototypes. Each user defines DRIVER_HOOK (wrappers written by hand in
  * hooks_*.c and proc_address.c) and/or DRIVER_GATED (wrappers that only pass the submission gate,
- * generated in hooks_submit.c; DRIVER_GATED_STREAM for those that name a stream) before including
- * this file.
+ * generated in hooks_submit.c) before including this file.
  *
  * Deliberately absent: the unversioned pre-3.2 entry points (cuMemAlloc, cuMemcpyHtoD, ...: 32-bit
  * size ABI, used by no current runtime) and cuGetExportTable (private, must pass through). */
@@ -98,11 +97,6 @@ DRIVER_HOOK(cuCtxEnablePeerAccess,
 	(CUcontext peerContext, unsigned int Flags),
 	(peerContext, Flags))
 DRIVER_HOOK(cuCtxDisablePeerAccess, (CUcontext peerContext), (peerContext))
-DRIVER_HOOK(cuGreenCtxCreate,
-	(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags),
-	(phCtx, desc, dev, flags))
-DRIVER_HOOK(cuCtxFromGreenCtx, (CUcontext *pContext, CUgreenCtx hCtx), (pContext, hCtx))
-DRIVER_HOOK(cuDevicePrimaryCtxRetain, (CUcontext *pctx, CUdevice dev), (pctx, dev))
 DRIVER_HOOK(cuMemAllocManaged,
 	(CUdeviceptr *dptr, size_t bytesize, unsigned int flags),
 	(dptr, bytesize, flags))
@@ -116,60 +110,44 @@ DRIVER_HOOK(cuArray3DCreate_v2,
 	(pHandle, pAllocateArray))
 #endif
 #ifdef DRIVER_GATED
-/* DRIVER_GATED_STREAM: a gated entry point that names the stream it submits to (last field, an
- * expression over its parameters); users that do not care see a DRIVER_GATED. */
-#ifndef DRIVER_GATED_STREAM
-#define DRIVER_GATED_STREAM(name, params, args, stream) DRIVER_GATED(name, params, args)
-#define DRIVER_GATED_STREAM_DEFAULT
-#endif
-DRIVER_GATED_STREAM(cuLaunchKernel,
+DRIVER_GATED(cuLaunchKernel,
 	(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned
 	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
 	CUstream hStream, void **kernelParams, void **extra),
 	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-	kernelParams, extra),
-	hStream)
-DRIVER_GATED_STREAM(cuLaunchKernel_ptsz,
+	kernelParams, extra))
+DRIVER_GATED(cuLaunchKernel_ptsz,
 	(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned
 	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
 	CUstream hStream, void **kernelParams, void **extra),
 	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-	kernelParams, extra),
-	hStream)
-DRIVER_GATED_STREAM(cuLaunchKernelEx,
+	kernelParams, extra))
+DRIVER_GATED(cuLaunchKernelEx,
 	(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
-	(config, f, kernelParams, extra),
-	config ? config->hStream : NULL)
-DRIVER_GATED_STREAM(cuLaunchKernelEx_ptsz,
+	(config, f, kernelParams, extra))
+DRIVER_GATED(cuLaunchKernelEx_ptsz,
 	(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
-	(config, f, kernelParams, extra),
-	config ? config->hStream : NULL)
-DRIVER_GATED_STREAM(cuLaunchCooperativeKernel,
+	(config, f, kernelParams, extra))
+DRIVER_GATED(cuLaunchCooperativeKernel,
 	(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned
 	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
 	CUstream hStream, void **kernelParams),
 	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-	kernelParams),
-	hStream)
-DRIVER_GATED_STREAM(cuLaunchCooperativeKernel_ptsz,
+	kernelParams))
+DRIVER_GATED(cuLaunchCooperativeKernel_ptsz,
 	(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned
 	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
 	CUstream hStream, void **kernelParams),
 	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-	kernelParams),
-	hStream)
-DRIVER_GATED_STREAM(cuLaunchHostFunc,
+	kernelParams))
+DRIVER_GATED(cuLaunchHostFunc,
 	(CUstream hStream, CUhostFn fn, void *userData),
-	(hStream, fn, userData),
-	hStream)
-DRIVER_GATED_STREAM(cuLaunchHostFunc_ptsz,
+	(hStream, fn, userData))
+DRIVER_GATED(cuLaunchHostFunc_ptsz,
 	(CUstream hStream, CUhostFn fn, void *userData),
-	(hStream, fn, userData),
-	hStream)
-DRIVER_GATED_STREAM(cuGraphLaunch, (CUgraphExec hGraph, CUstream hStream), (hGraph, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuGraphLaunch_ptsz, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream),
-	hStream)
+	(hStream, fn, userData))
+DRIVER_GATED(cuGraphLaunch, (CUgraphExec hGraph, CUstream hStream), (hGraph, hStream))
+DRIVER_GATED(cuGraphLaunch_ptsz, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
 DRIVER_GATED(cuLaunchCooperativeKernelMultiDevice,
 	(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags),
 	(launchParamsList, numDevices, flags))
@@ -177,22 +155,19 @@ DRIVER_GATED(cuLaunch, (CUfunction f), (f))
 DRIVER_GATED(cuLaunchGrid,
 	(CUfunction f, int grid_width, int grid_height),
 	(f, grid_width, grid_height))
-DRIVER_GATED_STREAM(cuLaunchGridAsync,
+DRIVER_GATED(cuLaunchGridAsync,
 	(CUfunction f, int grid_width, int grid_height, CUstream hStream),
-	(f, grid_width, grid_height, hStream),
-	hStream)
+	(f, grid_width, grid_height, hStream))
 DRIVER_GATED(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), (dst, src, ByteCount))
 DRIVER_GATED(cuMemcpy_ptds,
 	(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount),
 	(dst, src, ByteCount))
-DRIVER_GATED_STREAM(cuMemcpyAsync,
+DRIVER_GATED(cuMemcpyAsync,
 	(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
-	(dst, src, ByteCount, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyAsync_ptsz,
+	(dst, src, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyAsync_ptsz,
 	(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
-	(dst, src, ByteCount, hStream),
-	hStream)
+	(dst, src, ByteCount, hStream))
 DRIVER_GATED(cuMemcpyPeer,
 	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
 	size_t ByteCount),
@@ -201,16 +176,14 @@ DRIVER_GATED(cuMemcpyPeer_ptds,
 	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
 	size_t ByteCount),
 	(dstDevice, dstContext, srcDevice, srcContext, ByteCount))
-DRIVER_GATED_STREAM(cuMemcpyPeerAsync,
+DRIVER_GATED(cuMemcpyPeerAsync,
 	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
 	size_t ByteCount, CUstream hStream),
-	(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyPeerAsync_ptsz,
+	(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyPeerAsync_ptsz,
 	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
 	size_t ByteCount, CUstream hStream),
-	(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream),
-	hStream)
+	(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))
 DRIVER_GATED(cuMemcpyHtoD_v2,
 	(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),
 	(dstDevice, srcHost, ByteCount))
@@ -259,244 +232,194 @@ DRIVER_GATED(cuMemcpyAtoA_v2,
 DRIVER_GATED(cuMemcpyAtoA_v2_ptds,
 	(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount),
 	(dstArray, dstOffset, srcArray, srcOffset, ByteCount))
-DRIVER_GATED_STREAM(cuMemcpyHtoAAsync_v2,
+DRIVER_GATED(cuMemcpyHtoAAsync_v2,
 	(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream
 	hStream),
-	(dstArray, dstOffset, srcHost, ByteCount, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyHtoAAsync_v2_ptsz,
+	(dstArray, dstOffset, srcHost, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyHtoAAsync_v2_ptsz,
 	(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream
 	hStream),
-	(dstArray, dstOffset, srcHost, ByteCount, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyAtoHAsync_v2,
+	(dstArray, dstOffset, srcHost, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyAtoHAsync_v2,
 	(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream),
-	(dstHost, srcArray, srcOffset, ByteCount, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyAtoHAsync_v2_ptsz,
+	(dstHost, srcArray, srcOffset, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyAtoHAsync_v2_ptsz,
 	(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream),
-	(dstHost, srcArray, srcOffset, ByteCount, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyHtoDAsync_v2,
+	(dstHost, srcArray, srcOffset, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyHtoDAsync_v2,
 	(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream),
-	(dstDevice, srcHost, ByteCount, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyHtoDAsync_v2_ptsz,
+	(dstDevice, srcHost, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyHtoDAsync_v2_ptsz,
 	(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream),
-	(dstDevice, srcHost, ByteCount, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyDtoHAsync_v2,
+	(dstDevice, srcHost, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyDtoHAsync_v2,
 	(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
-	(dstHost, srcDevice, ByteCount, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyDtoHAsync_v2_ptsz,
+	(dstHost, srcDevice, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyDtoHAsync_v2_ptsz,
 	(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
-	(dstHost, srcDevice, ByteCount, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyDtoDAsync_v2,
+	(dstHost, srcDevice, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyDtoDAsync_v2,
 	(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
-	(dstDevice, srcDevice, ByteCount, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyDtoDAsync_v2_ptsz,
+	(dstDevice, srcDevice, ByteCount, hStream))
+DRIVER_GATED(cuMemcpyDtoDAsync_v2_ptsz,
 	(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
-	(dstDevice, srcDevice, ByteCount, hStream),
-	hStream)
+	(dstDevice, srcDevice, ByteCount, hStream))
 DRIVER_GATED(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy), (pCopy))
 DRIVER_GATED(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D *pCopy), (pCopy))
 DRIVER_GATED(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *pCopy), (pCopy))
 DRIVER_GATED(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D *pCopy), (pCopy))
 DRIVER_GATED(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy), (pCopy))
 DRIVER_GATED(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D *pCopy), (pCopy))
-DRIVER_GATED_STREAM(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpy2DAsync_v2_ptsz,
+DRIVER_GATED(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream))
+DRIVER_GATED(cuMemcpy2DAsync_v2_ptsz,
 	(const CUDA_MEMCPY2D *pCopy, CUstream hStream),
-	(pCopy, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpy3DAsync_v2_ptsz,
+	(pCopy, hStream))
+DRIVER_GATED(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream))
+DRIVER_GATED(cuMemcpy3DAsync_v2_ptsz,
 	(const CUDA_MEMCPY3D *pCopy, CUstream hStream),
-	(pCopy, hStream),
-	hStream)
+	(pCopy, hStream))
 DRIVER_GATED(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy))
 DRIVER_GATED(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy))
-DRIVER_GATED_STREAM(cuMemcpy3DPeerAsync,
+DRIVER_GATED(cuMemcpy3DPeerAsync,
 	(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream),
-	(pCopy, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpy3DPeerAsync_ptsz,
+	(pCopy, hStream))
+DRIVER_GATED(cuMemcpy3DPeerAsync_ptsz,
 	(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream),
-	(pCopy, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyBatchAsync,
+	(pCopy, hStream))
+DRIVER_GATED(cuMemcpyBatchAsync,
 	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
 	*attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream),
-	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyBatchAsync_ptsz,
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream))
+DRIVER_GATED(cuMemcpyBatchAsync_ptsz,
 	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
 	*attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream),
-	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyBatchAsync_v2,
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream))
+DRIVER_GATED(cuMemcpyBatchAsync_v2,
 	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
 	*attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream),
-	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpyBatchAsync_v2_ptsz,
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+DRIVER_GATED(cuMemcpyBatchAsync_v2_ptsz,
 	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
 	*attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream),
-	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpy3DBatchAsync,
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+DRIVER_GATED(cuMemcpy3DBatchAsync,
 	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags,
 	CUstream hStream),
-	(numOps, opList, failIdx, flags, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpy3DBatchAsync_ptsz,
+	(numOps, opList, failIdx, flags, hStream))
+DRIVER_GATED(cuMemcpy3DBatchAsync_ptsz,
 	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags,
 	CUstream hStream),
-	(numOps, opList, failIdx, flags, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpy3DBatchAsync_v2,
+	(numOps, opList, failIdx, flags, hStream))
+DRIVER_GATED(cuMemcpy3DBatchAsync_v2,
 	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream),
-	(numOps, opList, flags, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemcpy3DBatchAsync_v2_ptsz,
+	(numOps, opList, flags, hStream))
+DRIVER_GATED(cuMemcpy3DBatchAsync_v2_ptsz,
 	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream),
-	(numOps, opList, flags, hStream),
-	hStream)
+	(numOps, opList, flags, hStream))
 DRIVER_GATED(cuMemsetD8_v2, (CUdeviceptr dstDevice, unsigned char uc, size_t N), (dstDevice, uc, N))
 DRIVER_GATED(cuMemsetD8_v2_ptds,
 	(CUdeviceptr dstDevice, unsigned char uc, size_t N),
 	(dstDevice, uc, N))
-DRIVER_GATED_STREAM(cuMemsetD8Async,
+DRIVER_GATED(cuMemsetD8Async,
 	(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
-	(dstDevice, uc, N, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemsetD8Async_ptsz,
+	(dstDevice, uc, N, hStream))
+DRIVER_GATED(cuMemsetD8Async_ptsz,
 	(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
-	(dstDevice, uc, N, hStream),
-	hStream)
+	(dstDevice, uc, N, hStream))
 DRIVER_GATED(cuMemsetD16_v2,
 	(CUdeviceptr dstDevice, unsigned short us, size_t N),
 	(dstDevice, us, N))
 DRIVER_GATED(cuMemsetD16_v2_ptds,
 	(CUdeviceptr dstDevice, unsigned short us, size_t N),
 	(dstDevice, us, N))
-DRIVER_GATED_STREAM(cuMemsetD16Async,
+DRIVER_GATED(cuMemsetD16Async,
 	(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream),
-	(dstDevice, us, N, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemsetD16Async_ptsz,
+	(dstDevice, us, N, hStream))
+DRIVER_GATED(cuMemsetD16Async_ptsz,
 	(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream),
-	(dstDevice, us, N, hStream),
-	hStream)
+	(dstDevice, us, N, hStream))
 DRIVER_GATED(cuMemsetD32_v2, (CUdeviceptr dstDevice, unsigned int ui, size_t N), (dstDevice, ui, N))
 DRIVER_GATED(cuMemsetD32_v2_ptds,
 	(CUdeviceptr dstDevice, unsigned int ui, size_t N),
 	(dstDevice, ui, N))
-DRIVER_GATED_STREAM(cuMemsetD32Async,
+DRIVER_GATED(cuMemsetD32Async,
 	(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
-	(dstDevice, ui, N, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemsetD32Async_ptsz,
+	(dstDevice, ui, N, hStream))
+DRIVER_GATED(cuMemsetD32Async_ptsz,
 	(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
-	(dstDevice, ui, N, hStream),
-	hStream)
+	(dstDevice, ui, N, hStream))
 DRIVER_GATED(cuMemsetD2D8_v2,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height),
 	(dstDevice, dstPitch, uc, Width, Height))
 DRIVER_GATED(cuMemsetD2D8_v2_ptds,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height),
 	(dstDevice, dstPitch, uc, Width, Height))
-DRIVER_GATED_STREAM(cuMemsetD2D8Async,
+DRIVER_GATED(cuMemsetD2D8Async,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, uc, Width, Height, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemsetD2D8Async_ptsz,
+	(dstDevice, dstPitch, uc, Width, Height, hStream))
+DRIVER_GATED(cuMemsetD2D8Async_ptsz,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, uc, Width, Height, hStream),
-	hStream)
+	(dstDevice, dstPitch, uc, Width, Height, hStream))
 DRIVER_GATED(cuMemsetD2D16_v2,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height),
 	(dstDevice, dstPitch, us, Width, Height))
 DRIVER_GATED(cuMemsetD2D16_v2_ptds,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height),
 	(dstDevice, dstPitch, us, Width, Height))
-DRIVER_GATED_STREAM(cuMemsetD2D16Async,
+DRIVER_GATED(cuMemsetD2D16Async,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, us, Width, Height, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemsetD2D16Async_ptsz,
+	(dstDevice, dstPitch, us, Width, Height, hStream))
+DRIVER_GATED(cuMemsetD2D16Async_ptsz,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, us, Width, Height, hStream),
-	hStream)
+	(dstDevice, dstPitch, us, Width, Height, hStream))
 DRIVER_GATED(cuMemsetD2D32_v2,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height),
 	(dstDevice, dstPitch, ui, Width, Height))
 DRIVER_GATED(cuMemsetD2D32_v2_ptds,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height),
 	(dstDevice, dstPitch, ui, Width, Height))
-DRIVER_GATED_STREAM(cuMemsetD2D32Async,
+DRIVER_GATED(cuMemsetD2D32Async,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, ui, Width, Height, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuMemsetD2D32Async_ptsz,
+	(dstDevice, dstPitch, ui, Width, Height, hStream))
+DRIVER_GATED(cuMemsetD2D32Async_ptsz,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, ui, Width, Height, hStream),
-	hStream)
-DRIVER_GATED_STREAM(cuStreamWriteValue32_v2,
+	(dstDevice, dstPitch, ui, Width, Height, hStream))
+DRIVER_GATED(cuStreamWriteValue32_v2,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags),
-	stream)
-DRIVER_GATED_STREAM(cuStreamWriteValue32_v2_ptsz,
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWriteValue32_v2_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags),
-	stream)
-DRIVER_GATED_STREAM(cuStreamWriteValue64_v2,
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWriteValue64_v2,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags),
-	stream)
-DRIVER_GATED_STREAM(cuStreamWriteValue64_v2_ptsz,
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWriteValue64_v2_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags),
-	stream)
-DRIVER_GATED_STREAM(cuStreamWaitValue32_v2,
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue32_v2,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags),
-	stream)
-DRIVER_GATED_STREAM(cuStreamWaitValue32_v2_ptsz,
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue32_v2_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags),
-	stream)
-DRIVER_GATED_STREAM(cuStreamWaitValue64_v2,
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue64_v2,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags),
-	stream)
-DRIVER_GATED_STREAM(cuStreamWaitValue64_v2_ptsz,
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue64_v2_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags),
-	stream)
-DRIVER_GATED_STREAM(cuStreamBatchMemOp_v2,
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamBatchMemOp_v2,
 	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int
 	flags),
-	(stream, count, paramArray, flags),
-	stream)
-DRIVER_GATED_STREAM(cuStreamBatchMemOp_v2_ptsz,
+	(stream, count, paramArray, flags))
+DRIVER_GATED(cuStreamBatchMemOp_v2_ptsz,
 	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int
 	flags),
-	(stream, count, paramArray, flags),
-	stream)
-#ifdef DRIVER_GATED_STREAM_DEFAULT
-#undef DRIVER_GATED_STREAM
-#undef DRIVER_GATED_STREAM_DEFAULT
-#endif
+	(stream, count, paramArray, flags))
 #endif

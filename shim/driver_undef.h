@@ -28,9 +28,6 @@
 #undef cuMemMap
 #undef cuMemUnmap
 #undef cuMemSetAccess
-#undef cuGreenCtxCreate
-#undef cuCtxFromGreenCtx
-#undef cuDevicePrimaryCtxRetain
 #undef cuMemExportToShareableHandle
 #undef cuMemRetainAllocationHandle
 #undef cuMemGetAllocationPropertiesFromHandle

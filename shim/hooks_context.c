@@ -7,7 +7,6 @@
 #include "../core/backend/backend.h"
 #include "../core/log.h"
 #include "hooks_common.h"
-#include "one_stream.h"
 
 /* List a context the driver just made; a context that cannot be listed (no host memory) would
  * not be drained by a sleep, so it is destroyed again and the creation fails. */
@@ -25,14 +24,12 @@ static CUresult created(CUresult r, CUcontext *pctx, CUdevice dev)
 
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-	one_stream_end("created a context");
 	return created(CALL_REAL(cuCtxCreate_v2, (pctx, flags, dev)), pctx, dev);
 }
 
 CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
 				unsigned int flags, CUdevice dev)
 {
-	one_stream_end("created a context");
 	return created(CALL_REAL(cuCtxCreate_v3, (pctx, paramsArray, numParams, flags, dev)), pctx,
 		       dev);
 }
@@ -40,7 +37,6 @@ CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArra
 CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
 				unsigned int flags, CUdevice dev)
 {
-	one_stream_end("created a context");
 	return created(CALL_REAL(cuCtxCreate_v4, (pctx, ctxCreateParams, flags, dev)), pctx, dev);
 }
 

@@ -10,7 +10,6 @@
 
 #include "../core/log.h"
 #include "hooks_common.h"
-#include "one_stream.h"
 #include "share/share.h"
 
 DRIVER_EXTRA_SLOT(cuDeviceGetAttribute);
@@ -197,16 +196,12 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 #define ALLOC_ASYNC(name, ptsz)                                                          \
 	CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)     \
 	{                                                                                \
-		static _Atomic signed char form = -1;                                    \
 		CUresult r = CUDA_SUCCESS;                                               \
-		bool side = one_stream_submit(#name, &form, true, hStream);              \
 		gate_enter();                                                            \
 		if (!core_alloc_async(dptr, bytesize, NULL, hStream, ptsz, #name))       \
 			r = pass_alloc(CALL_REAL(name, (dptr, bytesize, hStream)), dptr,  \
 				       bytesize);                                        \
 		gate_leave();                                                            \
-		if (side)                                                                \
-			one_stream_side_done();                                          \
 		return r;                                                                \
 	}
 
@@ -214,26 +209,20 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 	CUresult CUDAAPI name(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,    \
 			      CUstream hStream)                                          \
 	{                                                                                \
-		static _Atomic signed char form = -1;                                    \
 		CUresult r = CUDA_SUCCESS;                                               \
-		bool side = one_stream_submit(#name, &form, true, hStream);              \
 		gate_enter();                                                            \
 		if (!pool || !core_alloc_async(dptr, bytesize, pool, hStream, ptsz, #name)) \
 			r = pass_alloc(CALL_REAL(name, (dptr, bytesize, pool, hStream)),  \
 				       dptr, bytesize);                                  \
 		gate_leave();                                                            \
-		if (side)                                                                \
-			one_stream_side_done();                                          \
 		return r;                                                                \
 	}
 
 #define FREE_ASYNC(name, ptsz)                                                           \
 	CUresult CUDAAPI name(CUdeviceptr dptr, CUstream hStream)                       \
 	{                                                                                \
-		static _Atomic signed char form = -1;                                    \
 		bool done;                                                               \
 		CUresult r;                                                              \
-		bool side = one_stream_submit(#name, &form, true, hStream);              \
 		gate_enter();                                                            \
 		r = core_free(dptr, &done, true, hStream, ptsz);                         \
 		if (!done) {                                                             \
@@ -242,8 +231,6 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 				shim_count_passthrough(PASS_DEVICE_FREE, 0);             \
 		}                                                                        \
 		gate_leave();                                                            \
-		if (side)                                                                \
-			one_stream_side_done();                                          \
 		return r;                                                                \
 	}
 

@@ -10,7 +10,6 @@
 #include "../core/log.h"
 #include "../core/vmm_share.h"
 #include "hooks_common.h"
-#include "one_stream.h"
 #include "share/share.h"
 
 DRIVER_EXTRA_SLOT(cuMemGetAccess);
@@ -379,10 +378,8 @@ static void follow_peer(CUcontext peer, bool enable)
 
 CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peerContext, unsigned int Flags)
 {
-	CUresult r;
+	CUresult r = CALL_REAL(cuCtxEnablePeerAccess, (peerContext, Flags));
 
-	one_stream_end("enabled peer access");
-	r = CALL_REAL(cuCtxEnablePeerAccess, (peerContext, Flags));
 	if (r == CUDA_SUCCESS)
 		follow_peer(peerContext, true);
 	return r;

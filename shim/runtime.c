@@ -14,7 +14,6 @@
 #include "../core/log.h"
 #include "control/control.h"
 #include "ipc_registry.h"
-#include "one_stream.h"
 #include "share/share.h"
 #include "shim_internal.h"
 
@@ -188,8 +187,6 @@ static int create_side_locked(int id)
 		s->be = NULL;
 		return SIDE_UNAVAILABLE;
 	}
-	if (id == SHIM_CUDA)
-		one_stream_begin(s->core, rt.cfg.one_stream_reuse);
 	if (!k->track_app) {
 		vmm_log(VMM_LOG_INFO, "serving %s device memory", k->label);
 		return SIDE_READY;
