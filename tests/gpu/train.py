@@ -5,7 +5,8 @@
                step, so that two runs (native / shim / slept and woken) compare bit for bit.
 --mode varlen: the allocator benchmark: a larger transformer in bf16 autocast on batches whose
                size and sequence length change every step (the same sequence for every run),
-               printing "BENCH ms_step <median>" and the allocator's own peak figures.
+               printing "BENCH ms_step <median>", "BENCH ms_mean <mean>" and the allocator's own
+               peak figures.
 The allocator is chosen by the environment (PYTORCH_CUDA_ALLOC_CONF,
 PYTORCH_NO_CUDA_MEMORY_CACHING). --device cpu (and --tiny) smoke-test this script without a GPU.
 """
@@ -132,6 +133,8 @@ def varlen(args):
                   f"loss {loss.item():.4f}{'' if timed else ' (untimed pass)'}", flush=True)
     times.sort()
     print(f"BENCH ms_step {times[len(times) // 2]:.2f}")
+    # The mean too: a median of a dozen steps of different sizes hides what the largest cost.
+    print(f"BENCH ms_mean {sum(times) / len(times):.2f}")
     if cuda:
         print(f"BENCH torch_max_reserved_gib {torch.cuda.max_memory_reserved() / 2**30:.3f}")
         print(f"BENCH torch_max_allocated_gib {torch.cuda.max_memory_allocated() / 2**30:.3f}")
