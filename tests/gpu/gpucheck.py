@@ -143,7 +143,7 @@ class PeakSampler:
 class PeakMeter:
     """The device's peak used memory from tests/gpu/peak_meter (NVML every ~0.5 ms in C, with
     its longest gap between samples); PeakSampler's 1 ms in Python where the meter cannot run.
-    .stop() returns (peak bytes, longest gap in us or None)."""
+    .stop() returns (peak bytes or None when the meter gave none, longest gap in us or None)."""
 
     def __init__(self, binary, logdir, name):
         self.p, self.fallback = None, None
@@ -162,7 +162,7 @@ class PeakMeter:
         self.p.send("stop")
         m = self.p.wait_for(r"^PEAK (\d+) SAMPLES (\d+) SECONDS (\S+) MAXGAP_US (\d+)", timeout=10)
         self.p.finish()
-        return (int(m.group(1)), int(m.group(4))) if m else (0, None)
+        return (int(m.group(1)), int(m.group(4))) if m else (None, None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1589,7 +1589,8 @@ class Matrix:
                   ("default", {}))
 
     def train_run(self, argv, alloc, extra, shim, rnd):
-        """One varlen run: (ms/step, peak device GiB above the idle device) or None."""
+        """One varlen run: (median ms/step, peak device GiB above the idle device or None when
+        it could not be measured, mean ms/step or None) or None."""
         time.sleep(0.3)
         base = device_used()
         name = f"bench_train.{alloc}.{'shim' if shim else 'native'}.{rnd}"
@@ -1604,8 +1605,10 @@ class Matrix:
             return None
         # Per run, in MiB, for the reader who wants to see the rounds' spread.
         self.train_peaks.setdefault((alloc, shim), []).append(
+            "?" if top is None else
             f"{(top - base) / MIB:.0f}" + (f" (gap {gap} us)" if gap is not None else ""))
-        return float(v["ms_step"]), (top - base) / GIB, float(v.get("ms_mean", 0)) or None
+        peak = None if top is None else (top - base) / GIB
+        return float(v["ms_step"]), peak, float(v.get("ms_mean", 0)) or None
 
     def bench_train(self):
         """The varlen PyTorch benchmark (issue 12's method): each allocator natively and under
@@ -1624,7 +1627,7 @@ class Matrix:
                 "--passes", str(self.a.train_passes)]
         runs = [(alloc, extra, shim) for alloc, extra in self.TRAIN_CFGS
                 for shim in (False, True) if self.shim_ok or not shim]
-        got = []  # one {(alloc, shim): (ms, peak)} per round
+        got = []  # one {(alloc, shim): (ms, peak, mean ms)} per round
         self.train_peaks = {}  # (alloc, shim): ["MiB (gap us)", ...] per run, in order
         for rnd in range(self.a.train_rounds):
             res, order = {}, runs[rnd % len(runs):] + runs[:rnd % len(runs)]
@@ -1638,22 +1641,20 @@ class Matrix:
         for alloc, _ in self.TRAIN_CFGS:
             for shim in (False, True):
                 v = [r[(alloc, shim)] for r in got if (alloc, shim) in r]
+                peaks = [x[1] for x in v if x[1] is not None]
                 if v:
                     self.badd(f"train {alloc} {'shim' if shim else 'native'}: ms/step, peak GiB",
                               f"{fmt(statistics.median(x[0] for x in v))}, "
-                              f"{fmt(statistics.median(x[1] for x in v))}", "", "", "",
+                              f"{fmt(statistics.median(peaks)) if peaks else '?'}", "", "", "",
                               f"medians of {len(v)} run(s); peaks MiB "
                               + ", ".join(self.train_peaks.get((alloc, shim), [])))
 
-        def pairs(a, b, i):  # per-round ratios of field i: shim config a over anchor b
-            return [r[a][i] / r[b][i] for r in got if a in r and b in r and r[a][i] and r[b][i]]
-
-        def pair_row(metric, a, b, i, goal, limit):
-            q = pairs(a, b, i)
+        def pair_row(metric, a, b, i, goal, limit):  # field i: shim config a over anchor b
+            both = [r for r in got if a in r and b in r and r[a][i] and r[b][i]]
+            q = [r[a][i] / r[b][i] for r in both]  # the per-round ratios
             if not q:
                 self.badd(metric, "no data", "", "", goal, "")
                 return
-            both = [r for r in got if a in r and b in r and r[a][i] and r[b][i]]
             va = statistics.median(r[a][i] for r in both)
             vb = statistics.median(r[b][i] for r in both)
             med = statistics.median(q)
