@@ -2,8 +2,10 @@
  * The legacy default stream waits for the blocking streams of its context and they wait for it.
  * Events, host functions, "kernels" (host functions, see simdev.h), stream-ordered allocation and a
  * simple stream capture into graphs that replay the recorded work. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_internal.h"
 #include "simdev.h"
@@ -196,13 +198,26 @@ static void free_native_now(uintptr_t p)
 	pthread_mutex_unlock(&sim_lock);
 }
 
+/* SIMDEV_COPY_DELAY: a slow copy engine, so that a copy is still running when a call that
+ * returns early (an injected failure) comes back. */
+static void copy_delay(void)
+{
+	unsigned ms = sim_config()->copy_delay_ms;
+	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+
+	while (ms && nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
 static void run_op(struct CUstream_st *s, struct sim_op *op)
 {
 	switch (op->kind) {
 	case OP_COPY:
+		copy_delay();
 		memmove(op->dst, op->src, op->n);
 		break;
 	case OP_SET:
+		copy_delay();
 		fill(op->dst, op->value, op->elem, op->n);
 		break;
 	case OP_HOSTFN:

@@ -118,6 +118,23 @@ static void parse_entries(const char *spec, const char *var, const char *want, u
 	free(copy);
 }
 
+/* A number of milliseconds 0..max from the environment; 0 when unset or bad (a message says so). */
+static unsigned env_ms(const char *var, unsigned long max)
+{
+	const char *s = getenv(var);
+	char *end;
+	unsigned long ms;
+
+	if (!s || !*s)
+		return 0;
+	ms = strtoul(s, &end, 10);
+	if (*end || ms > max) {
+		fprintf(stderr, "simdev: %s='%s' is not 0..%lu ms; ignored\n", var, s, max);
+		return 0;
+	}
+	return (unsigned)ms;
+}
+
 static void init_once(void)
 {
 	const char *s = getenv("SIMDEV_MEMORY");
@@ -152,15 +169,8 @@ static void init_once(void)
 	config.stats_path = (s && *s) ? strdup(s) : NULL;
 	s = getenv("SIMDEV_SHARED");
 	config.shared = (s && *s) ? strdup(s) : NULL;
-	s = getenv("SIMDEV_LOCK_STALL");
-	if (s && *s) {
-		char *end;
-		unsigned long ms = strtoul(s, &end, 10);
-		if (*end || ms > 60000)
-			fprintf(stderr, "simdev: SIMDEV_LOCK_STALL='%s' is not 0..60000 ms; ignored\n", s);
-		else
-			config.lock_stall_ms = (unsigned)ms;
-	}
+	config.lock_stall_ms = env_ms("SIMDEV_LOCK_STALL", 60000);
+	config.copy_delay_ms = env_ms("SIMDEV_COPY_DELAY", 60000);
 
 	sim_group_init(&config);
 }

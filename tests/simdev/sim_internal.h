@@ -30,6 +30,7 @@ struct sim_config {
 	const char *stats_path;
 	const char *shared;      /* SIMDEV_SHARED: the group's name, or NULL */
 	unsigned lock_stall_ms;  /* SIMDEV_LOCK_STALL: tests hold the group lock this long */
+	unsigned copy_delay_ms;  /* SIMDEV_COPY_DELAY: a stream's copies and memsets start this late */
 };
 
 /* Reads the environment once (at first use), then counts the call and says whether SIMDEV_FAIL
