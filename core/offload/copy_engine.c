@@ -5,6 +5,7 @@
  * staging ring, one slot per stream. Streams, staging slots and the pool live as long as the
  * engine, so that the next sleep or wake finds them ready. */
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,8 @@
 #define CE_MAX_STREAMS 8
 #define CE_DEFAULT_CHUNK ((size_t)64 << 20)
 #define CE_MIN_CHUNK ((size_t)4 << 10)
+/* How often a failed stream synchronize is asked again before the stream counts as unsettled. */
+#define CE_SYNC_ATTEMPTS 3
 
 struct staged {
 	void *dst;        /* host destination of a staged device->host chunk, copied after sync */
@@ -49,6 +52,9 @@ struct vmm_copy_engine {
 	 * should not carry idle ones between sleeps. */
 	struct prov_pool *pool;
 	struct ce_run run;
+	/* A synchronize failed every time it was asked: copies may still be running (see
+	 * settle_stream). Cleared when a later synchronize of every stream succeeds. */
+	atomic_bool unsettled;
 };
 
 
@@ -101,6 +107,28 @@ vmm_status vmm_copy_engine_tune(vmm_copy_engine *ce, size_t chunk_bytes, int str
 	}
 	pthread_mutex_unlock(&ce->lock);
 	return st;
+}
+
+/* Wait until stream k has nothing in flight. A failed synchronize does not prove the stream
+ * idle: the call can come back with an error while copies are still queued (simdev's injected
+ * failures do exactly that), and unmapping or freeing what they touch would fault. So a failure
+ * is asked again; the first failure is the one returned (the transfer failed even when a retry
+ * then drains the stream). *idle: a synchronize succeeded at last. */
+static vmm_status settle_stream(vmm_copy_engine *ce, int k, bool *idle, vmm_error *err)
+{
+	vmm_status first = VMM_OK, st;
+
+	*idle = false;
+	for (int a = 0; a < CE_SYNC_ATTEMPTS; a++) {
+		st = ce->be->stream_synchronize(ce->be, ce->streams[k], first ? NULL : err);
+		if (!st) {
+			*idle = true;
+			return first;
+		}
+		if (!first)
+			first = st;
+	}
+	return first;
 }
 
 static void stop_streams(vmm_copy_engine *ce)
@@ -263,6 +291,11 @@ static vmm_status issue(vmm_copy_engine *ce, enum dir d, int k, vmm_devptr dev, 
 	return be->copy_h2d_async(be, dev, ce->stage[k], n, ce->streams[k], err);
 }
 
+bool vmm_copy_engine_unsettled(vmm_copy_engine *ce)
+{
+	return ce && atomic_load(&ce->unsettled);
+}
+
 /* Begin a transfer in steps: take the engine (held until vmm_copy_end) and start its streams. */
 vmm_status vmm_copy_begin(vmm_copy_engine *ce, int to_device, vmm_error *err)
 {
@@ -347,6 +380,7 @@ vmm_status vmm_copy_end(vmm_copy_engine *ce, vmm_copy_stats *stats, vmm_error *e
 	struct ce_run *run = &ce->run;
 	vmm_status st = run->st, sst;
 	struct ce_run done;
+	bool unsettled = false;
 
 	if (stats)
 		memset(stats, 0, sizeof(*stats));
@@ -354,14 +388,22 @@ vmm_status vmm_copy_end(vmm_copy_engine *ce, vmm_copy_stats *stats, vmm_error *e
 	/* Nothing stays in flight on return, whatever happened. */
 	for (int k = 0; k < ce->nstreams; k++) {
 		vmm_error serr;
+		bool idle;
 
-		sst = ce->be->stream_synchronize(ce->be, ce->streams[k], &serr);
+		sst = settle_stream(ce, k, &idle, &serr);
+		if (!idle)
+			unsettled = true;
 		if (sst && !st) {
 			st = sst;
 			if (err)
 				*err = serr;
 		}
 	}
+	atomic_store(&ce->unsettled, unsettled);
+	if (unsettled)
+		vmm_log(VMM_LOG_ERROR, "copy %s dev %d: the copy streams could not be synchronized "
+			"(%d attempts each): their copies may still run, so the memory they touch is "
+			"kept as it is", run->dir == D2H ? "out" : "in", ce->dev, CE_SYNC_ATTEMPTS);
 	for (int k = 0; k < ce->nstreams; k++) {
 		if (!st)
 			flush_staged(ce, k);

@@ -76,5 +76,10 @@ vmm_status vmm_copy_begin(vmm_copy_engine *ce, int to_device, vmm_error *err);
 vmm_status vmm_copy_add(vmm_copy_engine *ce, const vmm_copy_range *ranges, size_t n,
 			vmm_error *err);
 vmm_status vmm_copy_end(vmm_copy_engine *ce, vmm_copy_stats *stats, vmm_error *err);
+/* After a failed transfer: true when its streams could not be synchronized (a synchronize failed
+ * at every attempt), so copies may still be reading or writing its device and host memory. The
+ * caller must then leave that memory mapped and allocated. False again after a transfer whose
+ * streams all synchronize. */
+bool vmm_copy_engine_unsettled(vmm_copy_engine *ce);
 
 #endif

@@ -118,3 +118,9 @@ vmm_status vmm_copy_in(vmm_copy_engine *ce, const vmm_copy_range *ranges, size_t
 {
 	return copy(ce, ranges, n, 0, stats, err);
 }
+
+bool vmm_copy_engine_unsettled(vmm_copy_engine *ce)
+{
+	(void)ce;
+	return false; /* every copy here is synchronous */
+}

@@ -276,6 +276,33 @@ Test(copy, stream_sync_failure_is_reported, .fini = teardown)
 	driver_failure("cuStreamSynchronize:2", true);
 }
 
+/* A stream whose synchronize fails at every attempt may still be copying: the engine says so
+ * (the caller must keep the memory), and says it no more once a transfer's streams drain. */
+Test(copy, a_stream_that_never_synchronizes_is_unsettled, .fini = teardown)
+{
+	const size_t size = 4 * MiB;
+	vmm_copy_engine *ce;
+	vmm_copy_range r;
+	vmm_error err = { 0 };
+	char *buf = malloc(size);
+	struct tmem m;
+
+	/* t_mem_alloc's fill syncs once (call 1); the engine's first stream then fails three times. */
+	t_simdev_env("2G", "1", "cuStreamSynchronize:2,cuStreamSynchronize:3,cuStreamSynchronize:4");
+	t_dev_open(&td);
+	m = t_mem_alloc(&td, 0, size);
+	ce = engine(1 * MiB, 2);
+	cr_assert_not(vmm_copy_engine_unsettled(ce), "a new engine is settled");
+	r = (vmm_copy_range){ .dev = m.va, .host = buf, .size = size };
+	cr_assert_eq(vmm_copy_out(ce, &r, 1, NULL, &err), VMM_E_DRIVER, "the synchronize failed");
+	cr_expect(vmm_copy_engine_unsettled(ce), "three failed synchronizes: copies may still run");
+	cr_assert_eq(vmm_copy_out(ce, &r, 1, NULL, &err), VMM_OK, "%s", err.msg);
+	cr_expect_not(vmm_copy_engine_unsettled(ce), "settled again after a clean transfer");
+	vmm_copy_engine_destroy(ce);
+	t_mem_free(&td, &m);
+	free(buf);
+}
+
 /* simdev reads SIMDEV_FAIL once: these open the device themselves. */
 Test(copy, stream_creation_failure_then_success, .fini = teardown)
 {
