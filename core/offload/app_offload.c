@@ -52,6 +52,16 @@ static vmm_status engine_of(vmm_app_registry *reg, int dev, vmm_copy_engine **ce
 	return st;
 }
 
+/* A failed copy whose streams could not be synchronized (copy_engine.h): copies may still touch
+ * the handles' memory, which must then stay mapped. */
+static bool copies_unsettled(vmm_app_registry *reg)
+{
+	for (int d = 0; d < VMM_MAX_DEVICES; d++)
+		if (vmm_copy_engine_unsettled(reg->ce[d]))
+			return true;
+	return false;
+}
+
 static vmm_status temp_map(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
 {
 	vmm_backend *be = reg->be;
@@ -192,7 +202,8 @@ static vmm_status copy_handles(vmm_app_registry *reg, struct app_handle **hs, si
 		*copied += dc[d].bytes;
 		free(dc[d].b.r);
 	}
-	temp_unmap_all(reg, hs, n);
+	if (!st || !copies_unsettled(reg))
+		temp_unmap_all(reg, hs, n);
 	free(dc);
 	return st;
 }
@@ -310,8 +321,15 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 	for (; !st && mapped < n; mapped++)
 		if ((st = remap_all(reg, hs[mapped], true, err)))
 			break;
-	if (!st && copy)
+	bool copy_ran = !st && copy;
+
+	if (copy_ran)
 		st = copy_back(reg, hs, n, copied, err);
+	if (st && copy_ran && copies_unsettled(reg)) {
+		vmm_log(VMM_LOG_ERROR, "a failed wake leaves %zu app handle(s) mapped: copies into "
+			"them may still be running", created);
+		return st;
+	}
 	if (st) {
 		for (size_t i = 0; i < mapped; i++)
 			remap_all(reg, hs[i], false, NULL);

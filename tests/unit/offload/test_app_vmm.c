@@ -812,3 +812,19 @@ Test(app, recording_from_threads_during_sleep_and_wake, .init = setup, .fini = t
 	expect_scene_intact();
 	munmap(range, 4 * REC_STRIDE);
 }
+
+/* A synchronize of the wake's copy streams fails while the copies still run (simdev's copies are
+ * slowed down, and an injected failure returns at once): the unwind must not unmap the memory
+ * they write to. The engine asks again, finds the streams drained, and the wake is undone as
+ * usual. The sleep makes 8 synchronizes, so the 9th is the wake's first. */
+Test(app, fail_synchronize_in_wake_with_copies_in_flight, .fini = teardown)
+{
+	setenv("SIMDEV_COPY_DELAY", "20", 1);
+	faulty_cycle("cuStreamSynchronize:9", false, VMM_E_DRIVER);
+}
+
+Test(app, fail_synchronize_and_its_retry_in_wake, .fini = teardown)
+{
+	setenv("SIMDEV_COPY_DELAY", "20", 1);
+	faulty_cycle("cuStreamSynchronize:9,cuStreamSynchronize:10", false, VMM_E_DRIVER);
+}

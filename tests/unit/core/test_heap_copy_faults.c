@@ -1,0 +1,128 @@
+/* A synchronize that fails while the sleep's or wake's copies are still running. simdev's
+ * injected failure returns at once (SIMDEV_FAIL), and SIMDEV_COPY_DELAY keeps every copy on its
+ * stream for a while, so the unwind that follows the failure meets copies in flight: it must not
+ * unmap or release device memory, nor free host memory, that they still touch. A failed sleep
+ * leaves the heap awake with its contents, a failed wake leaves it asleep and a later wake brings
+ * everything back; the program never faults and nothing leaks. One child process per case. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "helpers.h"
+#include "heap_offload.h"
+
+#define N 6
+#define SIZE (8 * MiB)
+
+static int say(const char *what)
+{
+	fprintf(stderr, "copy-fault scenario: %s\n", what);
+	return 1;
+}
+
+static int contents_ok(vmm_devptr *p)
+{
+	for (int i = 0; i < N; i++)
+		if (!t_check(p[i], SIZE, (uint64_t)i + 7))
+			return say("contents lost");
+	return 0;
+}
+
+static int scenario(void)
+{
+	vmm_sleep_opts o = { .tag = NULL, .device = -1 };
+	vmm_devptr p[N];
+	struct tctx t;
+	vmm_error err;
+
+	if (t_try_open(&t, NULL, &err))
+		return say("open failed");
+	for (int i = 0; i < N; i++) {
+		if (vmm_malloc(t.core, 0, SIZE, 0, NULL, &p[i], &err))
+			return say("malloc failed");
+		t_fill(p[i], SIZE, (uint64_t)i + 7);
+	}
+	for (int round = 0; round < 2; round++) {
+		if (vmm_sleep(t.core, &o, NULL, &err)) {
+			if (vmm_is_asleep(t.core, 0, NULL))
+				return say("a failed sleep left the heap asleep");
+			if (contents_ok(p))
+				return 1;
+			continue;
+		}
+		for (int k = 0; vmm_wake(t.core, &o, NULL, &err); k++)
+			if (k == 3 || !vmm_is_asleep(t.core, 0, NULL))
+				return say("wake does not recover");
+		if (contents_ok(p))
+			return 1;
+	}
+	for (int i = 0; i < N; i++)
+		vmm_free(t.core, p[i], NULL);
+	vmm_trim(t.core, -1, NULL);
+	t_close(&t);
+	return 0;
+}
+
+static int run_child(const char *fail, const char *stats, long *live)
+{
+	pid_t pid = fork();
+	int status;
+	char name[64];
+	long v;
+	FILE *f;
+
+	if (pid == 0) {
+		setenv("SIMDEV_MEMORY", "256M", 1);
+		setenv("SIMDEV_STATS", stats, 1);
+		setenv("SIMDEV_COPY_DELAY", "5", 1);
+		if (fail)
+			setenv("SIMDEV_FAIL", fail, 1);
+		else
+			unsetenv("SIMDEV_FAIL");
+		exit(scenario()); /* exit: simdev writes SIMDEV_STATS from a destructor */
+	}
+	cr_assert_gt(pid, 0);
+	waitpid(pid, &status, 0);
+	*live = -1;
+	f = fopen(stats, "r");
+	while (f && fscanf(f, "%63s %ld", name, &v) == 2)
+		if (!strcmp(name, "live_bytes"))
+			*live = v;
+	if (f)
+		fclose(f);
+	return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+/* Each synchronize of two sleep/wake cycles fails in turn, alone and with its retry. */
+Test(heap_copy_faults, a_failed_synchronize_with_copies_in_flight_loses_nothing, .timeout = 150)
+{
+	char stats[] = "/tmp/vmm-copy-faults-XXXXXX";
+	int fd = mkstemp(stats), cases = 0;
+	long live;
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(run_child(NULL, stats, &live), 0, "the scenario passes without faults");
+	cr_assert_eq(live, 0);
+	for (int k = 1; k <= 24; k++) {
+		for (int twice = 0; twice < 2; twice++) {
+			char fail[96];
+			int rc;
+
+			if (twice)
+				snprintf(fail, sizeof(fail), "cuStreamSynchronize:%d,"
+					 "cuStreamSynchronize:%d", k, k + 1);
+			else
+				snprintf(fail, sizeof(fail), "cuStreamSynchronize:%d", k);
+			rc = run_child(fail, stats, &live);
+			cr_expect_eq(rc, 0, "SIMDEV_FAIL=%s: the scenario failed (%d)", fail, rc);
+			cr_expect_eq(live, 0, "SIMDEV_FAIL=%s: %ld device bytes leaked", fail, live);
+			cases++;
+		}
+	}
+	cr_log_info("%d injected failures checked", cases);
+	unlink(stats);
+}
