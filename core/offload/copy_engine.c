@@ -296,6 +296,28 @@ bool vmm_copy_engine_unsettled(vmm_copy_engine *ce)
 	return ce && atomic_load(&ce->unsettled);
 }
 
+bool vmm_copy_engine_settle(vmm_copy_engine *ce)
+{
+	bool unsettled = false;
+
+	if (!vmm_copy_engine_unsettled(ce))
+		return true;
+	/* A transfer in progress (this thread's or another's) has the engine: not now. */
+	if (pthread_mutex_trylock(&ce->lock))
+		return false;
+	for (int k = 0; k < ce->nstreams && ce->started; k++) {
+		bool idle;
+
+		settle_stream(ce, k, &idle, NULL);
+		unsettled |= !idle;
+	}
+	atomic_store(&ce->unsettled, unsettled);
+	pthread_mutex_unlock(&ce->lock);
+	if (!unsettled)
+		vmm_log(VMM_LOG_INFO, "copy dev %d: the copy streams synchronize again", ce->dev);
+	return !unsettled;
+}
+
 /* Begin a transfer in steps: take the engine (held until vmm_copy_end) and start its streams. */
 vmm_status vmm_copy_begin(vmm_copy_engine *ce, int to_device, vmm_error *err)
 {

@@ -81,5 +81,8 @@ vmm_status vmm_copy_end(vmm_copy_engine *ce, vmm_copy_stats *stats, vmm_error *e
  * caller must then leave that memory mapped and allocated. False again after a transfer whose
  * streams all synchronize. */
 bool vmm_copy_engine_unsettled(vmm_copy_engine *ce);
+/* An unsettled engine's streams synchronized once more: true when they all are idle now (the
+ * engine is settled again), false when still not, or when a transfer holds the engine. */
+bool vmm_copy_engine_settle(vmm_copy_engine *ce);
 
 #endif

@@ -277,7 +277,7 @@ Test(copy, stream_sync_failure_is_reported, .fini = teardown)
 }
 
 /* A stream whose synchronize fails at every attempt may still be copying: the engine says so
- * (the caller must keep the memory), and says it no more once a transfer's streams drain. */
+ * (the caller must keep the memory), and says it no more once its streams synchronize again. */
 Test(copy, a_stream_that_never_synchronizes_is_unsettled, .fini = teardown)
 {
 	const size_t size = 4 * MiB;
@@ -296,8 +296,10 @@ Test(copy, a_stream_that_never_synchronizes_is_unsettled, .fini = teardown)
 	r = (vmm_copy_range){ .dev = m.va, .host = buf, .size = size };
 	cr_assert_eq(vmm_copy_out(ce, &r, 1, NULL, &err), VMM_E_DRIVER, "the synchronize failed");
 	cr_expect(vmm_copy_engine_unsettled(ce), "three failed synchronizes: copies may still run");
+	cr_expect(vmm_copy_engine_settle(ce), "the streams synchronize now");
+	cr_expect_not(vmm_copy_engine_unsettled(ce), "settled by a synchronize that succeeded");
 	cr_assert_eq(vmm_copy_out(ce, &r, 1, NULL, &err), VMM_OK, "%s", err.msg);
-	cr_expect_not(vmm_copy_engine_unsettled(ce), "settled again after a clean transfer");
+	cr_expect_not(vmm_copy_engine_unsettled(ce), "settled after a clean transfer");
 	vmm_copy_engine_destroy(ce);
 	t_mem_free(&td, &m);
 	free(buf);
