@@ -2,6 +2,7 @@
  * stream-ordered reuse), lookup, trim, peer access and statistics. The work is done by the
  * layers listed in heap_internal.h. */
 #include "heap_internal.h"
+#include "heap_keep.h"
 #include "heap_share.h"
 #include "vmm_share.h"
 
@@ -163,6 +164,7 @@ static vmm_status free_common(vmm_core *core, vmm_devptr ptr, vmm_stream stream,
 			      vmm_error *err)
 {
 	struct devheap *dh = heap_of_ptr(core, ptr);
+	struct kept_export *kept = NULL;
 	struct alloc *r;
 
 	if (!dh)
@@ -177,10 +179,15 @@ static vmm_status free_common(vmm_core *core, vmm_devptr ptr, vmm_stream stream,
 				(unsigned long long)ptr);
 	}
 	account_free(r->arena, r);
+	/* Its export's kept descriptors hold the memory for the driver: closed now, outside the
+	 * lock (a close takes a while). */
+	if (r->share_id)
+		kept = keep_detach_id(dh, r->share_id);
 	/* Quarantine: reused only after a device sync that began after this free, or at once on
 	 * the same stream for stream-ordered frees. */
 	quarantine_put(r, on_stream, stream);
 	pthread_mutex_unlock(&dh->lock);
+	keep_close(core, kept);
 	return VMM_OK;
 }
 

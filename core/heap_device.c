@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "heap_keep.h"
 #include "heap_phys.h"
 #include "heap_records.h"
 #include "heap_slab.h"
@@ -36,6 +37,8 @@ static void free_all_blocks(struct devheap *dh)
 
 void devheap_destroy(struct devheap *dh)
 {
+	/* Before the handles go: a kept descriptor would hold their memory. */
+	keep_close(dh->core, keep_detach_all(dh));
 	phys_teardown(dh);
 	if (dh->ce && dh->ce_destroy)
 		dh->ce_destroy(dh->ce);

@@ -28,6 +28,7 @@
  *   heap_phys.c     physical handles: list, detach, release, access       -> blocks, va
  *   heap_blocks.c   blocks, per-page index, TLSF free index               -> va
  *   heap_va.c       address space: reservations and unclaimed extents     -> the backend only
+ *   heap_keep.c     exported allocations' kept descriptors (heap_keep.h)  -> nothing
  */
 #ifndef VMM_HEAP_INTERNAL_H
 #define VMM_HEAP_INTERNAL_H

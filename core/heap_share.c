@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "heap_internal.h"
+#include "heap_keep.h"
 #include "heap_share.h"
 #include "vmm_share.h"
 
@@ -123,6 +124,9 @@ static void release_retired(struct devheap *dh, struct phandle *h)
 	struct arena *a = h->arena;
 	struct blk *b = blk_containing(dh, h->va), *next;
 
+	/* A descriptor kept for it would hold the memory for the driver (none should be left:
+	 * the allocations over it were freed, which closes them). */
+	keep_close(dh->core, keep_detach_range(dh, h->va, h->size));
 	/* Retired blocks never cross a handle's edge (retire_shared splits at them). */
 	for (; b && b->addr < end; b = next) {
 		next = b->next;
@@ -281,13 +285,18 @@ void vmm_share_release_allow(vmm_core *core, bool allow)
 {
 	for (int d = 0; d < core->ndev; d++) {
 		struct devheap *dh = heap_for(core, d, false, NULL);
+		struct kept_export *gone = NULL;
 
 		if (!dh)
 			continue;
 		pthread_mutex_lock(&dh->lock);
 		for (size_t i = 0; i < dh->nshared; i++)
 			dh->shared[i]->release_ok = allow && !dh->shared[i]->retained;
+		/* A kept descriptor would keep the driver from taking the memory back. */
+		if (allow)
+			gone = keep_detach_all(dh);
 		pthread_mutex_unlock(&dh->lock);
+		keep_close(core, gone);
 	}
 }
 
@@ -356,28 +365,31 @@ static void close_pieces(vmm_share_piece *pieces, size_t n)
 		close(pieces[i].fd);
 }
 
-vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share_info *info,
-			 vmm_share_piece *pieces, size_t max, size_t *n, vmm_error *err)
+/* The live export at base with that id (caller holds the lock), or why not. */
+static vmm_status export_at(struct devheap *dh, vmm_devptr base, uint64_t id, struct alloc **out,
+			    vmm_error *err)
 {
-	struct devheap *dh = heap_of_ptr(core, base);
-	vmm_backend *be = core->be;
+	struct alloc *r = alloc_at(dh, base);
+
+	*out = r;
+	if (!r || r->base != base || !id || r->share_id != id)
+		return vmm_fail(err, VMM_E_NOT_OURS, 0, "no live export %llu at 0x%llx (freed?)",
+				(unsigned long long)id, (unsigned long long)base);
+	return VMM_OK;
+}
+
+/* Walk r's span handle by handle (caller holds the lock): VMM_E_BUSY when one is asleep; with
+ * pieces, export each as a new descriptor into pieces[0..*n); *release_ok when a group sleep may
+ * release one (nothing may be kept then). */
+static vmm_status span_pieces(struct devheap *dh, const struct alloc *r, vmm_share_piece *pieces,
+			      size_t max, size_t *n, bool *release_ok, vmm_error *err)
+{
+	vmm_backend *be = dh->core->be;
 	vmm_devptr lo, hi, va;
-	struct alloc *r;
 	vmm_status st = VMM_OK;
 	size_t k = 0;
 
-	*n = 0;
-	if (!dh || !be->export_fd)
-		return vmm_fail(err, VMM_E_NOT_OURS, 0, "no export at 0x%llx",
-				(unsigned long long)base);
-	pthread_mutex_lock(&dh->lock);
-	r = alloc_at(dh, base);
-	if (!r || r->base != base || !id || r->share_id != id) {
-		pthread_mutex_unlock(&dh->lock);
-		return vmm_fail(err, VMM_E_NOT_OURS, 0, "no live export %llu at 0x%llx (freed?)",
-				(unsigned long long)id, (unsigned long long)base);
-	}
-	fill_info(dh, r, info);
+	*release_ok = false;
 	span_of(dh, r, &lo, &hi);
 	for (va = lo; va < hi && !st;) {
 		struct phandle *h = page_handle_get(dh, va);
@@ -385,29 +397,140 @@ vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share
 
 		if (h->asleep) {
 			st = vmm_fail(err, VMM_E_BUSY, 0, "export %llu is asleep with its process's "
-				      "group (wake the exporter first)", (unsigned long long)id);
+				      "group (wake the exporter first)",
+				      (unsigned long long)r->share_id);
 			break;
 		}
-		if (k == max) {
+		*release_ok |= h->release_ok;
+		if (pieces && k == max) {
 			st = vmm_fail(err, VMM_E_UNSUPPORTED, 0, "more than %zu pieces", max);
 			break;
 		}
-		st = be->export_fd(be, dh->dev, h->h, &pieces[k].fd, err);
-		if (st)
-			break;
-		pieces[k].offset = (size_t)(va - lo);
-		pieces[k].size = (size_t)(end - va);
-		pieces[k].handle_offset = (size_t)(va - h->va);
+		if (pieces) {
+			st = be->export_fd(be, dh->dev, h->h, &pieces[k].fd, err);
+			if (st)
+				break;
+			pieces[k].offset = (size_t)(va - lo);
+			pieces[k].size = (size_t)(end - va);
+			pieces[k].handle_offset = (size_t)(va - h->va);
+		}
 		k++;
 		va = end;
 	}
-	pthread_mutex_unlock(&dh->lock);
-	if (st) {
+	if (st && pieces)
 		close_pieces(pieces, k);
-		return st;
+	*n = st ? 0 : k;
+	return st;
+}
+
+/* Keep what was exported into pieces[0..n) for r and hand the caller duplicates: false when it
+ * is not kept (budget, host memory, a group sleep may release it), the pieces the caller's. */
+static bool keep_and_dup(struct devheap *dh, const struct alloc *r, vmm_share_piece *pieces,
+			 size_t n)
+{
+	struct kept_export *k;
+	vmm_devptr lo, hi;
+	vmm_error e;
+
+	span_of(dh, r, &lo, &hi);
+	/* The record copies the pieces; the caller's get duplicates in their place. */
+	if (!keep_store(dh, r->share_id, lo, (size_t)(hi - lo), pieces, n))
+		return false;
+	k = keep_find(dh, r->share_id);
+	if (!keep_dup(k, pieces, n, &e))
+		return true;
+	/* No descriptor to spare: the caller gets the originals back, nothing is kept. */
+	k = keep_detach_id(dh, r->share_id);
+	memcpy(pieces, k->pieces, n * sizeof(*pieces));
+	k->n = 0;
+	atomic_fetch_sub(&dh->core->kept_fds, n);
+	keep_close(dh->core, k);
+	return false;
+}
+
+vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share_info *info,
+			 vmm_share_piece *pieces, size_t max, size_t *n, bool *exported,
+			 vmm_error *err)
+{
+	struct devheap *dh = heap_of_ptr(core, base);
+	vmm_backend *be = core->be;
+	struct kept_export *k;
+	struct alloc *r;
+	vmm_status st;
+	bool release_ok, fresh = false;
+
+	*n = 0;
+	if (!dh || !be->export_fd)
+		return vmm_fail(err, VMM_E_NOT_OURS, 0, "no export at 0x%llx",
+				(unsigned long long)base);
+	pthread_mutex_lock(&dh->lock);
+	st = export_at(dh, base, id, &r, err);
+	if (!st) {
+		fill_info(dh, r, info);
+		k = keep_find(dh, id);
+		if (k) {
+			st = keep_dup(k, pieces, max, err);
+			*n = st ? 0 : k->n;
+		} else if (!(st = span_pieces(dh, r, pieces, max, n, &release_ok, err))) {
+			fresh = true;
+			if (!release_ok)
+				keep_and_dup(dh, r, pieces, *n);
+		}
 	}
-	*n = k;
-	return VMM_OK;
+	pthread_mutex_unlock(&dh->lock);
+	if (exported)
+		*exported = fresh;
+	return st;
+}
+
+vmm_status vmm_share_keep(vmm_core *core, vmm_devptr base, uint64_t id, bool *kept,
+			  vmm_error *err)
+{
+	struct devheap *dh = heap_of_ptr(core, base);
+	vmm_share_piece *pieces;
+	vmm_devptr lo, hi;
+	struct alloc *r;
+	vmm_status st;
+	size_t n = 0;
+	bool release_ok;
+
+	*kept = false;
+	if (!dh || !core->be->export_fd)
+		return vmm_fail(err, VMM_E_NOT_OURS, 0, "no export at 0x%llx",
+				(unsigned long long)base);
+	pieces = malloc(VMM_SHARE_MAX_PIECES * sizeof(*pieces));
+	if (!pieces)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to export");
+	pthread_mutex_lock(&dh->lock);
+	st = export_at(dh, base, id, &r, err);
+	if (!st && keep_find(dh, id)) {
+		*kept = true;
+	} else if (!st && !(st = span_pieces(dh, r, NULL, 0, &n, &release_ok, err)) &&
+		   !release_ok && atomic_load(&core->kept_fds) + n <= keep_budget()) {
+		/* Counted first: beyond the budget nothing is exported for nothing. */
+		st = span_pieces(dh, r, pieces, VMM_SHARE_MAX_PIECES, &n, &release_ok, err);
+		span_of(dh, r, &lo, &hi);
+		if (!st && !(*kept = keep_store(dh, id, lo, (size_t)(hi - lo), pieces, n)))
+			close_pieces(pieces, n);
+	}
+	pthread_mutex_unlock(&dh->lock);
+	free(pieces);
+	return st;
+}
+
+size_t vmm_share_kept_fds(vmm_core *core)
+{
+	return atomic_load(&core->kept_fds);
+}
+
+void vmm_share_keep_after_fork(vmm_core *core)
+{
+	for (int d = 0; d < core->ndev; d++) {
+		struct devheap *dh = heap_for(core, d, false, NULL);
+
+		if (dh)
+			keep_after_fork(dh);
+	}
 }
 
 size_t vmm_share_list(vmm_core *core, vmm_share_info *out, size_t max)

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "heap_coalesce.h"
+#include "heap_keep.h"
 #include "heap_offload_internal.h"
 #include "log.h"
 #include "offload/drain.h"
@@ -53,6 +54,9 @@ static vmm_status plan_sleep(struct devheap *dh, const struct filter *f, struct 
 		/* Shared handles stay: another process maps them (heap_share.h). */
 		if (!arena_sleeps(h->arena, f) || !h->va || h->asleep || stays(h, f))
 			continue;
+		/* One a group sleep releases: a kept descriptor would hold its memory. */
+		if (h->shared)
+			keep_close(dh->core, keep_detach_range(dh, h->va, h->size));
 		if (handle_wholly_free(dh, h)) {
 			p->idle[p->nidle++] = h;
 			continue;

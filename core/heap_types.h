@@ -186,6 +186,8 @@ struct devheap {
 	struct phandle **shared;
 	size_t nshared, cap_shared;
 	bool share_check;
+	/* Exported allocations' kept descriptors (heap_keep.c). */
+	struct kept_export *kept;
 };
 
 struct vmm_core {
@@ -195,6 +197,7 @@ struct vmm_core {
 	struct devheap *_Atomic heaps[VMM_MAX_DEVICES];
 	int ndev;
 	_Atomic uint64_t last_share_id;
+	_Atomic size_t kept_fds;        /* descriptors kept by all heaps (heap_keep.c) */
 };
 
 static inline size_t align_up(size_t v, size_t a)

@@ -54,14 +54,37 @@ vmm_status vmm_share_own_plan(vmm_core *core, vmm_devptr ptr, bool *move, vmm_er
 vmm_status vmm_share_own(vmm_core *core, vmm_devptr ptr, vmm_share_info *out, vmm_error *err);
 
 /* New file descriptors for the pieces of the exported allocation at base with that id (both must
- * match: a freed allocation's id is gone). VMM_E_NOT_OURS when there is no such export. */
+ * match: a freed allocation's id is gone). VMM_E_NOT_OURS when there is no such export. They are
+ * duplicates of the kept ones when the export is kept (*exported false, when exported is not
+ * NULL), else exported now (*exported true) and kept too where the budget allows. */
 vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share_info *info,
-			 vmm_share_piece *pieces, size_t max, size_t *n, vmm_error *err);
+			 vmm_share_piece *pieces, size_t max, size_t *n, bool *exported,
+			 vmm_error *err);
+
+/* Kept exports. Exporting the pieces of a large allocation takes the driver about a millisecond
+ * per GiB, so the exporter does it ahead (after the legacy IPC get, on a thread of its own) and
+ * keeps the descriptors until the memory goes: the allocation is freed, a group sleep releases its
+ * handles, the core is destroyed. A kept descriptor holds the physical memory for the driver, and
+ * counts against the process's descriptors: a core keeps at most an eighth of RLIMIT_NOFILE's
+ * soft limit and at most VMM_SHARE_KEEP_MAX; beyond that exports are made at each open.
+ * vmm_share_keep exports the pieces of the export at base with that id now and keeps them:
+ * *kept true when they are kept (now or already), false when the budget does not allow it (no
+ * export then). VMM_E_NOT_OURS as vmm_share_fds; VMM_E_BUSY while asleep. */
+#define VMM_SHARE_KEEP_MAX 4096
+vmm_status vmm_share_keep(vmm_core *core, vmm_devptr base, uint64_t id, bool *kept,
+			  vmm_error *err);
+/* Descriptors kept now (all devices). */
+size_t vmm_share_kept_fds(vmm_core *core);
+/* In a forked child, single-threaded: close every kept descriptor (the child must not hold the
+ * parent's memory), without the heaps' locks. */
+void vmm_share_keep_after_fork(vmm_core *core);
 
 /* A group sleep whose members hold every mapping of this process's exports (tools/group.c)
  * allows (true) the next sleep to copy out and release its shared handles too, not those the
  * program retained; false again afterwards. Their contents come back at wake, at the same
- * addresses, in new handles that importers fetch again (vmm_share_fds refuses while asleep). */
+ * addresses, in new handles that importers fetch again (vmm_share_fds refuses while asleep).
+ * Allowing closes the kept descriptors (they would pin the memory), and none are kept while it is
+ * allowed. */
 void vmm_share_release_allow(vmm_core *core, bool allow);
 
 /* Bytes of dev's shared handles that a group sleep released (asleep, re-created at wake). */

@@ -49,7 +49,7 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 	vmm_error_clear(&err);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (vmm_share_fds(rt->side[SHIM_CUDA].core, (vmm_devptr)req->share_base, req->share_id,
-			  &info, pieces, VMM_SHARE_MAX_PIECES, &n, &err)) {
+			  &info, pieces, VMM_SHARE_MAX_PIECES, &n, NULL, &err)) {
 		vmm_log(VMM_LOG_INFO, "share_open of export %llu from pid %ld: %s",
 			(unsigned long long)req->share_id, pid, err.msg);
 		proto_error_response(w, err.status == VMM_E_NOT_OURS ? PROTO_ERR_INVALID :

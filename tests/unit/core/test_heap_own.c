@@ -24,7 +24,7 @@ static vmm_devptr import_one(struct tctx *t, const vmm_share_info *want)
 	size_t n;
 	int dev = 0;
 
-	cr_assert_eq(vmm_share_fds(t->core, want->base, want->id, &info, pieces, 4, &n, &err),
+	cr_assert_eq(vmm_share_fds(t->core, want->base, want->id, &info, pieces, 4, &n, NULL, &err),
 		     VMM_OK, "%s", err.msg);
 	cr_assert_eq(n, 1, "the allocation lies in %zu handles", n);
 	cr_assert_eq(pieces[0].handle_offset, 0);

@@ -20,7 +20,7 @@ static vmm_devptr import_view(struct tctx *t, const vmm_share_info *want)
 	int dev = 0;
 
 	cr_assert_eq(vmm_share_fds(t->core, want->base, want->id, &info, pieces,
-				   VMM_SHARE_MAX_PIECES, &n, &err), VMM_OK, "%s", err.msg);
+				   VMM_SHARE_MAX_PIECES, &n, NULL, &err), VMM_OK, "%s", err.msg);
 	cr_assert_eq(info.span, want->span);
 	cr_assert_eq(t->be->reserve(t->be, 0, info.span_size, 0, &va, &err), VMM_OK, "%s", err.msg);
 	for (size_t i = 0; i < n; i++) {
@@ -75,7 +75,8 @@ static void check_never_reused(size_t size)
 	}
 	cr_expect(t_check(view, size, 1), "the heap reused memory another process maps");
 	cr_expect(t_check(left, size, 7), "a neighbour in the shared handle lost its bytes");
-	cr_expect_neq(vmm_share_fds(t.core, si.base, si.id, &again, NULL, 0, &(size_t){ 0 }, &err),
+	cr_expect_neq(vmm_share_fds(t.core, si.base, si.id, &again, NULL, 0, &(size_t){ 0 }, NULL,
+				    &err),
 		      VMM_OK, "a freed allocation's export still opens");
 
 	/* Once everything in the shared handles is freed, they go back to the driver: while a
@@ -149,9 +150,9 @@ Test(heap_share, foreign_and_wrong_ids_refused)
 	cr_assert_eq(vmm_malloc(t.core, 0, MiB, 0, NULL, &a, &err), VMM_OK);
 	cr_expect_eq(vmm_share_export(t.core, 0x1000, &si, &err), VMM_E_NOT_OURS);
 	cr_assert_eq(vmm_share_export(t.core, a, &si, &err), VMM_OK);
-	cr_expect_eq(vmm_share_fds(t.core, a, si.id + 1, &info, pieces, 4, &n, &err),
+	cr_expect_eq(vmm_share_fds(t.core, a, si.id + 1, &info, pieces, 4, &n, NULL, &err),
 		     VMM_E_NOT_OURS);
-	cr_expect_eq(vmm_share_fds(t.core, a + 256, si.id, &info, pieces, 4, &n, &err),
+	cr_expect_eq(vmm_share_fds(t.core, a + 256, si.id, &info, pieces, 4, &n, NULL, &err),
 		     VMM_E_NOT_OURS);
 	cr_expect_eq(vmm_share_list(t.core, &info, 1), 1);
 	cr_expect_eq(info.id, si.id);
@@ -199,7 +200,7 @@ Test(heap_share, a_group_sleep_may_release_exported_memory)
 	cr_expect_lt(vmm_share_asleep_bytes(t.core, 0), 32 * MiB, "the retained handle stayed");
 	cr_expect(t_check(r, 32 * MiB, 5), "the retained handle stays mapped");
 	cr_expect_eq(vmm_share_fds(t.core, si.base, si.id, &si, pieces, VMM_SHARE_MAX_PIECES, &n,
-				   &err), VMM_E_BUSY, "no descriptor of released memory");
+				   NULL, &err), VMM_E_BUSY, "no descriptor of released memory");
 	cr_assert_eq(vmm_wake(t.core, &all, &res, &err), VMM_OK, "%s", err.msg);
 	cr_expect_eq(vmm_share_asleep_bytes(t.core, 0), 0);
 	cr_expect(t_check(a, 8 * MiB, 6), "the importer's write came back");

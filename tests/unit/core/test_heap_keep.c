@@ -1,0 +1,244 @@
+/* Kept exports (vmm_share_keep): the descriptors of an exported allocation are exported once and
+ * kept, every later fetch gets duplicates; they are closed when the memory goes (free, a group
+ * sleep's release, teardown, a forked child) and never exceed the budget (an eighth of
+ * RLIMIT_NOFILE). Descriptors are counted in /proc/self/fd, as a user would. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "heap_offload.h"
+#include "helpers.h"
+#include "vmm_share.h"
+
+static int open_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	cr_assert(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+/* An exported allocation of size bytes filled with seed. */
+static vmm_share_info exported(struct tctx *t, size_t size, uint64_t seed)
+{
+	vmm_share_info si;
+	vmm_devptr a;
+	vmm_error err;
+
+	cr_assert_eq(vmm_malloc(t->core, 0, size, 0, NULL, &a, &err), VMM_OK, "%s", err.msg);
+	t_fill(a, size, seed);
+	cr_assert_eq(vmm_share_export(t->core, a, &si, &err), VMM_OK, "%s", err.msg);
+	return si;
+}
+
+/* Fetch si's descriptors as an importer would, map them and check seed there: whether they
+ * were exported for this fetch. */
+static bool fetch_and_check(struct tctx *t, const vmm_share_info *si, uint64_t seed)
+{
+	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
+	vmm_share_info info;
+	vmm_devptr va;
+	vmm_error err;
+	size_t n;
+	bool fresh = true;
+	int dev = 0;
+
+	cr_assert_eq(vmm_share_fds(t->core, si->base, si->id, &info, pieces, VMM_SHARE_MAX_PIECES,
+				   &n, &fresh, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(t->be->reserve(t->be, 0, info.span_size, 0, &va, &err), VMM_OK);
+	for (size_t i = 0; i < n; i++) {
+		vmm_phys h;
+
+		cr_assert_eq(t->be->import_fd(t->be, pieces[i].fd, &h, &dev, &err), VMM_OK, "%s",
+			     err.msg);
+		close(pieces[i].fd);
+		cr_assert_eq(t->be->map_at(t->be, va + pieces[i].offset, pieces[i].size,
+					   pieces[i].handle_offset, h, &err), VMM_OK);
+		t->be->release(t->be, h, &err);
+	}
+	cr_assert_eq(t->be->set_access(t->be, 0, va, info.span_size, NULL, 0, &err), VMM_OK);
+	cr_expect(t_check(va + (info.base - info.span), si->size, seed),
+		  "the fetched descriptors hold the exported bytes");
+	t->be->unmap(t->be, va, info.span_size, &err);
+	t->be->unreserve(t->be, 0, va, info.span_size, &err);
+	return fresh;
+}
+
+Test(heap_keep, fetches_after_a_keep_get_duplicates)
+{
+	vmm_share_info si;
+	struct tctx t;
+	vmm_error err;
+	bool kept = false;
+	int before;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	si = exported(&t, 8 * MiB + 4096, 1);
+	before = open_fds();
+	cr_assert_eq(vmm_share_keep(t.core, si.base, si.id, &kept, &err), VMM_OK, "%s", err.msg);
+	cr_expect(kept);
+	cr_expect_gt(vmm_share_kept_fds(t.core), 0);
+	cr_expect_eq(open_fds() - before, (int)vmm_share_kept_fds(t.core),
+		     "one open descriptor per kept piece");
+	cr_expect_not(fetch_and_check(&t, &si, 1), "the first fetch exported again");
+	cr_expect_not(fetch_and_check(&t, &si, 1), "the second fetch exported again");
+	cr_expect_eq(open_fds() - before, (int)vmm_share_kept_fds(t.core),
+		     "the fetches' duplicates were the caller's to close");
+	cr_assert_eq(vmm_share_keep(t.core, si.base, si.id, &kept, &err), VMM_OK);
+	cr_expect(kept, "a second keep finds it kept");
+	t_close(&t);
+	cr_expect_eq(open_fds(), before, "teardown closes the kept descriptors");
+}
+
+Test(heap_keep, a_fetch_without_keep_exports_and_keeps)
+{
+	vmm_share_info si;
+	struct tctx t;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	si = exported(&t, 4 * MiB, 2);
+	cr_expect(fetch_and_check(&t, &si, 2), "nothing was kept: exported for this fetch");
+	cr_expect_gt(vmm_share_kept_fds(t.core), 0, "what it exported is kept");
+	cr_expect_not(fetch_and_check(&t, &si, 2));
+	t_close(&t);
+}
+
+Test(heap_keep, free_closes_the_kept_descriptors_and_gives_the_memory_back)
+{
+	vmm_share_piece pieces[4];
+	vmm_share_info si, info;
+	struct tctx t;
+	vmm_error err;
+	uint64_t used;
+	size_t n;
+	bool kept;
+	int before;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	used = t_dev_used(&t, 0);
+	si = exported(&t, 64 * MiB, 3);
+	before = open_fds();
+	cr_assert_eq(vmm_share_keep(t.core, si.base, si.id, &kept, &err), VMM_OK);
+	cr_assert(kept);
+	cr_assert_eq(vmm_free(t.core, si.base, &err), VMM_OK);
+	cr_expect_eq(vmm_share_kept_fds(t.core), 0);
+	cr_expect_eq(open_fds(), before, "the free closed the kept descriptors");
+	cr_expect_eq(vmm_share_fds(t.core, si.base, si.id, &info, pieces, 4, &n, NULL, &err),
+		     VMM_E_NOT_OURS, "a freed allocation's export still opens");
+	cr_expect_eq(vmm_share_keep(t.core, si.base, si.id, &kept, &err), VMM_E_NOT_OURS);
+	cr_assert_eq(vmm_trim(t.core, 0, &err), VMM_OK);
+	cr_expect_eq(t_dev_used(&t, 0), used, "the driver got the memory back");
+	t_close(&t);
+}
+
+Test(heap_keep, the_budget_is_an_eighth_of_the_descriptor_limit)
+{
+	struct rlimit rl;
+	vmm_share_info si[16];
+	bool kept[16];
+	struct tctx t;
+	vmm_error err;
+	int nkept = 0, refused = -1;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(getrlimit(RLIMIT_NOFILE, &rl), 0);
+	rl.rlim_cur = 64; /* a budget of 8 */
+	cr_assert_eq(setrlimit(RLIMIT_NOFILE, &rl), 0);
+	for (int i = 0; i < 16; i++) {
+		si[i] = exported(&t, 4 * MiB, 10 + (uint64_t)i);
+		cr_assert_eq(vmm_share_keep(t.core, si[i].base, si[i].id, &kept[i], &err), VMM_OK,
+			     "%s", err.msg);
+		cr_expect_leq(vmm_share_kept_fds(t.core), 8, "the budget was passed");
+		nkept += kept[i];
+		if (!kept[i] && refused < 0)
+			refused = i;
+	}
+	cr_expect_gt(nkept, 0);
+	cr_assert_geq(refused, 0, "all 16 were kept within a budget of 8 descriptors");
+	/* Beyond the budget each fetch exports anew, and still works. */
+	cr_expect(fetch_and_check(&t, &si[refused], 10 + (uint64_t)refused));
+	cr_expect(fetch_and_check(&t, &si[refused], 10 + (uint64_t)refused));
+	cr_expect_leq(vmm_share_kept_fds(t.core), 8);
+	/* Freeing the kept ones makes room: the next fetch keeps what it exports. */
+	for (int i = 0; i < 16; i++)
+		if (kept[i])
+			cr_assert_eq(vmm_free(t.core, si[i].base, &err), VMM_OK);
+	cr_expect_eq(vmm_share_kept_fds(t.core), 0);
+	cr_expect(fetch_and_check(&t, &si[refused], 10 + (uint64_t)refused));
+	cr_expect_not(fetch_and_check(&t, &si[refused], 10 + (uint64_t)refused),
+		      "not kept although there was room");
+	t_close(&t);
+}
+
+Test(heap_keep, a_group_sleep_that_may_release_closes_them_first)
+{
+	vmm_sleep_opts all = { .tag = NULL, .device = -1, .discard = false };
+	vmm_transfer_result res;
+	vmm_share_info si;
+	struct tctx t;
+	vmm_error err;
+	uint64_t used;
+	bool kept;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	si = exported(&t, 32 * MiB, 4);
+	cr_assert_eq(vmm_share_keep(t.core, si.base, si.id, &kept, &err), VMM_OK);
+	cr_assert(kept);
+	used = t_dev_used(&t, 0);
+	vmm_share_release_allow(t.core, true);
+	cr_expect_eq(vmm_share_kept_fds(t.core), 0, "allowing the release closed them");
+	cr_assert_eq(vmm_share_keep(t.core, si.base, si.id, &kept, &err), VMM_OK);
+	cr_expect_not(kept, "kept while a group sleep may release the memory");
+	cr_assert_eq(vmm_sleep(t.core, &all, &res, &err), VMM_OK, "%s", err.msg);
+	vmm_share_release_allow(t.core, false);
+	cr_expect_leq(t_dev_used(&t, 0) + 32 * MiB, used,
+		      "the driver did not get the exported memory back (%llu used, %llu before)",
+		      (unsigned long long)t_dev_used(&t, 0), (unsigned long long)used);
+	cr_assert_eq(vmm_wake(t.core, &all, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect(t_check(si.base, 32 * MiB, 4));
+	/* Awake: exported and kept again, from the new handles. */
+	cr_expect(fetch_and_check(&t, &si, 4));
+	cr_expect_not(fetch_and_check(&t, &si, 4));
+	t_close(&t);
+}
+
+Test(heap_keep, a_forked_child_does_not_hold_them)
+{
+	vmm_share_info si;
+	struct tctx t;
+	vmm_error err;
+	bool kept;
+	int st, kept_fds;
+	pid_t pid;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	si = exported(&t, 8 * MiB, 5);
+	cr_assert_eq(vmm_share_keep(t.core, si.base, si.id, &kept, &err), VMM_OK);
+	cr_assert(kept);
+	kept_fds = (int)vmm_share_kept_fds(t.core);
+	pid = fork();
+	cr_assert_geq(pid, 0);
+	if (!pid) {
+		int before = open_fds();
+
+		vmm_share_keep_after_fork(t.core);
+		_exit(before - open_fds() == kept_fds && !vmm_share_kept_fds(t.core) ? 0 : 1);
+	}
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child still held kept descriptors");
+	cr_expect_eq((int)vmm_share_kept_fds(t.core), kept_fds, "the parent's stay");
+	cr_expect_not(fetch_and_check(&t, &si, 5));
+	t_close(&t);
+}
