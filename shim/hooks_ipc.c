@@ -15,6 +15,7 @@
 #include "../core/vmm_share.h"
 #include "hooks_common.h"
 #include "ipc_handle.h"
+#include "ipc_keep.h"
 #include "ipc_registry.h"
 #include "ipc_sleep.h"
 #include "protocol/peer_request.h"
@@ -25,12 +26,13 @@
 
 /* Where one open's time went, for its info line (a few clock reads per open: the open is a
  * socket round trip and several driver calls, so this costs nothing measurable). The named
- * phases are measured, not derived, so they add up to at most the total. */
+ * phases are measured, not derived, so they add up to at most the total. PH_FDS: closing the
+ * received descriptors (the imported handles hold the memory then). */
 enum open_phase {
-	PH_CHECK, PH_REQUEST, PH_IMPORT, PH_RESERVE, PH_MAP, PH_ACCESS, PH_CLOSE, PH_REST, PH_COUNT
+	PH_CHECK, PH_REQUEST, PH_IMPORT, PH_RESERVE, PH_MAP, PH_ACCESS, PH_FDS, PH_REST, PH_COUNT
 };
 static const char *const phase_names[PH_COUNT] = { "check", "request", "import", "reserve",
-						   "map", "access", "close", "rest" };
+						   "map", "access", "fds", "rest" };
 
 struct open_timing {
 	double ms[PH_COUNT];
@@ -80,6 +82,8 @@ CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 	}
 	memset(pHandle, 0, sizeof(*pHandle));
 	memcpy(pHandle->reserved, &h, sizeof(h));
+	/* An importer is likely to follow: export the physical handles ahead (ipc_keep.h). */
+	ipc_keep_queue(core, si.base, si.id);
 	vmm_log(VMM_LOG_DEBUG, "cuIpcGetMemHandle(0x%llx): export %llu of 0x%llx (%zu bytes)",
 		(unsigned long long)dptr, (unsigned long long)si.id,
 		(unsigned long long)si.base, si.size);
@@ -94,6 +98,7 @@ bool ipc_open_reply_parse(char *text, struct open_reply *o)
 
 	memset(o, 0, sizeof(*o));
 	o->export_ms = -1;
+	o->exported = -1;
 	for (; line && *line; line = nl ? nl + 1 : NULL) {
 		proto_record rec;
 		const char *word;
@@ -119,6 +124,11 @@ bool ipc_open_reply_parse(char *text, struct open_reply *o)
 		/* Optional: exporters before it was added do not send it. */
 		if (!strcmp(rec.kind, "share") && !proto_record_double(&rec, "export_ms", &o->export_ms))
 			o->export_ms = -1;
+		if (!strcmp(rec.kind, "share")) {
+			bool b;
+
+			o->exported = proto_record_bool(&rec, "exported", &b) ? b : -1;
+		}
 		if (!strcmp(rec.kind, "piece")) {
 			if (k == IPC_IMPORT_MAX_PIECES || !proto_record_u64(&rec, "offset", &o->off[k]) ||
 			    !proto_record_u64(&rec, "size", &o->size[k]) ||
@@ -195,18 +205,23 @@ fail:
 }
 
 /* The open's one info line: where it was mapped and where its time went (docs/monitoring.md).
- * exporter_export is the exporter's own figure, part of request (absent from older exporters). */
-static void log_open(const ipc_import *m, const struct open_timing *t, double exporter_ms)
+ * exporter_fds is the exporter's own figure, part of request, and exported whether it exported
+ * (1) or sent dups of the descriptors it kept since the get (0); both absent from older
+ * exporters. */
+static void log_open(const ipc_import *m, const struct open_timing *t, const struct open_reply *o)
 {
-	char phases[256], extra[48] = "";
+	char phases[256], extra[64] = "";
 	size_t len = 0;
 
 	for (int p = 0; p < PH_COUNT; p++) {
 		len += (size_t)snprintf(phases + len, len < sizeof(phases) ? sizeof(phases) - len : 0,
 					" %s=%.3f", phase_names[p], t->ms[p]);
 	}
-	if (exporter_ms >= 0)
-		snprintf(extra, sizeof(extra), " exporter_export=%.3f", exporter_ms);
+	if (o->export_ms >= 0 && o->exported >= 0)
+		snprintf(extra, sizeof(extra), " exporter_fds=%.3f exported=%d", o->export_ms,
+			 o->exported);
+	else if (o->export_ms >= 0)
+		snprintf(extra, sizeof(extra), " exporter_fds=%.3f", o->export_ms);
 	vmm_log(VMM_LOG_INFO, "cuIpcOpenMemHandle: export %llu of pid %d at 0x%llx (%zu pieces) "
 		"open_phases_ms total=%.3f%s%s", (unsigned long long)m->id, (int)m->exporter,
 		(unsigned long long)m->base, m->nhandles, vmm_ms_between(&t->start, &t->mark), phases,
@@ -288,7 +303,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	gate_leave();
 	timing_add(&t, PH_REST);
 	peer_reply_free(&reply); /* the descriptors: the imported handles hold the memory now */
-	timing_add(&t, PH_CLOSE);
+	timing_add(&t, PH_FDS);
 	if (r)
 		return r;
 	if (!ipc_registry_add(&m)) {
@@ -296,7 +311,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	timing_add(&t, PH_REST);
-	log_open(&m, &t, o.export_ms);
+	log_open(&m, &t, &o);
 	*pdptr = (CUdeviceptr)m.base;
 	return CUDA_SUCCESS;
 }

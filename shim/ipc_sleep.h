@@ -24,7 +24,9 @@ struct open_reply {
 	uint64_t off[IPC_IMPORT_MAX_PIECES], size[IPC_IMPORT_MAX_PIECES],
 		hoff[IPC_IMPORT_MAX_PIECES];
 	char error[200];
-	double export_ms; /* the exporter's time to export the pieces; -1 when it did not say */
+	double export_ms; /* the exporter's time to give the pieces' descriptors; -1: not said */
+	int exported;     /* 1: exported by the driver for this open, 0: dups of kept ones, -1: not
+	                   * said (an older exporter) */
 };
 
 /* Parse a share_open reply (hooks_ipc.c); false when it is not a usable ok. */

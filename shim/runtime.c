@@ -13,6 +13,7 @@
 
 #include "../core/log.h"
 #include "control/control.h"
+#include "ipc_keep.h"
 #include "ipc_registry.h"
 #include "share/share.h"
 #include "shim_internal.h"
@@ -93,6 +94,8 @@ static void at_exit(void)
 	 * cancelled and waited for, bounded; if it does not end in time, nothing it may still use
 	 * is freed: the process's end takes it. */
 	quiet = control_sleep_shutdown();
+	/* The export ahead in progress uses the CUDA heap: it ends first (bounded). */
+	quiet = ipc_keep_shutdown(CONTROL_EXIT_WAIT_MS) && quiet;
 	pthread_mutex_lock(&create_lock);
 	/* Hooks that run after this (other exit handlers freeing memory) pass through. */
 	for (int i = 0; i < SHIM_NSIDES; i++)
@@ -118,6 +121,8 @@ static void in_child(void)
 	pthread_mutex_init(&create_lock, NULL);
 	gate_reset_after_fork();
 	ipc_registry_after_fork();
+	/* The child must not hold the parent's memory through kept export descriptors. */
+	ipc_keep_after_fork(rt.side[SHIM_CUDA].core);
 	for (int i = 0; i < SHIM_NSIDES; i++)
 		vmm_app_share_after_fork(rt.side[i].app);
 }

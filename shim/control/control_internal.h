@@ -77,9 +77,10 @@ void control_dispatch_after_fork(void);
 
 /* Answer share_open (another shimmed process opening a legacy IPC handle of ours, share_open.c)
  * from a client of uid/pid: the reply into w and the pieces' new descriptors into fds (at most
- * VMM_SHARE_MAX_PIECES; the caller sends and closes them). Only the same uid is answered. */
+ * VMM_SHARE_MAX_PIECES; the caller sends and closes them); *exported: made by the driver now
+ * (false: duplicates of kept ones). Only the same uid is answered. */
 void control_share_open(const proto_request *req, unsigned uid, long pid, proto_writer *w,
-			int *fds, size_t *nfds);
+			int *fds, size_t *nfds, bool *exported);
 void control_share_close_fds(const int *fds, size_t n);
 
 /* status's app_share records: the program's shared VMM handles (app_share_records.c). */

@@ -411,6 +411,7 @@ static void put_ipc_records(proto_writer *w, shim_runtime *rt)
 		proto_record_begin(w, "ipc");
 		proto_put_u64(w, "exports", nex);
 		proto_put_u64(w, "imports", n);
+		proto_put_u64(w, "kept_fds", vmm_share_kept_fds(rt->side[SHIM_CUDA].core));
 		proto_record_end(w);
 	}
 }

@@ -169,7 +169,7 @@ static void *worker_main(void *arg)
 	size_t nfds = 0;
 	proto_writer w;
 	struct timespec t0, t1, t2; /* for share_open's info line */
-	bool exiting;
+	bool exiting, exported = false;
 
 	proto_writer_init(&w);
 	pthread_mutex_lock(&work_lock);
@@ -181,7 +181,7 @@ static void *worker_main(void *arg)
 	if (exiting)
 		proto_error_response(&w, PROTO_ERR_BUSY, "the process is exiting");
 	else if (j->req.verb == PROTO_SHARE_OPEN)
-		control_share_open(&j->req, j->cred.uid, j->cred.pid, &w, fds, &nfds);
+		control_share_open(&j->req, j->cred.uid, j->cred.pid, &w, fds, &nfds, &exported);
 	else
 		control_dispatch(&j->req, &client, &w);
 	if (w.failed) {
@@ -199,11 +199,12 @@ static void *worker_main(void *arg)
 		write_reply(j->fd, w.buf, w.len);
 	control_share_close_fds(fds, nfds);
 	clock_gettime(CLOCK_MONOTONIC, &t2);
-	/* The exporter's side of one legacy IPC open (the importer logs its own, hooks_ipc.c). */
+	/* The exporter's side of one legacy IPC open (the importer logs its own, hooks_ipc.c):
+	 * fds is finding the export and its descriptors (exported now, or dups of kept ones). */
 	if (nfds)
 		vmm_log(VMM_LOG_INFO, "share_open: %zu descriptors to pid %ld share_open_phases_ms "
-			"export=%.3f send=%.3f", nfds, client.pid, vmm_ms_between(&t0, &t1),
-			vmm_ms_between(&t1, &t2));
+			"fds=%.3f send=%.3f exported=%d", nfds, client.pid,
+			vmm_ms_between(&t0, &t1), vmm_ms_between(&t1, &t2), exported ? 1 : 0);
 	proto_writer_free(&w);
 	drain_and_close(j->fd);
 	free(j);

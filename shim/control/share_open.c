@@ -1,6 +1,7 @@
 /* share_open: another shimmed process opens a legacy IPC handle of ours (shim/hooks_ipc.c on its
- * side). The export is looked up by id and base (a freed allocation's id is gone), the physical
- * handles under it are exported as new descriptors that travel with the reply, and the importer's
+ * side). The export is looked up by id and base (a freed allocation's id is gone), the descriptors
+ * of the physical handles under it travel with the reply (duplicates of those kept since the get,
+ * ipc_keep.h, else exported now), and the importer's
  * pid is recorded (shim_share_importers) for whoever needs to know who maps what. Same uid only:
  * root may drive a process, but memory goes only to its own user's processes. */
 #include <pthread.h>
@@ -24,7 +25,7 @@ void control_share_close_fds(const int *fds, size_t n)
 }
 
 void control_share_open(const proto_request *req, unsigned uid, long pid, proto_writer *w,
-			int *fds, size_t *nfds)
+			int *fds, size_t *nfds, bool *exported)
 {
 	shim_runtime *rt = shim_runtime_peek();
 	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
@@ -35,6 +36,7 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 	char msg[160];
 
 	*nfds = 0;
+	*exported = false;
 	if (uid != (unsigned)geteuid()) {
 		snprintf(msg, sizeof(msg), "uid %u may not map memory of uid %u", uid,
 			 (unsigned)geteuid());
@@ -49,15 +51,16 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 	vmm_error_clear(&err);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	if (vmm_share_fds(rt->side[SHIM_CUDA].core, (vmm_devptr)req->share_base, req->share_id,
-			  &info, pieces, VMM_SHARE_MAX_PIECES, &n, NULL, &err)) {
+			  &info, pieces, VMM_SHARE_MAX_PIECES, &n, exported, &err)) {
 		vmm_log(VMM_LOG_INFO, "share_open of export %llu from pid %ld: %s",
 			(unsigned long long)req->share_id, pid, err.msg);
 		proto_error_response(w, err.status == VMM_E_NOT_OURS ? PROTO_ERR_INVALID :
 				     control_error_word(err.status), err.msg);
 		return;
 	}
-	/* The lookup and one export per physical handle, under the heap's lock: the importer logs
-	 * it as part of its request's time (hooks_ipc.c). */
+	/* The lookup and the descriptors (an export per physical handle, or a dup of the kept
+	 * ones), under the heap's lock: the importer logs it as part of its request's time
+	 * (hooks_ipc.c, exporter_fds). */
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	proto_header(w, "ok");
 	proto_record_begin(w, "share");
@@ -67,7 +70,10 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 	proto_put_u64(w, "span", info.span);
 	proto_put_u64(w, "span_size", info.span_size);
 	proto_put_u64(w, "pieces", n);
+	/* export_ms keeps its name for older importers: it is the descriptors' time, exported or
+	 * not. */
 	proto_put_double(w, "export_ms", vmm_ms_between(&t0, &t1));
+	proto_put_bool(w, "exported", *exported);
 	proto_record_end(w);
 	for (size_t i = 0; i < n; i++) {
 		proto_record_begin(w, "piece");

@@ -57,8 +57,9 @@
  *   tag      backend, dev, name, live, count, mapped, cached, asleep, host_backup
  *   ipc_export  dev, id, base, size, span_size, opened_by ("pid,pid": who opened it, some may
  *            have closed it since); ipc_import  dev, exporter, id, base, span_size, opens;
- *            ipc  exports, imports (the totals; at most 64 of each kind are listed). Legacy
- *            CUDA IPC through the shim, in status replies.
+ *            ipc  exports, imports (the totals; at most 64 of each kind are listed), kept_fds
+ *            (descriptors of exports made ahead at the get and kept until the memory goes).
+ *            Legacy CUDA IPC through the shim, in status replies.
  *   app_share  dev, handle (the program's value), size, role (export | import), fds (the
  *            shim's duplicates of the shareable descriptors, "12,13": numbers in the answering
  *            process, for kcmp), program_fds (descriptors the program itself holds open on
@@ -71,8 +72,10 @@
  *            ended: it ended, how is not known (one the program started itself) | running:
  *            not ended within timeout_ms | none: nothing was in progress, with the word
  *            "already"), seconds
- *   share    device, base, size, span, span_size, pieces, export_ms (share_open; export_ms:
- *            the exporter's time to look the export up and export its pieces)
+ *   share    device, base, size, span, span_size, pieces, export_ms, exported (share_open;
+ *            export_ms: the exporter's time to look the export up and give its pieces'
+ *            descriptors; exported: true when the driver exported them now, false when they
+ *            are duplicates of descriptors kept since the get)
  *   piece    offset, size, handle_offset (share_open; the n-th record goes with the n-th fd)
  *   error    status (one of the PROTO_ERR_* words), message
  *

@@ -6,7 +6,9 @@
  * group gets back while all sleep, every byte after wake in every process, writes crossing
  * between importer and exporter after wake, a fault in the middle of the sleep or the wake
  * leaving every process as it was with its data, and a holder outside the group keeping the
- * memory resident. share_peer (tests/simdev) is the program, run under the shim. */
+ * memory resident; memory exported ahead at the get that nobody opened (its descriptors kept by
+ * the exporter) is released too. share_peer (tests/simdev) is the program, run under the
+ * shim. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,4 +282,69 @@ Test(group_ipc, an_importer_asleep_already_keeps_the_memory_shared, .timeout = 6
 	cr_assert_eq(group("wake", s.ps, 2), 0, "%s %s", o.out, o.err);
 	check(&s, "shared-by-0");
 	finish(&s, NULL);
+}
+
+/* The exporter's kept descriptors, as its status's ipc record says (-1: none said). */
+static long long kept_fds(pid_t pid)
+{
+	char sock[512], reply[65536];
+	const char *p;
+	ssize_t n;
+
+	snprintf(sock, sizeof(sock), "%s/%d.sock", se.run_dir, (int)pid);
+	n = raw_request(sock, "vmmshim/1 status\n", 17, false, 0, reply, sizeof(reply) - 1, 5000);
+	if (n < 0)
+		return -1;
+	reply[n] = '\0';
+	p = strstr(reply, "kept_fds=");
+	return p ? strtoll(p + 9, NULL, 10) : -1;
+}
+
+/* A get exports ahead and the exporter keeps the descriptors, which would hold the memory for
+ * the driver: nobody opened it, so a group sleep releases it, which closes them first. */
+Test(group_ipc, memory_nobody_opened_after_a_get_is_released, .timeout = 60)
+{
+	struct sharing s = { .n = 2 };
+	struct peer observer;
+	long long before, asleep, kept = -1;
+	char text[64], hex[2048];
+
+	setup_env();
+	start(&observer, NULL);
+	for (int i = 0; i < 2; i++) {
+		start(&s.ps[i], NULL);
+		s.own[i] = peer_ok(&s.ps[i], "alloc %u", OWN_BYTES);
+		snprintf(text, sizeof(text), "own-%d", i);
+		peer_ok(&s.ps[i], "write %lld %s", s.own[i], text);
+	}
+	s.shared[0] = peer_ok(&s.ps[0], "alloc %u", SHARED_BYTES);
+	peer_ok(&s.ps[0], "write %lld shared-by-0", s.shared[0]);
+	peer_cmd(&s.ps[0], -1, "ipcget %lld", s.shared[0]);
+	cr_assert(!strncmp(s.ps[0].reply, "ok ", 3), "ipcget: %s", s.ps[0].reply);
+	snprintf(hex, sizeof(hex), "%s", s.ps[0].reply + 3);
+	/* The export ahead runs on a thread of the exporter's shim: wait for it (bounded). */
+	for (int i = 0; i < 200 && kept <= 0; i++) {
+		kept = kept_fds(s.ps[0].pid);
+		if (kept <= 0)
+			usleep(20000);
+	}
+	cr_assert_gt(kept, 0, "the exporter kept no descriptor after the get");
+	before = group_free(&observer);
+	cr_assert_eq(group("sleep", s.ps, 2), 0, "group sleep: %s %s", o.out, o.err);
+	asleep = group_free(&observer);
+	cr_expect_geq(asleep - before, 2LL * OWN_BYTES + SHARED_BYTES,
+		      "free %lld before, %lld asleep: the exported memory was not released",
+		      before, asleep);
+	cr_expect_eq(kept_fds(s.ps[0].pid), 0, "descriptors kept while asleep");
+	cr_assert_eq(group("wake", s.ps, 2), 0, "group wake: %s %s", o.out, o.err);
+	cr_expect_leq(group_free(&observer), before, "every byte is back");
+	for (int i = 0; i < 2; i++) {
+		snprintf(text, sizeof(text), "own-%d", i);
+		expect_read(&s.ps[i], s.own[i], text);
+	}
+	expect_read(&s.ps[0], s.shared[0], "shared-by-0");
+	/* Awake, it opens as before. */
+	s.shared[1] = peer_ok(&s.ps[1], "ipcopen %s", hex);
+	expect_read(&s.ps[1], s.shared[1], "shared-by-0");
+	finish(&s, &observer);
 }

@@ -219,19 +219,21 @@ Test(share_wire, share_open_goes_to_the_same_uid_only)
 	proto_request req = { .verb = PROTO_SHARE_OPEN, .share_id = 1, .share_base = 4096 };
 	int fds[VMM_SHARE_MAX_PIECES];
 	size_t n = 7;
+	bool exported = true;
 	proto_writer w;
 
 	proto_writer_init(&w);
-	control_share_open(&req, (unsigned)geteuid() + 1, 1234, &w, fds, &n);
+	control_share_open(&req, (unsigned)geteuid() + 1, 1234, &w, fds, &n, &exported);
 	cr_expect_eq(n, 0);
+	cr_expect_not(exported, "nothing was exported for a refused open");
 	cr_expect(w.buf && strstr(w.buf, "error status=\"permission\""), "%s", w.buf);
 	proto_writer_free(&w);
 	proto_writer_init(&w);
-	control_share_open(&req, 0 == geteuid() ? 1 : 0, 1234, &w, fds, &n);
+	control_share_open(&req, 0 == geteuid() ? 1 : 0, 1234, &w, fds, &n, &exported);
 	cr_expect(w.buf && strstr(w.buf, "permission"), "root is refused too: %s", w.buf);
 	proto_writer_free(&w);
 	proto_writer_init(&w);
-	control_share_open(&req, (unsigned)geteuid(), 1234, &w, fds, &n);
+	control_share_open(&req, (unsigned)geteuid(), 1234, &w, fds, &n, &exported);
 	cr_expect_eq(n, 0);
 	cr_expect(w.buf && strstr(w.buf, "not_ready"), "%s", w.buf);
 	proto_writer_free(&w);

@@ -16,6 +16,13 @@
  *                      retain inside a small allocation: refused ("retain_small RC"), no handle
  *                      can hold it from its base (prog_retain.c has the mid-size cases)
  *   large              a 136 MiB buffer: 68 physical pieces, more than one message carries
+ *   share N            N importers at once open one handle and check its bytes (the exporter
+ *                      exports its memory once, at the get, however many open it)
+ *   free-after-get     a handle is made and nobody opens it: the descriptors exported ahead
+ *                      ("kept_fds N", counted in /proc/self/fd) are not inherited by a forked
+ *                      child ("child_extra_fds N") and are closed by the free
+ *                      ("fds_after_free N") and the device memory goes back to the driver
+ *                      ("used_after_free BYTES", relative to before the allocation)
  * Prints "name rc" lines for the error codes; the test checks them. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -23,7 +30,9 @@
 #include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <dirent.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "prog_device_pattern.h"
@@ -412,6 +421,111 @@ static int large_child(const char *x)
 	return 0;
 }
 
+/* ---- share N ---- */
+
+static int share_parent(const char *self, int n)
+{
+	CUipcMemHandle h;
+	CUdeviceptr a;
+	char x[129];
+	int to[8], from[8];
+	pid_t pid[8];
+
+	if (n < 1 || n > 8)
+		FAIL("share: 1 to 8 importers");
+	driver_init();
+	CHECK_CU(cuMemAlloc(&a, BIG));
+	put_pattern(a, BIG, 31);
+	CHECK_CU(cuIpcGetMemHandle(&h, a));
+	to_hex(&h, sizeof(h), x);
+	for (int i = 0; i < n; i++)
+		pid[i] = spawn(self, "share-child", x, "", false, &to[i], &from[i]);
+	for (int i = 0; i < n; i++)
+		if (wait_child(pid[i]))
+			FAIL("importer %d failed", i);
+	CHECK_CU(cuMemFree(a));
+	printf("share ok\n");
+	return 0;
+}
+
+static int share_child(const char *x)
+{
+	CUipcMemHandle h;
+	CUdeviceptr p;
+
+	driver_init();
+	from_hex(x, &h, sizeof(h));
+	CHECK_CU(cuIpcOpenMemHandle(&p, h, 0));
+	if (!has_pattern(p, BIG, 31))
+		FAIL("opened memory lacks the exporter's bytes");
+	CHECK_CU(cuIpcCloseMemHandle(p));
+	return 0;
+}
+
+/* ---- free-after-get ---- */
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	if (!d)
+		FAIL("cannot list /proc/self/fd");
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+static long long device_used(void)
+{
+	size_t fr, tot;
+
+	CHECK_CU(cuMemGetInfo(&fr, &tot));
+	return (long long)(tot - fr);
+}
+
+static int free_after_get(void)
+{
+	CUdeviceptr warm, a, b;
+	CUipcMemHandle h;
+	struct timespec pause = { 0, 10 * 1000 * 1000 };
+	long long used0;
+	int fd0, waited = 0;
+	pid_t child;
+
+	driver_init();
+	CHECK_CU(cuMemAlloc(&warm, SMALL)); /* the shim's own descriptors open before counting */
+	fd0 = count_fds();
+	used0 = device_used();
+	CHECK_CU(cuMemAlloc(&a, BIG));
+	put_pattern(a, BIG, 41);
+	CHECK_CU(cuIpcGetMemHandle(&h, a));
+	/* The export ahead happens on a thread of the shim: wait for it (bounded). */
+	while (count_fds() == fd0 && waited++ < 500)
+		nanosleep(&pause, NULL);
+	printf("kept_fds %d\n", count_fds() - fd0);
+	/* A forked child holds none of them (nor the control socket: at most fd0 - 1). */
+	fflush(stdout);
+	child = fork();
+	if (child < 0)
+		FAIL("fork");
+	if (!child) {
+		printf("child_extra_fds %d\n", count_fds() - fd0);
+		_exit(0);
+	}
+	wait_child(child);
+	CHECK_CU(cuMemFree(a));
+	printf("fds_after_free %d\n", count_fds() - fd0);
+	/* Freed memory is reused only after a sync; the next allocation settles the heap. */
+	CHECK_CU(cuCtxSynchronize());
+	CHECK_CU(cuMemAlloc(&b, SMALL));
+	CHECK_CU(cuMemFree(b));
+	printf("used_after_free %lld\n", device_used() - used0);
+	CHECK_CU(cuMemFree(warm));
+	return 0;
+}
+
 /* ---- retain ---- */
 
 #define HUGE (1ull << 30)
@@ -531,5 +645,11 @@ int main(int argc, char **argv)
 		return large_child(a1);
 	if (!strcmp(mode, "noshim"))
 		return noshim(argv[0]);
+	if (!strcmp(mode, "share"))
+		return share_parent(argv[0], atoi(a1));
+	if (!strcmp(mode, "share-child"))
+		return share_child(a1);
+	if (!strcmp(mode, "free-after-get"))
+		return free_after_get();
 	FAIL("unknown mode '%s'", mode);
 }

@@ -90,6 +90,72 @@ Test(ipc, large_buffer_in_many_pieces)
 	run_free(r);
 }
 
+/* prog_ipc MODE ARG with the shim's info log (its phase lines). */
+static struct run *run_logged(const char *mode, const char *arg)
+{
+	return run_program(shim_path(), ARGV(bin_path("prog_ipc"), mode, arg),
+			   (const char *const[]){ "SIMDEV_MEMORY=2G", "VMMSHIM_WHOLE_HANDLE_MIN=1G",
+						  "VMMSHIM_LOG=info", NULL });
+}
+
+static int count_of(const char *text, const char *needle)
+{
+	int n = 0;
+
+	for (const char *p = strstr(text, needle); p; p = strstr(p + 1, needle))
+		n++;
+	return n;
+}
+
+/* The exporter's share_open lines that say it exported for that open. */
+static int exporter_exports(const char *text)
+{
+	int n = 0;
+
+	for (const char *p = strstr(text, " share_open_phases_ms "); p;
+	     p = strstr(p + 1, " share_open_phases_ms ")) {
+		const char *e = strchr(p, '\n'), *x = strstr(p, " exported=1");
+
+		n += x && (!e || x < e);
+	}
+	return n;
+}
+
+Test(ipc, importers_share_one_export_made_at_the_get)
+{
+	struct run *one = run_logged("share", "1"), *three = run_logged("share", "3");
+	long long e1 = run_stat(one, "cuMemExportToShareableHandle");
+
+	cr_assert_eq(one->status, 0, "%s\n%s", one->out, one->err);
+	cr_assert_eq(three->status, 0, "%s\n%s", three->out, three->err);
+	cr_expect(strstr(three->out, "share ok"), "%s", three->out);
+	/* One export per physical piece, made once: three importers cost what one does. */
+	cr_expect_gt(e1, 0, "%s", one->stats);
+	cr_expect_eq(run_stat(three, "cuMemExportToShareableHandle"), e1, "one importer: %lld\n%s",
+		     e1, three->stats);
+	/* Every open was answered; at most one of them exported (when it came before the
+	 * export ahead), the others got duplicates of the kept descriptors. */
+	cr_expect_eq(count_of(three->err, " share_open_phases_ms "), 3, "%s", three->err);
+	cr_expect_leq(exporter_exports(three->err), 1, "%s", three->err);
+	run_free(one);
+	run_free(three);
+}
+
+Test(ipc, free_after_get_closes_the_kept_descriptors)
+{
+	struct run *r = run_mode("free-after-get");
+
+	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
+	/* The get exported ahead: the exporter holds the descriptors, one per piece. */
+	cr_expect_gt(printed(r, "kept_fds"), 0, "%s", r->out);
+	cr_expect_leq(printed(r, "child_extra_fds"), 0, "a forked child holds them\n%s", r->out);
+	cr_expect_eq(printed(r, "fds_after_free"), 0, "the free leaves no descriptor open\n%s",
+		     r->out);
+	cr_expect_eq(printed(r, "used_after_free"), 0, "the device memory went back\n%s", r->out);
+	cr_expect_eq(run_stat(r, "live_bytes"), 0, "%s", r->stats);
+	run_free(r);
+}
+
 Test(ipc, retained_handle_of_a_large_allocation_exports_it_whole)
 {
 	struct run *r = run_mode("retain");
@@ -150,7 +216,8 @@ static int tagged_lines(const char *text, const char *tag,
 static void check_open_line(const char *line, const char *end)
 {
 	static const char *const names[] = { "check", "request", "import", "reserve", "map",
-					      "access", "close", "rest", "exporter_export" };
+					      "access", "fds", "rest", "exporter_fds" };
+	double exported = phase(line, end, "exported");
 	double total = phase(line, end, "total"), sum = 0;
 
 	cr_expect_geq(total, 0, "%.*s", (int)(end - line), line);
@@ -164,14 +231,19 @@ static void check_open_line(const char *line, const char *end)
 	/* The phases are measured one after the other; each value is rounded to 1 us. */
 	cr_expect_leq(sum, total + 0.0035, "%.*s", (int)(end - line), line);
 	/* The exporter's part happens inside the importer's request. */
-	cr_expect_leq(phase(line, end, "exporter_export"), phase(line, end, "request") + 0.0005,
+	cr_expect_leq(phase(line, end, "exporter_fds"), phase(line, end, "request") + 0.0005,
 		      "%.*s", (int)(end - line), line);
+	/* Exported for this open, or dups of those kept since the get. */
+	cr_expect(exported == 0 || exported == 1, "%.*s", (int)(end - line), line);
 }
 
 static void check_share_line(const char *line, const char *end)
 {
-	cr_expect_geq(phase(line, end, "export"), 0, "%.*s", (int)(end - line), line);
+	double exported = phase(line, end, "exported");
+
+	cr_expect_geq(phase(line, end, "fds"), 0, "%.*s", (int)(end - line), line);
 	cr_expect_geq(phase(line, end, "send"), 0, "%.*s", (int)(end - line), line);
+	cr_expect(exported == 0 || exported == 1, "%.*s", (int)(end - line), line);
 }
 
 Test(ipc, open_logs_where_its_time_went)
