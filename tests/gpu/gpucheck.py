@@ -1253,14 +1253,16 @@ class Matrix:
 
     def bench_ipc(self):
         """Opening a 1 GiB CUDA tensor in another process (cudaIpcOpenMemHandle through
-        torch.multiprocessing): shim vs native, medians of 5."""
+        torch.multiprocessing): shim vs native, medians of 5. The note has the shim's phases and
+        both sides' get (the parent's pickling, cudaIpcGetMemHandle, which under the shim queues
+        the export ahead)."""
         if not self.want("bench ipc"):
             return
         if self.left() < 60 or not self.shim_ok:
             self.badd("IPC open of a 1 GiB tensor (ms)", "not run", "", "", "",
                       "out of time" if self.shim_ok else "libvmmshim.so missing")
             return
-        got, phases = {}, []
+        got, phases, gets = {}, [], {}
         for shim in (False, True):
             p = Proc("bench_ipc." + ("shim" if shim else "native"),
                      [sys.executable, os.path.join(self.a.root, "tests/gpu/ipc_torch.py"),
@@ -1268,6 +1270,7 @@ class Matrix:
             rc = p.finish()
             v = p.values("BENCH").get("open_1gib_ms")
             got[shim] = (rc, float(v) if v is not None else None)
+            gets[shim] = p.values("BENCH").get("ipc_get_ms")
             if shim:  # the shim's medians per phase of one open (ipc_torch.py's child log)
                 phases = [l.split(None, 2)[2] for _, l in p.lines
                           if l.startswith("BENCH open_phases_ms ") and len(l.split()) > 2]
@@ -1275,6 +1278,8 @@ class Matrix:
         self.badd("IPC open of a 1 GiB tensor (ms)", fmt(s), fmt(n), ratio(s, n), "<= 2x",
                   verdict(s and n, s and n and s <= 2 * n))
         self.bench[-1]["note"] += "; shim phases (ms): " + (phases[-1] if phases else "none")
+        self.bench[-1]["note"] += (f"; get (ms): shim {gets.get(True) or 'none'}, native "
+                                   f"{gets.get(False) or 'none'}")
         for shim, (rc, _) in got.items():
             if rc != 0:
                 self.bench[-1]["note"] += f"; {'shim' if shim else 'native'} run rc {rc}"

@@ -83,6 +83,9 @@ for metric, note in (("malloc+free pair 256B (us)", "met"),
 if "shim phases (ms): total=1.900 request=0.800" not in \
         bench.get("IPC open of a 1 GiB tensor (ms)", {}).get("note", ""):
     bad.append("the IPC open row does not carry the shim's phases")
+if "get (ms): shim 0.05, native 0.04" not in \
+        bench.get("IPC open of a 1 GiB tensor (ms)", {}).get("note", ""):
+    bad.append("the IPC open row does not carry the get times")
 if "plain VMM: one handle 1.00x, 2 MiB pieces 0.90x" not in \
         bench.get("bandwidth d2d 512MiB (GB/s)", {}).get("note", ""):
     bad.append("bandwidth rows do not carry the plain VMM anchors")
