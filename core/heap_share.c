@@ -465,6 +465,8 @@ vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share
 				(unsigned long long)base);
 	pthread_mutex_lock(&dh->lock);
 	st = export_at(dh, base, id, &r, err);
+	if (!st && !pieces)
+		st = vmm_fail(err, VMM_E_INVALID, 0, "no room for the pieces");
 	if (!st) {
 		fill_info(dh, r, info);
 		k = keep_find(dh, id);

@@ -99,12 +99,17 @@ Test(heap_keep, fetches_after_a_keep_get_duplicates)
 
 Test(heap_keep, a_fetch_without_keep_exports_and_keeps)
 {
-	vmm_share_info si;
+	vmm_share_info si, info;
 	struct tctx t;
+	vmm_error err;
+	size_t n;
 
 	t_simdev_env("2G", NULL, NULL);
 	t_open(&t, NULL);
 	si = exported(&t, 4 * MiB, 2);
+	cr_expect_eq(vmm_share_fds(t.core, si.base, si.id, &info, NULL, 0, &n, NULL, &err),
+		     VMM_E_INVALID, "no room for the pieces");
+	cr_expect_eq(vmm_share_kept_fds(t.core), 0, "a refused fetch keeps nothing");
 	cr_expect(fetch_and_check(&t, &si, 2), "nothing was kept: exported for this fetch");
 	cr_expect_gt(vmm_share_kept_fds(t.core), 0, "what it exported is kept");
 	cr_expect_not(fetch_and_check(&t, &si, 2));
