@@ -23,4 +23,9 @@ bool vmm_time_before(const struct timespec *a, const struct timespec *b);
 /* Milliseconds from a to b (negative when b is earlier). */
 double vmm_ms_between(const struct timespec *a, const struct timespec *b);
 
+/* Seconds on CLOCK_MONOTONIC: the one clock for durations and for deadlines kept as numbers. */
+double vmm_now_s(void);
+/* The same clock in whole milliseconds, for poll timeouts and socket deadlines. */
+long long vmm_now_ms(void);
+
 #endif

@@ -18,9 +18,9 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "../core/mono_wait.h"
 #include "cli.h"
 #include "run_dir.h"
 #include "trust.h"
@@ -40,14 +40,6 @@ static int set_error(client_error *e, int code, const char *status, const char *
 	vsnprintf(e->message, sizeof(e->message), fmt, ap);
 	va_end(ap);
 	return code;
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
 bool client_process_gone(pid_t pid)
@@ -296,7 +288,7 @@ static int connect_before(const client_target *t, double deadline, double timeou
 		return set_error(e, EXIT_REPORTED, "internal", "socket: %s", strerror(errno)), -1;
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", t->path);
 	for (;;) {
-		double left = deadline - now();
+		double left = deadline - vmm_now_s();
 
 		if (!connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
 			return fd;
@@ -525,12 +517,12 @@ static int run_exchange(struct exchange *x, const proto_request *req, double tim
 			double deadline, client_tick_fn tick, void *tick_arg, bool *shown,
 			client_error *e)
 {
-	double start = now(), last_shown = start;
+	double start = vmm_now_s(), last_shown = start;
 	int rc = 0;
 
 	while (!x->ended && !rc) {
 		struct pollfd p = { .fd = x->fd, .events = x->sent < x->n ? POLLOUT : POLLIN };
-		double tn = now();
+		double tn = vmm_now_s();
 		int wait_ms = 500;
 
 		if (deadline && tn >= deadline)
@@ -545,7 +537,7 @@ static int run_exchange(struct exchange *x, const proto_request *req, double tim
 		if (tick && tn - start >= 1.0 && tn - last_shown >= 0.5) {
 			tick(x->t, req, tn - start, false, tick_arg);
 			*shown = true;
-			last_shown = now();
+			last_shown = vmm_now_s();
 		}
 		if (poll(&p, 1, wait_ms) < 0 && errno != EINTR)
 			return set_error(e, EXIT_REPORTED, "internal", "poll: %s", strerror(errno));
@@ -572,7 +564,7 @@ int client_call_tick(const client_target *t, const proto_request *req, double ti
 		     client_error *e)
 {
 	char line[PROTO_MAX_REQUEST + 1], why[256];
-	double start = now(), deadline = timeout > 0 ? start + timeout : 0;
+	double start = vmm_now_s(), deadline = timeout > 0 ? start + timeout : 0;
 	struct exchange x = { .t = t, .line = line };
 	bool shown = false;
 	trust_facts facts;
@@ -595,7 +587,7 @@ int client_call_tick(const client_target *t, const proto_request *req, double ti
 	rc = run_exchange(&x, req, timeout, deadline, tick, tick_arg, &shown, e);
 	close(x.fd);
 	if (shown)
-		tick(t, req, now() - start, true, tick_arg);
+		tick(t, req, vmm_now_s() - start, true, tick_arg);
 	if (!rc && x.eof && (x.len < 4 || memcmp(x.buf + x.len - 4, "end\n", 4)))
 		rc = cut_short(t->pid, NULL, e);
 	if (!rc)

@@ -29,6 +29,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../core/mono_wait.h"
 #include "client.h"
 #include "group.h"
 #include "group_shares.h"
@@ -52,14 +53,6 @@ struct member {
 	proto_request req;
 	double timeout;
 };
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* The process's share of the client's time (vmmctl.c: server_ms): it must roll back and answer
  * before vmmctl stops waiting. */
@@ -118,7 +111,7 @@ static void undo(struct member *ms, int n, const bool *phase, proto_verb verb, b
 		 double deadline)
 {
 	bool sel[VMMCTL_MAX_GROUP] = { false };
-	double left = deadline - now();
+	double left = deadline - vmm_now_s();
 
 	if (left < GROUP_UNDO_MIN_S)
 		left = GROUP_UNDO_MIN_S;
@@ -351,7 +344,7 @@ static int find_members(const vmmctl_args *a, struct member *ms)
  * member), within the group's deadline; who goes in which phase is decided from the answers. */
 static void plan_phases(struct member *ms, struct group_plan *g, double deadline)
 {
-	double left = deadline - now();
+	double left = deadline - vmm_now_s();
 	bool all[VMMCTL_MAX_GROUP];
 
 	if (left > GROUP_SHARES_TIMEOUT_S)
@@ -417,7 +410,7 @@ static void narrow_exporters(struct member *ms, struct group_plan *g)
 static bool one_attempt(struct member *ms, struct group_plan *g, const vmmctl_args *a,
 			double deadline, int *code, bool *again, struct group_steps *st)
 {
-	double t = now();
+	double t = vmm_now_s();
 	bool failed;
 
 	*again = true;
@@ -425,13 +418,13 @@ static bool one_attempt(struct member *ms, struct group_plan *g, const vmmctl_ar
 	if (!failed && g->shares && g->verb == PROTO_SLEEP)
 		narrow_exporters(ms, g);
 	failed = failed || !run_phase(ms, g->n, g->second, code, again);
-	st->phases += now() - t;
+	st->phases += vmm_now_s() - t;
 	if (!failed)
 		return true;
-	t = now();
+	t = vmm_now_s();
 	undo(ms, g->n, g->second, g->verb, a->autowake, deadline);
 	undo(ms, g->n, g->first, g->verb, a->autowake, deadline);
-	st->undo += now() - t;
+	st->undo += vmm_now_s() - t;
 	for (int i = 0; i < g->n; i++)
 		*again = *again && !ms[i].undo_failed;
 	return false;
@@ -458,7 +451,7 @@ int group_run(const vmmctl_args *a)
 {
 	static struct member ms[VMMCTL_MAX_GROUP];
 	static struct group_plan g;
-	double t0 = now(), deadline = t0 + (a->timeout > 0 ? a->timeout : GROUP_DEFAULT_TIMEOUT);
+	double t0 = vmm_now_s(), deadline = t0 + (a->timeout > 0 ? a->timeout : GROUP_DEFAULT_TIMEOUT);
 	double t, secs;
 	int attempts = 0, code, drain_ms = GROUP_DRAIN_FIRST_MS;
 	const char *what = a->cmd == CMD_SLEEP ? "sleep" : "wake";
@@ -472,11 +465,11 @@ int group_run(const vmmctl_args *a)
 	g.verb = a->cmd == CMD_SLEEP ? PROTO_SLEEP : PROTO_WAKE;
 	if ((code = find_members(a, ms)))
 		return code;
-	st.find = (t = now()) - t0;
+	st.find = (t = vmm_now_s()) - t0;
 	plan_phases(ms, &g, deadline);
-	st.plan = now() - t;
+	st.plan = vmm_now_s() - t;
 	for (;;) {
-		double left = deadline - now();
+		double left = deadline - vmm_now_s();
 
 		attempts++;
 		prepare_requests(ms, &g, a, left, drain_ms);
@@ -485,21 +478,21 @@ int group_run(const vmmctl_args *a)
 			break;
 		}
 		/* Retry only a sleep that could not drain, while the deadline leaves room. */
-		left = deadline - now();
+		left = deadline - vmm_now_s();
 		if (g.verb != PROTO_SLEEP || !again || left < 2 * drain_ms / 1000.0 + 0.5)
 			break;
 		code = EXIT_OK;
 		drain_ms = drain_ms * 2 > GROUP_DRAIN_MAX_MS ? GROUP_DRAIN_MAX_MS : drain_ms * 2;
-		t = now();
+		t = vmm_now_s();
 		nanosleep(&(struct timespec){ 0, 50 * 1000000L * (attempts < 10 ? attempts : 10) },
 			  NULL);
-		st.pauses += now() - t;
+		st.pauses += vmm_now_s() - t;
 	}
-	secs = now() - t0;
+	secs = vmm_now_s() - t0;
 	if (ok && g.verb == PROTO_SLEEP) {
-		t = now();
+		t = vmm_now_s();
 		st.shared = shared = render_shared(ms, g.n, a->json);
-		st.report = now() - t;
+		st.report = vmm_now_s() - t;
 	}
 	if (a->json)
 		print_json(ms, g.n, what, ok, attempts, secs, &st);

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../core/mono_wait.h"
 #include "cli.h"
 #include "run.h"
 
@@ -369,7 +370,7 @@ int run_main(int argc, char **argv)
 		return RUN_EXIT_FAILED;
 	}
 	install_handlers();
-	start = run_now();
+	start = vmm_now_s();
 	pid = launch(o.argv, lib);
 	if (pid < 0)
 		return -pid;
@@ -388,12 +389,12 @@ int run_main(int argc, char **argv)
 			/* Wake it first: a program held asleep could not act on the signal. */
 			if (!stopping) {
 				stopping = true;
-				run_cycler_stop(&c, run_now());
+				run_cycler_stop(&c, vmm_now_s());
 			}
 			if (sig == SIGTERM || sig == SIGHUP || from_user)
 				kill(pid, sig);
 		}
-		now = run_now();
+		now = vmm_now_s();
 		if (!stopping)
 			run_cycler_tick(&c, now);
 		if (c.state == RUN_STUCK && !killed) {
@@ -402,11 +403,11 @@ int run_main(int argc, char **argv)
 			kill(pid, SIGKILL);
 			killed = stopping = true;
 		}
-		now = run_now();
+		now = vmm_now_s();
 		double wait = run_cycler_due_in(&c, now);
 		pause_for(wait < POLL_S ? wait : POLL_S);
 	}
-	run_cycler_stop(&c, run_now());
+	run_cycler_stop(&c, vmm_now_s());
 	if (WIFEXITED(status))
 		code = WEXITSTATUS(status);
 	else if (WIFSIGNALED(status))
@@ -433,7 +434,7 @@ int run_main(int argc, char **argv)
 				WEXITSTATUS(status));
 	}
 	if (o.report)
-		write_report(&o, &c, pid, status, run_now() - start, code);
+		write_report(&o, &c, pid, status, vmm_now_s() - start, code);
 	run_cycler_free(&c);
 	return code;
 }

@@ -50,7 +50,7 @@ typedef struct run_cycler {
 /* vmmctl run's entry: argv[0] is "run". Returns the exit status (the program's). */
 int run_main(int argc, char **argv);
 
-/* The cycler, driven by run.c while the program runs: start at time now (CLOCK_MONOTONIC
+/* The cycler, driven by run.c while the program runs: start at time now (vmm_now_s
  * seconds), do what is due at each tick, and stop (waking the program if the cycler put it to
  * sleep). */
 void run_cycler_init(run_cycler *c, const run_opts *o, pid_t pid, double now);
@@ -63,7 +63,6 @@ void run_cycler_report(const run_cycler *c, FILE *f);
 /* The cycler's part of the JSON report: "key": value pairs, no braces. */
 void run_cycler_json(const run_cycler *c, FILE *f);
 
-double run_now(void);
 /* s as a JSON string, quotes included. */
 void run_json_string(FILE *f, const char *s);
 

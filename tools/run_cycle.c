@@ -13,20 +13,13 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "../core/mono_wait.h"
 #include "client.h"
 #include "output.h"
 #include "run.h"
 
 #define WAKE_RETRY_S 0.25
 #define STOPPED_DUE_S 3600.0
-
-double run_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* splitmix64: a small generator whose sequence a seed fixes. */
 static double random_unit(run_cycler *c)
@@ -234,11 +227,11 @@ static void do_sleep(run_cycler *c, double now)
 		    !ended_meanwhile(c)) {
 			note_error(c, "wake after a failed sleep: %s", e2.message);
 			c->state = RUN_ASLEEP;
-			c->wake_deadline = run_now() + c->o->timeout;
-			c->next_at = run_now() + WAKE_RETRY_S;
+			c->wake_deadline = vmm_now_s() + c->o->timeout;
+			c->next_at = vmm_now_s() + WAKE_RETRY_S;
 			return;
 		}
-		c->next_at = run_now() + awake_time(c);
+		c->next_at = vmm_now_s() + awake_time(c);
 		return;
 	}
 	if (!ours) { /* asleep already: someone else's sleep, theirs to end */
@@ -249,7 +242,7 @@ static void do_sleep(run_cycler *c, double now)
 	series_add(&c->sleeps, t.seconds, t.released, t.copied);
 	c->state = RUN_ASLEEP;
 	c->wake_deadline = 0;
-	c->next_at = run_now() + asleep_time(c);
+	c->next_at = vmm_now_s() + asleep_time(c);
 }
 
 static void do_wake(run_cycler *c)
@@ -257,7 +250,7 @@ static void do_wake(run_cycler *c)
 	struct transfer t = { 0 };
 	client_error e;
 	enum outcome r = request(c, PROTO_WAKE, NULL, false, &t, &e);
-	double now = run_now();
+	double now = vmm_now_s();
 
 	if (r == DONE || r == ALREADY) {
 		series_add(&c->wakes, t.seconds, t.released, t.copied);
@@ -302,7 +295,7 @@ void run_cycler_stop(run_cycler *c, double now)
 	 * wake would until --timeout. */
 	c->next_at = now;
 	while (c->state == RUN_ASLEEP) {
-		double t = run_now();
+		double t = vmm_now_s();
 
 		if (t < c->next_at) {
 			struct timespec ts = { 0, (long)((c->next_at - t) * 1e9) };

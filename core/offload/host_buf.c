@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "copy_engine.h"
@@ -40,14 +39,6 @@ static pthread_mutex_t tab_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t tab_cond = PTHREAD_COND_INITIALIZER;
 static struct hb_rec **tab;   /* sorted by base */
 static size_t tab_n, tab_cap;
-
-double vmm_now_s(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 int hb_thread_create(pthread_t *th, void *(*fn)(void *), void *arg)
 {

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../mono_wait.h"
 #include "copy_engine.h"
 
 /* Host backups are pinned segment by segment. On the H200 cudaHostRegister ran at 6.8 GB/s in
@@ -69,8 +70,6 @@ bool prov_pool_submit(struct prov_pool *p, struct hb_rec *const *r, const size_t
  * last call. */
 double prov_pool_drain(struct prov_pool *p);
 int prov_default_threads(void);
-
-double vmm_now_s(void);
 
 /* pthread_create with every signal blocked in the new thread: the program's signal handlers
  * must never run on the library's workers. */

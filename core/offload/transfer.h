@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../mono_wait.h"  /* vmm_now_s: the clock of vmm_limits.deadline */
 #include "../vmm_error.h"
 
 typedef struct vmm_sleep_opts {
@@ -41,9 +42,6 @@ typedef struct vmm_limits {
 	bool (*cancelled)(void *arg);   /* polled between steps and while waiting; true: roll back */
 	void *arg;
 } vmm_limits;
-
-/* Seconds on a monotonic clock (the clock of vmm_limits.deadline). */
-double vmm_now_s(void);
 
 /* VMM_OK while the operation may go on; VMM_E_BUSY with why ("cancelled before <what>", "did not
  * finish within the deadline: stopped before <what>") once it must stop. */

@@ -53,14 +53,6 @@ static unsigned long cancel_gen;
  * (exclusive) once before it starts, so that no full status is still reading when it begins. */
 static pthread_rwlock_t figures_lock = PTHREAD_RWLOCK_INITIALIZER;
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void op_cond_init(void)
 {
 	vmm_cond_init_monotonic(&op_cond);
@@ -451,7 +443,7 @@ static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
 		lock_op();
 		if (op.running) {
 			operation = proto_verb_name(op.verb);
-			ms = now_ms() - op.started_ms;
+			ms = vmm_now_ms() - op.started_ms;
 		}
 		pthread_mutex_unlock(&op_lock);
 		control_state_get(&cs);
@@ -532,12 +524,12 @@ static bool take_op_slot(const proto_request *req, const control_client *client,
 		}
 		if (client->gone(client->gone_arg))
 			break;
-		if (deadline && now_ms() >= deadline) {
+		if (deadline && vmm_now_ms() >= deadline) {
 			char msg[160];
 
 			snprintf(msg, sizeof(msg), "a %s has been in progress for %.1f s; this %s "
 				 "waited %d ms for it (vmmctl cancel stops it)",
-				 proto_verb_name(op.verb), (now_ms() - op.started_ms) / 1000.0, verb,
+				 proto_verb_name(op.verb), (vmm_now_ms() - op.started_ms) / 1000.0, verb,
 				 req->timeout_ms);
 			pthread_mutex_unlock(&op_lock);
 			proto_error_response(w, PROTO_ERR_BUSY, msg);
@@ -557,7 +549,7 @@ static bool take_op_slot(const proto_request *req, const control_client *client,
 	op.verb = req->verb;
 	memcpy(op.tag, req->tag, sizeof(op.tag));
 	op.device = req->device;
-	op.started_ms = now_ms();
+	op.started_ms = vmm_now_ms();
 	ow->gen = ++op.gen;
 	pthread_mutex_unlock(&op_lock);
 	return true;
@@ -603,7 +595,7 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 		.device = req->device,
 		.discard = req->discard,
 	};
-	long long deadline = req->timeout_ms > 0 ? now_ms() + req->timeout_ms : 0;
+	long long deadline = req->timeout_ms > 0 ? vmm_now_ms() + req->timeout_ms : 0;
 	vmm_transfer_result res = { 0 };
 	struct op_watch ow = { .client = client };
 	control_limits lim = { .gone = op_gone, .gone_arg = &ow };
@@ -624,7 +616,7 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 	pthread_rwlock_wrlock(&figures_lock);
 	pthread_rwlock_unlock(&figures_lock);
 
-	lim.timeout_ms = deadline ? (int)(deadline - now_ms()) : 0;
+	lim.timeout_ms = deadline ? (int)(deadline - vmm_now_ms()) : 0;
 	lim.drain_ms = req->drain_ms;
 	lim.share_group = req->share_group[0] ? req->share_group : NULL;
 	if (deadline && lim.timeout_ms < 1)
@@ -654,7 +646,7 @@ static void put_cancel(proto_writer *w, const char *word, const char *operation,
 /* Cancel the sleep or wake in progress and wait (bounded) until it has ended. */
 static void do_cancel(const proto_request *req, const control_client *client, proto_writer *w)
 {
-	long long t0 = now_ms(), deadline = t0 + (req->timeout_ms > 0 ? req->timeout_ms :
+	long long t0 = vmm_now_ms(), deadline = t0 + (req->timeout_ms > 0 ? req->timeout_ms :
 							     CANCEL_WAIT_MS);
 	const char *outcome = "running", *operation;
 	unsigned long gen = 0;
@@ -665,7 +657,7 @@ static void do_cancel(const proto_request *req, const control_client *client, pr
 		gen = op.gen;
 		operation = proto_verb_name(op.verb);
 		cancel_op(gen);
-		while (op.done_gen < gen && now_ms() < deadline && !client->gone(client->gone_arg))
+		while (op.done_gen < gen && vmm_now_ms() < deadline && !client->gone(client->gone_arg))
 			op_wait_a_little();
 		if (op.done_gen > gen)
 			outcome = "ended"; /* and another one ran since: its own result is lost */
@@ -676,7 +668,7 @@ static void do_cancel(const proto_request *req, const control_client *client, pr
 		pthread_mutex_unlock(&op_lock);
 		vmm_log(VMM_LOG_INFO, "control: pid %ld cancelled the %s in progress: %s",
 			client->pid, operation, outcome);
-		put_cancel(w, "ok", operation, outcome, now_ms() - t0);
+		put_cancel(w, "ok", operation, outcome, vmm_now_ms() - t0);
 		return;
 	}
 	pthread_mutex_unlock(&op_lock);
@@ -692,13 +684,13 @@ static void do_cancel(const proto_request *req, const control_client *client, pr
 			outcome = "ended";
 			break;
 		}
-		if (now_ms() >= deadline || client->gone(client->gone_arg))
+		if (vmm_now_ms() >= deadline || client->gone(client->gone_arg))
 			break;
 		usleep(20000);
 	}
 	vmm_log(VMM_LOG_INFO, "control: pid %ld cancelled a sleep or wake of the program: %s",
 		client->pid, outcome);
-	put_cancel(w, "ok", operation, outcome, now_ms() - t0);
+	put_cancel(w, "ok", operation, outcome, vmm_now_ms() - t0);
 }
 
 /* Give the device's cached free memory back to the driver (a sharing peer needs it). Not while

@@ -81,14 +81,6 @@ struct job {
 	proto_request req;
 };
 
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Has the client closed its end? (A client that only shut down writing still waits for the
  * reply: that is not gone.) */
 static bool conn_gone(void *arg)
@@ -102,13 +94,13 @@ static bool conn_gone(void *arg)
  * closing with unread input does not reset the connection before the client reads the reply. */
 static void drain_and_close(int fd)
 {
-	long long deadline = now_ms() + DRAIN_MS;
+	long long deadline = vmm_now_ms() + DRAIN_MS;
 	size_t total = 0;
 	char sink[4096];
 
 	shutdown(fd, SHUT_WR);
 	while (total < (1u << 20)) {
-		long long left = deadline - now_ms();
+		long long left = deadline - vmm_now_ms();
 		struct pollfd p = { .fd = fd, .events = POLLIN };
 		ssize_t k;
 
@@ -125,11 +117,11 @@ static void drain_and_close(int fd)
 /* Write all of buf before the deadline; a client that stopped reading is dropped. */
 static void write_reply(int fd, const char *buf, size_t len)
 {
-	long long deadline = now_ms() + PROTO_WRITE_DEADLINE_MS;
+	long long deadline = vmm_now_ms() + PROTO_WRITE_DEADLINE_MS;
 	size_t off = 0;
 
 	while (off < len) {
-		long long left = deadline - now_ms();
+		long long left = deadline - vmm_now_ms();
 		struct pollfd p = { .fd = fd, .events = POLLOUT };
 		ssize_t k;
 
@@ -271,7 +263,7 @@ static void refuse(struct conn *c, const char *word, const char *msg)
 	send_error_now(c->fd, word, msg);
 	shutdown(c->fd, SHUT_WR);
 	c->draining = true;
-	c->deadline = now_ms() + DRAIN_MS;
+	c->deadline = vmm_now_ms() + DRAIN_MS;
 }
 
 /* A whole request line has arrived: parse it and hand it to a worker. */
@@ -347,7 +339,7 @@ static void conn_readable(int i)
 
 static void expire_conns(void)
 {
-	long long now = now_ms();
+	long long now = vmm_now_ms();
 	char why[160];
 
 	for (int i = 0; i < CONTROL_MAX_CLIENTS; i++) {
@@ -401,7 +393,7 @@ static void accept_all(int lfd)
 			continue;
 		}
 		c->fd = fd;
-		c->deadline = now_ms() + PROTO_READ_DEADLINE_MS;
+		c->deadline = vmm_now_ms() + PROTO_READ_DEADLINE_MS;
 		conns[slot] = c;
 		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cl != sizeof(cred)) {
 			refuse(c, PROTO_ERR_PERMISSION, "cannot read the client's credentials");
@@ -426,7 +418,7 @@ static void *server_main(void *arg)
 	int slot_of[1 + CONTROL_MAX_CLIENTS];
 
 	for (;;) {
-		long long next = -1, now = now_ms();
+		long long next = -1, now = vmm_now_ms();
 		int n = 0, r;
 
 		p[n++] = (struct pollfd){ .fd = lfd, .events = POLLIN };

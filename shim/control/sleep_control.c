@@ -14,6 +14,7 @@
 #include <time.h>
 
 #include "../../core/log.h"
+#include "../../core/mono_wait.h"
 #include "../../core/offload/drain.h"
 #include "../../core/offload/transition.h"
 #include "../gate.h"
@@ -55,14 +56,6 @@ struct op {
 };
 
 static void autowake_fn(void);
-
-static double now_seconds(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Should the operation give up: exit, control_cancel, or its caller gone? */
 static bool op_stop(void *arg)
@@ -179,11 +172,11 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 
 	memset(op, 0, sizeof(*op));
 	op->lim = lim;
-	op->t0 = now_seconds();
+	op->t0 = vmm_now_s();
 	while (pthread_mutex_trylock(&ctl_lock)) {
 		struct timespec pause = { 0, 20 * 1000000L };
 
-		if ((t && now_seconds() - op->t0 >= t / 1000.0) || op_stop(op))
+		if ((t && vmm_now_s() - op->t0 >= t / 1000.0) || op_stop(op))
 			return vmm_fail(err, VMM_E_BUSY, 0, "another sleep or wake is in progress");
 		nanosleep(&pause, NULL);
 	}
@@ -211,7 +204,7 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 		op->core_lim.drain_s = lim->drain_ms / 1000.0;
 	op->gate_ms = CONTROL_GATE_TIMEOUT_MS;
 	if (t) {
-		double left = t / 1000.0 - (now_seconds() - op->t0);
+		double left = t / 1000.0 - (vmm_now_s() - op->t0);
 
 		op->core_lim.deadline = vmm_now_s() + (left > 0 ? left : 0);
 		if (left * 1000 < op->gate_ms)
@@ -283,7 +276,7 @@ static vmm_status run_transition(const struct transition *t, const control_limit
 	parts = parts_of(rt);
 	s = t->run(t, &op, &parts, &r, err);
 	op_end();
-	r.seconds = now_seconds() - op.t0;
+	r.seconds = vmm_now_s() - op.t0;
 	if (res)
 		*res = r;
 	return s;
@@ -417,7 +410,7 @@ static double exit_until;
 
 static void exit_begin(void)
 {
-	exit_until = now_seconds() + CONTROL_EXIT_WAIT_MS / 1000.0;
+	exit_until = vmm_now_s() + CONTROL_EXIT_WAIT_MS / 1000.0;
 }
 
 bool control_sleep_shutdown(void)
@@ -428,7 +421,7 @@ bool control_sleep_shutdown(void)
 	/* The operation in progress sees this between its steps and rolls back. */
 	atomic_store(&shut_down, true);
 	pthread_once(&exit_once, exit_begin);
-	while (!(locked = !pthread_mutex_trylock(&ctl_lock)) && now_seconds() < exit_until)
+	while (!(locked = !pthread_mutex_trylock(&ctl_lock)) && vmm_now_s() < exit_until)
 		nanosleep(&pause, NULL);
 	if (!locked) {
 		vmm_log(VMM_LOG_WARN, "exit: a sleep or wake is still running after %d ms: its memory "
@@ -441,7 +434,7 @@ bool control_sleep_shutdown(void)
 	}
 	pthread_mutex_unlock(&ctl_lock);
 	/* A drain that was given up may still be inside the driver with a backend pointer. */
-	if (!vmm_drain_wait_idle(vmm_now_s() + (exit_until - now_seconds()))) {
+	if (!vmm_drain_wait_idle(vmm_now_s() + (exit_until - vmm_now_s()))) {
 		vmm_log(VMM_LOG_WARN, "exit: a device drain that was given up is still running: "
 			"the device memory is left to the end of the process");
 		return false;

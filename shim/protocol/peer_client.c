@@ -16,15 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../core/mono_wait.h"
 #include "run_dir.h"
-
-static long long now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int fail(char *why, size_t whylen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -45,7 +38,7 @@ static int fail(char *why, size_t whylen, const char *fmt, ...)
 static bool wait_fd(int fd, short events, long long deadline)
 {
 	for (;;) {
-		long long left = deadline - now_ms();
+		long long left = deadline - vmm_now_ms();
 		struct pollfd p = { .fd = fd, .events = events };
 		int rc;
 
@@ -192,7 +185,7 @@ static int parse_reply(char *buf, size_t len, peer_client_reply *out, char *why,
 int peer_client_call(const char *dir, pid_t pid, const proto_request *req, int timeout_ms,
 	      peer_client_reply *out, char *why, size_t whylen)
 {
-	long long deadline = now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
+	long long deadline = vmm_now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
 	char line[PROTO_MAX_REQUEST + 1], *reply;
 	size_t n, rlen = 0;
 	int fd, rc;
