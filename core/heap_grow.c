@@ -288,9 +288,33 @@ static void plan_commit(struct arena *a, struct grow_plan *p, vmm_devptr va)
 	arena_add_free_range(a, va, p->total);
 }
 
+/* A failed plan_map: unmap what the plan mapped at va and give the VA back. A handle that will
+ * not unmap is parked mapped (its piece of the VA with it) and leaves the plan; the others are
+ * left to plan_abandon (moved cached ones included, they were free). */
+static void plan_unmap(struct arena *a, struct grow_plan *p, vmm_devptr va, size_t mapped)
+{
+	struct devheap *dh = a->dh;
+	size_t off = 0;
+
+	for (size_t k = 0; k < p->n; k++) {
+		struct phandle *h = p->hs[k];
+		size_t size = h->size;
+
+		if (k < mapped && h->va && !phys_unmap(dh->core->be, h->va, size)) {
+			phys_park_mapped(dh, h->h, h->va, size, true, "a failed growth");
+			p->fresh[k] = false; /* not plan_abandon's to release */
+			handle_forget(dh, h, a);
+		} else {
+			if (k < mapped)
+				h->va = 0;
+			va_free(dh, va + off, size);
+		}
+		off += size;
+	}
+}
+
 /* Map the plan at va (claimed for p->total bytes) and grant access once over the whole range.
- * On failure everything the plan touched is unmapped (its handles are left to plan_abandon:
- * moved cached ones included, they were free) and the VA is given back. */
+ * On failure everything the plan touched is unmapped and the VA is given back (plan_unmap). */
 static vmm_status plan_map(struct arena *a, struct grow_plan *p, vmm_devptr va, vmm_error *err)
 {
 	struct devheap *dh = a->dh;
@@ -300,15 +324,7 @@ static vmm_status plan_map(struct arena *a, struct grow_plan *p, vmm_devptr va, 
 	if (!st)
 		st = heap_grant_access(dh, va, p->total, err);
 	if (st) {
-		for (size_t k = 0; k < mapped; k++) {
-			struct phandle *h = p->hs[k];
-
-			if (h->va) {
-				phys_unmap(dh->core->be, h->va, h->size);
-				h->va = 0;
-			}
-		}
-		va_free(dh, va, p->total);
+		plan_unmap(a, p, va, mapped);
 		return st;
 	}
 	plan_commit(a, p, va);

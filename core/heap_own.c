@@ -88,9 +88,11 @@ static vmm_status create_own(struct devheap *dh, size_t size, vmm_phys *h, vmm_e
 	return be->create(be, dh->dev, size, h, err);
 }
 
-/* Copy [src, src+size) to the handle nh through a temporary mapping of it. */
+/* Copy [src, src+size) to the handle nh through a temporary mapping of it. Where that mapping
+ * will not go, nh is parked with it (*parked: no longer the caller's to release) and the move
+ * fails. */
 static vmm_status copy_into(struct devheap *dh, vmm_phys nh, vmm_devptr src, size_t size,
-			    vmm_error *err)
+			    bool *parked, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
 	vmm_stream s = 0;
@@ -113,7 +115,13 @@ static vmm_status copy_into(struct devheap *dh, vmm_phys nh, vmm_devptr src, siz
 		st = st ? st : sync;
 		be->stream_destroy(be, s, NULL);
 	}
-	phys_unmap(be, tmp, size);
+	if (!phys_unmap(be, tmp, size)) {
+		phys_park_mapped(dh, nh, tmp, size, true, "a handle of its own, copied into");
+		*parked = true;
+		return st ? st : vmm_fail(err, VMM_E_DRIVER, 0, "the temporary mapping at 0x%llx "
+					  "of the new handle would not unmap",
+					  (unsigned long long)tmp);
+	}
 	va_free(dh, tmp, size);
 	return st;
 }
@@ -130,9 +138,11 @@ static void remap_old(struct devheap *dh, struct phandle **hs, size_t n)
 				"move; its memory is lost", (unsigned long long)hs[i]->va);
 }
 
-/* Swap the old handles at [lo, lo+size) for nh: unmap them, map nh, or put them back. */
+/* Swap the old handles at [lo, lo+size) for nh: unmap them, map nh, or put them back. Where nh
+ * is mapped but its access grant failed and it will not unmap, it stays in their place (*kept:
+ * it holds their contents, copied, and the address cannot take them back). */
 static vmm_status swap_in(struct devheap *dh, struct phandle **hs, size_t n, vmm_devptr lo,
-			  size_t size, vmm_phys nh, vmm_error *err)
+			  size_t size, vmm_phys nh, bool *kept, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
 	vmm_status st = VMM_OK;
@@ -145,8 +155,13 @@ static vmm_status swap_in(struct devheap *dh, struct phandle **hs, size_t n, vmm
 		return st;
 	}
 	st = be->map(be, lo, size, nh, err);
-	if (!st && (st = heap_grant_access(dh, lo, size, err)))
-		phys_unmap(be, lo, size);
+	if (!st && (st = heap_grant_access(dh, lo, size, err)) && !phys_unmap(be, lo, size)) {
+		vmm_log(VMM_LOG_ERROR, "0x%llx: its new handle of its own was mapped but could not "
+			"be given access (%s), and would not unmap: it is kept in place of the old "
+			"ones", (unsigned long long)lo, err ? err->msg : "driver error");
+		*kept = true;
+		return st;
+	}
 	if (st)
 		remap_old(dh, hs, n);
 	return st;
@@ -159,6 +174,7 @@ vmm_status own_move(struct devheap *dh, struct alloc *r, vmm_error *err)
 	size_t size = (size_t)(hi - lo), n;
 	struct phandle **hs, *own;
 	vmm_phys nh;
+	bool parked = false, kept = false;
 	vmm_status st;
 
 	if ((st = movable(dh, r, lo, hi, &hs, &n, err)))
@@ -175,9 +191,10 @@ vmm_status own_move(struct devheap *dh, struct alloc *r, vmm_error *err)
 		free(hs);
 		return st;
 	}
-	if ((st = copy_into(dh, nh, lo, size, err)) ||
-	    (st = swap_in(dh, hs, n, lo, size, nh, err))) {
-		phys_release(dh, nh, size);
+	if (((st = copy_into(dh, nh, lo, size, &parked, err)) ||
+	     (st = swap_in(dh, hs, n, lo, size, nh, &kept, err))) && !kept) {
+		if (!parked)
+			phys_release(dh, nh, size);
 		free(own);
 		free(hs);
 		return st;
@@ -196,5 +213,5 @@ vmm_status own_move(struct devheap *dh, struct alloc *r, vmm_error *err)
 	vmm_log(VMM_LOG_DEBUG, "0x%llx: %zu bytes moved from %zu handles into one of its own",
 		(unsigned long long)lo, size, n);
 	free(hs);
-	return VMM_OK;
+	return st;
 }

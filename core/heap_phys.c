@@ -20,27 +20,52 @@ void stats_mapped(struct arena *a, int64_t delta)
 		dh->peak_mapped = dh->mapped_total;
 }
 
-/* Keep a handle the driver would not take back, to try again later; logged once, here. */
-static void park(struct devheap *dh, vmm_phys h, size_t size, const vmm_error *why)
+/* Add p to the parked list (counted in release_pending); false: no host memory for the list. */
+static bool park_entry(struct devheap *dh, struct parked_phys p)
 {
 	if (dh->nparked == dh->cap_parked) {
 		size_t cap = dh->cap_parked ? 2 * dh->cap_parked : 4;
-		struct parked_phys *p = realloc(dh->parked, cap * sizeof(*p));
+		struct parked_phys *n = realloc(dh->parked, cap * sizeof(*n));
 
-		if (!p) {
-			vmm_log(VMM_LOG_ERROR, "device %d: the driver would not take back a handle "
-				"of %zu bytes (%s), and no host memory is left to keep it: its memory "
-				"is held until the process exits", dh->dev, size, why->msg);
-			return;
-		}
-		dh->parked = p;
+		if (!n)
+			return false;
+		dh->parked = n;
 		dh->cap_parked = cap;
 	}
-	dh->parked[dh->nparked++] = (struct parked_phys){ .h = h, .size = size };
-	dh->parked_bytes += size;
+	dh->parked[dh->nparked++] = p;
+	dh->parked_bytes += p.size;
+	return true;
+}
+
+/* Keep a handle the driver would not take back, to try again later; logged once, here. */
+static void park(struct devheap *dh, vmm_phys h, size_t size, const vmm_error *why)
+{
+	if (!park_entry(dh, (struct parked_phys){ .h = h, .size = size })) {
+		vmm_log(VMM_LOG_ERROR, "device %d: the driver would not take back a handle of %zu "
+			"bytes (%s), and no host memory is left to keep it: its memory is held "
+			"until the process exits", dh->dev, size, why->msg);
+		return;
+	}
 	vmm_log(VMM_LOG_ERROR, "device %d: the driver would not take back a handle of %zu bytes "
 		"(%s); it is kept and released again at the next give-back (status: "
 		"release_pending)", dh->dev, size, why->msg);
+}
+
+void phys_park_mapped(struct devheap *dh, vmm_phys h, vmm_devptr va, size_t size, bool va_ours,
+		      const char *what)
+{
+	struct parked_phys p = { .h = h, .size = size, .va = va, .va_ours = va_ours };
+
+	if (!park_entry(dh, p)) {
+		vmm_log(VMM_LOG_ERROR, "device %d: %s: 0x%llx (%zu bytes) would not unmap, and no "
+			"host memory is left to keep its handle: it stays mapped, unreleased, until "
+			"the process exits", dh->dev, what, (unsigned long long)va, size);
+		return;
+	}
+	vmm_log(VMM_LOG_ERROR, "device %d: %s: 0x%llx (%zu bytes) would not unmap; its handle is "
+		"kept mapped, not released, and unmapped and released again at the next give-back, "
+		"wake or teardown (status: release_pending)", dh->dev, what,
+		(unsigned long long)va, size);
 }
 
 /* A release of h failed once already: one more try, then park it. */
@@ -70,6 +95,19 @@ uint64_t phys_retry_parked(struct devheap *dh)
 	for (size_t i = 0; i < dh->nparked;) {
 		struct parked_phys *p = &dh->parked[i];
 
+		/* A handle still mapped is unmapped first: never released under its mapping. */
+		if (p->va && be->unmap(be, p->va, p->size, NULL)) {
+			i++;
+			continue;
+		}
+		if (p->va) {
+			vmm_log(VMM_LOG_INFO, "device %d: 0x%llx (%zu bytes), which would not unmap "
+				"earlier, is unmapped now", dh->dev, (unsigned long long)p->va,
+				p->size);
+			if (p->va_ours)
+				va_free(dh, p->va, p->size);
+			p->va = 0;
+		}
 		if (be->release(be, p->h, NULL)) {
 			i++;
 			continue;
@@ -83,10 +121,20 @@ uint64_t phys_retry_parked(struct devheap *dh)
 	return went;
 }
 
-void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size)
+bool phys_unmap(vmm_backend *be, vmm_devptr va, size_t size)
 {
-	if (be->unmap(be, va, size, NULL) && be->unmap(be, va, size, NULL))
-		vmm_log(VMM_LOG_ERROR, "0x%llx could not be unmapped", (unsigned long long)va);
+	return !be->unmap(be, va, size, NULL) || !be->unmap(be, va, size, NULL);
+}
+
+bool phys_unmap_release(struct devheap *dh, vmm_phys h, vmm_devptr va, size_t size, bool va_ours,
+			const char *what)
+{
+	if (!phys_unmap(dh->core->be, va, size)) {
+		phys_park_mapped(dh, h, va, size, va_ours, what);
+		return false;
+	}
+	phys_release(dh, h, size);
+	return true;
 }
 
 /* Releases spread over threads where the backend says it pays (be->parallel_release): cuMemRelease
@@ -244,12 +292,17 @@ void heap_backup_put(struct devheap *dh, vmm_host_buf *backup)
 		dh->backup_put(dh->backups, backup);
 }
 
-void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *acct)
+void handle_forget(struct devheap *dh, struct phandle *h, struct arena *acct)
 {
-	phys_release(dh, h->h, h->size);
 	acct->st.handles_released++;
 	heap_backup_put(dh, &h->backup);
 	free(h);
+}
+
+void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *acct)
+{
+	phys_release(dh, h->h, h->size);
+	handle_forget(dh, h, acct);
 }
 
 vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err)
@@ -355,14 +408,12 @@ void heap_release_free_handles(struct devheap *dh, size_t keep_bytes)
 
 void phys_teardown(struct devheap *dh)
 {
-	vmm_backend *be = dh->core->be;
-
 	phys_retry_parked(dh);
 	for (struct phandle *h = dh->handles, *n; h; h = n) {
 		n = h->next;
 		if (h->va && !h->asleep)
-			phys_unmap(be, h->va, h->size);
-		if (!h->asleep)
+			phys_unmap_release(dh, h->h, h->va, h->size, false, "teardown");
+		else if (!h->asleep)
 			phys_release(dh, h->h, h->size);
 		heap_backup_put(dh, &h->backup);
 		free(h);
@@ -372,7 +423,7 @@ void phys_teardown(struct devheap *dh)
 	phys_retry_parked(dh);
 	if (dh->nparked)
 		vmm_log(VMM_LOG_ERROR, "device %d: %zu handle(s), %llu bytes, the driver would not "
-			"take back are left to it", dh->dev, dh->nparked,
+			"unmap or take back are left to it", dh->dev, dh->nparked,
 			(unsigned long long)dh->parked_bytes);
 	free(dh->parked);
 	dh->parked = NULL;

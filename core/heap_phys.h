@@ -17,8 +17,20 @@ void phys_release(struct devheap *dh, vmm_phys h, size_t size);
  * went. Called first by every give-back of the device: heap_release_free_handles (trim, the cache
  * limit), a sleep, phys_teardown, and by growth when the driver is out of memory. */
 uint64_t phys_retry_parked(struct devheap *dh);
-/* Teardown call, retried once. */
-void phys_unmap(vmm_backend *be, vmm_devptr va, size_t size);
+/* Unmap [va, va+size), retried once: false when the driver refused both times (nothing logged:
+ * the caller says what it keeps mapped). */
+bool phys_unmap(vmm_backend *be, vmm_devptr va, size_t size);
+/* h's unmap from [va, va+size) was refused twice: it is not released (a release under a mapping
+ * leaves the address pointing at freed memory) but parked still mapped, with a log line saying
+ * why and what; phys_retry_parked unmaps and releases it later. va_ours: the heap's address
+ * space gets the range back then; otherwise a record of the heap keeps it (an asleep handle). */
+void phys_park_mapped(struct devheap *dh, vmm_phys h, vmm_devptr va, size_t size, bool va_ours,
+		      const char *what);
+/* Unmap h from [va, va+size) (phys_unmap), then release it (phys_release); where the unmap is
+ * refused, park it mapped instead (phys_park_mapped). true: unmapped and released (the range is
+ * the caller's to free, as before); false: parked mapped, the range left claimed until then. */
+bool phys_unmap_release(struct devheap *dh, vmm_phys h, vmm_devptr va, size_t size, bool va_ours,
+			const char *what);
 /* Release hs[0..n) (spread over a few threads where the backend allows): ok[i] says which went;
  * returns the first failure's status (err: its message), VMM_OK when all went. */
 vmm_status phys_release_many(vmm_backend *be, const vmm_phys *hs, size_t n, bool *ok,
@@ -35,6 +47,8 @@ void handle_unlink(struct devheap *dh, struct phandle *h);
 vmm_status handle_detach(struct devheap *dh, struct phandle *h, vmm_error *err);
 /* Release an unlisted handle (counted as released by acct) and free its record. */
 void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *acct);
+/* The same without the release: the driver handle went, or was parked, by other means. */
+void handle_forget(struct devheap *dh, struct phandle *h, struct arena *acct);
 /* Detach, unlink and destroy a wholly free handle. */
 vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err);
 /* Unmap and release the wholly free handles hs[0..n) (the releases side by side); returns the

@@ -116,10 +116,10 @@ static bool all_retired(struct devheap *dh, struct phandle *h)
 	return true;
 }
 
-/* Unmap and release h, all retired: the blocks over it go, the address space is unclaimed. */
+/* Unmap and release h, all retired: the blocks over it go, the address space is unclaimed. A
+ * handle that will not unmap is parked mapped, its address space claimed until it does. */
 static void release_retired(struct devheap *dh, struct phandle *h)
 {
-	vmm_backend *be = dh->core->be;
 	vmm_devptr end = h->va + h->size;
 	struct arena *a = h->arena;
 	struct blk *b = blk_containing(dh, h->va), *next;
@@ -133,13 +133,13 @@ static void release_retired(struct devheap *dh, struct phandle *h)
 		a->st.retired_bytes -= b->size;
 		blk_unlink(dh, b);
 	}
-	phys_unmap(be, h->va, h->size);
 	page_handle_set(dh, h->va, h->size, NULL);
-	va_free(dh, h->va, h->size);
 	stats_mapped(a, -(int64_t)h->size);
 	a->st.shared_bytes -= h->size;
 	handle_unlink(dh, h);
-	handle_destroy(dh, h, a);
+	if (phys_unmap_release(dh, h->h, h->va, h->size, true, "a freed export"))
+		va_free(dh, h->va, h->size);
+	handle_forget(dh, h, a);
 }
 
 void share_settle(struct devheap *dh)

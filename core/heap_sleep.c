@@ -85,16 +85,19 @@ static vmm_status check_host(struct devheap *dh, const struct sleep_plan *p, vmm
 
 /* Map h back at its address with its access, after a failed unmap or release. Where that fails,
  * h is released too: its contents are on the host (or were to be discarded), so it then goes
- * asleep with the released ones rather than stay created but unreachable. false: released. */
+ * asleep with the released ones rather than stay created but unreachable; mapped without its
+ * access and refusing to unmap, it is parked mapped instead. false: released (or parked). */
 static bool remap_or_release(struct devheap *dh, struct phandle *h)
 {
 	vmm_backend *be = dh->core->be;
 
-	if (!be->map(be, h->va, h->size, h->h, NULL) &&
-	    !heap_grant_access(dh, h->va, h->size, NULL))
+	if (be->map(be, h->va, h->size, h->h, NULL)) {
+		phys_release(dh, h->h, h->size);
+		return false;
+	}
+	if (!heap_grant_access(dh, h->va, h->size, NULL))
 		return true;
-	phys_unmap(be, h->va, h->size);
-	phys_release(dh, h->h, h->size);
+	phys_unmap_release(dh, h->h, h->va, h->size, false, "a failed sleep's undo");
 	return false;
 }
 
@@ -307,6 +310,7 @@ static uint64_t undo_release(struct devheap *dh, struct sleep_plan *p, const str
 	if (!p->released)
 		return 0;
 	vmm_error_clear(&e);
+	phys_retry_parked(dh); /* one that would not unmap just now holds its address */
 	if (!heap_restore_handles(dh, p->live, p->released, f->discard, &ignored, &e))
 		return 0;
 	commit_asleep(p->live, p->released, f->discard, &kept);

@@ -78,11 +78,14 @@ struct slab {
 	bool frozen;                /* inside a shared handle: hands out no slot again */
 };
 
-/* A handle the driver would not take back (its release failed twice): kept on its device heap
- * and released again at the device's next give-back (heap_phys.c), rather than forgotten. */
+/* A handle the driver would not take back (its release failed twice), or would not unmap (then
+ * it was not released: a mapped handle must not be): kept on its device heap and unmapped and
+ * released again at the device's next give-back (heap_phys.c), rather than forgotten. */
 struct parked_phys {
 	vmm_phys h;
 	size_t size;
+	vmm_devptr va;          /* still mapped at [va, va+size); 0: unmapped */
+	bool va_ours;           /* the heap's address space gets [va, va+size) back once unmapped */
 };
 
 /* A physical handle of the device, mapped at va (or asleep: released, to be re-created at va). */

@@ -86,11 +86,11 @@ static void leave_unsettled(struct devheap *dh, const struct restore *rs)
 
 /* Re-create, map, grant and (unless `no_copy`) fill the handles hs[0..n) that are released, in
  * batches whose copies overlap the next batch's setup. On failure every copy issued is waited
- * for, the handles are released again and stay asleep; the host copies are untouched. */
+ * for, the handles are released again and stay asleep; the host copies are untouched. A new
+ * handle that will not unmap is parked still mapped (its address stays the asleep handle's). */
 vmm_status heap_restore_handles(struct devheap *dh, struct phandle **hs, size_t n, bool no_copy,
 				uint64_t *copied, vmm_error *err)
 {
-	vmm_backend *be = dh->core->be;
 	struct restore rs = { .dh = dh, .hs = hs };
 	uint64_t batch = UINT64_MAX;
 	vmm_copy_stats cs;
@@ -126,10 +126,13 @@ vmm_status heap_restore_handles(struct devheap *dh, struct phandle **hs, size_t 
 		leave_unsettled(dh, &rs);
 		return st;
 	}
-	for (size_t i = 0; i < rs.mapped; i++)
-		phys_unmap(be, hs[i]->va, hs[i]->size);
-	for (size_t i = 0; i < rs.created; i++)
-		phys_release(dh, hs[i]->h, hs[i]->size);
+	for (size_t i = 0; i < rs.created; i++) {
+		if (i < rs.mapped)
+			phys_unmap_release(dh, hs[i]->h, hs[i]->va, hs[i]->size, false,
+					   "a failed wake");
+		else
+			phys_release(dh, hs[i]->h, hs[i]->size);
+	}
 	return st;
 }
 
