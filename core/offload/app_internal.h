@@ -12,6 +12,9 @@
 struct app_handle {
 	vmm_phys app;            /* the value the program holds */
 	vmm_phys real;           /* the driver's handle now; 0 while asleep */
+	vmm_phys stale;          /* asleep: a failed wake's handle whose mappings would not unmap,
+	                          * not released under them; unmapped and released first at the
+	                          * next wake (app_offload.c); 0: none */
 	size_t size;
 	int dev;
 	void *prop;              /* the program's allocation properties, verbatim */

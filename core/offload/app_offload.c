@@ -305,9 +305,45 @@ static vmm_status copy_back(vmm_app_registry *reg, struct app_handle **hs, size_
 	return st;
 }
 
-/* Bring back hs[0..n) (asleep: no real handle, nothing mapped): create, map, grant, copy back
- * (when they have a backup and `copy`). All or nothing: on failure they stay asleep, host copies
- * intact. */
+/* A failed restore gives h's new handle back: its mappings unmapped (mapped: it got that far),
+ * then released. Where they will not unmap (tried twice: remap_all puts back what it unmapped),
+ * the handle is not released under them: it is kept as h->stale for the next wake
+ * (settle_stale). */
+static void unrestore(vmm_app_registry *reg, struct app_handle *h, bool mapped)
+{
+	if (mapped && remap_all(reg, h, false, NULL) && remap_all(reg, h, false, NULL)) {
+		vmm_log(VMM_LOG_ERROR, "app handle %#llx: a failed wake could not unmap it again; "
+			"its new driver handle is kept mapped, not released, until the next wake "
+			"unmaps it", (unsigned long long)h->app);
+		h->stale = h->real;
+	} else {
+		reg->be->release(reg->be, h->real, NULL);
+	}
+	h->real = 0;
+}
+
+/* Before h is brought back: unmap and release what a failed wake left mapped (unrestore). */
+static vmm_status settle_stale(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
+{
+	vmm_status st;
+
+	if (!h->stale)
+		return VMM_OK;
+	h->real = h->stale; /* what remap_all maps back should the unmap fail part-way */
+	st = remap_all(reg, h, false, err);
+	h->real = 0;
+	if (st)
+		return st;
+	if (reg->be->release(reg->be, h->stale, NULL))
+		vmm_log(VMM_LOG_WARN, "app handle %#llx: a failed wake's driver handle, unmapped "
+			"now, could not be released", (unsigned long long)h->app);
+	h->stale = 0;
+	return VMM_OK;
+}
+
+/* Bring back hs[0..n) (asleep: no real handle, nothing mapped but what settle_stale unmaps):
+ * create, map, grant, copy back (when they have a backup and `copy`). All or nothing: on failure
+ * they stay asleep, host copies intact. */
 static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t n, bool copy,
 			  uint64_t *copied, vmm_error *err)
 {
@@ -315,6 +351,9 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 	size_t created = 0, mapped = 0;
 	vmm_status st = VMM_OK;
 
+	for (size_t i = 0; i < n; i++)
+		if ((st = settle_stale(reg, hs[i], err)))
+			return st;
 	for (; created < n; created++)
 		if ((st = create_like(reg, hs[created], err)))
 			break;
@@ -331,12 +370,8 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 		return st;
 	}
 	if (st) {
-		for (size_t i = 0; i < mapped; i++)
-			remap_all(reg, hs[i], false, NULL);
-		for (size_t i = 0; i < created; i++) {
-			be->release(be, hs[i]->real, NULL);
-			hs[i]->real = 0;
-		}
+		for (size_t i = 0; i < created; i++)
+			unrestore(reg, hs[i], i < mapped);
 		return st;
 	}
 	for (size_t i = 0; i < n; i++) {
@@ -588,8 +623,9 @@ static vmm_status wake_fits(vmm_app_registry *reg, struct app_handle **hs, size_
 		uint64_t need = 0;
 		size_t fr = 0, tot = 0;
 
+		/* A stale handle (unrestore) gives its memory back before its own comes. */
 		for (size_t i = 0; i < n; i++)
-			if (hs[i]->dev == d)
+			if (hs[i]->dev == d && !hs[i]->stale)
 				need += hs[i]->size;
 		if (need && reg->be->mem_info(reg->be, d, &fr, &tot, NULL) == VMM_OK && need > fr)
 			return vmm_fail(err, VMM_E_OOM, 0,

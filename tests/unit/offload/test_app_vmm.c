@@ -745,6 +745,31 @@ Test(app, fail_copy_in_wake, .fini = teardown)
 	faulty_cycle("cuMemcpyHtoDAsync:6", false, VMM_E_DRIVER);
 }
 
+/* The wake's copy back fails (H2D copy 6) after every handle is mapped, and the unwind's unmap of
+ * the first handle's (H1's) first mapping is refused twice (unmap 1 is the scene's, 2-7 the sleep's, 8
+ * the wake's temporary mapping of H3): that handle is not released under its mappings but kept,
+ * and the next wake unmaps and releases it before it maps the same addresses again. */
+Test(app, a_wake_unwind_keeps_a_handle_that_will_not_unmap, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	uint64_t used0, kept;
+
+	open_with("1G", "1", "cuMemcpyHtoDAsync:6,cuMemUnmap:9,cuMemUnmap:10");
+	build_scene();
+	used0 = t_dev_used(&td, 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_assert_neq(do_wake(&res, &err), VMM_OK, "the injected copy failure");
+	cr_expect(vmm_app_is_asleep(reg, 0), "the failed wake stays asleep");
+	kept = t_dev_used(&td, 0) - (used0 - 22 * MiB);
+	cr_expect_eq(kept, 8 * MiB, "the driver still holds H1 (%llu bytes), which would not unmap",
+		     (unsigned long long)kept);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "the next wake maps the same addresses: %s",
+		     err.msg);
+	expect_scene_intact();
+	cr_expect_eq(t_dev_used(&td, 0), used0, "and holds what it held before the sleep");
+}
+
 /* Each recorder owns its own stretch of one address range reserved for the test, so that no two
  * threads (nor simdev's own mappings) ever record the same address. */
 #define REC_ITERS 400
