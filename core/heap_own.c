@@ -140,7 +140,8 @@ static void remap_old(struct devheap *dh, struct phandle **hs, size_t n)
 
 /* Swap the old handles at [lo, lo+size) for nh: unmap them, map nh, or put them back. Where nh
  * is mapped but its access grant failed and it will not unmap, it stays in their place (*kept:
- * it holds their contents, copied, and the address cannot take them back). */
+ * it holds their contents, copied, and the address cannot take them back) and its grant is
+ * tried once more. */
 static vmm_status swap_in(struct devheap *dh, struct phandle **hs, size_t n, vmm_devptr lo,
 			  size_t size, vmm_phys nh, bool *kept, vmm_error *err)
 {
@@ -156,10 +157,11 @@ static vmm_status swap_in(struct devheap *dh, struct phandle **hs, size_t n, vmm
 	}
 	st = be->map(be, lo, size, nh, err);
 	if (!st && (st = heap_grant_access(dh, lo, size, err)) && !phys_unmap(be, lo, size)) {
-		vmm_log(VMM_LOG_ERROR, "0x%llx: its new handle of its own was mapped but could not "
-			"be given access (%s), and would not unmap: it is kept in place of the old "
-			"ones", (unsigned long long)lo, err ? err->msg : "driver error");
 		*kept = true;
+		st = heap_grant_access(dh, lo, size, err);
+		vmm_log(VMM_LOG_ERROR, "0x%llx: its new handle of its own could not be given access "
+			"and would not unmap: it is kept in place of the old ones (access granted on "
+			"a second try: %s)", (unsigned long long)lo, st ? "no" : "yes");
 		return st;
 	}
 	if (st)

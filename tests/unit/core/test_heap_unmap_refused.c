@@ -200,6 +200,36 @@ Test(heap_unmap_refused, a_failed_move_keeps_a_handle_that_will_not_unmap)
 	t_close(&t);
 }
 
+/* The same allocation (4 handles of a granule: cuMemMap 1-4, one grant): the move's copy works
+ * (its temporary mapping is cuMemSetAccess 2, cuMemUnmap 1), the old handles unmap (2-5), the new
+ * one maps in their place but its grant fails (cuMemSetAccess 3) and its unmap is refused twice
+ * (6 and 7). The old handles cannot come back there: the new one, which holds their bytes, stays
+ * in their place, and its access is granted on a second try. */
+Test(heap_unmap_refused, a_move_that_cannot_undo_keeps_the_new_handle_in_place)
+{
+	const size_t size = 3 * 2 * MiB + 1000;
+	vmm_share_info si;
+	struct tctx t;
+	vmm_devptr a;
+	vmm_error err;
+	vmm_stats s;
+	bool move;
+
+	t_simdev_env("256M", NULL, "cuMemSetAccess:3,cuMemUnmap:6,cuMemUnmap:7");
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, size, 0, "own", &a, &err), VMM_OK, "%s", err.msg);
+	t_fill(a, size, 6);
+	cr_assert_eq(vmm_share_own(t.core, a, &si, &err), VMM_OK, "%s", err.msg);
+	cr_expect(si.own_handle);
+	cr_assert_eq(vmm_share_own_plan(t.core, a, &move, &err), VMM_OK, "%s", err.msg);
+	cr_expect_not(move, "the allocation has its handle of its own");
+	cr_expect(t_check(a, size, 6), "with its bytes, accessible");
+	s = t_stats(&t, 0, NULL);
+	cr_expect_eq(s.release_pending_bytes, 0);
+	cr_expect_eq(t_dev_used(&t, 0), s.mapped_bytes, "the old handles went, nothing else");
+	t_close(&t);
+}
+
 /* The child: a failed wake keeps a handle, then the core is torn down. simdev writes its live
  * bytes to SIMDEV_STATS at exit. Exit codes say what went wrong. */
 static int teardown_child(void)
