@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "offload/copy_engine.h"
 
 void stats_mapped(struct arena *a, int64_t delta)
 {
@@ -87,16 +88,23 @@ void phys_release(struct devheap *dh, vmm_phys h, size_t size)
 		release_again_or_park(dh, h, size);
 }
 
+/* Copies of a failed transfer may still run (copy_engine.h): what is parked mapped stays so. */
+static bool copies_may_run(struct devheap *dh)
+{
+	return dh->ce && vmm_copy_engine_unsettled(dh->ce) && !vmm_copy_engine_settle(dh->ce);
+}
+
 uint64_t phys_retry_parked(struct devheap *dh)
 {
 	vmm_backend *be = dh->core->be;
 	uint64_t went = 0;
+	bool keep_mapped = dh->nparked && copies_may_run(dh);
 
 	for (size_t i = 0; i < dh->nparked;) {
 		struct parked_phys *p = &dh->parked[i];
 
 		/* A handle still mapped is unmapped first: never released under its mapping. */
-		if (p->va && be->unmap(be, p->va, p->size, NULL)) {
+		if (p->va && (keep_mapped || be->unmap(be, p->va, p->size, NULL))) {
 			i++;
 			continue;
 		}

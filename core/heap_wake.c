@@ -68,22 +68,6 @@ static vmm_status restore_batch(struct restore *rs, size_t i, size_t j, bool no_
 	return vmm_copy_add(dh->ce, rs->r, nr, err);
 }
 
-/* A failed restore whose copies could not be confirmed finished: unmapping what they write to
- * would fault the device (or, on simdev, the program). The handles stay mapped and created; the
- * heap still counts them asleep, with their host copy, and the bytes are lost to this process
- * until it exits. Rare: every synchronize of a copy stream failed, which on a GPU means a
- * broken context. */
-static void leave_unsettled(struct devheap *dh, const struct restore *rs)
-{
-	uint64_t bytes = 0;
-
-	for (size_t i = 0; i < rs->created; i++)
-		bytes += rs->hs[i]->size;
-	vmm_log(VMM_LOG_ERROR, "device %d: a failed wake leaves %zu handle(s), %llu bytes, mapped: "
-		"copies into them may still be running", dh->dev, rs->created,
-		(unsigned long long)bytes);
-}
-
 /* Re-create, map, grant and (unless `no_copy`) fill the handles hs[0..n) that are released, in
  * batches whose copies overlap the next batch's setup. On failure every copy issued is waited
  * for, the handles are released again and stay asleep; the host copies are untouched. A new
@@ -122,12 +106,16 @@ vmm_status heap_restore_handles(struct devheap *dh, struct phandle **hs, size_t 
 	free(rs.r);
 	if (!st)
 		return VMM_OK;
-	if (rs.copying && vmm_copy_engine_unsettled(dh->ce)) {
-		leave_unsettled(dh, &rs);
-		return st;
-	}
+	/* Copies that could not be confirmed finished (every synchronize of a stream failed) may
+	 * still write to what was mapped: unmapping it would fault. It is parked mapped instead and
+	 * given back once the engine's streams synchronize again (phys_retry_parked). */
+	bool unsettled = rs.copying && vmm_copy_engine_unsettled(dh->ce);
+
 	for (size_t i = 0; i < rs.created; i++) {
-		if (i < rs.mapped)
+		if (i < rs.mapped && unsettled)
+			phys_park_mapped(dh, hs[i]->h, hs[i]->va, hs[i]->size, false,
+					 "a failed wake whose copies may still run");
+		else if (i < rs.mapped)
 			phys_unmap_release(dh, hs[i]->h, hs[i]->va, hs[i]->size, false,
 					   "a failed wake");
 		else
