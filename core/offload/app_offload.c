@@ -62,6 +62,15 @@ static bool copies_unsettled(vmm_app_registry *reg)
 	return false;
 }
 
+/* Ask unsettled engines again: true when no copy of an earlier transfer can still run. */
+static bool copies_settle(vmm_app_registry *reg)
+{
+	for (int d = 0; d < VMM_MAX_DEVICES; d++)
+		if (vmm_copy_engine_unsettled(reg->ce[d]) && !vmm_copy_engine_settle(reg->ce[d]))
+			return false;
+	return true;
+}
+
 static vmm_status temp_map(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
 {
 	vmm_backend *be = reg->be;
@@ -329,6 +338,11 @@ static vmm_status settle_stale(vmm_app_registry *reg, struct app_handle *h, vmm_
 
 	if (!h->stale)
 		return VMM_OK;
+	if (!copies_settle(reg))
+		return vmm_fail(err, VMM_E_DRIVER, 0, "app handle %#llx: copies of an earlier failed "
+				"wake may still be running (its copy streams do not synchronize)",
+				(unsigned long long)h->app);
+	temp_unmap_all(reg, &h, 1); /* an unsettled copy's temporary mapping (copy_handles) */
 	h->real = h->stale; /* what remap_all maps back should the unmap fail part-way */
 	st = remap_all(reg, h, false, err);
 	h->real = 0;
@@ -365,8 +379,14 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 	if (copy_ran)
 		st = copy_back(reg, hs, n, copied, err);
 	if (st && copy_ran && copies_unsettled(reg)) {
-		vmm_log(VMM_LOG_ERROR, "a failed wake leaves %zu app handle(s) mapped: copies into "
-			"them may still be running", created);
+		/* Unmapping what copies may still write to would fault: kept for the next wake,
+		 * which unmaps it once the copy streams synchronize again (settle_stale). */
+		vmm_log(VMM_LOG_ERROR, "a failed wake keeps %zu app handle(s) mapped until the next "
+			"wake: copies into them may still be running", created);
+		for (size_t i = 0; i < created; i++) {
+			hs[i]->stale = hs[i]->real;
+			hs[i]->real = 0;
+		}
 		return st;
 	}
 	if (st) {
@@ -386,7 +406,6 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 	return VMM_OK;
 }
 
-/* The handles an operation covers: selected, releasable, and asleep or not as asked. */
 /* The handles an operation covers: selected, releasable, and asleep or not as asked. */
 static struct app_handle **pick(vmm_app_registry *reg, const vmm_sleep_opts *o, bool asleep,
 				size_t *n, uint64_t *bytes, uint64_t *exported_bytes)

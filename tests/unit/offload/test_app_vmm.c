@@ -853,3 +853,25 @@ Test(app, fail_synchronize_and_its_retry_in_wake, .fini = teardown)
 	setenv("SIMDEV_COPY_DELAY", "20", 1);
 	faulty_cycle("cuStreamSynchronize:9,cuStreamSynchronize:10", false, VMM_E_DRIVER);
 }
+
+/* Every attempt at the first stream's synchronize fails: the copies may still run, so the wake
+ * keeps what it mapped until the next wake, which finds the streams idle, gives it back and
+ * brings every byte back. */
+Test(app, a_wake_whose_copies_never_synchronize_is_undone_by_the_next, .fini = teardown)
+{
+	const char *fail = "cuStreamSynchronize:9,cuStreamSynchronize:10,cuStreamSynchronize:11";
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	uint64_t used0;
+
+	setenv("SIMDEV_COPY_DELAY", "20", 1);
+	open_with("1G", "1", fail);
+	build_scene();
+	used0 = t_dev_used(&td, 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(do_wake(&res, &err), VMM_E_DRIVER, "%s: the wake fails", fail);
+	cr_expect(vmm_app_is_asleep(reg, 0), "stays asleep");
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	expect_scene_intact();
+	cr_expect_eq(t_dev_used(&td, 0), used0, "what the failed wake kept is given back");
+}
