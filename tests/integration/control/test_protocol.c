@@ -460,6 +460,9 @@ Test(vmmctl, list_removes_stale_sockets, .timeout = 30)
 	struct target *t = start(NULL);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	pid_t gone = fork();
+	/* Not a /tmp/vmmshim-* folder: a `vmmctl list` run as root by a test beside this one
+	 * scans those and would clean the socket up first. */
+	char dir[] = "/tmp/vmmctl-stale-XXXXXX";
 	char path[400];
 	struct stat st;
 	int fd;
@@ -467,16 +470,19 @@ Test(vmmctl, list_removes_stale_sockets, .timeout = 30)
 	if (gone == 0)
 		_exit(0);
 	waitpid(gone, NULL, 0);
-	cr_assert_lt((size_t)snprintf(path, sizeof(path), "%s/%d.sock", t->run_dir, (int)gone),
+	cr_assert_not_null(mkdtemp(dir));
+	cr_assert_lt((size_t)snprintf(path, sizeof(path), "%s/%d.sock", dir, (int)gone),
 		     sizeof(sa.sun_path));
 	memcpy(sa.sun_path, path, strlen(path) + 1);
 	fd = socket(AF_UNIX, SOCK_STREAM, 0);
 	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
 	close(fd);
-	vmmctl_run(&o, t->run_dir, -1, "list");
+	vmmctl_run(&o, dir, -1, "list");
 	cr_expect_eq(o.code, 0);
 	cr_expect(stat(sa.sun_path, &st) != 0, "the stale socket is still there");
 	cr_expect(strstr(o.err, "left by process"), "%s", o.err);
+	unlink(sa.sun_path);
+	rmdir(dir);
 	still_serving(t);
 	finish(t);
 }
