@@ -2,8 +2,11 @@
 #include "helpers.h"
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 void t_simdev_env(const char *memory, const char *devices, const char *fail)
 {
@@ -13,6 +16,36 @@ void t_simdev_env(const char *memory, const char *devices, const char *fail)
 		setenv("SIMDEV_DEVICES", devices, 1);
 	if (fail)
 		setenv("SIMDEV_FAIL", fail, 1);
+}
+
+int t_run_child(int (*scenario)(void), const char *const *env, long long *live)
+{
+	char stats[] = "/tmp/vmm-core-child-stats-XXXXXX";
+	char line[128];
+	int fd = mkstemp(stats), status;
+	pid_t pid;
+	FILE *f;
+
+	cr_assert_geq(fd, 0);
+	close(fd);
+	pid = fork();
+	if (pid == 0) {
+		unsetenv("SIMDEV_FAIL");
+		for (int i = 0; env && env[i]; i++)
+			putenv((char *)env[i]);
+		setenv("SIMDEV_STATS", stats, 1);
+		exit(scenario());
+	}
+	cr_assert_gt(pid, 0);
+	waitpid(pid, &status, 0);
+	*live = -1;
+	f = fopen(stats, "r");
+	while (f && fgets(line, sizeof(line), f))
+		sscanf(line, "live_bytes %lld", live);
+	if (f)
+		fclose(f);
+	unlink(stats);
+	return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
 vmm_status t_try_open(struct tctx *t, const vmm_config *cfg, vmm_error *err)

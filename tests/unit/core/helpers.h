@@ -31,6 +31,13 @@ uint64_t t_dev_used(struct tctx *t, int dev);
 uint64_t t_dev_total(struct tctx *t, int dev);
 vmm_stats t_stats(struct tctx *t, int dev, const char *tag);
 
+/* Run scenario() in a child process (simdev reads its environment once per process): env holds
+ * "NAME=value" settings for it (NULL-ended, or NULL; SIMDEV_FAIL is unset unless given) and
+ * SIMDEV_STATS points at a file of its own. The child exits with what scenario returns (exit,
+ * not _exit: simdev writes its stats from a destructor). Returns that code, or 128 + the signal
+ * that ended the child; *live: the device bytes simdev still held at its exit (-1: unknown). */
+int t_run_child(int (*scenario)(void), const char *const *env, long long *live);
+
 /* Fill [p, p+n) with a pattern of seed (every word for small ranges, sampled for large ones);
  * t_check answers whether it is still there. */
 void t_fill(vmm_devptr p, size_t n, uint64_t seed);

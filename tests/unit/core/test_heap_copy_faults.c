@@ -10,8 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "helpers.h"
 #include "heap_offload.h"
@@ -74,69 +72,37 @@ static int scenario(void)
 	return parked ? PASSED_PARKED : 0;
 }
 
-static int run_child(const char *fail, const char *stats, long *live)
-{
-	pid_t pid = fork();
-	int status;
-	char name[64];
-	long v;
-	FILE *f;
-
-	if (pid == 0) {
-		setenv("SIMDEV_MEMORY", "256M", 1);
-		setenv("SIMDEV_STATS", stats, 1);
-		setenv("SIMDEV_COPY_DELAY", "5", 1);
-		if (fail)
-			setenv("SIMDEV_FAIL", fail, 1);
-		else
-			unsetenv("SIMDEV_FAIL");
-		exit(scenario()); /* exit: simdev writes SIMDEV_STATS from a destructor */
-	}
-	cr_assert_gt(pid, 0);
-	waitpid(pid, &status, 0);
-	*live = -1;
-	f = fopen(stats, "r");
-	while (f && fscanf(f, "%63s %ld", name, &v) == 2)
-		if (!strcmp(name, "live_bytes"))
-			*live = v;
-	if (f)
-		fclose(f);
-	return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-}
-
 /* Each synchronize of two sleep/wake cycles fails in turn: alone, with its retry, and with
  * every retry. */
 Test(heap_copy_faults, a_failed_synchronize_with_copies_in_flight_loses_nothing, .timeout = 240)
 {
-	char stats[] = "/tmp/vmm-copy-faults-XXXXXX";
-	int fd = mkstemp(stats), cases = 0, parked_cases = 0;
-	long live;
+	char fail[96] = "SIMDEV_FAIL=";
+	const char *env[] = { "SIMDEV_MEMORY=256M", "SIMDEV_COPY_DELAY=5", NULL, NULL };
+	int cases = 0, parked_cases = 0;
+	long long live;
 
-	cr_assert_geq(fd, 0);
-	close(fd);
-	cr_assert_eq(run_child(NULL, stats, &live), 0, "the scenario passes without faults");
+	cr_assert_eq(t_run_child(scenario, env, &live), 0, "the scenario passes without faults");
 	cr_assert_eq(live, 0);
+	env[2] = fail;
 	for (int k = 1; k <= 24; k++) {
 		for (int times = 1; times <= 3; times++) {
-			char fail[96];
-			int rc, n = 0;
+			int rc, n = (int)strlen("SIMDEV_FAIL=");
 
 			/* Three in a row: every attempt at one stream fails, the engine is unsettled
 			 * and what the wake mapped stays parked until the next wake. */
 			for (int i = 0; i < times; i++)
 				n += snprintf(fail + n, sizeof(fail) - (size_t)n, "%scuStreamSynchronize:%d",
 					      i ? "," : "", k + i);
-			rc = run_child(fail, stats, &live);
+			rc = t_run_child(scenario, env, &live);
 			if (rc == PASSED_PARKED) {
 				parked_cases++;
 				rc = 0;
 			}
-			cr_expect_eq(rc, 0, "SIMDEV_FAIL=%s: the scenario failed (%d)", fail, rc);
-			cr_expect_eq(live, 0, "SIMDEV_FAIL=%s: %ld device bytes leaked", fail, live);
+			cr_expect_eq(rc, 0, "%s: the scenario failed (%d)", fail, rc);
+			cr_expect_eq(live, 0, "%s: %lld device bytes leaked", fail, live);
 			cases++;
 		}
 	}
 	cr_expect_gt(parked_cases, 0, "some case left a failed wake's memory parked");
 	cr_log_info("%d injected failures checked, %d parked memory", cases, parked_cases);
-	unlink(stats);
 }

@@ -7,8 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "helpers.h"
 #include "heap_offload.h"
@@ -89,59 +87,28 @@ static int scenario(void)
 	return 0;
 }
 
-static int run_child(const char *fail, const char *stats, long *live)
-{
-	pid_t pid = fork();
-	int status;
-	char name[64];
-	long v;
-	FILE *f;
-
-	if (pid == 0) {
-		setenv("SIMDEV_MEMORY", "256M", 1);
-		setenv("SIMDEV_STATS", stats, 1);
-		if (fail)
-			setenv("SIMDEV_FAIL", fail, 1);
-		else
-			unsetenv("SIMDEV_FAIL");
-		exit(scenario()); /* exit: simdev writes SIMDEV_STATS from a destructor */
-	}
-	cr_assert_gt(pid, 0);
-	waitpid(pid, &status, 0);
-	*live = -1;
-	f = fopen(stats, "r");
-	while (f && fscanf(f, "%63s %ld", name, &v) == 2)
-		if (!strcmp(name, "live_bytes"))
-			*live = v;
-	if (f)
-		fclose(f);
-	return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
-}
-
 Test(heap_sleep_faults, every_call_of_a_many_handle_sleep_can_fail, .timeout = 120)
 {
 	static const char *names[] = { "cuMemUnmap", "cuMemRelease", "cuMemMap", "cuMemCreate",
 				       "cuMemSetAccess", "cuCtxSynchronize" };
-	char stats[] = "/tmp/vmm-sleep-faults-XXXXXX";
-	int fd = mkstemp(stats), cases = 0;
-	long live;
+	char fail[96];
+	const char *env[] = { "SIMDEV_MEMORY=256M", NULL, NULL };
+	int cases = 0;
+	long long live;
 
-	cr_assert_geq(fd, 0);
-	close(fd);
-	cr_assert_eq(run_child(NULL, stats, &live), 0, "the scenario passes without faults");
+	cr_assert_eq(t_run_child(scenario, env, &live), 0, "the scenario passes without faults");
 	cr_assert_eq(live, 0);
+	env[1] = fail;
 	for (size_t n = 0; n < sizeof(names) / sizeof(names[0]); n++) {
 		for (int k = 1; k <= 16; k++) {
-			char fail[96];
 			int rc;
 
-			snprintf(fail, sizeof(fail), "%s:%d", names[n], k);
-			rc = run_child(fail, stats, &live);
-			cr_expect_eq(rc, 0, "SIMDEV_FAIL=%s: the scenario failed (%d)", fail, rc);
-			cr_expect_eq(live, 0, "SIMDEV_FAIL=%s: %ld device bytes leaked", fail, live);
+			snprintf(fail, sizeof(fail), "SIMDEV_FAIL=%s:%d", names[n], k);
+			rc = t_run_child(scenario, env, &live);
+			cr_expect_eq(rc, 0, "%s: the scenario failed (%d)", fail, rc);
+			cr_expect_eq(live, 0, "%s: %lld device bytes leaked", fail, live);
 			cases++;
 		}
 	}
 	cr_log_info("%d injected failures checked", cases);
-	unlink(stats);
 }
