@@ -48,6 +48,42 @@ int t_run_child(int (*scenario)(void), const char *const *env, long long *live)
 	return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
+vmm_devptr t_import_view(struct tctx *t, const vmm_share_info *want, bool *fresh)
+{
+	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
+	vmm_share_info info;
+	vmm_devptr va;
+	vmm_error err;
+	size_t n;
+	int dev = 0;
+
+	cr_assert_eq(vmm_share_fds(t->core, want->base, want->id, &info, pieces,
+				   VMM_SHARE_MAX_PIECES, &n, fresh, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(info.span, want->span);
+	cr_assert_eq(t->be->reserve(t->be, 0, info.span_size, 0, &va, &err), VMM_OK, "%s", err.msg);
+	for (size_t i = 0; i < n; i++) {
+		vmm_phys h;
+
+		cr_assert_eq(t->be->import_fd(t->be, pieces[i].fd, &h, &dev, &err), VMM_OK, "%s",
+			     err.msg);
+		close(pieces[i].fd);
+		cr_assert_eq(t->be->map_at(t->be, va + pieces[i].offset, pieces[i].size,
+					   pieces[i].handle_offset, h, &err), VMM_OK, "%s", err.msg);
+		t->be->release(t->be, h, &err); /* the mapping holds it */
+	}
+	cr_assert_eq(t->be->set_access(t->be, 0, va, info.span_size, NULL, 0, &err), VMM_OK);
+	return va + (info.base - info.span);
+}
+
+void t_import_drop(struct tctx *t, const vmm_share_info *want, vmm_devptr view)
+{
+	vmm_devptr va = view - (want->base - want->span);
+	vmm_error err;
+
+	t->be->unmap(t->be, va, want->span_size, &err);
+	t->be->unreserve(t->be, 0, va, want->span_size, &err);
+}
+
 vmm_status t_try_open(struct tctx *t, const vmm_config *cfg, vmm_error *err)
 {
 	vmm_status st;

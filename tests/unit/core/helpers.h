@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "heap.h"
+#include "vmm_share.h"
 
 #define KiB (1ull << 10)
 #define MiB (1ull << 20)
@@ -37,6 +38,12 @@ vmm_stats t_stats(struct tctx *t, int dev, const char *tag);
  * not _exit: simdev writes its stats from a destructor). Returns that code, or 128 + the signal
  * that ended the child; *live: the device bytes simdev still held at its exit (-1: unknown). */
 int t_run_child(int (*scenario)(void), const char *const *env, long long *live);
+
+/* Map the export's pieces at a range of their own, as another process would; returns where the
+ * allocation lies in that range. *fresh (may be NULL): whether the descriptors were exported for
+ * this fetch (false: copies of kept ones). t_import_drop gives the range back. */
+vmm_devptr t_import_view(struct tctx *t, const vmm_share_info *want, bool *fresh);
+void t_import_drop(struct tctx *t, const vmm_share_info *want, vmm_devptr view);
 
 /* Fill [p, p+n) with a pattern of seed (every word for small ranges, sampled for large ones);
  * t_check answers whether it is still there. */

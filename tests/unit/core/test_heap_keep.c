@@ -41,32 +41,11 @@ static vmm_share_info exported(struct tctx *t, size_t size, uint64_t seed)
  * were exported for this fetch. */
 static bool fetch_and_check(struct tctx *t, const vmm_share_info *si, uint64_t seed)
 {
-	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
-	vmm_share_info info;
-	vmm_devptr va;
-	vmm_error err;
-	size_t n;
 	bool fresh = true;
-	int dev = 0;
+	vmm_devptr view = t_import_view(t, si, &fresh);
 
-	cr_assert_eq(vmm_share_fds(t->core, si->base, si->id, &info, pieces, VMM_SHARE_MAX_PIECES,
-				   &n, &fresh, &err), VMM_OK, "%s", err.msg);
-	cr_assert_eq(t->be->reserve(t->be, 0, info.span_size, 0, &va, &err), VMM_OK);
-	for (size_t i = 0; i < n; i++) {
-		vmm_phys h;
-
-		cr_assert_eq(t->be->import_fd(t->be, pieces[i].fd, &h, &dev, &err), VMM_OK, "%s",
-			     err.msg);
-		close(pieces[i].fd);
-		cr_assert_eq(t->be->map_at(t->be, va + pieces[i].offset, pieces[i].size,
-					   pieces[i].handle_offset, h, &err), VMM_OK);
-		t->be->release(t->be, h, &err);
-	}
-	cr_assert_eq(t->be->set_access(t->be, 0, va, info.span_size, NULL, 0, &err), VMM_OK);
-	cr_expect(t_check(va + (info.base - info.span), si->size, seed),
-		  "the fetched descriptors hold the exported bytes");
-	t->be->unmap(t->be, va, info.span_size, &err);
-	t->be->unreserve(t->be, 0, va, info.span_size, &err);
+	cr_expect(t_check(view, si->size, seed), "the fetched descriptors hold the exported bytes");
+	t_import_drop(t, si, view);
 	return fresh;
 }
 

@@ -9,34 +9,6 @@
 #include "helpers.h"
 #include "vmm_share.h"
 
-/* Map the export's pieces at a range of their own, as an importer would. */
-static vmm_devptr import_view(struct tctx *t, const vmm_share_info *want)
-{
-	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
-	vmm_share_info info;
-	vmm_devptr va;
-	vmm_error err;
-	size_t n;
-	int dev = 0;
-
-	cr_assert_eq(vmm_share_fds(t->core, want->base, want->id, &info, pieces,
-				   VMM_SHARE_MAX_PIECES, &n, NULL, &err), VMM_OK, "%s", err.msg);
-	cr_assert_eq(info.span, want->span);
-	cr_assert_eq(t->be->reserve(t->be, 0, info.span_size, 0, &va, &err), VMM_OK, "%s", err.msg);
-	for (size_t i = 0; i < n; i++) {
-		vmm_phys h;
-
-		cr_assert_eq(t->be->import_fd(t->be, pieces[i].fd, &h, &dev, &err), VMM_OK, "%s",
-			     err.msg);
-		close(pieces[i].fd);
-		cr_assert_eq(t->be->map_at(t->be, va + pieces[i].offset, pieces[i].size,
-					   pieces[i].handle_offset, h, &err), VMM_OK, "%s", err.msg);
-		t->be->release(t->be, h, &err); /* the mapping holds it */
-	}
-	cr_assert_eq(t->be->set_access(t->be, 0, va, info.span_size, NULL, 0, &err), VMM_OK);
-	return va + (info.base - info.span);
-}
-
 static bool in_span(const vmm_share_info *si, vmm_devptr p, size_t size)
 {
 	return p < si->span + si->span_size && p + size > si->span;
@@ -62,7 +34,7 @@ static void check_never_reused(size_t size)
 	cr_expect_eq(si.size, size);
 	cr_assert_eq(vmm_share_export(t.core, a, &again, &err), VMM_OK);
 	cr_expect_eq(again.id, si.id, "the same allocation keeps its export id");
-	view = import_view(&t, &si);
+	view = t_import_view(&t, &si, NULL);
 	cr_assert(t_check(view, size, 1), "the importer's view shows the exported bytes");
 
 	/* Free it: the importer keeps it; nothing this heap hands out may land on that memory. */
@@ -187,7 +159,7 @@ Test(heap_share, a_group_sleep_may_release_exported_memory)
 	cr_assert_eq(vmm_share_export(t.core, a, &si, &err), VMM_OK, "%s", err.msg);
 	cr_assert_eq(vmm_share_own(t.core, r, &sr, &err), VMM_OK, "%s", err.msg);
 	/* The importer wrote through its view, then let it go. */
-	view = import_view(&t, &si);
+	view = t_import_view(&t, &si, NULL);
 	t_fill(view, 8 * MiB, 6);
 	cr_assert_eq(t.be->unmap(t.be, si.span + (view - si.base), si.span_size, &err), VMM_OK);
 	t.be->unreserve(t.be, 0, si.span + (view - si.base), si.span_size, &err);
@@ -206,7 +178,7 @@ Test(heap_share, a_group_sleep_may_release_exported_memory)
 	cr_expect(t_check(a, 8 * MiB, 6), "the importer's write came back");
 	cr_expect(t_check(b, 8 * MiB, 4));
 	/* Shared again: a new import sees the same memory as the exporter. */
-	view = import_view(&t, &si);
+	view = t_import_view(&t, &si, NULL);
 	t_fill(view, 8 * MiB, 7);
 	cr_expect(t_check(a, 8 * MiB, 7));
 	t_close(&t);
