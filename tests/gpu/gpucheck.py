@@ -1262,7 +1262,7 @@ class Matrix:
             self.badd("IPC open of a 1 GiB tensor (ms)", "not run", "", "", "",
                       "out of time" if self.shim_ok else "libvmmshim.so missing")
             return
-        got, phases, gets = {}, [], {}
+        got, phases, gets, unpickled = {}, [], {}, {}
         for shim in (False, True):
             p = Proc("bench_ipc." + ("shim" if shim else "native"),
                      [sys.executable, os.path.join(self.a.root, "tests/gpu/ipc_torch.py"),
@@ -1271,6 +1271,7 @@ class Matrix:
             v = p.values("BENCH").get("open_1gib_ms")
             got[shim] = (rc, float(v) if v is not None else None)
             gets[shim] = p.values("BENCH").get("ipc_get_ms")
+            unpickled[shim] = p.values("BENCH").get("open_unpickle_ms")
             if shim:  # the shim's medians per phase of one open (ipc_torch.py's child log)
                 phases = [l.split(None, 2)[2] for _, l in p.lines
                           if l.startswith("BENCH open_phases_ms ") and len(l.split()) > 2]
@@ -1280,6 +1281,8 @@ class Matrix:
         self.bench[-1]["note"] += "; shim phases (ms): " + (phases[-1] if phases else "none")
         self.bench[-1]["note"] += (f"; get (ms): shim {gets.get(True) or 'none'}, native "
                                    f"{gets.get(False) or 'none'}")
+        self.bench[-1]["note"] += (f"; unpickling alone (ms): shim {unpickled.get(True) or 'none'}"
+                                   f", native {unpickled.get(False) or 'none'}")
         for shim, (rc, _) in got.items():
             if rc != 0:
                 self.bench[-1]["note"] += f"; {'shim' if shim else 'native'} run rc {rc}"

@@ -130,6 +130,7 @@ elif name == "ipc_torch.py":
     if "--bench" in sys.argv:
         print(f"BENCH ipc_get_ms {0.05 if shim else 0.04}")
         print(f"BENCH open_1gib_ms {2.0 if shim else 1.5}")
+        print(f"BENCH open_unpickle_ms {1.9 if shim else 1.4}")
         if shim:
             print("BENCH open_phases_ms total=1.900 request=0.800 import=0.500 reserve=0.010 "
                   "map=0.300 access=0.250 fds=0.010 rest=0.040 exporter_fds=0.020 exported=0")

@@ -83,6 +83,9 @@ for metric, note in (("malloc+free pair 256B (us)", "met"),
 if "shim phases (ms): total=1.900 request=0.800" not in \
         bench.get("IPC open of a 1 GiB tensor (ms)", {}).get("note", ""):
     bad.append("the IPC open row does not carry the shim's phases")
+if "unpickling alone (ms): shim 1.9, native 1.4" not in \
+        bench.get("IPC open of a 1 GiB tensor (ms)", {}).get("note", ""):
+    bad.append("the IPC open row does not carry the unpickling times")
 if "get (ms): shim 0.05, native 0.04" not in \
         bench.get("IPC open of a 1 GiB tensor (ms)", {}).get("note", ""):
     bad.append("the IPC open row does not carry the get times")
