@@ -5,7 +5,7 @@
 # 2 MiB pieces, each beside the native driver where that makes sense; driver calls are costed
 # at the H200's figures (tests/bench/driver_model.c). Runs on the real GPU when a driver is installed, otherwise on
 # simdev (its figures are then indicative only). Builds into build/ (or $BUILD_DIR) if needed.
-# Usage: scripts/bench-core.sh [--quick] | --train [STEPS] | --sleep GIB [--pieces] | --demo
+# Usage: scripts/bench-core.sh [--quick] | --train [STEPS] | --sleep GIB [--pieces | --small] | --demo
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -5,10 +5,10 @@
  *      native cuMemAlloc of the same size;
  *   3. peak mapped and peak live bytes on a fragmenting trace (growing, varying batch shapes).
  *   4. the same on a replay of NO_CACHING training (train_trace.h), with syncs per step.
- *   5. a discard sleep and wake of 1 GiB allocations and of 64 MiB ones (2 MiB pieces), with the
- *      driver calls they make.
+ *   5. discard sleeps and wakes (first and steady) of 1 GiB allocations, of 64 MiB ones, or of
+ *      2-32 MiB ones left by fragmenting frees, with the driver calls they make.
  * Driver calls are counted and costed at the H200's figures (driver_model.c).
- * Usage: bench_core [--quick] | --train [STEPS] | --sleep GIB [--pieces] | --demo */
+ * Usage: bench_core [--quick] | --train [STEPS] | --sleep GIB [--pieces | --small] | --demo */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -228,47 +228,118 @@ static void print_calls(const char *what, double seconds, struct driver_counts c
 	       (us * scale / 1e6) + bytes * scale / (gbs * 1e9), gbs);
 }
 
-/* Sleep and wake of `gib` GiB through the core (vmm_sleep / vmm_wake, as vmmctl drives them), the
- * contents discarded: held in 1 GiB allocations (one handle each) or, with `pieces`, in 64 MiB
- * allocations (2 MiB pieces). Prints the driver calls made and what they would cost on the H200
- * (driver_model.c), scaled linearly to 128 GiB, and with the copy a kept sleep adds. */
-static void sleep_bench(vmm_backend *be, int gib, bool pieces)
+/* How sleep_bench holds its memory. */
+enum sleep_layout {
+	HELD_WHOLE,     /* 1 GiB allocations, one handle each */
+	HELD_PIECES,    /* 64 MiB allocations */
+	HELD_SMALL,     /* 2-32 MiB allocations left by fragmenting frees (tests/gpu/hold.cu) */
+};
+
+/* The fragmenting allocations of hold.cu's "small": sizes cycle through 2..32 MiB; a third is
+ * freed and the holes refilled with other sizes until `total` bytes are held. Returns how many
+ * are held. */
+static size_t hold_small(vmm_core *core, size_t total)
 {
+	static const size_t mib[] = { 2, 6, 32, 4, 12, 24, 8, 16, 2, 20 };
+	const size_t nmib = sizeof(mib) / sizeof(mib[0]);
+	size_t cap = total / (2 * MiB) + 16, n = 0, w = 0, held = 0, k = 0;
+	vmm_devptr *ps = calloc(cap, sizeof(*ps));
+	size_t *sz = calloc(cap, sizeof(*sz));
+
+	if (!ps || !sz)
+		exit(1);
+	while (held < total + total / 4 && n < cap) {
+		sz[n] = mib[k++ % nmib] * MiB;
+		if (vmm_malloc(core, 0, sz[n], 0, NULL, &ps[n], NULL))
+			break;
+		held += sz[n++];
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (i % 3 == 1) {
+			vmm_free(core, ps[i], NULL);
+			held -= sz[i];
+			continue;
+		}
+		ps[w] = ps[i];
+		sz[w++] = sz[i];
+	}
+	for (k = 3; held < total && w < cap; k++) {
+		size_t b = mib[k % nmib] * MiB < total - held ? mib[k % nmib] * MiB : total - held;
+
+		if (vmm_malloc(core, 0, b, 0, NULL, &ps[w], NULL))
+			break;
+		held += b;
+		w++;
+	}
+	free(ps);
+	free(sz);
+	return w;
+}
+
+/* One discard sleep and wake; false when either failed (said on stderr). */
+static bool discard_cycle(vmm_core *core, const vmm_sleep_opts *o, vmm_transfer_result *rs,
+			  vmm_transfer_result *rw, struct driver_counts c[3])
+{
+	vmm_error err;
+
+	c[0] = driver_model_get();
+	if (vmm_sleep(core, o, rs, &err)) {
+		fprintf(stderr, "bench_core: sleep: %s\n", err.msg);
+		return false;
+	}
+	c[1] = driver_model_get();
+	if (vmm_wake(core, o, rw, &err)) {
+		fprintf(stderr, "bench_core: wake: %s\n", err.msg);
+		return false;
+	}
+	c[2] = driver_model_get();
+	return true;
+}
+
+/* Sleep and wake of `gib` GiB through the core (vmm_sleep / vmm_wake, as vmmctl drives them), the
+ * contents discarded, two cycles (the first, and the steady state after it): held as `layout`
+ * says. Prints the driver calls made and what they would cost on the H200 (driver_model.c),
+ * scaled linearly to 128 GiB, and with the copy a kept sleep adds. */
+static void sleep_bench(vmm_backend *be, int gib, enum sleep_layout layout)
+{
+	static const char *const cycle_name[2] = { "first", "steady" };
 	vmm_core *core = open_core(be);
 	vmm_sleep_opts o = { .tag = NULL, .device = -1, .discard = true };
-	size_t each = pieces ? 64 * MiB : GiB;
+	size_t each = layout == HELD_WHOLE ? GiB : 64 * MiB;
 	vmm_transfer_result rs, rw;
-	struct driver_counts c0, c1, c2;
+	struct driver_counts c[3];
 	vmm_stats st;
 	vmm_devptr p;
-	vmm_error err;
 	double scale;
-	size_t k;
+	size_t k = 0;
 
 	driver_model_attach(be); /* from the start: it learns each handle's and mapping's size */
-	for (k = 0; k < (size_t)gib * (GiB / each); k++)
-		if (vmm_malloc(core, 0, each, 0, NULL, &p, NULL))
-			break;
+	if (layout == HELD_SMALL)
+		k = hold_small(core, (size_t)gib * GiB);
+	else
+		for (k = 0; k < (size_t)gib * (GiB / each); k++)
+			if (vmm_malloc(core, 0, each, 0, NULL, &p, NULL))
+				break;
 	vmm_stats_get(core, 0, NULL, &st, NULL);
-	c0 = driver_model_get();
-	if (vmm_sleep(core, &o, &rs, &err)) {
-		fprintf(stderr, "bench_core: sleep: %s\n", err.msg);
-	} else {
-		c1 = driver_model_get();
-		if (vmm_wake(core, &o, &rw, &err)) {
-			fprintf(stderr, "bench_core: wake: %s\n", err.msg);
-		} else {
-			c2 = driver_model_get();
-			scale = st.mapped_bytes ? (double)(128 * GiB) / (double)st.mapped_bytes : 0;
-			printf("\nDiscard sleep / wake of %.1f GiB in %zu allocations of %zu MiB (%llu "
-			       "handles):\n",
-			       (double)st.mapped_bytes / (double)GiB, k, (size_t)(each / MiB),
-			       (unsigned long long)(st.handles_created - st.handles_released));
-			print_calls("sleep", rs.seconds, driver_counts_sub(c1, c0),
-				    (double)st.mapped_bytes, H200_D2H_GBS, scale);
-			print_calls("wake", rw.seconds, driver_counts_sub(c2, c1),
-				    (double)st.mapped_bytes, H200_H2D_GBS, scale);
-		}
+	scale = st.mapped_bytes ? (double)(128 * GiB) / (double)st.mapped_bytes : 0;
+	if (layout == HELD_SMALL)
+		printf("\nDiscard sleep / wake of %.1f GiB in %zu allocations of 2-32 MiB left by "
+		       "fragmenting frees (%llu handles):\n",
+		       (double)st.mapped_bytes / (double)GiB, k,
+		       (unsigned long long)(st.handles_created - st.handles_released));
+	else
+		printf("\nDiscard sleep / wake of %.1f GiB in %zu allocations of %zu MiB (%llu "
+		       "handles):\n",
+		       (double)st.mapped_bytes / (double)GiB, k, (size_t)(each / MiB),
+		       (unsigned long long)(st.handles_created - st.handles_released));
+	for (int cyc = 0; cyc < 2 && discard_cycle(core, &o, &rs, &rw, c); cyc++) {
+		vmm_stats_get(core, 0, NULL, &st, NULL);
+		printf(" %s cycle (%llu handles after it):\n", cycle_name[cyc],
+		       (unsigned long long)(st.handles_created - st.handles_released));
+		print_calls("sleep", rs.seconds, driver_counts_sub(c[1], c[0]),
+			    (double)st.mapped_bytes, H200_D2H_GBS, scale);
+		print_calls("wake", rw.seconds, driver_counts_sub(c[2], c[1]),
+			    (double)st.mapped_bytes, H200_H2D_GBS, scale);
 	}
 	driver_model_detach(be);
 	vmm_core_destroy(core);
@@ -453,7 +524,8 @@ int main(int argc, char **argv)
 	}
 	if (sleep_only) {
 		sleep_bench(be, argc > 2 ? atoi(argv[2]) : (int)(free_b / GiB / 2),
-			    argc > 3 && !strcmp(argv[3], "--pieces"));
+			    argc <= 3 ? HELD_WHOLE : !strcmp(argv[3], "--pieces") ? HELD_PIECES
+			    : !strcmp(argv[3], "--small") ? HELD_SMALL : HELD_WHOLE);
 		be->close(be);
 		return 0;
 	}
@@ -544,8 +616,8 @@ int main(int argc, char **argv)
 
 	fragmenting_trace(be, free_b < 8 * GiB ? free_b / 4 : 2 * GiB, quick);
 	training_trace(be, free_b / 2, quick ? 50 : 200);
-	sleep_bench(be, (int)(free_b / GiB / 2), false);
-	sleep_bench(be, (int)(free_b / GiB / 2), true);
+	sleep_bench(be, (int)(free_b / GiB / 2), HELD_WHOLE);
+	sleep_bench(be, (int)(free_b / GiB / 2), HELD_PIECES);
 	be->close(be);
 	return 0;
 }
