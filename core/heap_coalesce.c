@@ -1,10 +1,11 @@
-/* Runs of asleep handles inside one allocation become one handle (heap_coalesce.h). */
+/* Runs of asleep handles become one handle (heap_coalesce.h). */
 #include "heap_coalesce.h"
 
 #include <stdlib.h>
 
 #include "heap_blocks.h"
 #include "heap_phys.h"
+#include "heap_va.h"
 
 /* The live allocation's block that holds all of h, or NULL. */
 static struct blk *allocation_of(struct devheap *dh, const struct phandle *h)
@@ -21,6 +22,19 @@ static bool may_join(const struct phandle *h)
 	return !h->shared && !h->retained && !h->release_ok;
 }
 
+/* May h join the run of hs[first..] that ends with prev, the run already `bytes` long and
+ * inside allocation b so far (NULL: across allocations)? */
+static bool joins(struct devheap *dh, const struct phandle *first, const struct phandle *prev,
+		  const struct phandle *h, const struct blk *b, size_t bytes, size_t cap_bytes)
+{
+	if (h->va != prev->va + prev->size || h->arena != prev->arena || !may_join(h) ||
+	    res_of(dh, h->va) != res_of(dh, first->va) || bytes + h->size > cap_bytes)
+		return false;
+	/* Inside one allocation a run is as large as the handles may be; across allocations,
+	 * at most JOIN_MAX_BYTES. */
+	return (b && allocation_of(dh, h) == b) || bytes + h->size <= JOIN_MAX_BYTES;
+}
+
 size_t coalesce_runs(struct devheap *dh, struct phandle *const *hs, size_t n,
 		     struct handle_run **runs)
 {
@@ -30,15 +44,17 @@ size_t coalesce_runs(struct devheap *dh, struct phandle *const *hs, size_t n,
 
 	*runs = NULL;
 	for (size_t i = 0; i < n;) {
-		struct blk *b = may_join(hs[i]) ? allocation_of(dh, hs[i]) : NULL;
+		bool ok = may_join(hs[i]);
+		const struct blk *b = ok ? allocation_of(dh, hs[i]) : NULL;
 		struct handle_run r = { .first = i, .n = 1, .bytes = hs[i]->size };
 
-		for (size_t j = i + 1; b && j < n; j++) {
-			const struct phandle *prev = hs[j - 1], *h = hs[j];
+		for (size_t j = i + 1; ok && j < n; j++) {
+			const struct phandle *h = hs[j];
 
-			if (h->va != prev->va + prev->size || h->arena != prev->arena ||
-			    !may_join(h) || allocation_of(dh, h) != b || r.bytes + h->size > cap_bytes)
+			if (!joins(dh, hs[i], hs[j - 1], h, b, r.bytes, cap_bytes))
 				break;
+			if (b && allocation_of(dh, h) != b)
+				b = NULL;
 			r.n++;
 			r.bytes += h->size;
 		}

@@ -1,23 +1,33 @@
 /* Fewer, larger handles after a sleep (heap_coalesce.c). An allocation that grew from free
- * pieces is backed by many small handles; each costs the driver ~25 us to release and ~40 us to
- * re-create, map and grant, per cycle, whatever its size (H200: 96 GiB in 46805 handles took
- * 2.4 s to release and 2.6 s to bring back without any copy). Once released, the run of handles
- * that lies inside one allocation is one asleep handle: the wake re-creates it whole, and every
- * later cycle pays for one. A handle still inside one allocation keeps the heap's rule (a large
- * handle is wholly free or inside one allocation), so nothing else changes. */
+ * pieces is backed by many small handles, and small allocations by a piece or two each; each
+ * handle costs the driver ~25 us to release and ~40 us to re-create, map and grant, per cycle,
+ * whatever its size (H200: 96 GiB in 46805 handles took 2.4 s to release and 2.6 s to bring
+ * back without any copy). Once released, a run of address-adjacent handles is one asleep
+ * handle: the wake re-creates it whole, and every later cycle pays for one. A run inside one
+ * allocation is as large as handles may be; a run across allocations (a joint handle) is at
+ * most JOIN_MAX_BYTES. A joint handle breaks the rule that a large handle is wholly free or
+ * inside one allocation (heap_grow.c) in one way only: memory freed inside it is reused in
+ * place, by its arena, until all of it is free; then it moves or goes back like any other. */
 #ifndef VMM_HEAP_COALESCE_H
 #define VMM_HEAP_COALESCE_H
 
 #include "heap_types.h"
 
-/* hs[first..first+n): address-adjacent handles inside one allocation, `bytes` in all. */
+/* The largest joint handle. It bounds the memory a partly freed one holds for its arena alone
+ * (and what an export of one of its allocations pins), while handles of 1 GiB cost the driver
+ * the least per byte (tests/bench/driver_model.c): 128 GiB of small allocations sleep and wake
+ * in 128 handles. */
+#define JOIN_MAX_BYTES ((size_t)1 << 30)
+
+/* hs[first..first+n): address-adjacent handles that become one, `bytes` in all. */
 struct handle_run {
 	size_t first, n;
 	size_t bytes;
 };
 
-/* The runs of two or more handles among hs[0..n) (sorted by address) that may become one: same
- * arena, inside one live allocation, none shared or retained, at most max_handle_bytes in all.
+/* The runs of two or more handles among hs[0..n) (sorted by address) that may become one:
+ * address-adjacent in one reservation, same arena, none shared, retained or released by a group,
+ * at most max_handle_bytes in all, and at most JOIN_MAX_BYTES unless inside one live allocation.
  * Returns how many, in *runs (malloc'd, NULL when none or out of host memory: no run then). */
 size_t coalesce_runs(struct devheap *dh, struct phandle *const *hs, size_t n,
 		     struct handle_run **runs);

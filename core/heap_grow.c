@@ -20,7 +20,8 @@
  * re-created as pieces first (handle_shatter; one larger than 1 GiB as 1 GiB handles, of which
  * only the one shared is cut further), so that a large handle is always either wholly
  * free or inside one allocation: no free memory is ever stuck behind a live allocation in a
- * handle that cannot be cut, and every allocation can be given a handle of its own. */
+ * handle that cannot be cut, and every allocation can be given a handle of its own. The one
+ * exception, a sleep's joint handle across allocations, is heap_coalesce.h's. */
 #include "heap_grow.h"
 
 #include <stdlib.h>

@@ -11,7 +11,7 @@
  *   heap_wake.c     one device's wake: handles restored in batches       -> backups, phys
  *   heap_backups.c  host backups of handles, their copy ranges, the copy engine
  *                   -> coalesce, phys, blocks
- *   heap_coalesce.c a sleep's runs of handles inside one allocation become one  -> phys, blocks
+ *   heap_coalesce.c a sleep's runs of adjacent handles become one        -> phys, blocks, va
  *   heap_share.c    exported allocations, shared handles pinned and retired (vmm_share.h)
  *                   -> own, phys, slab, blocks, va
  *   heap_own.c      an exported allocation given one handle of its own (moved on the device)

@@ -1,8 +1,8 @@
 /* A sleep turns the small handles inside one allocation into one handle: the wake re-creates
  * fewer handles (what a user sees as a faster sleep/wake of a fragmented heap), contents and
- * addresses are kept, a discarded sleep does the same, handles shared with a neighbour stay
- * apart, the configured largest handle is kept, and the memory of a freed allocation is reused
- * afterwards as before. */
+ * addresses are kept, a discarded sleep does the same, the configured largest handle is kept,
+ * and the memory of a freed allocation is reused afterwards as before. Runs across allocations:
+ * test_heap_wake_join.c. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -52,7 +52,7 @@ Test(heap_coalesce, pieces_of_one_allocation_come_back_as_one_handle)
 	cr_assert_geq(before, 15, "a alone is 10 pieces of 2 MiB");
 	cycle(&t, false, &created);
 	cr_expect_eq(handles_now(&t), created);
-	/* a's ten pieces are one handle now; the edges b shares with a or c stay pieces. */
+	/* a's ten pieces are one handle now (joined with its neighbours' too). */
 	cr_expect_leq(created, before - 9, "%llu handles re-created of %llu",
 		      (unsigned long long)created, (unsigned long long)before);
 	cr_expect(t_check(a, 20 * MiB, 1) && t_check(b, 3 * MiB + 5, 2) && t_check(c, 7 * MiB, 3),
