@@ -5,8 +5,10 @@
  * allocation's granules; its contents are copied on the device from the old ones, then it is
  * mapped at the same address in their place and they are released. The bytes of other
  * allocations in the last granule (and free memory there) move along with it: they keep their
- * address and contents, and are pinned with it (heap_share.c). The caller holds every submission
- * of the program (the shim's gate); the device is drained here before the copy. */
+ * address and contents, and are pinned with it (heap_share.c). A sleep's joint handle
+ * (heap_coalesce.h) that reaches beyond the granules is cut: the parts before and after them get
+ * new handles of their own, copied the same way. The caller holds every submission of the
+ * program (the shim's gate); the device is drained here before the copy. */
 #include <stdlib.h>
 
 #include "heap_internal.h"
@@ -22,7 +24,8 @@ bool own_has(struct devheap *dh, const struct alloc *r)
 }
 
 /* The handles over [lo, hi) in address order, when all of them can move: mapped, not shared
- * with another process already, r's arena's, and none reaching outside the range. */
+ * with another process already, r's arena's. The first and the last may reach outside the range
+ * (a joint handle: own_move cuts the parts outside off). */
 static vmm_status movable(struct devheap *dh, const struct alloc *r, vmm_devptr lo,
 			  vmm_devptr hi, struct phandle ***out, size_t *n, vmm_error *err)
 {
@@ -36,7 +39,6 @@ static vmm_status movable(struct devheap *dh, const struct alloc *r, vmm_devptr 
 		const char *why = !h || !h->va || h->asleep ? "is not mapped"
 			: h->shared ? "is shared with another process already"
 			: h->arena != r->arena ? "belongs to another tag"
-			: h->va < lo || h->va + h->size > hi ? "reaches beyond the allocation"
 			: NULL;
 
 		if (why || k == cap) {
@@ -138,16 +140,52 @@ static void remap_old(struct devheap *dh, struct phandle **hs, size_t n)
 				"move; its memory is lost", (unsigned long long)hs[i]->va);
 }
 
-/* Swap the old handles at [lo, lo+size) for nh: unmap them, map nh, or put them back. Where nh
- * is mapped but its access grant failed and it will not unmap, it stays in their place (*kept:
- * it holds their contents, copied, and the address cannot take them back) and its grant is
- * tried once more. */
-static vmm_status swap_in(struct devheap *dh, struct phandle **hs, size_t n, vmm_devptr lo,
-			  size_t size, vmm_phys nh, bool *kept, vmm_error *err)
+/* A new handle in place of old memory at [va, va+size): parts[0] is what precedes the granules
+ * in a joint handle cut there, parts[1] the allocation's own, parts[2] what follows (size 0:
+ * none). made: created (ours to release, unless parked with its copy's mapping). */
+struct part {
+	vmm_devptr va;
+	size_t size;
+	vmm_phys h;
+	bool made, parked;
+};
+#define NPARTS 3
+
+/* Create each part and copy the bytes at its address into it. */
+static vmm_status parts_make(struct devheap *dh, struct part *pt, vmm_error *err)
+{
+	vmm_status st = VMM_OK;
+
+	for (int i = 0; i < NPARTS && !st; i++) {
+		if (!pt[i].size)
+			continue;
+		st = create_own(dh, pt[i].size, &pt[i].h, err);
+		pt[i].made = !st;
+		if (!st)
+			st = copy_into(dh, pt[i].h, pt[i].va, pt[i].size, &pt[i].parked, err);
+	}
+	return st;
+}
+
+static void parts_release(struct devheap *dh, const struct part *pt)
+{
+	for (int i = 0; i < NPARTS; i++)
+		if (pt[i].made && !pt[i].parked)
+			phys_release(dh, pt[i].h, pt[i].size);
+}
+
+/* Swap the old handles hs[0..n) for the parts: unmap them, map the parts, grant access over all,
+ * or put them back. Where a part is mapped but the grant failed and it will not unmap, the
+ * parts stay in their place (*kept: they hold the contents, copied, and the address cannot take
+ * the old ones back) and the grant is tried once more. */
+static vmm_status swap_in(struct devheap *dh, struct phandle **hs, size_t n, struct part *pt,
+			  bool *kept, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
+	vmm_devptr from = hs[0]->va;
+	size_t len = (size_t)(hs[n - 1]->va + hs[n - 1]->size - from), done = 0;
+	bool mapped[NPARTS] = { false }, stuck = false;
 	vmm_status st = VMM_OK;
-	size_t done = 0;
 
 	for (; done < n && !st; done++)
 		st = be->unmap(be, hs[done]->va, hs[done]->size, err);
@@ -155,17 +193,29 @@ static vmm_status swap_in(struct devheap *dh, struct phandle **hs, size_t n, vmm
 		remap_old(dh, hs, done - 1);
 		return st;
 	}
-	st = be->map(be, lo, size, nh, err);
-	if (!st && (st = heap_grant_access(dh, lo, size, err)) && !phys_unmap(be, lo, size)) {
-		*kept = true;
-		st = heap_grant_access(dh, lo, size, err);
-		vmm_log(VMM_LOG_ERROR, "0x%llx: its new handle of its own could not be given access "
-			"and would not unmap: it is kept in place of the old ones (access granted on "
-			"a second try: %s)", (unsigned long long)lo, st ? "no" : "yes");
+	for (int i = 0; i < NPARTS && !st; i++)
+		if (pt[i].size)
+			mapped[i] = !(st = be->map(be, pt[i].va, pt[i].size, pt[i].h, err));
+	if (!st && !(st = heap_grant_access(dh, from, len, err)))
+		return VMM_OK;
+	for (int i = 0; i < NPARTS; i++) {
+		if (mapped[i] && !phys_unmap(be, pt[i].va, pt[i].size))
+			stuck = true;
+		else
+			mapped[i] = false;
+	}
+	if (!stuck) {
+		remap_old(dh, hs, n);
 		return st;
 	}
-	if (st)
-		remap_old(dh, hs, n);
+	*kept = true;
+	for (int i = 0; i < NPARTS; i++)
+		if (pt[i].size && !mapped[i])
+			be->map(be, pt[i].va, pt[i].size, pt[i].h, NULL);
+	st = heap_grant_access(dh, from, len, err);
+	vmm_log(VMM_LOG_ERROR, "0x%llx: its new handle of its own could not be given access "
+		"and would not unmap: it is kept in place of the old ones (access granted on "
+		"a second try: %s)", (unsigned long long)pt[1].va, st ? "no" : "yes");
 	return st;
 }
 
@@ -173,47 +223,54 @@ vmm_status own_move(struct devheap *dh, struct alloc *r, vmm_error *err)
 {
 	vmm_devptr lo = r->base, hi = align_up(r->base + (r->usable ? r->usable : 1), dh->gran);
 	vmm_backend *be = dh->core->be;
-	size_t size = (size_t)(hi - lo), n;
-	struct phandle **hs, *own;
-	vmm_phys nh;
-	bool parked = false, kept = false;
+	struct phandle **hs, *rec[NPARTS] = { NULL };
+	struct part pt[NPARTS];
+	bool kept = false;
+	size_t n, moved = 0;
 	vmm_status st;
 
 	if ((st = movable(dh, r, lo, hi, &hs, &n, err)))
 		return st;
-	own = calloc(1, sizeof(*own));
-	if (!own) {
-		free(hs);
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a handle record");
+	pt[0] = (struct part){ .va = hs[0]->va, .size = (size_t)(lo - hs[0]->va) };
+	pt[1] = (struct part){ .va = lo, .size = (size_t)(hi - lo) };
+	pt[2] = (struct part){ .va = hi, .size = (size_t)(hs[n - 1]->va + hs[n - 1]->size - hi) };
+	for (int i = 0; i < NPARTS; i++) {
+		if (pt[i].size && !(rec[i] = calloc(1, sizeof(*rec[i])))) {
+			for (int k = 0; k < i; k++)
+				free(rec[k]);
+			free(hs);
+			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a handle record");
+		}
 	}
 	/* Nothing may write the old memory from here on: the caller holds new work, the device
 	 * finishes what was queued. */
-	if ((st = be->synchronize(be, dh->dev, err)) || (st = create_own(dh, size, &nh, err))) {
-		free(own);
+	if (!(st = be->synchronize(be, dh->dev, err)) && !(st = parts_make(dh, pt, err)))
+		st = swap_in(dh, hs, n, pt, &kept, err);
+	if (st && !kept) {
+		parts_release(dh, pt);
+		for (int i = 0; i < NPARTS; i++)
+			free(rec[i]);
 		free(hs);
 		return st;
 	}
-	if (((st = copy_into(dh, nh, lo, size, &parked, err)) ||
-	     (st = swap_in(dh, hs, n, lo, size, nh, &kept, err))) && !kept) {
-		if (!parked)
-			phys_release(dh, nh, size);
-		free(own);
-		free(hs);
-		return st;
-	}
-	own->h = nh;
-	own->size = size;
-	own->va = lo;
-	own->arena = r->arena;
-	r->arena->st.handles_created++;
 	for (size_t i = 0; i < n; i++) {
+		moved += hs[i]->size;
 		handle_unlink(dh, hs[i]);
 		handle_destroy(dh, hs[i], r->arena);
 	}
-	page_handle_set(dh, lo, size, own);
-	handle_link(dh, own);
-	vmm_log(VMM_LOG_DEBUG, "0x%llx: %zu bytes moved from %zu handles into one of its own",
-		(unsigned long long)lo, size, n);
+	for (int i = 0; i < NPARTS; i++) {
+		if (!rec[i])
+			continue;
+		rec[i]->h = pt[i].h;
+		rec[i]->size = pt[i].size;
+		rec[i]->va = pt[i].va;
+		rec[i]->arena = r->arena;
+		r->arena->st.handles_created++;
+		page_handle_set(dh, pt[i].va, pt[i].size, rec[i]);
+		handle_link(dh, rec[i]);
+	}
+	vmm_log(VMM_LOG_DEBUG, "0x%llx: %zu bytes moved from %zu handles (%zu bytes) into one of "
+		"its own", (unsigned long long)lo, pt[1].size, n, moved);
 	free(hs);
 	return st;
 }

@@ -1,8 +1,9 @@
 /* Many small adjacent allocations come back from a sleep in a few large handles (what a user sees
  * as a fast discard sleep and wake of a fragmented heap): few handles after the wake, contents
  * and addresses kept, every byte given back by a discard sleep, freed memory reused in place and
- * given back once the handle is all free, no handle above its cap, and exported allocations
- * keep handles of their own. */
+ * given back once the handle is all free, no handle above its cap, exported allocations keep
+ * handles of their own, and one in a joined handle can still get a handle of its own (the joined
+ * one is cut around it; a failed cut changes nothing). */
 #include <criterion/criterion.h>
 
 #include "heap_offload.h"
@@ -217,5 +218,64 @@ Test(heap_wake_join, an_exported_allocation_keeps_its_handles)
 	cr_expect_leq(handles_now(&t), 2 + sb / (2 * MiB), "%llu handles",
 		      (unsigned long long)handles_now(&t));
 	cr_expect(all_intact(p, NSMALL, 700));
+	t_close(&t);
+}
+
+Test(heap_wake_join, an_allocation_in_a_joined_handle_can_get_a_handle_of_its_own)
+{
+	vmm_devptr p[NSMALL], seg;
+	vmm_share_info si;
+	struct tctx t;
+	vmm_error err;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, NULL);
+	/* Whole granules start one (as PyTorch's segments do), between small allocations. */
+	alloc_small(&t, p, NSMALL / 2, 800);
+	cr_assert_eq(vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &seg, &err), VMM_OK);
+	t_fill(seg, 4 * MiB, 799);
+	alloc_small(&t, p + NSMALL / 2, NSMALL / 2, 800 + NSMALL / 2);
+	sleep_all(&t, false);
+	wake_all(&t);
+	cr_assert_leq(handles_now(&t), 2, "it lies in a joined handle");
+	cr_assert_eq(vmm_share_own(t.core, seg, &si, &err), VMM_OK, "%s", err.msg);
+	cr_expect(si.own_handle);
+	cr_expect_eq(si.span, seg);
+	cr_expect_eq(si.span_size, 4 * MiB);
+	cr_expect(t_check(seg, 4 * MiB, 799), "its bytes moved with it");
+	cr_expect(all_intact(p, NSMALL, 800), "every other allocation keeps its bytes");
+	sleep_all(&t, false);
+	wake_all(&t);
+	cr_expect(t_check(seg, 4 * MiB, 799) && all_intact(p, NSMALL, 800),
+		  "and after another cycle");
+	t_close(&t);
+}
+
+Test(heap_wake_join, a_failed_cut_leaves_everything_as_it_was)
+{
+	vmm_devptr p[NSMALL], seg;
+	vmm_share_info si;
+	uint64_t used;
+	struct tctx t;
+	vmm_error err;
+
+	/* The cut's second copy (the allocation's own part, after the part before it) fails. */
+	t_simdev_env("1G", NULL, "cuMemcpyDtoDAsync:2");
+	t_open(&t, NULL);
+	alloc_small(&t, p, NSMALL / 2, 1000);
+	cr_assert_eq(vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &seg, &err), VMM_OK);
+	t_fill(seg, 4 * MiB, 999);
+	alloc_small(&t, p + NSMALL / 2, NSMALL / 2, 1000 + NSMALL / 2);
+	sleep_all(&t, false);
+	wake_all(&t);
+	cr_assert_leq(handles_now(&t), 2, "it lies in a joined handle");
+	used = t_dev_used(&t, 0);
+	cr_expect_neq(vmm_share_own(t.core, seg, &si, &err), VMM_OK, "the copy was made to fail");
+	cr_expect_eq(t_dev_used(&t, 0), used, "the new handles went back");
+	cr_expect(t_check(seg, 4 * MiB, 999) && all_intact(p, NSMALL, 1000),
+		  "the old handle is back with its bytes");
+	cr_expect_eq(vmm_share_list(t.core, &si, 1), 0, "nothing was exported");
+	cr_assert_eq(vmm_share_own(t.core, seg, &si, &err), VMM_OK, "%s", err.msg);
+	cr_expect(t_check(seg, 4 * MiB, 999) && all_intact(p, NSMALL, 1000));
 	t_close(&t);
 }
