@@ -8,7 +8,9 @@
  *   5. discard sleeps and wakes (first and steady) of 1 GiB allocations, of 64 MiB ones, or of
  *      2-32 MiB ones left by fragmenting frees, with the driver calls they make.
  * Driver calls are counted and costed at the H200's figures (driver_model.c).
- * Usage: bench_core [--quick] | --train [STEPS] | --sleep GIB [--pieces | --small] | --demo */
+ * Usage: bench_core [--quick] | --train [STEPS] [--varlen] | --sleep GIB [--pieces | --small]
+ *        | --demo
+ * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory) */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -347,7 +349,7 @@ static void sleep_bench(vmm_backend *be, int gib, enum sleep_layout layout)
 
 /* The NO_CACHING training replay (train_trace.h): how close peak mapped stays to peak live, and
  * what that costs in device synchronizations. */
-static void training_trace(vmm_backend *be, size_t budget, int steps)
+static void training_trace(vmm_backend *be, size_t budget, enum train_shape shape, int steps)
 {
 	vmm_core *core = open_core(be);
 	struct train_result r;
@@ -356,14 +358,20 @@ static void training_trace(vmm_backend *be, size_t budget, int steps)
 	char a[32], b[32], c[32];
 
 	driver_model_attach(be);
-	train_trace(core, budget, steps, &r);
+	train_trace(core, budget, shape, steps, &r);
 	driver_model_detach(be);
 	d = r.steady;
 	half = (double)(r.steps - r.steps / 2);
-	printf("\nNO_CACHING training replay (%d steps; hidden %zu, %zu layers, batch %zu, sequence "
-	       "%zu..%zu; %llu mallocs per step):\n",
-	       r.steps, r.hidden, r.layers, r.batch, r.max_seq / 8, r.max_seq,
-	       (unsigned long long)r.allocs_per_step);
+	if (r.varlen)
+		printf("\nNO_CACHING training replay of train.py --mode varlen (%d steps; hidden %zu, "
+		       "%zu layers, batch 4..%zu, sequence 128..%zu; %llu mallocs in the first step):\n",
+		       r.steps, r.hidden, r.layers, r.batch, r.max_seq,
+		       (unsigned long long)r.allocs_per_step);
+	else
+		printf("\nNO_CACHING training replay (%d steps; hidden %zu, %zu layers, batch %zu, "
+		       "sequence %zu..%zu; %llu mallocs per step):\n",
+		       r.steps, r.hidden, r.layers, r.batch, r.max_seq / 8, r.max_seq,
+		       (unsigned long long)r.allocs_per_step);
 	printf("  peak live   %10s   (cudaMalloc would hold %s)\n",
 	       fmt_size(r.peak_live, a, sizeof(a)), fmt_size(r.peak_native, c, sizeof(c)));
 	printf("  peak mapped %10s   mapped/live %.3f, mapped/cudaMalloc %.3f\n",
@@ -382,8 +390,9 @@ static void training_trace(vmm_backend *be, size_t budget, int steps)
 	       "in %.1f calls, %.1f granted in %.1f calls, %.1f releases\n",
 	       d.creates / half, d.maps / half, d.unmapped / half, d.unmap_calls / half,
 	       d.access_handles / half, d.access_calls / half, d.releases / half);
-	printf("  their cost on the H200 (model: driver_model.c): %.2f ms per step\n",
-	       d.us / half / 1e3);
+	printf("  their cost on the H200 (model: driver_model.c): %.2f ms per step, %.2f ms in the "
+	       "costliest step\n",
+	       d.us / half / 1e3, r.worst_step_us / 1e3);
 	vmm_core_destroy(core);
 }
 
@@ -530,7 +539,10 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (train_only) {
-		training_trace(be, free_b / 2, argc > 2 ? atoi(argv[2]) : 200);
+		bool varlen = argc > 2 && !strcmp(argv[argc - 1], "--varlen");
+		int steps = argc > 2 && strcmp(argv[2], "--varlen") ? atoi(argv[2]) : 200;
+
+		training_trace(be, free_b / 2, varlen ? TRAIN_VARLEN : TRAIN_FIXED_BATCH, steps);
 		be->close(be);
 		return 0;
 	}
@@ -615,7 +627,7 @@ int main(int argc, char **argv)
 	       model_us * (double)GiB / (double)g, model_us * (double)GiB / (double)g / 78.9);
 
 	fragmenting_trace(be, free_b < 8 * GiB ? free_b / 4 : 2 * GiB, quick);
-	training_trace(be, free_b / 2, quick ? 50 : 200);
+	training_trace(be, free_b / 2, TRAIN_FIXED_BATCH, quick ? 50 : 200);
 	sleep_bench(be, (int)(free_b / GiB / 2), HELD_WHOLE);
 	sleep_bench(be, (int)(free_b / GiB / 2), HELD_PIECES);
 	be->close(be);

@@ -1,7 +1,10 @@
 /* The NO_CACHING training replay (train_trace.h). The model: a GPT-like stack of `layers` blocks
  * (attention without fused kernels, so the score matrices are real tensors; a 4x MLP), fp32
  * parameters, Adam states created at the first optimizer step, bf16 activations. Each step draws
- * a sequence length between 1/8 and all of the longest, as a variable-length data loader does. */
+ * a sequence length between 1/8 and all of the longest, as a variable-length data loader does.
+ * TRAIN_VARLEN instead replays the H200's PyTorch benchmark (tests/gpu/train.py --mode varlen):
+ * d=1024, 8 layers, flash attention, a 32000-word head whose fp32 loss tensors reach 4 GiB,
+ * 4..16 sequences of 128..2048 tokens, fused AdamW. */
 #include "train_trace.h"
 
 #include <stdbool.h>
@@ -15,6 +18,7 @@
 struct model {
 	size_t hidden, vocab, heads, batch, max_seq;
 	int layers;
+	bool varlen;    /* TRAIN_VARLEN (see the top of the file) */
 };
 
 struct run {
@@ -26,6 +30,7 @@ struct run {
 	size_t sizes[MAX_T];
 	vmm_devptr ptrs[MAX_T];
 	int nfree_slots, free_slots[MAX_T];
+	int logits, loss;       /* TRAIN_VARLEN: the script's variables, alive across steps */
 };
 
 static double now_ns(void)
@@ -130,12 +135,58 @@ struct saved {
 	int ln1, qkv, probs, attn, res1, ln2, fc1, gelu, res2;
 };
 
+/* The head's loss and its backward (logits in bf16, the softmax in fp32); returns the gradient
+ * that flows into the last block. */
+static int loss(struct run *r, const struct model *m, size_t t)
+{
+	int logits, probs_f32, dlogits, l, g;
+
+	logits = t_alloc(r, t * m->vocab * 2);
+	probs_f32 = t_alloc(r, t * m->vocab * 4);
+	l = t_alloc(r, 256);
+	dlogits = t_alloc(r, t * m->vocab * 2);
+	t_free(r, probs_f32);
+	t_free(r, logits);
+	g = t_alloc(r, t * m->hidden * 2);
+	t_free(r, dlogits);
+	t_free(r, l);
+	return g;
+}
+
+/* train.py's loss: F.cross_entropy(logits.float(), ...) under autocast. The script's `logits`
+ * and `loss` stay alive until the next step's forward has made new ones. */
+static int varlen_loss(struct run *r, const struct model *m, size_t t)
+{
+	size_t tv = t * m->vocab;
+	int old = r->logits, f32, lsm, dnll, dlsm, dlogits, g;
+
+	r->logits = t_alloc(r, tv * 2);
+	t_free(r, old);
+	f32 = t_alloc(r, tv * 4);       /* logits.float() */
+	lsm = t_alloc(r, tv * 4);       /* log_softmax, saved */
+	t_free(r, f32);
+	t_free(r, r->loss);
+	r->loss = t_alloc(r, 256);
+	dnll = t_alloc(r, tv * 4);      /* nll_loss backward */
+	dlsm = t_alloc(r, tv * 4);      /* log_softmax backward */
+	t_free(r, dnll);
+	t_free(r, lsm);
+	dlogits = t_alloc(r, tv * 2);   /* back to bf16 */
+	t_free(r, dlsm);
+	g = t_alloc(r, t * m->hidden * 2);
+	t_free(r, dlogits);
+	return g;
+}
+
 static void one_step(struct run *r, const struct model *m, size_t seq, int *params, int *grads,
 		     int *adam, int nparams)
 {
 	static struct saved sv[256];
 	size_t t = m->batch * seq, h = m->hidden, ss = m->batch * m->heads * seq * seq * 2;
-	int x, y, g, tmp, logits, probs_f32, dlogits;
+	/* Flash attention keeps a log-sum-exp per row instead of the probabilities, and its
+	 * backward accumulates dq in fp32. */
+	size_t lse = m->batch * m->heads * seq * 4;
+	int x, y, g, tmp;
 
 	/* Forward: each block keeps what its backward needs. */
 	x = t_alloc(r, t * h * 2); /* embedding output */
@@ -145,9 +196,13 @@ static void one_step(struct run *r, const struct model *m, size_t seq, int *para
 
 		s->ln1 = t_alloc(r, t * h * 2);
 		s->qkv = t_alloc(r, 3 * t * h * 2);
-		scores = t_alloc(r, ss);
-		s->probs = t_alloc(r, ss);
-		t_free(r, scores);
+		if (m->varlen) {
+			s->probs = t_alloc(r, lse);
+		} else {
+			scores = t_alloc(r, ss);
+			s->probs = t_alloc(r, ss);
+			t_free(r, scores);
+		}
 		s->attn = t_alloc(r, t * h * 2);
 		proj = t_alloc(r, t * h * 2);
 		s->res1 = t_alloc(r, t * h * 2);
@@ -162,16 +217,7 @@ static void one_step(struct run *r, const struct model *m, size_t seq, int *para
 			t_free(r, x); /* the embedding output is only saved as ln1's input */
 		x = s->res2;
 	}
-	logits = t_alloc(r, t * m->vocab * 2);
-	probs_f32 = t_alloc(r, t * m->vocab * 4);
-	tmp = t_alloc(r, 256); /* the loss */
-	/* Backward. */
-	dlogits = t_alloc(r, t * m->vocab * 2);
-	t_free(r, probs_f32);
-	t_free(r, logits);
-	g = t_alloc(r, t * h * 2);
-	t_free(r, dlogits);
-	t_free(r, tmp);
+	g = m->varlen ? varlen_loss(r, m, t) : loss(r, m, t);
 	for (int l = m->layers - 1; l >= 0; l--) {
 		struct saved *s = &sv[l];
 		int *pg = &grads[l * NPARAM], d;
@@ -195,8 +241,8 @@ static void one_step(struct run *r, const struct model *m, size_t seq, int *para
 		t_free(r, d);
 		pg[P_O_W] = t_alloc(r, param_bytes(m, P_O_W));
 		pg[P_O_B] = t_alloc(r, param_bytes(m, P_O_B));
-		d = t_alloc(r, ss);                     /* d probs */
-		tmp = t_alloc(r, ss);                   /* d scores */
+		d = t_alloc(r, m->varlen ? t * h * 4 : ss);  /* d probs (flash: dq in fp32) */
+		tmp = t_alloc(r, m->varlen ? lse : ss);      /* d scores (flash: softmax's d) */
 		t_free(r, d);
 		t_free(r, s->probs);
 		d = t_alloc(r, 3 * t * h * 2);          /* d qkv */
@@ -225,6 +271,8 @@ static void one_step(struct run *r, const struct model *m, size_t seq, int *para
 			adam[2 * k] = t_alloc(r, bytes);
 			adam[2 * k + 1] = t_alloc(r, bytes);
 		}
+		if (m->varlen)
+			continue; /* fused AdamW: no temporaries */
 		x = t_alloc(r, bytes);
 		y = t_alloc(r, bytes);
 		t_free(r, x);
@@ -237,7 +285,8 @@ static void one_step(struct run *r, const struct model *m, size_t seq, int *para
 	}
 }
 
-void train_trace(vmm_core *core, size_t budget, int steps, struct train_result *out)
+void train_trace(vmm_core *core, size_t budget, enum train_shape shape, int steps,
+		 struct train_result *out)
 {
 	static struct run r;
 	static int params[256 * NPARAM + 1], grads[256 * NPARAM + 1], adam[2 * (256 * NPARAM + 1)];
@@ -250,9 +299,14 @@ void train_trace(vmm_core *core, size_t budget, int steps, struct train_result *
 	memset(&r, 0, sizeof(r));
 	memset(out, 0, sizeof(*out));
 	r.core = core;
+	r.logits = r.loss = -1;
 	for (int i = 0; i < MAX_T; i++)
 		r.free_slots[r.nfree_slots++] = MAX_T - 1 - i;
-	model_for(budget, &m);
+	if (shape == TRAIN_VARLEN)
+		m = (struct model){ .hidden = 1024, .vocab = 32000, .heads = 16, .batch = 16,
+				    .max_seq = 2048, .layers = 8, .varlen = true };
+	else
+		model_for(budget, &m);
 	if (m.layers > 256)
 		m.layers = 256;
 	nparams = m.layers * NPARAM + 1;
@@ -266,19 +320,30 @@ void train_trace(vmm_core *core, size_t budget, int steps, struct train_result *
 	}
 	for (int step = 0; step < steps; step++) {
 		uint64_t calls0 = r.calls;
+		struct model now = m;
 		size_t seq;
 
 		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-		seq = m.max_seq / 8 + (size_t)(rng >> 33) % (m.max_seq - m.max_seq / 8 + 1);
-		seq &= ~(size_t)63;
-		if (seq < 64)
-			seq = 64;
+		if (m.varlen) {
+			/* train.py's shapes: 4..16 sequences of 128..2048 tokens (multiples of 8). */
+			now.batch = 4 + (size_t)(rng >> 59) % 13;
+			seq = 8 * (16 + (size_t)(rng >> 20) % 241);
+		} else {
+			seq = m.max_seq / 8 + (size_t)(rng >> 33) % (m.max_seq - m.max_seq / 8 + 1);
+			seq &= ~(size_t)63;
+			if (seq < 64)
+				seq = 64;
+		}
 		if (step == steps / 2) {
 			vmm_stats_get(core, 0, NULL, &s, NULL);
 			syncs_half = s.syncs;
 			calls_half = driver_model_get();
 		}
-		one_step(&r, &m, seq, params, grads, adam, nparams);
+		double us0 = driver_model_get().us;
+
+		one_step(&r, &now, seq, params, grads, adam, nparams);
+		if (step >= steps / 2 && driver_model_get().us - us0 > out->worst_step_us)
+			out->worst_step_us = driver_model_get().us - us0;
 		if (step == 0)
 			out->allocs_per_step = (r.calls - calls0) / 2;
 	}
@@ -288,6 +353,7 @@ void train_trace(vmm_core *core, size_t budget, int steps, struct train_result *
 	out->layers = (size_t)m.layers;
 	out->max_seq = m.max_seq;
 	out->batch = m.batch;
+	out->varlen = m.varlen;
 	out->peak_live = s.peak_live_bytes;
 	out->peak_native = r.peak_native;
 	out->peak_mapped = s.peak_mapped_bytes;

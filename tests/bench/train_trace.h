@@ -4,15 +4,22 @@
 #ifndef VMM_BENCH_TRAIN_TRACE_H
 #define VMM_BENCH_TRAIN_TRACE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "driver_model.h"
 #include "heap.h"
 
+enum train_shape {
+	TRAIN_FIXED_BATCH,      /* a model sized to the budget; 8 sequences of varying length */
+	TRAIN_VARLEN,           /* the H200's PyTorch benchmark (train.py --mode varlen) */
+};
+
 struct train_result {
 	int steps;
 	size_t hidden, layers, max_seq, batch;
+	bool varlen;
 	uint64_t peak_live;        /* bytes asked for, as the core counts them */
 	uint64_t peak_native;      /* what cudaMalloc would hold at peak (2 MiB pages, 512 B below) */
 	uint64_t peak_mapped;
@@ -24,10 +31,12 @@ struct train_result {
 	double ns_per_call;        /* mean ns of one malloc or free (host side) */
 	int failed;                /* allocations that failed (0 expected) */
 	struct driver_counts steady; /* driver calls of the second half (driver_model_attach'd) */
+	double worst_step_us;   /* the second half's costliest step in modelled driver time */
 };
 
-/* Run `steps` training steps on device 0 of core, the model sized so that its peak live memory
- * is about `budget` bytes. Frees everything at the end. */
-void train_trace(vmm_core *core, size_t budget, int steps, struct train_result *out);
+/* Run `steps` training steps on device 0 of core; TRAIN_FIXED_BATCH sizes the model so that its
+ * peak live memory is about `budget` bytes. Frees everything at the end. */
+void train_trace(vmm_core *core, size_t budget, enum train_shape shape, int steps,
+		 struct train_result *out);
 
 #endif
