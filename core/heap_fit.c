@@ -6,6 +6,8 @@
 #include "heap_phys.h"
 #include "heap_records.h"
 #include "heap_slab.h"
+#include "log.h"
+#include "mono_wait.h"
 
 static uint64_t device_free_bytes(struct devheap *dh)
 {
@@ -202,11 +204,65 @@ static struct blk *unshared_block(struct arena *a, size_t size, size_t align, vm
 	return NULL;
 }
 
+/* What the device's heap had done before a block request, for its log line (slow_log). */
+struct fit_probe {
+	double t0;
+	uint64_t syncs, created, released;
+	struct grow_tally tally;
+};
+
+static void probe_counts(struct devheap *dh, struct fit_probe *p)
+{
+	p->syncs = p->created = p->released = 0;
+	for (int i = 0; i < dh->narenas; i++) {
+		p->syncs += dh->arenas[i]->st.syncs;
+		p->created += dh->arenas[i]->st.handles_created;
+		p->released += dh->arenas[i]->st.handles_released;
+	}
+	p->tally = dh->tally;
+}
+
+/* At VMMSHIM_LOG=debug, a block request that took SLOW_MS or longer says what it did, so that a
+ * run on a real GPU shows which allocations cost a training step its time, and why. */
+#define SLOW_MS 1.0
+
+static void slow_log(struct devheap *dh, const struct fit_probe *p0, size_t size,
+		     const struct blk *b)
+{
+	double ms = (vmm_now_s() - p0->t0) * 1e3;
+	struct fit_probe p1;
+
+	if (ms < SLOW_MS)
+		return;
+	probe_counts(dh, &p1);
+	vmm_log(VMM_LOG_DEBUG,
+		"device %d: a block of %zu bytes took %.2f ms%s: %llu syncs, %llu handles created, "
+		"%llu released, %llu moved, %llu given back for new memory, %llu shattered",
+		dh->dev, size, ms, b ? "" : " (failed)",
+		(unsigned long long)(p1.syncs - p0->syncs),
+		(unsigned long long)(p1.created - p0->created),
+		(unsigned long long)(p1.released - p0->released),
+		(unsigned long long)(p1.tally.moved - p0->tally.moved),
+		(unsigned long long)(p1.tally.recycled - p0->tally.recycled),
+		(unsigned long long)(p1.tally.shattered - p0->tally.shattered));
+}
+
 struct blk *arena_alloc_block(struct arena *a, size_t size, size_t align, vmm_error *err)
 {
-	struct blk *b = unshared_block(a, size, align, err);
+	bool timed = vmm_log_enabled(VMM_LOG_DEBUG);
+	struct fit_probe p0;
+	struct blk *b;
 
-	return b ? carve(a, b, size, align, err) : NULL;
+	if (timed) {
+		probe_counts(a->dh, &p0);
+		p0.t0 = vmm_now_s();
+	}
+	b = unshared_block(a, size, align, err);
+	if (b)
+		b = carve(a, b, size, align, err);
+	if (timed)
+		slow_log(a->dh, &p0, size, b);
+	return b;
 }
 
 vmm_status arena_alloc_small(struct arena *a, size_t size, struct alloc *rec, vmm_error *err)

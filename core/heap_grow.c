@@ -176,8 +176,10 @@ static bool plan_recycle(struct devheap *dh, struct larger *l)
 				best = i;
 		h = l->h[best];
 		l->h[best] = l->h[--l->n];
-		if (handle_drop(dh, h, NULL) == VMM_OK)
+		if (handle_drop(dh, h, NULL) == VMM_OK) {
+			dh->tally.recycled++;
 			return true;
+		}
 	}
 	return false;
 }
@@ -262,6 +264,7 @@ static size_t plan_map_handles(struct devheap *dh, struct grow_plan *p, vmm_devp
 				break;
 			handle_unlink(dh, h);
 			p->fresh[i] = true; /* from here on it is ours to map or release */
+			dh->tally.moved++;
 		}
 		*st = be->map(be, va + off, h->size, h->h, err);
 		if (*st)
@@ -456,6 +459,7 @@ vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_error *err)
 	if (!va_claim_at(dh, va, size))
 		return vmm_fail(err, VMM_E_INVALID, 0, "device %d: 0x%llx cannot be claimed again",
 				dh->dev, (unsigned long long)va);
+	dh->tally.shattered++;
 	/* A handle larger than SHATTER_STEP becomes handles of that size first, and only the one
 	 * that is shared later becomes 2 MiB pieces in turn: cutting a whole 16 GiB handle into
 	 * pieces would cost ~0.3 s of driver calls on the H200 for the sake of a few MiB. */

@@ -150,6 +150,14 @@ struct arena {
 	struct arena_stats st;
 };
 
+/* What growth did since the heap was made (heap_grow.c), for the log line of a slow allocation
+ * (heap_fit.c). */
+struct grow_tally {
+	uint64_t moved;         /* wholly free handles mapped again at a new address */
+	uint64_t recycled;      /* larger idle handles given back so that new memory is made */
+	uint64_t shattered;     /* large handles re-created as pieces (handle_shatter) */
+};
+
 struct devheap {
 	pthread_mutex_t lock;
 	struct vmm_core *core;
@@ -176,6 +184,7 @@ struct devheap {
 	struct alloc *alloc_pool;
 	uint64_t quar_total;
 	uint64_t cut_since_sync;        /* bytes cut from large free blocks (heap_fit.c) */
+	struct grow_tally tally;
 	/* Host backups of the handles, carved from the offload engine's pool (created with the
 	 * first backup). The hooks keep the allocator free of a link-time dependency on it. */
 	struct vmm_backup_pool *backups;
