@@ -5,7 +5,7 @@
 # 2 MiB pieces, each beside the native driver where that makes sense; driver calls are costed
 # at the H200's figures (tests/bench/driver_model.c). Runs on the real GPU when a driver is installed, otherwise on
 # simdev (its figures are then indicative only). Builds into build/ (or $BUILD_DIR) if needed.
-# Usage: scripts/bench-core.sh [--quick] | --train [STEPS] [--varlen]
+# Usage: scripts/bench-core.sh [--quick] | --train [STEPS] [--varlen] [--seed N]
 #        | --sleep GIB [--pieces | --small] | --demo
 # (--train --varlen replays the H200's PyTorch benchmark instead: simdev then gets 141G)
 set -euo pipefail
@@ -24,7 +24,7 @@ if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && nvidia-smi -L >/dev/nu
 fi
 echo "no GPU driver found: running on simdev (figures are indicative only)"
 default_memory=16G
-[ "${1:-}" = --train ] && [ "${!#}" = --varlen ] && default_memory=141G
+[ "${1:-}" = --train ] && [[ " $* " == *" --varlen "* ]] && default_memory=141G
 export SIMDEV_MEMORY=${SIMDEV_MEMORY:-$default_memory}
 LD_LIBRARY_PATH="$build/tests/simdev${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 	exec "$build/tests/bench/bench_core" "$@"

@@ -8,9 +8,10 @@
  *   5. discard sleeps and wakes (first and steady) of 1 GiB allocations, of 64 MiB ones, or of
  *      2-32 MiB ones left by fragmenting frees, with the driver calls they make.
  * Driver calls are counted and costed at the H200's figures (driver_model.c).
- * Usage: bench_core [--quick] | --train [STEPS] [--varlen] | --sleep GIB [--pieces | --small]
- *        | --demo
- * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory) */
+ * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N]
+ *        | --sleep GIB [--pieces | --small] | --demo
+ * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
+ * --seed: other shapes, for figures over several draws) */
 #include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
@@ -349,7 +350,8 @@ static void sleep_bench(vmm_backend *be, int gib, enum sleep_layout layout)
 
 /* The NO_CACHING training replay (train_trace.h): how close peak mapped stays to peak live, and
  * what that costs in device synchronizations. */
-static void training_trace(vmm_backend *be, size_t budget, enum train_shape shape, int steps)
+static void training_trace(vmm_backend *be, size_t budget, enum train_shape shape, int steps,
+			   uint64_t seed)
 {
 	vmm_core *core = open_core(be);
 	struct train_result r;
@@ -358,7 +360,7 @@ static void training_trace(vmm_backend *be, size_t budget, enum train_shape shap
 	char a[32], b[32], c[32];
 
 	driver_model_attach(be);
-	train_trace(core, budget, shape, steps, &r);
+	train_trace(core, budget, shape, steps, seed, &r);
 	driver_model_detach(be);
 	d = r.steady;
 	half = (double)(r.steps - r.steps / 2);
@@ -539,10 +541,23 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	if (train_only) {
-		bool varlen = argc > 2 && !strcmp(argv[argc - 1], "--varlen");
-		int steps = argc > 2 && strcmp(argv[2], "--varlen") ? atoi(argv[2]) : 200;
+		bool varlen = false;
+		uint64_t seed = 0;
+		int steps = 200;
 
-		training_trace(be, free_b / 2, varlen ? TRAIN_VARLEN : TRAIN_FIXED_BATCH, steps);
+		for (int i = 2; i < argc; i++) {
+			if (!strcmp(argv[i], "--varlen"))
+				varlen = true;
+			else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+				seed = strtoull(argv[++i], NULL, 0);
+			else
+				steps = atoi(argv[i]);
+		}
+		if (steps < 2) {
+			fprintf(stderr, "bench_core: --train wants at least 2 steps\n");
+			return 2;
+		}
+		training_trace(be, free_b / 2, varlen ? TRAIN_VARLEN : TRAIN_FIXED_BATCH, steps, seed);
 		be->close(be);
 		return 0;
 	}
@@ -627,7 +642,7 @@ int main(int argc, char **argv)
 	       model_us * (double)GiB / (double)g, model_us * (double)GiB / (double)g / 78.9);
 
 	fragmenting_trace(be, free_b < 8 * GiB ? free_b / 4 : 2 * GiB, quick);
-	training_trace(be, free_b / 2, TRAIN_FIXED_BATCH, quick ? 50 : 200);
+	training_trace(be, free_b / 2, TRAIN_FIXED_BATCH, quick ? 50 : 200, 0);
 	sleep_bench(be, (int)(free_b / GiB / 2), HELD_WHOLE);
 	sleep_bench(be, (int)(free_b / GiB / 2), HELD_PIECES);
 	be->close(be);

@@ -4,7 +4,8 @@
  * a sequence length between 1/8 and all of the longest, as a variable-length data loader does.
  * TRAIN_VARLEN instead replays the H200's PyTorch benchmark (tests/gpu/train.py --mode varlen):
  * d=1024, 8 layers, flash attention, a 32000-word head whose fp32 loss tensors reach 4 GiB,
- * 4..16 sequences of 128..2048 tokens, fused AdamW. */
+ * 4..16 sequences of 128..2048 tokens, fused AdamW; `--train 30 --varlen` times a second pass
+ * over 15 shapes, as gpucheck does. */
 #include "train_trace.h"
 
 #include <stdbool.h>
@@ -14,6 +15,7 @@
 
 #define MiB (1ull << 20)
 #define MAX_T 4096              /* tensors alive at once, at most */
+#define VARLEN_SHAPES 15        /* train.py --warmup 3 --steps 12, as gpucheck runs it */
 
 struct model {
 	size_t hidden, vocab, heads, batch, max_seq;
@@ -286,13 +288,14 @@ static void one_step(struct run *r, const struct model *m, size_t seq, int *para
 }
 
 void train_trace(vmm_core *core, size_t budget, enum train_shape shape, int steps,
-		 struct train_result *out)
+		 uint64_t seed, struct train_result *out)
 {
 	static struct run r;
 	static int params[256 * NPARAM + 1], grads[256 * NPARAM + 1], adam[2 * (256 * NPARAM + 1)];
 	struct model m;
-	uint64_t rng = 0x9E3779B97F4A7C15ull, syncs_half = 0;
+	uint64_t rng = 0x9E3779B97F4A7C15ull + seed * 0x2545F4914F6CDD1Dull, syncs_half = 0;
 	struct driver_counts calls_half = { 0 };
+	size_t vbatch[VARLEN_SHAPES], vseq[VARLEN_SHAPES];
 	int nparams;
 	vmm_stats s;
 
@@ -321,13 +324,20 @@ void train_trace(vmm_core *core, size_t budget, enum train_shape shape, int step
 	for (int step = 0; step < steps; step++) {
 		uint64_t calls0 = r.calls;
 		struct model now = m;
+		double us0;
 		size_t seq;
 
 		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
 		if (m.varlen) {
-			/* train.py's shapes: 4..16 sequences of 128..2048 tokens (multiples of 8). */
-			now.batch = 4 + (size_t)(rng >> 59) % 13;
-			seq = 8 * (16 + (size_t)(rng >> 20) % 241);
+			/* train.py's shapes: 4..16 sequences of 128..2048 tokens (multiples of 8),
+			 * VARLEN_SHAPES of them drawn once and played again and again, as its
+			 * passes do (gpucheck times the second pass of 15). */
+			if (step < VARLEN_SHAPES) {
+				vbatch[step] = 4 + (size_t)(rng >> 59) % 13;
+				vseq[step] = 8 * (16 + (size_t)(rng >> 20) % 241);
+			}
+			now.batch = vbatch[step % VARLEN_SHAPES];
+			seq = vseq[step % VARLEN_SHAPES];
 		} else {
 			seq = m.max_seq / 8 + (size_t)(rng >> 33) % (m.max_seq - m.max_seq / 8 + 1);
 			seq &= ~(size_t)63;
@@ -339,8 +349,7 @@ void train_trace(vmm_core *core, size_t budget, enum train_shape shape, int step
 			syncs_half = s.syncs;
 			calls_half = driver_model_get();
 		}
-		double us0 = driver_model_get().us;
-
+		us0 = driver_model_get().us;
 		one_step(&r, &now, seq, params, grads, adam, nparams);
 		if (step >= steps / 2 && driver_model_get().us - us0 > out->worst_step_us)
 			out->worst_step_us = driver_model_get().us - us0;

@@ -35,8 +35,9 @@ struct train_result {
 };
 
 /* Run `steps` training steps on device 0 of core; TRAIN_FIXED_BATCH sizes the model so that its
- * peak live memory is about `budget` bytes. Frees everything at the end. */
+ * peak live memory is about `budget` bytes. seed picks the shapes (0: the ones printed in the
+ * README's figures). Frees everything at the end. */
 void train_trace(vmm_core *core, size_t budget, enum train_shape shape, int steps,
-		 struct train_result *out);
+		 uint64_t seed, struct train_result *out);
 
 #endif
