@@ -23,6 +23,10 @@
  *                      child ("child_extra_fds N") and are closed by the free
  *                      ("fds_after_free N") and the device memory goes back to the driver
  *                      ("used_after_free BYTES", relative to before the allocation)
+ *   bench N MIB        N allocations of MIB MiB, one at a time, as torch's IPC benchmark does
+ *                      (tests/gpu/ipc_torch.py --bench): the parent allocates and gets a handle,
+ *                      a child opens it (timed), checks a byte and closes; the parent frees.
+ *                      Prints "bench open_us median=M min=A max=B" (scripts/bench-ipc.sh)
  * Prints "name rc" lines for the error codes; the test checks them. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -613,6 +617,95 @@ static int noshim(const char *self)
 	return 0;
 }
 
+/* ---- bench ---- */
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static double now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static void read_line(int fd, char *buf, size_t cap)
+{
+	size_t n = 0;
+
+	while (n + 1 < cap && read(fd, buf + n, 1) == 1 && buf[n] != '\n')
+		n++;
+	buf[n] = '\0';
+}
+
+static int bench_parent(const char *self, int n, int mib)
+{
+	size_t size = (size_t)mib << 20;
+	CUipcMemHandle h;
+	CUdeviceptr a;
+	char x[129], line[64];
+	int to, from;
+	pid_t pid;
+
+	if (n < 1 || mib < 1)
+		FAIL("bench: N >= 1 opens of MIB >= 1 MiB");
+	driver_init();
+	snprintf(line, sizeof(line), "%d", n);
+	pid = spawn(self, "bench-child", line, "", false, &to, &from);
+	for (int i = 0; i < n; i++) {
+		unsigned char b = (unsigned char)(i + 1);
+
+		CHECK_CU(cuMemAlloc(&a, size));
+		CHECK_CU(cuMemcpyHtoD(a, &b, 1));
+		CHECK_CU(cuIpcGetMemHandle(&h, a));
+		to_hex(&h, sizeof(h), x);
+		say(to, x);
+		expect_line(from, "done");
+		CHECK_CU(cuMemFree(a));
+	}
+	read_line(from, line, sizeof(line));
+	if (wait_child(pid))
+		FAIL("the child failed");
+	printf("bench open_us %s (%d opens of %d MiB)\n", line, n, mib);
+	return 0;
+}
+
+static int bench_child(int n)
+{
+	double *us = calloc((size_t)n, sizeof(*us));
+	CUipcMemHandle h;
+	CUdeviceptr p;
+	char x[200];
+
+	if (!us)
+		FAIL("out of memory");
+	driver_init();
+	for (int i = 0; i < n; i++) {
+		unsigned char b = 0;
+		double t0;
+
+		read_line(0, x, sizeof(x));
+		from_hex(x, &h, sizeof(h));
+		t0 = now_us();
+		CHECK_CU(cuIpcOpenMemHandle(&p, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS));
+		us[i] = now_us() - t0;
+		CHECK_CU(cuMemcpyDtoH(&b, p, 1));
+		if (b != (unsigned char)(i + 1))
+			FAIL("open %d does not see the exporter's byte", i);
+		CHECK_CU(cuIpcCloseMemHandle(p));
+		say(1, "done");
+	}
+	qsort(us, (size_t)n, sizeof(*us), cmp_double);
+	printf("median=%.1f min=%.1f max=%.1f\n", us[n / 2], us[0], us[n - 1]);
+	free(us);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
@@ -651,5 +744,9 @@ int main(int argc, char **argv)
 		return share_child(a1);
 	if (!strcmp(mode, "free-after-get"))
 		return free_after_get();
+	if (!strcmp(mode, "bench"))
+		return bench_parent(argv[0], atoi(a1), atoi(a2));
+	if (!strcmp(mode, "bench-child"))
+		return bench_child(atoi(a1));
 	FAIL("unknown mode '%s'", mode);
 }
