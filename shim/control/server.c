@@ -6,9 +6,10 @@
  *   at most CONTROL_MAX_CLIENTS connections at a time, each with PROTO_READ_DEADLINE_MS to send
  *   its request (one line of at most PROTO_MAX_REQUEST bytes). Beyond that many, a connection
  *   gets a "busy" error at once and is closed; it never waits in line.
- * - A complete request is answered on a thread of its own (at most CONTROL_MAX_WORKERS at once,
- *   "busy" beyond), which writes the reply within PROTO_WRITE_DEADLINE_MS. hello, status and
- *   cancel never wait for a sleep or wake (dispatch.c).
+ * - A complete request is answered on a thread of the pool (worker_pool.h: at most
+ *   POOL_MAX_BUSY at once, "busy" beyond; threads wait a while for the next request rather than
+ *   end), which writes the reply within PROTO_WRITE_DEADLINE_MS. hello, status and cancel never
+ *   wait for a sleep or wake (dispatch.c).
  * - Only the same uid or root may drive the process (SO_PEERCRED); others get an error reply.
  * - A sleep or wake whose client has hung up is not run, and one that runs when it does rolls
  *   back (conn_gone is the orchestration's gone() callback).
@@ -36,32 +37,17 @@
 #include "../../core/vmm_share.h"
 #include "../protocol/fd_pass.h"
 #include "../protocol/run_dir.h"
+#include "worker_pool.h"
 
 #define CONTROL_MAX_CLIENTS 64   /* connections being read (or told why not) at once */
-#define CONTROL_MAX_WORKERS 16   /* requests being answered at once */
 #define CONTROL_BACKLOG 64
 #define DRAIN_MS 200             /* after an error reply: how long to swallow the client's rest */
-/* A worker's stack: the orchestration and the driver calls it makes need little; a small stack
- * keeps the server usable when address space is short. Sanitizers need more. */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define WORKER_STACK (4u << 20)
-#else
-#define WORKER_STACK (512u << 10)
-#endif
 
 static pthread_mutex_t server_lock = PTHREAD_MUTEX_INITIALIZER;
 static int listen_fd = -1;
 static pid_t owner_pid;          /* the process the socket answers for */
 static char sock_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 static bool hooks_registered;
-
-/* Requests being answered; exit waits (bounded) for them, so that nothing is answered from a
- * runtime that is being torn down. */
-static pthread_mutex_t work_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t work_cond = PTHREAD_COND_INITIALIZER; /* CLOCK_MONOTONIC: work_cond_init */
-static pthread_once_t work_cond_once = PTHREAD_ONCE_INIT;
-static int workers;
-static bool stopping;
 
 /* A connection the accepting thread is reading (only that thread touches these). */
 struct conn {
@@ -152,7 +138,8 @@ static void send_error_now(int fd, const char *word, const char *msg)
 	proto_writer_free(&w);
 }
 
-static void *worker_main(void *arg)
+/* Answer one request (on a thread of the pool). */
+static void worker_main(void *arg)
 {
 	struct job *j = arg;
 	control_client client = { .gone = conn_gone, .gone_arg = (void *)(intptr_t)j->fd,
@@ -164,9 +151,7 @@ static void *worker_main(void *arg)
 	bool exiting, exported = false;
 
 	proto_writer_init(&w);
-	pthread_mutex_lock(&work_lock);
-	exiting = stopping;
-	pthread_mutex_unlock(&work_lock);
+	exiting = pool_stopping();
 	vmm_log(VMM_LOG_DEBUG, "control: %s from pid %ld", proto_verb_name(j->req.verb),
 		client.pid);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -200,51 +185,23 @@ static void *worker_main(void *arg)
 	proto_writer_free(&w);
 	drain_and_close(j->fd);
 	free(j);
-	pthread_mutex_lock(&work_lock);
-	workers--;
-	pthread_cond_broadcast(&work_cond);
-	pthread_mutex_unlock(&work_lock);
-	return NULL;
 }
 
-/* Answer c's request on a worker thread. false: none could be had (c stays ours), why says
+/* Answer c's request on a thread of the pool. false: none could be had (c stays ours), why says
  * why. */
 static bool start_worker(struct conn *c, const proto_request *req, char *why, size_t whylen)
 {
 	struct job *j = malloc(sizeof(*j));
-	pthread_attr_t attr;
-	pthread_t t;
-	int rc;
 
 	if (!j) {
 		snprintf(why, whylen, "out of memory");
 		return false;
 	}
-	pthread_mutex_lock(&work_lock);
-	if (workers == CONTROL_MAX_WORKERS) {
-		pthread_mutex_unlock(&work_lock);
-		free(j);
-		snprintf(why, whylen, "%d requests are being answered already; try again",
-			 CONTROL_MAX_WORKERS);
-		return false;
-	}
-	workers++;
-	pthread_mutex_unlock(&work_lock);
 	j->fd = c->fd;
 	j->cred = c->cred;
 	j->req = *req;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	pthread_attr_setstacksize(&attr, WORKER_STACK);
-	rc = pthread_create(&t, &attr, worker_main, j);
-	pthread_attr_destroy(&attr);
-	if (rc) {
+	if (!pool_submit(worker_main, j, why, whylen)) {
 		free(j);
-		pthread_mutex_lock(&work_lock);
-		workers--;
-		pthread_mutex_unlock(&work_lock);
-		snprintf(why, whylen, "cannot start a thread to answer: %s", strerror(rc));
-		vmm_log(VMM_LOG_WARN, "control: %s", why);
 		return false;
 	}
 	return true;
@@ -466,30 +423,17 @@ static bool socket_alive(const char *path)
 	return alive;
 }
 
-/* at_exit waits for the workers with a deadline: measured on CLOCK_MONOTONIC. */
-static void work_cond_init(void)
-{
-	vmm_cond_init_monotonic(&work_cond);
-}
-
 static void at_exit(void)
 {
-	struct timespec ts;
+	int left;
 
 	if (getpid() != owner_pid)
 		return;
 	control_sleep_shutdown();
 	/* Requests being answered finish first (bounded: exit must not hang on them). */
-	vmm_deadline_ms(&ts, 5000);
-	pthread_mutex_lock(&work_lock);
-	stopping = true;
-	while (workers > 0)
-		if (pthread_cond_timedwait(&work_cond, &work_lock, &ts))
-			break;
-	if (workers > 0)
-		vmm_log(VMM_LOG_WARN, "exit: %d control requests are still being answered",
-			workers);
-	pthread_mutex_unlock(&work_lock);
+	left = pool_stop(5000);
+	if (left > 0)
+		vmm_log(VMM_LOG_WARN, "exit: %d control requests are still being answered", left);
 	pthread_mutex_lock(&server_lock);
 	if (listen_fd >= 0) {
 		unlink(sock_path);
@@ -508,10 +452,7 @@ static void in_child(void)
 		close(listen_fd);
 	listen_fd = -1;
 	pthread_mutex_init(&server_lock, NULL);
-	pthread_mutex_init(&work_lock, NULL);
-	vmm_cond_init_monotonic(&work_cond);
-	pthread_once(&work_cond_once, work_cond_init); /* done: not again over it later */
-	workers = 0;
+	pool_after_fork();
 	control_dispatch_after_fork();
 	control_sleep_after_fork();
 }
@@ -561,8 +502,6 @@ vmm_status shim_control_start(shim_runtime *rt, vmm_error *err)
 
 	if (!rt)
 		return vmm_fail(err, VMM_E_INVALID, 0, "no runtime");
-	/* Before any worker (the only ones to signal it) or at_exit (which waits on it) exists. */
-	pthread_once(&work_cond_once, work_cond_init);
 	pthread_mutex_lock(&server_lock);
 	if (listen_fd >= 0 && owner_pid == getpid())
 		goto out; /* already serving */

@@ -4,6 +4,7 @@
  * does not exist, is not shimmed or whose folder is refused says so with the documented exit
  * code; stale sockets are cleaned up. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,6 +209,55 @@ Test(protocol, beyond_the_client_limit_a_quick_busy, .timeout = 60)
 	/* Once they are gone, it serves again. */
 	usleep(200000);
 	still_serving(t);
+	finish(t);
+}
+
+/* Threads of pid named name (/proc/PID/task/N/comm). */
+static int threads_named(pid_t pid, const char *name)
+{
+	char path[320], comm[64];
+	struct dirent *e;
+	DIR *d;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	cr_assert(d, "cannot list %s", path);
+	while ((e = readdir(d))) {
+		FILE *f;
+
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(comm, sizeof(comm), f) && !strncmp(comm, name, strlen(name)))
+			n++;
+		fclose(f);
+	}
+	closedir(d);
+	return n;
+}
+
+/* Requests one after another are answered by a thread that waits for the next one, not by a
+ * new thread each (creating one cost more than the request in a large program). */
+Test(protocol, a_stream_of_requests_reuses_answering_threads, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	const char *req = "vmmshim/1 hello\n";
+	char sock[400];
+
+	target_socket(t, sock, sizeof(sock));
+	for (int i = 0; i < 30; i++) {
+		cr_assert_gt(raw_request(sock, req, strlen(req), true, 0, reply, sizeof(reply),
+					 5000), 0);
+		cr_expect(!strncmp(reply, "vmmshim/1 ok\n", 13), "%s", reply);
+	}
+	/* A request may come while the last one's thread is still closing its connection: a
+	 * few threads, never one per request. */
+	int n = threads_named(t->pid, "vmmshim-ans");
+	cr_expect(n >= 1 && n <= 4, "%d answering threads after 30 requests", n);
 	finish(t);
 }
 
