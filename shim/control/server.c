@@ -11,6 +11,11 @@
  *   end), which writes the reply within PROTO_WRITE_DEADLINE_MS. hello, status and cancel never
  *   wait for a sleep or wake (dispatch.c).
  * - Only the same uid or root may drive the process (SO_PEERCRED); others get an error reply.
+ * - A share_open asking keep=true keeps its connection after the reply (conn_return.h), so that
+ *   an importer's next open skips connecting and the checks on connecting: the connection waits
+ *   for its next request like a new one, at most CONTROL_KEPT_IDLE_MS, at most CONTROL_MAX_KEPT
+ *   of them at once, and an idle one is closed to make room for a new connection. Its client
+ *   connects again when it finds it closed.
  * - A sleep or wake whose client has hung up is not run, and one that runs when it does rolls
  *   back (conn_gone is the orchestration's gone() callback).
  * - The threads block every signal, so the program's handlers keep running on its own threads.
@@ -37,11 +42,14 @@
 #include "../../core/vmm_share.h"
 #include "../protocol/fd_pass.h"
 #include "../protocol/run_dir.h"
+#include "conn_return.h"
 #include "worker_pool.h"
 
 #define CONTROL_MAX_CLIENTS 64   /* connections being read (or told why not) at once */
 #define CONTROL_BACKLOG 64
 #define DRAIN_MS 200             /* after an error reply: how long to swallow the client's rest */
+#define CONTROL_MAX_KEPT 32      /* kept connections waiting for their next request */
+#define CONTROL_KEPT_IDLE_MS 60000 /* how long a kept connection may wait for its next request */
 
 static pthread_mutex_t server_lock = PTHREAD_MUTEX_INITIALIZER;
 static int listen_fd = -1;
@@ -53,6 +61,7 @@ static bool hooks_registered;
 struct conn {
 	int fd;
 	bool draining;           /* answered already: swallowing what the client still sends */
+	bool kept;               /* kept after a reply, no byte of the next request yet */
 	long long deadline;
 	struct ucred cred;
 	size_t len;
@@ -65,6 +74,7 @@ struct job {
 	int fd;
 	struct ucred cred;
 	proto_request req;
+	bool keep;               /* hand the connection back after the reply (conn_return.h) */
 };
 
 /* Has the client closed its end? (A client that only shut down writing still waits for the
@@ -100,8 +110,8 @@ static void drain_and_close(int fd)
 	close(fd);
 }
 
-/* Write all of buf before the deadline; a client that stopped reading is dropped. */
-static void write_reply(int fd, const char *buf, size_t len)
+/* Write all of buf before the deadline; a client that stopped reading is dropped (false). */
+static bool write_reply(int fd, const char *buf, size_t len)
 {
 	long long deadline = vmm_now_ms() + PROTO_WRITE_DEADLINE_MS;
 	size_t off = 0;
@@ -112,17 +122,18 @@ static void write_reply(int fd, const char *buf, size_t len)
 		ssize_t k;
 
 		if (left <= 0 || (poll(&p, 1, (int)left) < 0 && errno != EINTR))
-			return;
+			return false;
 		if (!(p.revents & (POLLOUT | POLLERR | POLLHUP)))
 			continue;
 		k = send(fd, buf + off, len - off, MSG_DONTWAIT | MSG_NOSIGNAL);
 		if (k < 0) {
 			if (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)
 				continue;
-			return;
+			return false;
 		}
 		off += (size_t)k;
 	}
+	return true;
 }
 
 /* A short error reply sent without waiting: it fits in a fresh connection's buffer. */
@@ -148,7 +159,7 @@ static void worker_main(void *arg)
 	size_t nfds = 0;
 	proto_writer w;
 	struct timespec t0, t1, t2; /* for share_open's info line */
-	bool exiting, exported = false;
+	bool exiting, exported = false, sent = false;
 
 	proto_writer_init(&w);
 	exiting = pool_stopping();
@@ -170,10 +181,10 @@ static void worker_main(void *arg)
 	/* Memory descriptors travel with the reply's first bytes (share_open only). */
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (!w.failed && w.len && nfds)
-		fd_pass_send_many(j->fd, w.buf, w.len, fds, nfds,
-				  fd_pass_now_ms() + PROTO_WRITE_DEADLINE_MS);
+		sent = !fd_pass_send_many(j->fd, w.buf, w.len, fds, nfds,
+					  fd_pass_now_ms() + PROTO_WRITE_DEADLINE_MS);
 	else if (!w.failed && w.len)
-		write_reply(j->fd, w.buf, w.len);
+		sent = write_reply(j->fd, w.buf, w.len);
 	control_share_close_fds(fds, nfds);
 	clock_gettime(CLOCK_MONOTONIC, &t2);
 	/* The exporter's side of one legacy IPC open (the importer logs its own, hooks_ipc.c):
@@ -183,7 +194,9 @@ static void worker_main(void *arg)
 			"fds=%.3f send=%.3f exported=%d", nfds, client.pid,
 			vmm_ms_between(&t0, &t1), vmm_ms_between(&t1, &t2), exported ? 1 : 0);
 	proto_writer_free(&w);
-	drain_and_close(j->fd);
+	/* Kept: the reading thread waits on it for the next request. */
+	if (!(j->keep && sent && !exiting && conn_return_push(j->fd, &j->cred)))
+		drain_and_close(j->fd);
 	free(j);
 }
 
@@ -200,6 +213,7 @@ static bool start_worker(struct conn *c, const proto_request *req, char *why, si
 	j->fd = c->fd;
 	j->cred = c->cred;
 	j->req = *req;
+	j->keep = req->verb == PROTO_SHARE_OPEN && req->keep;
 	if (!pool_submit(worker_main, j, why, whylen)) {
 		free(j);
 		return false;
@@ -280,6 +294,11 @@ static void conn_readable(int i)
 			       "request cut short (no newline before the end)");
 			return;
 		}
+		if (c->kept) {
+			/* The next request has begun: it has the usual time to complete. */
+			c->kept = false;
+			c->deadline = vmm_now_ms() + PROTO_READ_DEADLINE_MS;
+		}
 		c->len += (size_t)k;
 		if (memchr(c->buf + c->len - (size_t)k, '\n', (size_t)k)) {
 			request_complete(i);
@@ -304,8 +323,8 @@ static void expire_conns(void)
 
 		if (!c || c->deadline > now)
 			continue;
-		if (c->draining) {
-			close_conn(i);
+		if (c->draining || c->kept) {
+			close_conn(i); /* a kept one idle too long: its client connects again */
 			continue;
 		}
 		vmm_log(VMM_LOG_INFO, "control: pid %d sent no complete request within %d ms",
@@ -313,6 +332,50 @@ static void expire_conns(void)
 		snprintf(why, sizeof(why), "request not complete within %d ms",
 			 PROTO_READ_DEADLINE_MS);
 		refuse(c, PROTO_ERR_MALFORMED, why);
+	}
+}
+
+/* Close the kept connection idle longest; its slot, or -1 when there is none. */
+static int evict_kept(void)
+{
+	int oldest = -1;
+
+	for (int i = 0; i < CONTROL_MAX_CLIENTS; i++)
+		if (conns[i] && conns[i]->kept &&
+		    (oldest < 0 || conns[i]->deadline < conns[oldest]->deadline))
+			oldest = i;
+	if (oldest >= 0)
+		close_conn(oldest);
+	return oldest;
+}
+
+/* Wait on the connections handed back after their reply for their next request. */
+static void adopt_returned(void)
+{
+	conn_returned back[CONN_RETURN_MAX];
+	size_t n = conn_return_take(back, CONN_RETURN_MAX);
+
+	for (size_t k = 0; k < n; k++) {
+		int kept = 0, slot = -1;
+		struct conn *c;
+
+		for (int i = 0; i < CONTROL_MAX_CLIENTS; i++) {
+			if (!conns[i] && slot < 0)
+				slot = i;
+			kept += conns[i] && conns[i]->kept;
+		}
+		if (slot < 0 || kept >= CONTROL_MAX_KEPT)
+			slot = evict_kept();
+		c = slot < 0 ? NULL : calloc(1, sizeof(*c));
+		if (!c) {
+			close(back[k].fd); /* its client connects again */
+			continue;
+		}
+		c->fd = back[k].fd;
+		c->cred = back[k].cred;
+		c->kept = true;
+		c->deadline = vmm_now_ms() + CONTROL_KEPT_IDLE_MS;
+		conns[slot] = c;
 	}
 }
 
@@ -340,6 +403,8 @@ static void accept_all(int lfd)
 		for (int i = 0; i < CONTROL_MAX_CLIENTS && slot < 0; i++)
 			if (!conns[i])
 				slot = i;
+		if (slot < 0)
+			slot = evict_kept(); /* an idle kept connection makes room */
 		c = slot < 0 ? NULL : calloc(1, sizeof(*c));
 		if (!c) {
 			snprintf(why, sizeof(why), "%d clients are connected already; try again",
@@ -370,15 +435,17 @@ static void accept_all(int lfd)
 
 static void *server_main(void *arg)
 {
-	int lfd = (int)(intptr_t)arg;
-	struct pollfd p[1 + CONTROL_MAX_CLIENTS];
-	int slot_of[1 + CONTROL_MAX_CLIENTS];
+	int lfd = (int)(intptr_t)arg, back_fd = conn_return_fd();
+	struct pollfd p[2 + CONTROL_MAX_CLIENTS];
+	int slot_of[2 + CONTROL_MAX_CLIENTS];
 
 	for (;;) {
 		long long next = -1, now = vmm_now_ms();
 		int n = 0, r;
 
 		p[n++] = (struct pollfd){ .fd = lfd, .events = POLLIN };
+		/* -1 when connections cannot be kept: poll skips it. */
+		p[n++] = (struct pollfd){ .fd = back_fd, .events = POLLIN };
 		for (int i = 0; i < CONTROL_MAX_CLIENTS; i++) {
 			if (!conns[i])
 				continue;
@@ -395,10 +462,12 @@ static void *server_main(void *arg)
 		}
 		if (p[0].revents & (POLLERR | POLLNVAL))
 			break;
-		for (int k = 1; k < n; k++)
+		for (int k = 2; k < n; k++)
 			if (p[k].revents && conns[slot_of[k]])
 				conn_readable(slot_of[k]);
 		expire_conns();
+		if (p[1].revents & POLLIN)
+			adopt_returned();
 		if (p[0].revents & POLLIN)
 			accept_all(lfd);
 	}
@@ -453,6 +522,7 @@ static void in_child(void)
 	listen_fd = -1;
 	pthread_mutex_init(&server_lock, NULL);
 	pool_after_fork();
+	conn_return_after_fork();
 	control_dispatch_after_fork();
 	control_sleep_after_fork();
 }
@@ -521,6 +591,9 @@ vmm_status shim_control_start(shim_runtime *rt, vmm_error *err)
 	}
 	if ((s = bind_socket(path, &fd, err)))
 		goto out;
+	if (!conn_return_init())
+		vmm_log(VMM_LOG_INFO, "control: connections will not be kept (no eventfd: %s)",
+			strerror(errno));
 
 	/* The server thread (and the workers it starts) block every signal. */
 	sigfillset(&all);

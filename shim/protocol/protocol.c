@@ -337,7 +337,7 @@ static bool verb_takes(proto_verb v, const char *key)
 		       v != PROTO_TRIM;
 	if (!strcmp(key, "device"))
 		return v != PROTO_HELLO && v != PROTO_CANCEL && v != PROTO_SHARE_OPEN;
-	if (!strcmp(key, "export") || !strcmp(key, "base"))
+	if (!strcmp(key, "export") || !strcmp(key, "base") || !strcmp(key, "keep"))
 		return v == PROTO_SHARE_OPEN;
 	if (!strcmp(key, "reason") || !strcmp(key, "share_group"))
 		return v == PROTO_SLEEP;
@@ -396,6 +396,8 @@ static int apply_field(proto_request *req, const proto_field *f, char *why, size
 			return why_fail(why, whylen, "%s must be true or false", f->key);
 		if (!strcmp(f->key, "discard"))
 			req->discard = f->value[0] == 't';
+		else if (!strcmp(f->key, "keep"))
+			req->keep = f->value[0] == 't';
 		else
 			req->autowake = f->value[0] == 't';
 	}
@@ -524,6 +526,8 @@ size_t proto_format_request(const proto_request *req, char *buf, size_t cap)
 		     put_text(buf, cap, &len, " export=%llu base=%llu",
 			      (unsigned long long)req->share_id,
 			      (unsigned long long)req->share_base);
+	if (ok && req->keep && verb_takes(req->verb, "keep"))
+		ok = put_text(buf, cap, &len, " keep=true");
 	if (ok && req->drain_ms > 0 && verb_takes(req->verb, "drain_ms"))
 		ok = put_text(buf, cap, &len, " drain_ms=%d", req->drain_ms);
 	if (ok && req->reason[0] && verb_takes(req->verb, "reason"))

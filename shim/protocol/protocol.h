@@ -140,6 +140,7 @@ typedef struct proto_request {
 	int timeout_ms;           /* 0 = the server's default */
 	uint64_t share_id;        /* share_open: the export's id and base (both > 0) */
 	uint64_t share_base;
+	bool keep;                /* share_open: keep the connection open for the next request */
 	int drain_ms;             /* sleep: 0 = the server's VMMSHIM_SLEEP_TIMEOUT */
 	char reason[PROTO_REASON_MAX]; /* sleep: "" = not a sharing peer's */
 	char share_group[PROTO_SHARE_GROUP_MAX]; /* sleep: "" = not a group's; else "PID,PID" */

@@ -5,6 +5,7 @@
  * code; stale sockets are cleaned up. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -258,6 +259,99 @@ Test(protocol, a_stream_of_requests_reuses_answering_threads, .timeout = 60)
 	 * few threads, never one per request. */
 	int n = threads_named(t->pid, "vmmshim-ans");
 	cr_expect(n >= 1 && n <= 4, "%d answering threads after 30 requests", n);
+	finish(t);
+}
+
+/* Send req on fd and read one reply, up to its "end" line, into reply: its length, or -1 (the
+ * server closed the connection first, or no whole reply within 5 s). */
+static ssize_t ask_on(int fd, const char *req)
+{
+	double deadline = now_s() + 5 * ctl_slow();
+	size_t n = 0;
+
+	if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req))
+		return -1;
+	while (n + 1 < sizeof(reply)) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t k;
+
+		if (poll(&p, 1, (int)((deadline - now_s()) * 1000) + 1) <= 0)
+			return -1;
+		k = read(fd, reply + n, sizeof(reply) - 1 - n);
+		if (k <= 0)
+			return -1;
+		n += (size_t)k;
+		reply[n] = '\0';
+		if (n >= 5 && !strcmp(reply + n - 5, "\nend\n"))
+			return (ssize_t)n;
+	}
+	return -1;
+}
+
+/* Has the server closed fd (readable at once, with nothing to read)? */
+static bool closed_by_server(int fd, int wait_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	char c;
+
+	return poll(&p, 1, wait_ms) == 1 && recv(fd, &c, 1, MSG_DONTWAIT) == 0;
+}
+
+#define OPEN_KEEP(id) "vmmshim/1 share_open export=" #id " base=4096 keep=true\n"
+
+/* A legacy IPC importer asks with keep=true: the connection stays open for its next request,
+ * which skips connecting. A request without it is answered and closed as always. */
+Test(protocol, share_open_keep_serves_the_next_request_on_the_connection, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	char sock[400];
+	int fd;
+
+	target_socket(t, sock, sizeof(sock));
+	fd = raw_stall(sock, "");
+	cr_assert_geq(fd, 0);
+	/* No such export here: an error reply, and the connection stays. */
+	cr_assert_gt(ask_on(fd, OPEN_KEEP(1)), 0, "no reply to the first request");
+	expect_error("first open", "status=\"invalid\"");
+	cr_expect_not(closed_by_server(fd, 200), "the connection was not kept");
+	cr_assert_gt(ask_on(fd, OPEN_KEEP(2)), 0, "no reply on the kept connection");
+	expect_error("second open", "status=\"invalid\"");
+	/* Any request may come on it; without keep it is the last. */
+	cr_assert_gt(ask_on(fd, "vmmshim/1 hello\n"), 0, "no reply to hello");
+	cr_expect(!strncmp(reply, "vmmshim/1 ok\ninfo pid=", 22), "%s", reply);
+	cr_expect(closed_by_server(fd, 2000), "the connection stayed open after hello");
+	close(fd);
+	/* Only share_open takes keep. */
+	cr_assert_gt(raw_request(sock, "vmmshim/1 status keep=true\n", 27, true, 0, reply,
+				 sizeof(reply), 5000), 0);
+	expect_error("keep on status", "malformed");
+	finish(t);
+}
+
+/* Kept connections are bounded and give way: many importers' idle connections never keep
+ * vmmctl (or a new importer) out. */
+Test(protocol, kept_connections_never_crowd_out_new_clients, .timeout = 60)
+{
+	struct target *t = start(NULL);
+	int fds[80], open_now = 0;
+	char sock[400];
+
+	target_socket(t, sock, sizeof(sock));
+	for (int i = 0; i < 80; i++) {
+		fds[i] = raw_stall(sock, "");
+		cr_assert_geq(fds[i], 0, "connection %d", i);
+		cr_assert_gt(ask_on(fds[i], OPEN_KEEP(1)), 0, "connection %d not answered", i);
+	}
+	usleep((useconds_t)(200000 * ctl_slow())); /* all handed back to the reading thread */
+	for (int i = 0; i < 80; i++)
+		open_now += !closed_by_server(fds[i], 0);
+	cr_expect_leq(open_now, 32, "%d kept connections open", open_now);
+	cr_expect_gt(open_now, 0, "none was kept");
+	still_serving(t);
+	/* One that was given up: its next request gets no reply, and a new connection does. */
+	cr_expect_eq(ask_on(fds[0], OPEN_KEEP(1)), -1);
+	for (int i = 0; i < 80; i++)
+		close(fds[i]);
 	finish(t);
 }
 

@@ -257,4 +257,17 @@ Test(share_wire, share_open_request_wire_form)
 	cr_expect_eq(proto_parse_request(line, strlen(line), &back, why, sizeof(why)), -1);
 	strcpy(line, "vmmshim/1 status export=1\n");
 	cr_expect_eq(proto_parse_request(line, strlen(line), &back, why, sizeof(why)), -1);
+	/* keep=true asks for the connection to stay open: share_open only. */
+	req.keep = true;
+	len = proto_format_request(&req, line, sizeof(line));
+	cr_assert_gt(len, 0);
+	cr_expect(strstr(line, " keep=true\n"), "%s", line);
+	cr_assert_eq(proto_parse_request(line, len, &back, why, sizeof(why)), 0, "%s", why);
+	cr_expect(back.keep);
+	strcpy(line, "vmmshim/1 share_open export=7 base=4096\n");
+	cr_assert_eq(proto_parse_request(line, strlen(line), &back, why, sizeof(why)), 0, "%s", why);
+	cr_expect_not(back.keep);
+	strcpy(line, "vmmshim/1 hello keep=true\n");
+	cr_expect_eq(proto_parse_request(line, strlen(line), &back, why, sizeof(why)), -1);
+	cr_expect(strstr(why, "'keep'"), "%s", why);
 }
