@@ -48,17 +48,13 @@ static int connect_by(const char *path, long long deadline, char *why, size_t wh
 	}
 }
 
-int peer_request(const char *run_dir, pid_t pid, const char *line, int timeout_ms,
-		 peer_reply *out, char *why, size_t whylen)
+int peer_connect(const char *run_dir, pid_t pid, long long deadline, char *why, size_t whylen)
 {
-	long long deadline = fd_pass_now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
 	char dir[256], path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	struct ucred cred = { 0 };
 	socklen_t cl = sizeof(cred);
-	size_t cap = 4096;
 	int fd;
 
-	memset(out, 0, sizeof(*out));
 	if (run_dir && run_dir[0])
 		snprintf(dir, sizeof(dir), "%s", run_dir);
 	else if (run_dir_default(dir, sizeof(dir)))
@@ -76,16 +72,24 @@ int peer_request(const char *run_dir, pid_t pid, const char *line, int timeout_m
 		return fail(why, whylen, "the socket of pid %d is not served by that process of "
 			    "this user", (int)pid);
 	}
-	if (fd_pass_send(fd, line, strlen(line), NULL, 0, deadline)) {
-		close(fd);
-		return fail(why, whylen, "sending to pid %d: %s", (int)pid, strerror(errno));
-	}
-	shutdown(fd, SHUT_WR);
+	return fd;
+}
+
+/* Has text[0..len) ended with the reply's "end" line? */
+static bool at_end(const char *text, size_t len)
+{
+	return len >= 5 && !memcmp(text + len - 5, "\nend\n", 5);
+}
+
+int peer_read_reply(int fd, pid_t pid, long long deadline, bool until_end, peer_reply *out,
+		    char *why, size_t whylen)
+{
+	size_t cap = 4096;
+
+	memset(out, 0, sizeof(*out));
 	out->text = malloc(cap);
-	if (!out->text) {
-		close(fd);
+	if (!out->text)
 		return fail(why, whylen, "out of memory");
-	}
 	for (;;) {
 		long k;
 
@@ -93,7 +97,6 @@ int peer_request(const char *run_dir, pid_t pid, const char *line, int timeout_m
 			char *n = cap * 2 <= PROTO_MAX_RESPONSE ? realloc(out->text, cap * 2) : NULL;
 
 			if (!n) {
-				close(fd);
 				peer_reply_free(out);
 				return fail(why, whylen, "the reply of pid %d is too long", (int)pid);
 			}
@@ -104,19 +107,49 @@ int peer_request(const char *run_dir, pid_t pid, const char *line, int timeout_m
 				 sizeof(out->fds) / sizeof(out->fds[0]), &out->nfds, deadline);
 		if (k < 0) {
 			int e = errno;
+			size_t got = out->len;
 
-			close(fd);
 			peer_reply_free(out);
+			errno = e == ECONNRESET && got ? EPROTO : e;
 			return fail(why, whylen, "reading the reply of pid %d: %s", (int)pid,
 				    e == ETIMEDOUT ? "timed out" : strerror(e));
 		}
 		if (k == 0)
 			break;
 		out->len += (size_t)k;
+		if (until_end && at_end(out->text, out->len))
+			break;
 	}
-	close(fd);
 	out->text[out->len] = '\0';
+	if (until_end && !at_end(out->text, out->len)) {
+		size_t got = out->len;
+
+		peer_reply_free(out);
+		errno = got ? EPROTO : ECONNRESET;
+		return fail(why, whylen, "pid %d closed the connection %s", (int)pid,
+			    got ? "in the middle of its reply" : "without a reply");
+	}
 	return 0;
+}
+
+int peer_request(const char *run_dir, pid_t pid, const char *line, int timeout_ms,
+		 peer_reply *out, char *why, size_t whylen)
+{
+	long long deadline = fd_pass_now_ms() + (timeout_ms > 0 ? timeout_ms : 1);
+	int fd, rc;
+
+	memset(out, 0, sizeof(*out));
+	fd = peer_connect(run_dir, pid, deadline, why, whylen);
+	if (fd < 0)
+		return -1;
+	if (fd_pass_send(fd, line, strlen(line), NULL, 0, deadline)) {
+		close(fd);
+		return fail(why, whylen, "sending to pid %d: %s", (int)pid, strerror(errno));
+	}
+	shutdown(fd, SHUT_WR);
+	rc = peer_read_reply(fd, pid, deadline, false, out, why, whylen);
+	close(fd);
+	return rc;
 }
 
 void peer_reply_free(peer_reply *out)

@@ -1,6 +1,6 @@
 /* The pieces of legacy IPC between shimmed processes, on their own: descriptors passed over a
  * socket (fd_pass.c), the request to another process's control socket (peer_request.c) and who it
- * trusts, the share_open request's wire form, and the exporting side's trust rule (share_open.c:
+ * trusts, the connection kept for the next request (peer_kept.c), the share_open request's wire form, and the exporting side's trust rule (share_open.c:
  * memory goes to the same uid only, even where root may drive the process). */
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -10,10 +10,12 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../../../shim/control/control_internal.h"
 #include "../../../shim/protocol/fd_pass.h"
+#include "../../../shim/protocol/peer_kept.h"
 #include "../../../shim/protocol/peer_request.h"
 #include "../../../shim/protocol/run_dir.h"
 #include "../../../shim/runtime.h"
@@ -270,4 +272,228 @@ Test(share_wire, share_open_request_wire_form)
 	strcpy(line, "vmmshim/1 hello keep=true\n");
 	cr_expect_eq(proto_parse_request(line, strlen(line), &back, why, sizeof(why)), -1);
 	cr_expect(strstr(why, "'keep'"), "%s", why);
+}
+
+/* ---- kept connections (peer_kept.c) ---- */
+
+/* A server at dir/<our pid>.sock that answers every request line on a connection with an ok reply
+ * and a pipe's read end, until the client closes; how it treats a connection after a reply:
+ * KEEP_OPEN keeps it, KEEP_CLOSE closes it (as a server that keeps none), KEEP_DROP_SECOND closes
+ * it on its second request without answering (a kept connection given up meanwhile). */
+enum keep_mode { KEEP_OPEN, KEEP_CLOSE, KEEP_DROP_SECOND };
+
+struct kept_server {
+	int lfd;
+	enum keep_mode mode;
+	int accepts, requests, serving; /* atomics: a thread per connection */
+	char path[108];
+	pthread_t t;
+};
+
+struct kept_conn {
+	struct kept_server *s;
+	int fd;
+};
+
+static void *kept_serve_conn(void *arg)
+{
+	struct kept_conn *k = arg;
+	struct kept_server *s = k->s;
+	int on_conn = 0;
+	char buf[512];
+
+	while (read(k->fd, buf, sizeof(buf)) > 0) {
+		int p[2];
+
+		__atomic_add_fetch(&s->requests, 1, __ATOMIC_SEQ_CST);
+		if (++on_conn == 2 && s->mode == KEEP_DROP_SECOND)
+			break;
+		if (pipe(p))
+			break;
+		fd_pass_send(k->fd, "vmmshim/1 ok\nend\n", 17, &p[0], 1, fd_pass_now_ms() + 1000);
+		close(p[0]);
+		close(p[1]);
+		if (s->mode == KEEP_CLOSE)
+			break;
+	}
+	close(k->fd);
+	free(k);
+	__atomic_sub_fetch(&s->serving, 1, __ATOMIC_SEQ_CST);
+	return NULL;
+}
+
+static void *kept_serve(void *arg)
+{
+	struct kept_server *s = arg;
+	int c;
+
+	while ((c = accept(s->lfd, NULL, NULL)) >= 0) {
+		struct kept_conn *k = malloc(sizeof(*k));
+		pthread_t t;
+
+		__atomic_add_fetch(&s->accepts, 1, __ATOMIC_SEQ_CST);
+		__atomic_add_fetch(&s->serving, 1, __ATOMIC_SEQ_CST);
+		*k = (struct kept_conn){ .s = s, .fd = c };
+		pthread_create(&t, NULL, kept_serve_conn, k);
+		pthread_detach(t);
+	}
+	return NULL;
+}
+
+static void kept_server_start(struct kept_server *s, const char *dir, enum keep_mode mode)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+	memset(s, 0, sizeof(*s));
+	cr_assert_eq(run_dir_socket_path(dir, getpid(), s->path, sizeof(s->path)), 0);
+	s->mode = mode;
+	s->lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", s->path);
+	cr_assert_eq(bind(s->lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(s->lfd, 4), 0);
+	pthread_create(&s->t, NULL, kept_serve, s);
+}
+
+static void kept_server_stop(struct kept_server *s)
+{
+	peer_kept_close_all(); /* the server's connection threads end at our close */
+	shutdown(s->lfd, SHUT_RDWR);
+	close(s->lfd);
+	pthread_join(s->t, NULL);
+	for (int i = 0; i < 200 && __atomic_load_n(&s->serving, __ATOMIC_SEQ_CST); i++)
+		usleep(10000);
+	unlink(s->path);
+}
+
+static bool always(pid_t pid, uint64_t token)
+{
+	(void)pid;
+	(void)token;
+	return true;
+}
+
+static bool never(pid_t pid, uint64_t token)
+{
+	(void)pid;
+	(void)token;
+	return false;
+}
+
+/* One request to our own server as peer (getpid(), token): 0 or the error; *reused. */
+static int ask_kept(const char *dir, uint64_t token, peer_check_fn check, bool *reused)
+{
+	char why[256];
+	peer_reply r;
+	int rc = peer_request_kept(dir, getpid(), token, check, "vmmshim/1 hello\n", 2000, &r,
+				   reused, why, sizeof(why));
+
+	if (!rc) {
+		cr_expect_str_eq(r.text, "vmmshim/1 ok\nend\n");
+		cr_expect_eq(r.nfds, 1, "the descriptor came with the reply");
+		peer_reply_free(&r);
+	}
+	return rc;
+}
+
+Test(share_wire, a_kept_connection_serves_the_next_request, .timeout = 20)
+{
+	char dir[] = "/tmp/sharewire-XXXXXX";
+	struct kept_server s;
+	bool reused = true;
+
+	cr_assert(mkdtemp(dir));
+	kept_server_start(&s, dir, KEEP_OPEN);
+	cr_assert_eq(ask_kept(dir, 7, always, &reused), 0);
+	cr_expect_not(reused, "the first request connects");
+	cr_expect_eq(peer_kept_count(), 1);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(ask_kept(dir, 7, always, &reused), 0);
+		cr_expect(reused, "request %d did not use the kept connection", i + 2);
+	}
+	/* Another token is another process that had the pid: a connection of its own. */
+	cr_assert_eq(ask_kept(dir, 8, always, &reused), 0);
+	cr_expect_not(reused);
+	kept_server_stop(&s);
+	cr_expect_eq(s.accepts, 2);
+	cr_expect_eq(s.requests, 5);
+	rmdir(dir);
+}
+
+Test(share_wire, a_connection_the_server_closed_is_replaced, .timeout = 20)
+{
+	char dir[] = "/tmp/sharewire-XXXXXX";
+	struct kept_server s;
+	bool reused = true;
+
+	cr_assert(mkdtemp(dir));
+	kept_server_start(&s, dir, KEEP_CLOSE);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(ask_kept(dir, 7, always, &reused), 0, "request %d", i + 1);
+		cr_expect_not(reused, "request %d went over a closed connection", i + 1);
+	}
+	kept_server_stop(&s);
+	cr_expect_eq(s.accepts, 3);
+	cr_expect_eq(s.requests, 3);
+	rmdir(dir);
+}
+
+Test(share_wire, a_kept_connection_closed_before_the_reply_is_retried_once, .timeout = 20)
+{
+	char dir[] = "/tmp/sharewire-XXXXXX";
+	struct kept_server s;
+	bool reused = true;
+
+	cr_assert(mkdtemp(dir));
+	kept_server_start(&s, dir, KEEP_DROP_SECOND);
+	cr_assert_eq(ask_kept(dir, 7, always, &reused), 0);
+	/* The server drops the kept connection on this request: a new one answers it. */
+	cr_assert_eq(ask_kept(dir, 7, always, &reused), 0);
+	cr_expect_not(reused);
+	kept_server_stop(&s);
+	cr_expect_eq(s.accepts, 2);
+	cr_expect_eq(s.requests, 3);
+	rmdir(dir);
+}
+
+Test(share_wire, a_new_connection_the_check_refuses_sends_nothing, .timeout = 20)
+{
+	char dir[] = "/tmp/sharewire-XXXXXX";
+	struct kept_server s;
+
+	cr_assert(mkdtemp(dir));
+	kept_server_start(&s, dir, KEEP_OPEN);
+	cr_expect_eq(ask_kept(dir, 7, never, NULL), PEER_KEPT_REFUSED);
+	cr_expect_eq(peer_kept_count(), 0);
+	/* No server at all: an error, not a refusal. */
+	cr_expect_eq(peer_request_kept(dir, 1, 7, always, "vmmshim/1 hello\n", 300,
+				       &(peer_reply){ 0 }, NULL, (char[64]){ 0 }, 64), -1);
+	kept_server_stop(&s);
+	cr_expect_eq(s.requests, 0);
+	rmdir(dir);
+}
+
+Test(share_wire, a_forked_child_does_not_use_the_parents_connections, .timeout = 20)
+{
+	char dir[] = "/tmp/sharewire-XXXXXX";
+	struct kept_server s;
+	bool reused = false;
+	pid_t child;
+	int st;
+
+	cr_assert(mkdtemp(dir));
+	kept_server_start(&s, dir, KEEP_OPEN);
+	cr_assert_eq(ask_kept(dir, 7, always, &reused), 0);
+	cr_assert_eq(peer_kept_count(), 1);
+	child = fork();
+	cr_assert_geq(child, 0);
+	if (!child)
+		_exit(peer_kept_count());
+	cr_assert_eq(waitpid(child, &st, 0), child);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child holds %d connections",
+		  WEXITSTATUS(st));
+	/* The parent's is still good. */
+	cr_assert_eq(ask_kept(dir, 7, always, &reused), 0);
+	cr_expect(reused);
+	kept_server_stop(&s);
+	rmdir(dir);
 }
