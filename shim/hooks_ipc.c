@@ -1,11 +1,13 @@
 /* Legacy CUDA IPC (cuIpcGetMemHandle, cuIpcOpenMemHandle/_v2, cuIpcCloseMemHandle) on the shim's
  * memory, which is VMM memory the driver's legacy IPC refuses. The exporter's handle names it and
  * the allocation (ipc_handle.h); the importer's shim asks the exporter's control socket for the
- * physical handles as file descriptors (peer_request.h, share_open.c there), imports them, maps
+ * physical handles as file descriptors (over a connection kept for the next open, peer_kept.h;
+ * share_open.c there), imports them, maps
  * them in a range it reserves and returns the allocation's base there. Opening a handle again
  * returns the same pointer and counts an open; the last close unmaps (cuda.h). Pointers that are
  * not the shim's and handles that are not the shim's are the driver's. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include "ipc_keep.h"
 #include "ipc_registry.h"
 #include "ipc_sleep.h"
+#include "protocol/peer_kept.h"
 #include "protocol/peer_request.h"
 #include "protocol/protocol.h"
 
@@ -207,10 +210,12 @@ fail:
 /* The open's one info line: where it was mapped and where its time went (docs/monitoring.md).
  * exporter_fds is the exporter's own figure, part of request, and exported whether it exported
  * (1) or sent dups of the descriptors it kept since the get (0); both absent from older
- * exporters. */
-static void log_open(const ipc_import *m, const struct open_timing *t, const struct open_reply *o)
+ * exporters. kept_conn: the request went over the connection kept from an earlier open (1), or a
+ * new one (0). */
+static void log_open(const ipc_import *m, const struct open_timing *t, const struct open_reply *o,
+		     bool kept_conn)
 {
-	char phases[256], extra[64] = "";
+	char phases[256], extra[96] = "";
 	size_t len = 0;
 
 	for (int p = 0; p < PH_COUNT; p++) {
@@ -223,33 +228,82 @@ static void log_open(const ipc_import *m, const struct open_timing *t, const str
 	else if (o->export_ms >= 0)
 		snprintf(extra, sizeof(extra), " exporter_fds=%.3f", o->export_ms);
 	vmm_log(VMM_LOG_INFO, "cuIpcOpenMemHandle: export %llu of pid %d at 0x%llx (%zu pieces) "
-		"open_phases_ms total=%.3f%s%s", (unsigned long long)m->id, (int)m->exporter,
-		(unsigned long long)m->base, m->nhandles, vmm_ms_between(&t->start, &t->mark), phases,
-		extra);
+		"open_phases_ms total=%.3f%s%s kept_conn=%d", (unsigned long long)m->id,
+		(int)m->exporter, (unsigned long long)m->base, m->nhandles,
+		vmm_ms_between(&t->start, &t->mark), phases, extra, kept_conn ? 1 : 0);
 }
 
-/* Ask the exporting process (still the one that made the handle) for the descriptors of the
- * memory behind it: true with its reply parsed, each descriptor in reply->fds. */
-static bool ask_exporter(shim_runtime *rt, const ipc_handle *h, peer_reply *reply,
-			 struct open_reply *o, struct open_timing *t)
-{
-	char line[160], why[256];
+/* The start-time check of a new connection, timed for the open's check phase (a read of
+ * /proc/PID/stat: tens of microseconds in a process of many threads). */
+static __thread double check_ms;
 
-	if (ipc_process_start_time((pid_t)h->pid) != h->start_time) {
+static bool exporter_still_there(pid_t pid, uint64_t start_time)
+{
+	struct timespec a, b;
+	bool same;
+
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	same = ipc_process_start_time(pid) == start_time;
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	check_ms += vmm_ms_between(&a, &b);
+	return same;
+}
+
+/* Ask the exporter over the kept connection (keep=true); an exporter older than that answers
+ * the word with an error, and is asked again the old way. 0, -1, or PEER_KEPT_REFUSED. */
+static int request_exporter(shim_runtime *rt, const ipc_handle *h, peer_reply *reply,
+			    bool *kept_conn, char *why, size_t whylen)
+{
+	struct open_reply *o; /* large: only to read an error's message */
+	char line[192];
+	bool older;
+	int rc;
+
+	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu keep=true\n",
+		 PROTO_MAGIC, (unsigned long long)h->id, (unsigned long long)h->base);
+	rc = peer_request_kept(rt->cfg.run_dir, (pid_t)h->pid, h->start_time,
+			       exporter_still_there, line, IPC_OPEN_TIMEOUT_MS, reply, kept_conn,
+			       why, whylen);
+	if (rc || strncmp(reply->text, PROTO_MAGIC " error\n", strlen(PROTO_MAGIC) + 7))
+		return rc;
+	o = malloc(sizeof(*o));
+	older = o && !ipc_open_reply_parse(reply->text, o) && strstr(o->error, "'keep'");
+	free(o);
+	if (!older)
+		return rc;
+	peer_reply_free(reply);
+	*kept_conn = false;
+	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu\n", PROTO_MAGIC,
+		 (unsigned long long)h->id, (unsigned long long)h->base);
+	return peer_request(rt->cfg.run_dir, (pid_t)h->pid, line, IPC_OPEN_TIMEOUT_MS, reply, why,
+			    whylen);
+}
+
+/* Ask the exporting process (still the one that made the handle: checked on each new
+ * connection; a kept one ends with it) for the descriptors of the memory behind it: true with its
+ * reply parsed, each descriptor in reply->fds. */
+static bool ask_exporter(shim_runtime *rt, const ipc_handle *h, peer_reply *reply,
+			 struct open_reply *o, struct open_timing *t, bool *kept_conn)
+{
+	char why[256];
+	int rc;
+
+	check_ms = 0;
+	rc = request_exporter(rt, h, reply, kept_conn, why, sizeof(why));
+	timing_add(t, PH_REQUEST);
+	t->ms[PH_REQUEST] -= check_ms;
+	t->ms[PH_CHECK] += check_ms;
+	if (rc == PEER_KEPT_REFUSED ||
+	    (rc && ipc_process_start_time((pid_t)h->pid) != h->start_time)) {
 		vmm_log(VMM_LOG_INFO, "cuIpcOpenMemHandle: the exporting process %u has ended",
 			h->pid);
 		return false;
 	}
-	timing_add(t, PH_CHECK);
-	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu\n", PROTO_MAGIC,
-		 (unsigned long long)h->id, (unsigned long long)h->base);
-	if (peer_request(rt->cfg.run_dir, (pid_t)h->pid, line, IPC_OPEN_TIMEOUT_MS, reply, why,
-			 sizeof(why))) {
+	if (rc) {
 		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: asking pid %u for its memory: %s",
 			h->pid, why);
 		return false;
 	}
-	timing_add(t, PH_REQUEST);
 	if (!ipc_open_reply_parse(reply->text, o) || reply->nfds != o->npieces) {
 		vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: pid %u did not give its memory: %s",
 			h->pid, o->error[0] ? o->error : "unexpected reply");
@@ -267,6 +321,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	peer_reply reply;
 	ipc_import m;
 	struct open_timing t;
+	bool kept_conn = false;
 	CUresult r;
 	int cur;
 
@@ -288,7 +343,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 		return CUDA_SUCCESS;
 	}
 	timing_start(&t);
-	if (!ask_exporter(rt, h, &reply, &o, &t))
+	if (!ask_exporter(rt, h, &reply, &o, &t, &kept_conn))
 		return CUDA_ERROR_INVALID_HANDLE;
 	memset(&m, 0, sizeof(m));
 	m.exporter = (pid_t)h->pid;
@@ -311,7 +366,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	timing_add(&t, PH_REST);
-	log_open(&m, &t, &o);
+	log_open(&m, &t, &o, kept_conn);
 	*pdptr = (CUdeviceptr)m.base;
 	return CUDA_SUCCESS;
 }

@@ -15,6 +15,9 @@
  *                      it, sees the parent's bytes and writes; the parent sees the write. Then a
  *                      retain inside a small allocation: refused ("retain_small RC"), no handle
  *                      can hold it from its base (prog_retain.c has the mid-size cases)
+ *   restart            exporters one after another (export-wait children, killed in turn): each
+ *                      is asked over a connection of its own, kept between two opens; a dead
+ *                      one's handle is refused ("open_after_exit RC")
  *   large              a 136 MiB buffer: 68 physical pieces, more than one message carries
  *   share N            N importers at once open one handle and check its bytes (the exporter
  *                      exports its memory once, at the get, however many open it)
@@ -23,7 +26,7 @@
  *                      child ("child_extra_fds N") and are closed by the free
  *                      ("fds_after_free N") and the device memory goes back to the driver
  *                      ("used_after_free BYTES", relative to before the allocation)
- *   bench N MIB        N allocations of MIB MiB, one at a time, as torch's IPC benchmark does
+ *   bench N [MIB]      N allocations of MIB (2) MiB, one at a time, as torch's IPC benchmark does
  *                      (tests/gpu/ipc_torch.py --bench): the parent allocates and gets a handle,
  *                      a child opens it (timed), checks a byte and closes; the parent frees.
  *                      Prints "bench open_us median=M min=A max=B" (scripts/bench-ipc.sh)
@@ -385,6 +388,55 @@ static int killed(const char *self)
 	return 0;
 }
 
+/* ---- restart ---- */
+
+/* Start an export-wait child; its handle in *h. */
+static pid_t start_exporter(const char *self, CUipcMemHandle *h)
+{
+	char x[200];
+	size_t n = 0;
+	int to, from;
+	pid_t pid = spawn(self, "export-wait", "", "", false, &to, &from);
+
+	while (n + 1 < sizeof(x) && read(from, x + n, 1) == 1 && x[n] != '\n')
+		n++;
+	x[n] = '\0';
+	from_hex(x, h, sizeof(*h));
+	return pid;
+}
+
+/* Opens from one exporter go over one connection; when it ends, its handles are refused and the
+ * next exporter (the program started again) is asked over a connection of its own. */
+static int restart(const char *self)
+{
+	CUipcMemHandle h1, h2;
+	CUdeviceptr p;
+	pid_t pid;
+
+	driver_init();
+	for (int round = 0; round < 2; round++) {
+		pid = start_exporter(self, &h1);
+		CHECK_CU(cuIpcOpenMemHandle(&p, h1, 0));
+		if (!has_pattern(p, BIG, 1))
+			FAIL("round %d: opened memory lacks the exporter's bytes", round);
+		CHECK_CU(cuIpcCloseMemHandle(p));
+		CHECK_CU(cuIpcOpenMemHandle(&p, h1, 0)); /* again, over the kept connection */
+		CHECK_CU(cuIpcCloseMemHandle(p));
+		kill(pid, SIGKILL);
+		wait_child(pid);
+		printf("open_after_exit %d\n", (int)cuIpcOpenMemHandle(&p, h1, 0));
+	}
+	pid = start_exporter(self, &h2);
+	CHECK_CU(cuIpcOpenMemHandle(&p, h2, 0));
+	if (!has_pattern(p, BIG, 1))
+		FAIL("the last exporter's memory lacks its bytes");
+	CHECK_CU(cuIpcCloseMemHandle(p));
+	kill(pid, SIGKILL);
+	wait_child(pid);
+	printf("restart ok\n");
+	return 0;
+}
+
 /* ---- large ---- */
 
 static int large_parent(const char *self)
@@ -732,6 +784,8 @@ int main(int argc, char **argv)
 		return retain_parent(argv[0]);
 	if (!strcmp(mode, "retain-child"))
 		return retain_child(a1);
+	if (!strcmp(mode, "restart"))
+		return restart(argv[0]);
 	if (!strcmp(mode, "large"))
 		return large_parent(argv[0]);
 	if (!strcmp(mode, "large-child"))
@@ -745,7 +799,7 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "free-after-get"))
 		return free_after_get();
 	if (!strcmp(mode, "bench"))
-		return bench_parent(argv[0], atoi(a1), atoi(a2));
+		return bench_parent(argv[0], atoi(a1), a2[0] ? atoi(a2) : 2);
 	if (!strcmp(mode, "bench-child"))
 		return bench_child(atoi(a1));
 	FAIL("unknown mode '%s'", mode);

@@ -3,6 +3,7 @@
  * the shim. */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "run_util.h"
@@ -259,5 +260,52 @@ Test(ipc, open_logs_where_its_time_went)
 	cr_expect_eq(tagged_lines(r->err, " open_phases_ms ", check_open_line), 2, "%s", r->err);
 	cr_expect_eq(tagged_lines(r->err, " share_open_phases_ms ", check_share_line), 2, "%s",
 		     r->err);
+	run_free(r);
+}
+
+/* The kept_conn field of each open line, in order (up to max); how many lines there are. */
+static int kept_conns(const char *text, int *out, int max)
+{
+	int n = 0;
+
+	for (const char *p = strstr(text, " open_phases_ms "); p;
+	     p = strstr(p + 1, " open_phases_ms ")) {
+		const char *e = strchr(p, '\n'), *k = strstr(p, " kept_conn=");
+
+		if (n < max)
+			out[n] = k && (!e || k < e) ? atoi(k + 11) : -1;
+		n++;
+	}
+	return n;
+}
+
+Test(ipc, opens_from_one_exporter_share_a_connection)
+{
+	struct run *r = run_logged("bench", "6");
+	int kept[8];
+
+	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "bench open_us median="), "%s", r->out);
+	cr_assert_eq(kept_conns(r->err, kept, 8), 6, "%s", r->err);
+	/* The first open connects; the others go over the connection it kept. */
+	cr_expect_eq(kept[0], 0, "%s", r->err);
+	for (int i = 1; i < 6; i++)
+		cr_expect_eq(kept[i], 1, "open %d\n%s", i + 1, r->err);
+	run_free(r);
+}
+
+Test(ipc, an_exporter_that_ended_leaves_no_usable_connection)
+{
+	struct run *r = run_logged("restart", "");
+	int kept[8];
+
+	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "restart ok"), "%s", r->out);
+	cr_expect_eq(count_of(r->out, "open_after_exit 400"), 2, "%s", r->out);
+	cr_expect(strstr(r->err, "has ended"), "%s", r->err);
+	/* Per exporter: a new connection, then the kept one; the third exporter's is new. */
+	cr_assert_eq(kept_conns(r->err, kept, 8), 5, "%s", r->err);
+	cr_expect(kept[0] == 0 && kept[1] == 1 && kept[2] == 0 && kept[3] == 1 && kept[4] == 0,
+		  "%s", r->err);
 	run_free(r);
 }
