@@ -29,13 +29,15 @@
 
 /* Where one open's time went, for its info line (a few clock reads per open: the open is a
  * socket round trip and several driver calls, so this costs nothing measurable). The named
- * phases are measured, not derived, so they add up to at most the total. PH_FDS: closing the
- * received descriptors (the imported handles hold the memory then). */
+ * phases are measured, not derived, so they add up to at most the total. PH_ENTER: from the
+ * hook's start to the request (the arguments, the current device, the reopen lookup); PH_FDS:
+ * closing the received descriptors (the imported handles hold the memory then). */
 enum open_phase {
-	PH_CHECK, PH_REQUEST, PH_IMPORT, PH_RESERVE, PH_MAP, PH_ACCESS, PH_FDS, PH_REST, PH_COUNT
+	PH_ENTER, PH_CHECK, PH_REQUEST, PH_IMPORT, PH_RESERVE, PH_MAP, PH_ACCESS, PH_FDS, PH_REST,
+	PH_COUNT
 };
-static const char *const phase_names[PH_COUNT] = { "check", "request", "import", "reserve",
-						   "map", "access", "fds", "rest" };
+static const char *const phase_names[PH_COUNT] = { "enter", "check", "request", "import",
+						   "reserve", "map", "access", "fds", "rest" };
 
 struct open_timing {
 	double ms[PH_COUNT];
@@ -325,6 +327,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	CUresult r;
 	int cur;
 
+	timing_start(&t);
 	if (!pdptr || (flags & ~(unsigned)CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS))
 		return CUDA_ERROR_INVALID_VALUE;
 	if (h->pid == (uint32_t)getpid())
@@ -342,7 +345,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 		*pdptr = (CUdeviceptr)m.base;
 		return CUDA_SUCCESS;
 	}
-	timing_start(&t);
+	timing_add(&t, PH_ENTER);
 	if (!ask_exporter(rt, h, &reply, &o, &t, &kept_conn))
 		return CUDA_ERROR_INVALID_HANDLE;
 	memset(&m, 0, sizeof(m));
