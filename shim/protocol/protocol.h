@@ -2,7 +2,8 @@
  * is the one definition both sides compile; docs/vmmctl.md describes it for users.
  *
  * Transport: a Unix stream socket per process, $VMMSHIM_RUN_DIR/<pid>.sock (see run_dir.h). One
- * request per connection.
+ * request per connection, but for share_open keep=true: the server then keeps the connection for
+ * the next request (the reply ends at its "end" line), as long as it can.
  *
  * Request: one line of at most PROTO_MAX_REQUEST bytes, newline included:
  *
@@ -22,7 +23,8 @@
  *            server's setting).
  *            share_open (another shimmed process of the same uid opening a legacy IPC handle,
  *            never vmmctl): export=N base=N, both required; the reply's first bytes carry the
- *            pieces' file descriptors (SCM_RIGHTS, fd_pass.h) and a `piece` record each.
+ *            pieces' file descriptors (SCM_RIGHTS, fd_pass.h) and a `piece` record each;
+ *            keep=true: keep the connection for the next request (peer_kept.h).
  *            reason="..." (sleep only: a sharing peer's sleep, why; shown by status).
  *            share_group="PID,PID,..." (sleep only, from a group sleep: these processes are or
  *            will be asleep with the memory they imported from each other released; release
