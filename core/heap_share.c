@@ -485,6 +485,37 @@ vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share
 	return st;
 }
 
+vmm_status vmm_share_fds_now(vmm_core *core, vmm_devptr base, uint64_t id,
+			     vmm_share_info *info, vmm_share_piece *pieces, size_t max, size_t *n,
+			     vmm_error *err)
+{
+	struct devheap *dh = heap_of_ptr(core, base);
+	struct kept_export *k;
+	struct alloc *r;
+	vmm_status st;
+
+	*n = 0;
+	if (!dh || !core->be->export_fd)
+		return vmm_fail(err, VMM_E_NOT_OURS, 0, "no export at 0x%llx",
+				(unsigned long long)base);
+	if (!pieces)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no room for the pieces");
+	if (pthread_mutex_trylock(&dh->lock))
+		return vmm_fail(err, VMM_E_BUSY, 0, "the heap is in use");
+	st = export_at(dh, base, id, &r, err);
+	k = st ? NULL : keep_find(dh, id);
+	if (!st && !k)
+		st = vmm_fail(err, VMM_E_BUSY, 0, "export %llu is not kept",
+			      (unsigned long long)id);
+	if (!st) {
+		fill_info(dh, r, info);
+		st = keep_dup(k, pieces, max, err);
+		*n = st ? 0 : k->n;
+	}
+	pthread_mutex_unlock(&dh->lock);
+	return st;
+}
+
 vmm_status vmm_share_keep(vmm_core *core, vmm_devptr base, uint64_t id, bool *kept,
 			  vmm_error *err)
 {

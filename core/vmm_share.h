@@ -61,6 +61,14 @@ vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share
 			 vmm_share_piece *pieces, size_t max, size_t *n, bool *exported,
 			 vmm_error *err);
 
+/* vmm_share_fds without waiting, for a caller that must never block (the control server's
+ * reading thread): duplicates of the kept descriptors when the heap's lock is free at once and
+ * the export is kept. Any error (VMM_E_BUSY: the lock is held or nothing is kept) means they
+ * cannot be had at once, and nothing was done: ask vmm_share_fds, which may wait. */
+vmm_status vmm_share_fds_now(vmm_core *core, vmm_devptr base, uint64_t id,
+			     vmm_share_info *info, vmm_share_piece *pieces, size_t max, size_t *n,
+			     vmm_error *err);
+
 /* Kept exports. Exporting the pieces of a large allocation takes the driver about a millisecond
  * per GiB, so the exporter does it ahead (after the legacy IPC get, on a thread of its own) and
  * keeps the descriptors until the memory goes: the allocation is freed, a group sleep releases its

@@ -4,10 +4,13 @@
  * RLIMIT_NOFILE). Descriptors are counted in /proc/self/fd, as a user would. */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "heap_device.h"
+#include "heap_internal.h"
 #include "heap_offload.h"
 #include "helpers.h"
 #include "vmm_share.h"
@@ -224,5 +227,54 @@ Test(heap_keep, a_forked_child_does_not_hold_them)
 	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the child still held kept descriptors");
 	cr_expect_eq((int)vmm_share_kept_fds(t.core), kept_fds, "the parent's stay");
 	cr_expect_not(fetch_and_check(&t, &si, 5));
+	t_close(&t);
+}
+
+/* The control server's reading thread asks without waiting: duplicates of kept descriptors at
+ * once, or an error that says to ask the way that may wait, with nothing done. */
+Test(heap_keep, fetch_now_gives_kept_duplicates_or_nothing)
+{
+	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
+	vmm_share_info si, got;
+	struct devheap *dh;
+	struct tctx t;
+	vmm_error err;
+	bool kept = false;
+	size_t n = 99;
+	int before;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	si = exported(&t, 8 * MiB + 4096, 3);
+	before = open_fds();
+	/* Not kept yet: nothing at once (it would have to export). */
+	cr_expect_eq(vmm_share_fds_now(t.core, si.base, si.id, &got, pieces, VMM_SHARE_MAX_PIECES,
+				       &n, &err), VMM_E_BUSY);
+	cr_expect_eq(n, 0);
+	cr_expect_eq(open_fds(), before, "nothing was exported");
+	cr_assert_eq(vmm_share_keep(t.core, si.base, si.id, &kept, &err), VMM_OK, "%s", err.msg);
+	cr_assert(kept);
+	before = open_fds();
+	/* The heap's lock held elsewhere: nothing, at once. */
+	dh = heap_of_ptr(t.core, si.base);
+	cr_assert(dh);
+	pthread_mutex_lock(&dh->lock);
+	cr_expect_eq(vmm_share_fds_now(t.core, si.base, si.id, &got, pieces, VMM_SHARE_MAX_PIECES,
+				       &n, &err), VMM_E_BUSY);
+	pthread_mutex_unlock(&dh->lock);
+	cr_expect_eq(open_fds(), before);
+	/* Free to take: one duplicate per kept piece, which hold the exported bytes. */
+	cr_assert_eq(vmm_share_fds_now(t.core, si.base, si.id, &got, pieces, VMM_SHARE_MAX_PIECES,
+				       &n, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(n, vmm_share_kept_fds(t.core));
+	cr_expect_eq(got.base, si.base);
+	cr_expect_eq(got.span_size, si.span_size);
+	cr_expect_eq(open_fds() - before, (int)n);
+	for (size_t i = 0; i < n; i++)
+		close(pieces[i].fd);
+	cr_expect_not(fetch_and_check(&t, &si, 3), "the kept descriptors were used up");
+	/* Another id at that base is no export. */
+	cr_expect_eq(vmm_share_fds_now(t.core, si.base, si.id + 1, &got, pieces,
+				       VMM_SHARE_MAX_PIECES, &n, &err), VMM_E_NOT_OURS);
 	t_close(&t);
 }
