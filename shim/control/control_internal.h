@@ -81,6 +81,12 @@ void control_dispatch_after_fork(void);
  * (false: duplicates of kept ones). Only the same uid is answered. */
 void control_share_open(const proto_request *req, unsigned uid, long pid, proto_writer *w,
 			int *fds, size_t *nfds, bool *exported);
+/* The same without waiting, for the reading thread: true with the ok reply in w and at most max
+ * descriptors in fds when the export's are kept and the heap is free at once
+ * (vmm_share_fds_now: they are duplicates); false with nothing written or held: answer with
+ * control_share_open elsewhere. */
+bool control_share_open_now(const proto_request *req, unsigned uid, long pid, proto_writer *w,
+			    int *fds, size_t max, size_t *nfds);
 void control_share_close_fds(const int *fds, size_t n);
 
 /* status's app_share records: the program's shared VMM handles (app_share_records.c). */

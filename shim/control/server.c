@@ -191,7 +191,7 @@ static void worker_main(void *arg)
 	 * fds is finding the export and its descriptors (exported now, or dups of kept ones). */
 	if (nfds)
 		vmm_log(VMM_LOG_INFO, "share_open: %zu descriptors to pid %ld share_open_phases_ms "
-			"fds=%.3f send=%.3f exported=%d", nfds, client.pid,
+			"fds=%.3f send=%.3f exported=%d at_once=0", nfds, client.pid,
 			vmm_ms_between(&t0, &t1), vmm_ms_between(&t1, &t2), exported ? 1 : 0);
 	proto_writer_free(&w);
 	/* Kept: the reading thread waits on it for the next request. */
@@ -237,7 +237,102 @@ static void refuse(struct conn *c, const char *word, const char *msg)
 	c->deadline = vmm_now_ms() + DRAIN_MS;
 }
 
-/* A whole request line has arrived: parse it and hand it to a worker. */
+static int evict_kept(void);
+
+/* Kept connections waiting for their next request. */
+static int kept_count(void)
+{
+	int n = 0;
+
+	for (int i = 0; i < CONTROL_MAX_CLIENTS; i++)
+		n += conns[i] && conns[i]->kept;
+	return n;
+}
+
+/* Send all of buf with fds in one call that never waits: 1 sent, 0 nothing sent (the client's
+ * buffer is full: a worker may wait for it), -1 broken off (the connection is no use). */
+static int send_at_once(int fd, const char *buf, size_t len, const int *fds, size_t nfds)
+{
+	union {
+		struct cmsghdr align;
+		char bytes[CMSG_SPACE(sizeof(int) * FD_PASS_MAX)];
+	} ctl;
+	struct iovec io = { .iov_base = (char *)buf, .iov_len = len };
+	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1 };
+	ssize_t k;
+
+	if (nfds) {
+		struct cmsghdr *cm;
+
+		memset(&ctl, 0, sizeof(ctl));
+		m.msg_control = ctl.bytes;
+		m.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		cm = CMSG_FIRSTHDR(&m);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
+	}
+	k = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (k == (ssize_t)len)
+		return 1;
+	return k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -1;
+}
+
+/* Answer share_open on this thread when nothing has to wait (kept descriptors, the heap free at
+ * once, the reply sent in one call): the importer's round trip then wakes one thread less.
+ * false: nothing was sent, a worker answers it. */
+static bool answer_now(int i, const proto_request *req)
+{
+	struct conn *c = conns[i];
+	int fds[FD_PASS_MAX];
+	size_t nfds = 0;
+	proto_writer w;
+	struct timespec t0, t1, t2;
+	int sent;
+
+	if (req->verb != PROTO_SHARE_OPEN || pool_stopping())
+		return false;
+	proto_writer_init(&w);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (!control_share_open_now(req, c->cred.uid, c->cred.pid, &w, fds, FD_PASS_MAX,
+				    &nfds) || w.failed) {
+		control_share_close_fds(fds, nfds);
+		proto_writer_free(&w);
+		return false;
+	}
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	sent = send_at_once(c->fd, w.buf, w.len, fds, nfds);
+	clock_gettime(CLOCK_MONOTONIC, &t2);
+	control_share_close_fds(fds, nfds);
+	proto_writer_free(&w);
+	if (!sent)
+		return false;
+	if (sent < 0) {
+		vmm_log(VMM_LOG_INFO, "control: share_open reply to pid %d broken off: %s",
+			(int)c->cred.pid, strerror(errno));
+		close_conn(i);
+		return true;
+	}
+	vmm_log(VMM_LOG_INFO, "share_open: %zu descriptors to pid %ld share_open_phases_ms "
+		"fds=%.3f send=%.3f exported=0 at_once=1", nfds, (long)c->cred.pid,
+		vmm_ms_between(&t0, &t1), vmm_ms_between(&t1, &t2));
+	c->len = 0;
+	if (req->keep) {
+		if (kept_count() >= CONTROL_MAX_KEPT)
+			evict_kept();
+		c->kept = true;
+		c->deadline = vmm_now_ms() + CONTROL_KEPT_IDLE_MS;
+	} else {
+		shutdown(c->fd, SHUT_WR);
+		c->draining = true;
+		c->deadline = vmm_now_ms() + DRAIN_MS;
+	}
+	return true;
+}
+
+/* A whole request line has arrived: parse it and answer it, here when nothing has to wait, else
+ * on a worker. */
 static void request_complete(int i)
 {
 	struct conn *c = conns[i];
@@ -250,6 +345,8 @@ static void request_complete(int i)
 		refuse(c, PROTO_ERR_MALFORMED, why);
 		return;
 	}
+	if (answer_now(i, &req))
+		return;
 	if (!start_worker(c, &req, why, sizeof(why))) {
 		refuse(c, PROTO_ERR_BUSY, why);
 		return;

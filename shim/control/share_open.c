@@ -24,6 +24,39 @@ void control_share_close_fds(const int *fds, size_t n)
 		close(fds[i]);
 }
 
+/* The ok reply for the export's pieces (their descriptors into fds) and the importer recorded. */
+static void put_share(const proto_request *req, long pid, const vmm_share_info *info,
+		      const vmm_share_piece *pieces, size_t n, double fds_ms, bool exported,
+		      proto_writer *w, int *fds)
+{
+	proto_header(w, "ok");
+	proto_record_begin(w, "share");
+	proto_put_int(w, "device", info->device);
+	proto_put_u64(w, "base", info->base);
+	proto_put_u64(w, "size", info->size);
+	proto_put_u64(w, "span", info->span);
+	proto_put_u64(w, "span_size", info->span_size);
+	proto_put_u64(w, "pieces", n);
+	/* export_ms keeps its name for older importers: it is the descriptors' time, exported or
+	 * not. */
+	proto_put_double(w, "export_ms", fds_ms);
+	proto_put_bool(w, "exported", exported);
+	proto_record_end(w);
+	for (size_t i = 0; i < n; i++) {
+		proto_record_begin(w, "piece");
+		proto_put_u64(w, "offset", pieces[i].offset);
+		proto_put_u64(w, "size", pieces[i].size);
+		proto_put_u64(w, "handle_offset", pieces[i].handle_offset);
+		proto_record_end(w);
+		fds[i] = pieces[i].fd;
+	}
+	proto_end(w);
+	ipc_registry_importer(req->share_id, (pid_t)pid);
+	vmm_log(VMM_LOG_DEBUG, "share_open: export %llu (0x%llx, %zu bytes) to pid %ld in %zu "
+		"pieces", (unsigned long long)req->share_id, (unsigned long long)info->base,
+		info->size, pid, n);
+}
+
 void control_share_open(const proto_request *req, unsigned uid, long pid, proto_writer *w,
 			int *fds, size_t *nfds, bool *exported)
 {
@@ -62,31 +95,32 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 	 * ones), under the heap's lock: the importer logs it as part of its request's time
 	 * (hooks_ipc.c, exporter_fds). */
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	proto_header(w, "ok");
-	proto_record_begin(w, "share");
-	proto_put_int(w, "device", info.device);
-	proto_put_u64(w, "base", info.base);
-	proto_put_u64(w, "size", info.size);
-	proto_put_u64(w, "span", info.span);
-	proto_put_u64(w, "span_size", info.span_size);
-	proto_put_u64(w, "pieces", n);
-	/* export_ms keeps its name for older importers: it is the descriptors' time, exported or
-	 * not. */
-	proto_put_double(w, "export_ms", vmm_ms_between(&t0, &t1));
-	proto_put_bool(w, "exported", *exported);
-	proto_record_end(w);
-	for (size_t i = 0; i < n; i++) {
-		proto_record_begin(w, "piece");
-		proto_put_u64(w, "offset", pieces[i].offset);
-		proto_put_u64(w, "size", pieces[i].size);
-		proto_put_u64(w, "handle_offset", pieces[i].handle_offset);
-		proto_record_end(w);
-		fds[i] = pieces[i].fd;
-	}
-	proto_end(w);
+	put_share(req, pid, &info, pieces, n, vmm_ms_between(&t0, &t1), *exported, w, fds);
 	*nfds = n;
-	ipc_registry_importer(req->share_id, (pid_t)pid);
-	vmm_log(VMM_LOG_DEBUG, "share_open: export %llu (0x%llx, %zu bytes) to pid %ld in %zu "
-		"pieces", (unsigned long long)req->share_id, (unsigned long long)info.base,
-		info.size, pid, n);
+}
+
+bool control_share_open_now(const proto_request *req, unsigned uid, long pid, proto_writer *w,
+			    int *fds, size_t max, size_t *nfds)
+{
+	shim_runtime *rt = shim_runtime_peek();
+	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
+	vmm_share_info info;
+	vmm_error err;
+	struct timespec t0, t1;
+	size_t n = 0;
+
+	*nfds = 0;
+	if (max > VMM_SHARE_MAX_PIECES)
+		max = VMM_SHARE_MAX_PIECES;
+	if (uid != (unsigned)geteuid() || !rt || !rt->side[SHIM_CUDA].core)
+		return false; /* refused the usual way, with its log line */
+	vmm_error_clear(&err);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	if (vmm_share_fds_now(rt->side[SHIM_CUDA].core, (vmm_devptr)req->share_base,
+			      req->share_id, &info, pieces, max, &n, &err))
+		return false;
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	put_share(req, pid, &info, pieces, n, vmm_ms_between(&t0, &t1), false, w, fds);
+	*nfds = n;
+	return true;
 }

@@ -291,6 +291,10 @@ Test(ipc, opens_from_one_exporter_share_a_connection)
 	cr_expect_eq(kept[0], 0, "%s", r->err);
 	for (int i = 1; i < 6; i++)
 		cr_expect_eq(kept[i], 1, "open %d\n%s", i + 1, r->err);
+	/* The exporter answers an open of descriptors it kept on the socket's own thread (the
+	 * export ahead may still be running at an open: then a worker answers). */
+	cr_expect_eq(count_of(r->err, " share_open_phases_ms "), 6, "%s", r->err);
+	cr_expect_geq(count_of(r->err, " at_once=1"), 1, "%s", r->err);
 	run_free(r);
 }
 
