@@ -15,6 +15,8 @@
  *                      it, sees the parent's bytes and writes; the parent sees the write. Then a
  *                      retain inside a small allocation: refused ("retain_small RC"), no handle
  *                      can hold it from its base (prog_retain.c has the mid-size cases)
+ *   plain-open         a child asks the exporter's socket for a kept export's descriptors as an
+ *                      older shim does (one request, no keep): "plain_reply ok fds=N ended=1"
  *   restart            exporters one after another (export-wait children, killed in turn): each
  *                      is asked over a connection of its own, kept between two opens; a dead
  *                      one's handle is refused ("open_after_exit RC")
@@ -122,6 +124,15 @@ static void expect_line(int fd, const char *word)
 	buf[n] = '\0';
 	if (strcmp(buf, word))
 		FAIL("expected \"%s\", got \"%s\"", word, buf);
+}
+
+static void read_line(int fd, char *buf, size_t cap)
+{
+	size_t n = 0;
+
+	while (n + 1 < cap && read(fd, buf + n, 1) == 1 && buf[n] != '\n')
+		n++;
+	buf[n] = '\0';
 }
 
 static int wait_child(pid_t pid)
@@ -582,6 +593,90 @@ static int free_after_get(void)
 	return 0;
 }
 
+/* ---- plain-open ---- */
+
+/* The parent's side: a handle whose descriptors the shim has exported ahead and kept. */
+static int plain_open_parent(const char *self)
+{
+	struct timespec pause = { 0, 10 * 1000 * 1000 };
+	CUipcMemHandle h;
+	CUdeviceptr warm, a;
+	char x[129], line[128];
+	int to, from, fd0, waited = 0, rc;
+	pid_t pid;
+
+	driver_init();
+	CHECK_CU(cuMemAlloc(&warm, SMALL));
+	fd0 = count_fds();
+	CHECK_CU(cuMemAlloc(&a, BIG));
+	CHECK_CU(cuIpcGetMemHandle(&h, a));
+	while (count_fds() == fd0 && waited++ < 500)
+		nanosleep(&pause, NULL);
+	to_hex(&h, sizeof(h), x);
+	pid = spawn(self, "plain-open-child", x, "", false, &to, &from);
+	read_line(from, line, sizeof(line)); /* the child's verdict, on our output */
+	printf("%s\n", line);
+	rc = wait_child(pid);
+	CHECK_CU(cuMemFree(a));
+	CHECK_CU(cuMemFree(warm));
+	printf("plain-open child %d\n", rc);
+	return rc;
+}
+
+/* The child asks the exporter's socket as a shim without kept connections does: one request,
+ * its end of writing shut, the reply and the descriptors read until the server closes. */
+static int plain_open_child(const char *x)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *dir = getenv("VMMSHIM_RUN_DIR");
+	unsigned char raw[64];
+	uint32_t pid;
+	uint64_t id, base;
+	char line[160], reply[4096];
+	size_t len = 0, nfds = 0;
+	int fd;
+
+	from_hex(x, raw, sizeof(raw));
+	memcpy(&pid, raw + 12, 4);   /* the shim's handle: magic, version, pid, start time, */
+	memcpy(&id, raw + 24, 8);    /* export id, base */
+	memcpy(&base, raw + 32, 8);
+	if (!dir)
+		FAIL("no VMMSHIM_RUN_DIR");
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%u.sock", dir, pid);
+	snprintf(line, sizeof(line), "vmmshim/1 share_open export=%llu base=%llu\n",
+		 (unsigned long long)id, (unsigned long long)base);
+	fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    write(fd, line, strlen(line)) != (ssize_t)strlen(line))
+		FAIL("cannot ask the exporter");
+	shutdown(fd, SHUT_WR);
+	for (;;) {
+		char ctl[CMSG_SPACE(sizeof(int) * 64)];
+		struct iovec io = { .iov_base = reply + len, .iov_len = sizeof(reply) - 1 - len };
+		struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = ctl,
+				    .msg_controllen = sizeof(ctl) };
+		ssize_t k = recvmsg(fd, &m, 0);
+
+		if (k <= 0)
+			break;
+		len += (size_t)k;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+			size_t n = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			int got[64];
+
+			memcpy(got, CMSG_DATA(c), n * sizeof(int));
+			for (size_t i = 0; i < n; i++)
+				close(got[i]);
+			nfds += n;
+		}
+	}
+	reply[len] = '\0';
+	close(fd);
+	printf("plain_reply %s fds=%zu ended=%d\n", strncmp(reply, "vmmshim/1 ok\n", 13) ? "bad" :
+	       "ok", nfds, len >= 4 && !strcmp(reply + len - 4, "end\n"));
+	return 0;
+}
+
 /* ---- retain ---- */
 
 #define HUGE (1ull << 30)
@@ -686,15 +781,6 @@ static double now_us(void)
 	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static void read_line(int fd, char *buf, size_t cap)
-{
-	size_t n = 0;
-
-	while (n + 1 < cap && read(fd, buf + n, 1) == 1 && buf[n] != '\n')
-		n++;
-	buf[n] = '\0';
-}
-
 static int bench_parent(const char *self, int n, int mib)
 {
 	size_t size = (size_t)mib << 20;
@@ -784,6 +870,10 @@ int main(int argc, char **argv)
 		return retain_parent(argv[0]);
 	if (!strcmp(mode, "retain-child"))
 		return retain_child(a1);
+	if (!strcmp(mode, "plain-open"))
+		return plain_open_parent(argv[0]);
+	if (!strcmp(mode, "plain-open-child"))
+		return plain_open_child(a1);
 	if (!strcmp(mode, "restart"))
 		return restart(argv[0]);
 	if (!strcmp(mode, "large"))

@@ -313,3 +313,17 @@ Test(ipc, an_exporter_that_ended_leaves_no_usable_connection)
 		  "%s", r->err);
 	run_free(r);
 }
+
+/* An importer whose shim does not keep connections (one request, then the server closes) is
+ * answered as before, also when the reading thread answers at once. */
+Test(ipc, a_request_without_keep_is_answered_and_closed)
+{
+	struct run *r = run_logged("plain-open", "");
+
+	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "plain_reply ok fds=3 ended=1"), "%s", r->out);
+	cr_expect_eq(count_of(r->err, " share_open_phases_ms "), 1, "%s", r->err);
+	cr_expect_eq(count_of(r->err, " at_once=1"), 1, "the kept descriptors were not sent at "
+		     "once\n%s", r->err);
+	run_free(r);
+}
