@@ -78,6 +78,8 @@ size_t conn_return_take(conn_returned *out, size_t max)
 void conn_return_after_fork(void)
 {
 	pthread_mutex_init(&lock, NULL);
+	for (size_t i = 0; i < count; i++)
+		close(list[i].fd);
 	count = 0;
 	if (wake_fd >= 0)
 		close(wake_fd);

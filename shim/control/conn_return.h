@@ -27,7 +27,8 @@ int conn_return_fd(void);
 bool conn_return_push(int fd, const struct ucred *cred);
 /* Take what was handed back (the reading thread), up to max; returns how many. */
 size_t conn_return_take(conn_returned *out, size_t max);
-/* In a forked child: nothing was handed back in it; the wake-up descriptor is the parent's. */
+/* In a forked child: what was handed back is the parent's (closed here, so that only the parent
+ * holds it), and so is the wake-up descriptor. */
 void conn_return_after_fork(void);
 
 #endif

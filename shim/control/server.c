@@ -69,6 +69,38 @@ struct conn {
 };
 static struct conn *conns[CONTROL_MAX_CLIENTS];
 
+/* Connections the workers hold, so that a forked child closes its copies: a copy alive in a
+ * child would keep a kept connection open after the parent closed it, and its client would wait
+ * for a reply nobody sends. */
+static pthread_mutex_t held_lock = PTHREAD_MUTEX_INITIALIZER;
+static int held[POOL_MAX_BUSY];
+static int nheld;
+
+static void held_add(int fd)
+{
+	pthread_mutex_lock(&held_lock);
+	if (nheld < POOL_MAX_BUSY)
+		held[nheld++] = fd;
+	pthread_mutex_unlock(&held_lock);
+}
+
+/* Forget fd, handing it back first when back (under the lock: a fork sees it in one place). */
+static bool held_remove(int fd, bool back, const struct ucred *cred)
+{
+	bool kept = false;
+
+	pthread_mutex_lock(&held_lock);
+	if (back)
+		kept = conn_return_push(fd, cred);
+	for (int i = 0; i < nheld; i++)
+		if (held[i] == fd) {
+			held[i] = held[--nheld];
+			break;
+		}
+	pthread_mutex_unlock(&held_lock);
+	return kept;
+}
+
 /* A request handed to a worker thread. */
 struct job {
 	int fd;
@@ -195,7 +227,7 @@ static void worker_main(void *arg)
 			vmm_ms_between(&t0, &t1), vmm_ms_between(&t1, &t2), exported ? 1 : 0);
 	proto_writer_free(&w);
 	/* Kept: the reading thread waits on it for the next request. */
-	if (!(j->keep && sent && !exiting && conn_return_push(j->fd, &j->cred)))
+	if (!held_remove(j->fd, j->keep && sent && !exiting, &j->cred))
 		drain_and_close(j->fd);
 	free(j);
 }
@@ -214,7 +246,9 @@ static bool start_worker(struct conn *c, const proto_request *req, char *why, si
 	j->cred = c->cred;
 	j->req = *req;
 	j->keep = req->verb == PROTO_SHARE_OPEN && req->keep;
+	held_add(j->fd);
 	if (!pool_submit(worker_main, j, why, whylen)) {
+		held_remove(j->fd, false, NULL);
 		free(j);
 		return false;
 	}
@@ -223,9 +257,11 @@ static bool start_worker(struct conn *c, const proto_request *req, char *why, si
 
 static void close_conn(int i)
 {
-	close(conns[i]->fd);
-	free(conns[i]);
-	conns[i] = NULL;
+	struct conn *c = conns[i];
+
+	conns[i] = NULL; /* first: a fork in between leaves a copy, never closes another fd */
+	close(c->fd);
+	free(c);
 }
 
 /* Tell the client why, then swallow what it still sends for a moment before closing. */
@@ -351,8 +387,8 @@ static void request_complete(int i)
 		refuse(c, PROTO_ERR_BUSY, why);
 		return;
 	}
-	free(c); /* the worker owns the descriptor now */
-	conns[i] = NULL;
+	conns[i] = NULL; /* the worker owns the descriptor now */
+	free(c);
 }
 
 /* Read what connection i has sent. */
@@ -617,6 +653,17 @@ static void in_child(void)
 	if (listen_fd >= 0)
 		close(listen_fd);
 	listen_fd = -1;
+	/* Nor may it hold the parent's connections (see held): their structures are left, as the
+	 * parent's reading thread may have been changing them. */
+	for (int i = 0; i < CONTROL_MAX_CLIENTS; i++) {
+		if (conns[i])
+			close(conns[i]->fd);
+		conns[i] = NULL;
+	}
+	for (int i = 0; i < nheld; i++)
+		close(held[i]);
+	nheld = 0;
+	pthread_mutex_init(&held_lock, NULL);
 	pthread_mutex_init(&server_lock, NULL);
 	pool_after_fork();
 	conn_return_after_fork();

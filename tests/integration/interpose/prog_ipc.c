@@ -15,6 +15,8 @@
  *                      it, sees the parent's bytes and writes; the parent sees the write. Then a
  *                      retain inside a small allocation: refused ("retain_small RC"), no handle
  *                      can hold it from its base (prog_retain.c has the mid-size cases)
+ *   fork-kept          an importer keeps its connection to us; a child we fork then holds none of
+ *                      the control server's sockets ("parent_sockets N", "child_sockets N")
  *   plain-open         a child asks the exporter's socket for a kept export's descriptors as an
  *                      older shim does (one request, no keep): "plain_reply ok fds=N ended=1"
  *   restart            exporters one after another (export-wait children, killed in turn): each
@@ -677,6 +679,68 @@ static int plain_open_child(const char *x)
 	return 0;
 }
 
+/* ---- fork-kept ---- */
+
+static int count_sockets(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		FAIL("cannot list /proc/self/fd");
+	while ((e = readdir(d))) {
+		char path[300], target[64];
+		ssize_t k;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		k = readlink(path, target, sizeof(target) - 1);
+		if (k > 0) {
+			target[k] = '\0';
+			n += !strncmp(target, "socket:", 7);
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* An importer keeps its connection to us; a child we fork holds none of the control server's
+ * sockets (a copy would keep the connection open after we close it, and the importer would wait
+ * on it for a reply). */
+static int fork_kept(const char *self)
+{
+	CUipcMemHandle h;
+	CUdeviceptr a;
+	char x[129];
+	int to, from, st;
+	pid_t pid, child;
+
+	driver_init();
+	CHECK_CU(cuMemAlloc(&a, BIG));
+	put_pattern(a, BIG, 1);
+	CHECK_CU(cuIpcGetMemHandle(&h, a));
+	to_hex(&h, sizeof(h), x);
+	pid = spawn(self, "orders-child", x, "", false, &to, &from);
+	expect_line(from, "opened"); /* it keeps its connection while it waits */
+	printf("parent_sockets %d\n", count_sockets());
+	fflush(stdout);
+	child = fork();
+	if (child < 0)
+		FAIL("fork");
+	if (!child) {
+		printf("child_sockets %d\n", count_sockets());
+		_exit(0);
+	}
+	if (waitpid(child, &st, 0) != child)
+		FAIL("waitpid");
+	CHECK_CU(cuMemFree(a)); /* what orders-child expects before "go" */
+	say(to, "go");
+	if (wait_child(pid))
+		FAIL("the importer failed");
+	printf("fork-kept ok\n");
+	return 0;
+}
+
 /* ---- retain ---- */
 
 #define HUGE (1ull << 30)
@@ -870,6 +934,8 @@ int main(int argc, char **argv)
 		return retain_parent(argv[0]);
 	if (!strcmp(mode, "retain-child"))
 		return retain_child(a1);
+	if (!strcmp(mode, "fork-kept"))
+		return fork_kept(argv[0]);
 	if (!strcmp(mode, "plain-open"))
 		return plain_open_parent(argv[0]);
 	if (!strcmp(mode, "plain-open-child"))

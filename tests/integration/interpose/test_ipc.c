@@ -327,3 +327,15 @@ Test(ipc, a_request_without_keep_is_answered_and_closed)
 		     "once\n%s", r->err);
 	run_free(r);
 }
+
+Test(ipc, a_forked_child_of_the_exporter_holds_no_connection)
+{
+	struct run *r = run_mode("fork-kept");
+
+	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "fork-kept ok"), "%s", r->out);
+	/* The parent: its listening socket and the importer's kept connection at least. */
+	cr_expect_geq(printed(r, "parent_sockets"), 2, "%s", r->out);
+	cr_expect_eq(printed(r, "child_sockets"), 0, "%s", r->out);
+	run_free(r);
+}
