@@ -285,36 +285,6 @@ static int kept_count(void)
 	return n;
 }
 
-/* Send all of buf with fds in one call that never waits: 1 sent, 0 nothing sent (the client's
- * buffer is full: a worker may wait for it), -1 broken off (the connection is no use). */
-static int send_at_once(int fd, const char *buf, size_t len, const int *fds, size_t nfds)
-{
-	union {
-		struct cmsghdr align;
-		char bytes[CMSG_SPACE(sizeof(int) * FD_PASS_MAX)];
-	} ctl;
-	struct iovec io = { .iov_base = (char *)buf, .iov_len = len };
-	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1 };
-	ssize_t k;
-
-	if (nfds) {
-		struct cmsghdr *cm;
-
-		memset(&ctl, 0, sizeof(ctl));
-		m.msg_control = ctl.bytes;
-		m.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-		cm = CMSG_FIRSTHDR(&m);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-		memcpy(CMSG_DATA(cm), fds, sizeof(int) * nfds);
-	}
-	k = sendmsg(fd, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
-	if (k == (ssize_t)len)
-		return 1;
-	return k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) ? 0 : -1;
-}
-
 /* Answer share_open on this thread when nothing has to wait (kept descriptors, the heap free at
  * once, the reply sent in one call): the importer's round trip then wakes one thread less.
  * false: nothing was sent, a worker answers it. */
@@ -338,7 +308,7 @@ static bool answer_now(int i, const proto_request *req)
 		return false;
 	}
 	clock_gettime(CLOCK_MONOTONIC, &t1);
-	sent = send_at_once(c->fd, w.buf, w.len, fds, nfds);
+	sent = fd_pass_send_now(c->fd, w.buf, w.len, fds, nfds);
 	clock_gettime(CLOCK_MONOTONIC, &t2);
 	control_share_close_fds(fds, nfds);
 	proto_writer_free(&w);

@@ -79,6 +79,42 @@ int fd_pass_send(int sock, const void *buf, size_t len, const int *fds, size_t n
 	return 0;
 }
 
+int fd_pass_send_now(int sock, const void *buf, size_t len, const int *fds, size_t nfds)
+{
+	union {
+		struct cmsghdr align;
+		char bytes[CMSG_SPACE(sizeof(int) * FD_PASS_MAX)];
+	} ctl;
+	struct iovec io = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1 };
+	ssize_t k;
+
+	if (nfds > FD_PASS_MAX || (nfds && !len)) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (nfds) {
+		struct cmsghdr *c;
+
+		memset(&ctl, 0, sizeof(ctl));
+		m.msg_control = ctl.bytes;
+		m.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	}
+	k = sendmsg(sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (k == (ssize_t)len)
+		return 1;
+	if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+		return 0;
+	if (k >= 0)
+		errno = EPIPE; /* cut short: the rest cannot follow without waiting */
+	return -1;
+}
+
 int fd_pass_send_many(int sock, const void *buf, size_t len, const int *fds, size_t nfds,
 		      long long deadline_ms)
 {

@@ -14,6 +14,11 @@
 int fd_pass_send(int sock, const void *buf, size_t len, const int *fds, size_t nfds,
 		 long long deadline_ms);
 
+/* The same in one call that never waits, for a thread that must not (nfds at most FD_PASS_MAX):
+ * 1 all sent; 0 nothing sent (the peer's buffer is full: try again where waiting is allowed);
+ * -1 with errno, the connection broken (or only part sent: it is no use any more). */
+int fd_pass_send_now(int sock, const void *buf, size_t len, const int *fds, size_t nfds);
+
 /* The same for any number of descriptors: buf goes in parts of at least one byte, the n-th part
  * carrying descriptors [n * FD_PASS_MAX, (n + 1) * FD_PASS_MAX); the receiver collects them in
  * order (fd_pass_recv, called until the end). EINVAL when len is shorter than the parts. */

@@ -95,6 +95,38 @@ Test(share_wire, more_descriptors_than_one_message_holds_arrive_in_order)
 	close(sv[1]);
 }
 
+Test(share_wire, sending_at_once_never_waits)
+{
+	int sv[2], p[2], got[4];
+	static char big[1 << 16];
+	size_t n = 0;
+	char buf[64] = { 0 };
+	int rc;
+
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	cr_assert_eq(pipe(p), 0);
+	cr_expect_eq(fd_pass_send_now(sv[0], "hi", 2, p, 1), 1);
+	cr_assert_eq(fd_pass_recv(sv[1], buf, sizeof(buf), got, 4, &n, fd_pass_now_ms() + 1000),
+		     2);
+	cr_expect_eq(n, 1, "the descriptor came with the bytes");
+	close(got[0]);
+	/* A peer that reads nothing: the buffer fills, then nothing more is sent, at once. */
+	for (int i = 0; i < 4096; i++) {
+		long long t0 = fd_pass_now_ms();
+
+		rc = fd_pass_send_now(sv[0], big, sizeof(big), NULL, 0);
+		cr_assert_lt(fd_pass_now_ms() - t0, 500, "a send waited");
+		if (rc != 1)
+			break;
+	}
+	cr_expect(rc == 0 || rc == -1, "the full buffer was never reported");
+	close(sv[1]);
+	cr_expect_eq(fd_pass_send_now(sv[0], "x", 1, NULL, 0), -1, "a closed peer is an error");
+	close(sv[0]);
+	close(p[0]);
+	close(p[1]);
+}
+
 Test(share_wire, a_silent_peer_costs_the_deadline)
 {
 	int sv[2], got[4];
