@@ -5,6 +5,7 @@
 
 #include <pthread.h>
 #include <stdbool.h>
+#include <sys/types.h>
 
 #include "app_vmm.h"
 #include "copy_engine.h"
@@ -31,6 +32,12 @@ struct app_handle {
 	int *share_fds;          /* the shim's duplicates of the descriptors exported or imported
 	                          * (app_share.c), closed with the handle */
 	unsigned nshare_fds;
+	/* A group sleep of every process that holds this shared memory (app_share.c). */
+	bool group_release;      /* this sleep releases it (set for one sleep, then cleared) */
+	bool group_released;     /* asleep, released by a group sleep: an import is fetched again
+	                          * from its exporter at wake */
+	pid_t exporter;          /* an import: the exporting process and its handle value */
+	vmm_phys exporter_value;
 };
 
 struct app_map {
@@ -49,6 +56,7 @@ struct vmm_app_registry {
 	size_t nm, capm;
 	vmm_phys next_value;     /* the registry's own program-side values */
 	vmm_copy_engine *ce[VMM_MAX_DEVICES];
+	vmm_app_refetch_fn refetch;  /* asks an exporter for its memory again (the shim's) */
 };
 
 struct app_handle *app_find(vmm_app_registry *reg, vmm_phys app);
@@ -60,4 +68,14 @@ struct app_map **app_maps_of(vmm_app_registry *reg, struct app_handle *h, size_t
 
 /* Close the shim's duplicates of h's shareable descriptors (app_share.c). */
 void app_share_fds_close(struct app_handle *h);
+/* Sleep and wake of a handle a group sleep releases (app_share.c). The release of an import
+ * keeps nothing (the exporter has the contents): its undo within the sleep imports the kept
+ * duplicate again; at wake the exporter is asked for a new descriptor. */
+vmm_status app_share_reimport(vmm_app_registry *reg, struct app_handle *h, vmm_error *err);
+/* After a sleep that released hs[0..n): close the duplicates of those a group released (the
+ * driver frees the memory once every holder has let it go). */
+void app_share_released(struct app_handle **hs, size_t n);
+/* Does the program itself hold one of h's shareable descriptors open (or can that not be told)?
+ * Then the driver cannot free the memory, and no sleep releases it. */
+bool app_share_program_holds(const struct app_handle *h);
 #endif

@@ -286,9 +286,13 @@ static vmm_status remap_all(vmm_app_registry *reg, struct app_handle *h, bool ma
 	return st;
 }
 
+/* A new driver handle for h: made like the program's, or an import fetched again. */
 static vmm_status create_like(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
 {
 	vmm_backend *be = reg->be;
+
+	if (h->imported)
+		return app_share_reimport(reg, h, err);
 
 	if (be->create_with_prop && h->prop)
 		return be->create_with_prop(be, h->dev, h->size, h->prop, h->prop_size, &h->real,
@@ -402,6 +406,7 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 			vmm_log(VMM_LOG_WARN, "app handle %#llx: re-releasing failed",
 				(unsigned long long)h->app);
 		h->asleep = false;
+		h->group_released = false;
 	}
 	return VMM_OK;
 }
@@ -508,7 +513,7 @@ static vmm_status back_up(vmm_app_registry *reg, struct app_handle **hs, size_t 
 	vmm_status st;
 
 	for (size_t i = 0; i < n; i++)
-		if (!hs[i]->backup.ptr)
+		if (!hs[i]->backup.ptr && !hs[i]->imported)
 			need += hs[i]->size;
 	avail = vmm_host_available_bytes();
 	if (need > avail)
@@ -516,8 +521,8 @@ static vmm_status back_up(vmm_app_registry *reg, struct app_handle **hs, size_t 
 				"sleeping the program's VMM mappings needs %llu bytes of host memory, "
 				"%llu available", (unsigned long long)need, (unsigned long long)avail);
 	for (size_t i = 0; i < n; i++) {
-		if (hs[i]->backup.ptr)
-			continue;
+		if (hs[i]->backup.ptr || hs[i]->imported)
+			continue;   /* an import's contents stay with its exporter */
 		st = vmm_host_buf_alloc(reg->be, hs[i]->size, 0, &hs[i]->backup, err);
 		if (st)
 			return st;   /* buffers made so far are kept for the next try */
@@ -547,7 +552,7 @@ static vmm_status release_one(vmm_app_registry *reg, struct app_handle *h, bool 
 	}
 	h->real = 0;
 	h->asleep = true;
-	h->has_backup = !discard;
+	h->has_backup = !discard && !h->imported;
 	return st;
 }
 
@@ -613,10 +618,12 @@ vmm_status vmm_app_sleep_within(vmm_app_registry *reg, const vmm_sleep_opts *opt
 	} else {
 		st = sleep_handles(reg, op.hs, op.n, opts && opts->discard, lim, &res->bytes_copied,
 				   &partial, err);
-		if (!st)
+		if (!st) {
 			res->bytes_released = op.bytes;
-		else
+			app_share_released(op.hs, op.n);
+		} else {
 			res->bytes_copied = 0;
+		}
 		if (partial)
 			res->partial_bytes = asleep_bytes(reg, opts);
 	}
@@ -644,7 +651,7 @@ static vmm_status wake_fits(vmm_app_registry *reg, struct app_handle **hs, size_
 
 		/* A stale handle (unrestore) gives its memory back before its own comes. */
 		for (size_t i = 0; i < n; i++)
-			if (hs[i]->dev == d && !hs[i]->stale)
+			if (hs[i]->dev == d && !hs[i]->stale && !hs[i]->imported)
 				need += hs[i]->size;
 		if (need && reg->be->mem_info(reg->be, d, &fr, &tot, NULL) == VMM_OK && need > fr)
 			return vmm_fail(err, VMM_E_OOM, 0,

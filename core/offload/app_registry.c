@@ -133,7 +133,7 @@ struct app_map **app_maps_of(vmm_app_registry *reg, struct app_handle *h, size_t
 bool app_unreleasable(vmm_app_registry *reg, struct app_handle *h)
 {
 	if (h->exported)
-		return true;
+		return !h->group_release;
 	if (reg->be->map_at || !h->nmaps)
 		return false;
 	for (size_t i = 0; i < reg->nm; i++)
@@ -511,6 +511,8 @@ void vmm_app_stats_get(vmm_app_registry *reg, int dev, vmm_app_stats *out)
 			out->asleep_bytes += h->size;
 		if (h->backup.ptr)
 			out->host_backup_bytes += h->backup.size;
+		if (h->asleep)
+			continue;   /* released (a group sleep releases shared ones too) */
 		if (app_unreleasable(reg, h))
 			out->unreleasable_bytes += h->size;
 		if (h->exported)   /* imported handles are marked exported too */

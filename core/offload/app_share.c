@@ -110,6 +110,14 @@ static void program_holders(const struct app_handle *h, vmm_app_share *s)
 	closedir(d);
 }
 
+bool app_share_program_holds(const struct app_handle *h)
+{
+	vmm_app_share s = { .program_fd = -1 };
+
+	program_holders(h, &s);
+	return s.program_fds != 0;
+}
+
 size_t vmm_app_share_list(vmm_app_registry *reg, vmm_app_share *out, size_t cap)
 {
 	size_t n = 0;
@@ -120,17 +128,18 @@ size_t vmm_app_share_list(vmm_app_registry *reg, vmm_app_share *out, size_t cap)
 	for (size_t i = 0; i < reg->nh; i++) {
 		struct app_handle *h = reg->hs[i];
 
-		if (!h->nshare_fds)
+		if (!h->nshare_fds && !(h->asleep && h->group_released))
 			continue;
 		if (n < cap && out) {
 			vmm_app_share *s = &out[n];
 
 			*s = (vmm_app_share){ .app = h->app, .dev = h->dev, .size = h->size,
 					      .imported = h->imported, .nfds = h->nshare_fds,
-					      .program_fd = -1 };
+					      .program_fd = -1, .released = h->group_released };
 			for (unsigned k = 0; k < h->nshare_fds && k < VMM_APP_SHARE_FDS; k++)
 				s->fds[k] = h->share_fds[k];
-			program_holders(h, s);
+			if (h->nshare_fds)
+				program_holders(h, s);
 		}
 		n++;
 	}

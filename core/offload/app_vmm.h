@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "../backend/backend.h"
 #include "../stats_fields.h"
@@ -65,12 +66,41 @@ typedef struct vmm_app_share {
 	int program_fds;
 	int program_fd;                   /* the first of them, or -1 */
 	int kcmp_errno;                   /* 0, or why kcmp could not compare (EPERM, ENOSYS) */
+	bool released;                    /* asleep, released by a group sleep (nfds is then 0) */
 } vmm_app_share;
 /* In a forked child: close the inherited duplicates, so that a child (a data-loader worker) does
  * not keep the parent's shared memory alive after the parent let it go. */
 void vmm_app_share_after_fork(vmm_app_registry *reg);
-/* Up to cap shared handles (those with kept descriptors), in value order; the count of all. */
+/* Up to cap shared handles (those with kept descriptors, and those a group sleep released), in
+ * value order; the count of all. */
 size_t vmm_app_share_list(vmm_app_registry *reg, vmm_app_share *out, size_t cap);
+
+/* Releasing shared memory across a group sleep (docs/vmmctl.md, "How a group sleeps"). vmmctl
+ * names, in each member's sleep, the shared handles whose every holder is a member: the next
+ * sleep releases them too. An importer copies nothing (its exporter has the contents), unmaps
+ * and releases its handle; an exporter copies its handle out and releases it like its own. Once
+ * the sleep has succeeded the shim's duplicates of their descriptors are closed, so that the
+ * driver frees the memory when the last member has let it go. At wake the exporter re-creates
+ * it (same address, contents back); an importer asks its exporter for a new descriptor (the
+ * refetch function), imports it and maps it where it was, under the program's handle value. */
+typedef struct vmm_app_release {
+	vmm_phys app;             /* the program's value in this process */
+	pid_t exporter;           /* an import: the exporting process, and its value there; 0 for */
+	vmm_phys exporter_value;  /* this process's own export */
+} vmm_app_release;
+/* Mark the handles of list for the next sleep (a mark replaces the previous ones); those not
+ * known, not shared or of the wrong role are skipped and counted in *skipped. */
+void vmm_app_group_release(vmm_app_registry *reg, const vmm_app_release *list, size_t n,
+			   size_t *skipped);
+/* A new descriptor (owned by the caller) for the program's exported handle `app`, awake: what an
+ * importer fetches at its wake. The registry keeps a duplicate, as for the program's exports. */
+vmm_status vmm_app_share_export(vmm_app_registry *reg, vmm_phys app, int *fd, uint64_t *size,
+				vmm_error *err);
+/* Ask exporter (a pid) for a new descriptor of its handle exporter_value: 0 and *fd (owned by the
+ * caller), or a failure with err filled. Set by the shim, which talks to other processes. */
+typedef vmm_status (*vmm_app_refetch_fn)(pid_t exporter, vmm_phys exporter_value, int *fd,
+					 vmm_error *err);
+void vmm_app_set_refetch(vmm_app_registry *reg, vmm_app_refetch_fn fn);
    /* program dropped a reference */
 /* References. The program holds one per cuMemCreate (or import) and one per
  * cuMemRetainAllocationHandle, and drops one per cuMemRelease; only when the last goes has it

@@ -1,0 +1,139 @@
+/* The program's shared VMM handles across a group sleep (app_vmm.h, vmm_app_group_release):
+ * which handles the next sleep releases, how an import comes back (the kept duplicate within the
+ * sleep's own undo, a new descriptor from its exporter at wake), and the exporter's side of that
+ * fetch. The sleep and wake themselves are app_offload.c's. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../log.h"
+#include "app_internal.h"
+
+void vmm_app_set_refetch(vmm_app_registry *reg, vmm_app_refetch_fn fn)
+{
+	if (!reg)
+		return;
+	pthread_mutex_lock(&reg->lock);
+	reg->refetch = fn;
+	pthread_mutex_unlock(&reg->lock);
+}
+
+/* May the group release h in the role the entry names? Only while awake, shared through kept
+ * descriptors none of which the program holds open (it may have opened one since vmmctl
+ * looked). */
+static bool releasable(const struct app_handle *h, const vmm_app_release *e)
+{
+	if (!h || h->asleep || !h->nshare_fds || h->stale)
+		return false;
+	if (e->exporter ? !h->imported || !e->exporter_value : h->imported)
+		return false;
+	return !app_share_program_holds(h);
+}
+
+void vmm_app_group_release(vmm_app_registry *reg, const vmm_app_release *list, size_t n,
+			   size_t *skipped)
+{
+	size_t bad = 0;
+
+	if (!reg)
+		return;
+	pthread_mutex_lock(&reg->lock);
+	for (size_t i = 0; i < reg->nh; i++)
+		reg->hs[i]->group_release = false;
+	for (size_t i = 0; i < n; i++) {
+		struct app_handle *h = app_find(reg, list[i].app);
+
+		if (!releasable(h, &list[i])) {
+			bad++;
+			continue;
+		}
+		h->group_release = true;
+		h->exporter = list[i].exporter;
+		h->exporter_value = list[i].exporter_value;
+	}
+	pthread_mutex_unlock(&reg->lock);
+	if (bad)
+		vmm_log(VMM_LOG_INFO, "group sleep: %zu shared handle(s) named for release stay "
+			"resident (unknown, asleep, or held open by the program)", bad);
+	if (skipped)
+		*skipped = bad;
+}
+
+/* Keep a close-on-exec duplicate of fd with h (the registry locked). */
+static void keep_dup(struct app_handle *h, int fd)
+{
+	int *v = realloc(h->share_fds, (h->nshare_fds + 1) * sizeof(*v));
+	int d;
+
+	if (!v) {
+		vmm_log(VMM_LOG_WARN, "app handle %#llx: no host memory to keep its descriptor",
+			(unsigned long long)h->app);
+		return;
+	}
+	h->share_fds = v;
+	if ((d = fcntl(fd, F_DUPFD_CLOEXEC, 3)) >= 0)
+		h->share_fds[h->nshare_fds++] = d;
+}
+
+vmm_status app_share_reimport(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
+{
+	bool fetched = !h->nshare_fds;
+	int fd = fetched ? -1 : h->share_fds[0], dev = -1;
+	vmm_status st;
+
+	if (fetched) {
+		if (!reg->refetch || !h->exporter)
+			return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "app handle %#llx: no way to ask "
+					"its exporter for the memory again",
+					(unsigned long long)h->app);
+		if ((st = reg->refetch(h->exporter, h->exporter_value, &fd, err)))
+			return st;
+	}
+	st = reg->be->import_fd(reg->be, fd, &h->real, &dev, err);
+	if (!st && fetched)
+		keep_dup(h, fd);   /* a later group sleep matches it with the exporter's */
+	if (fetched)
+		close(fd);
+	if (st)
+		h->real = 0;
+	return st;
+}
+
+void app_share_released(struct app_handle **hs, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!hs[i]->group_release)
+			continue;
+		app_share_fds_close(hs[i]);
+		hs[i]->group_released = true;
+	}
+}
+
+vmm_status vmm_app_share_export(vmm_app_registry *reg, vmm_phys app, int *fd, uint64_t *size,
+				vmm_error *err)
+{
+	struct app_handle *h;
+	vmm_status st;
+
+	if (!reg || !fd)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no app registry");
+	if (!reg->be->export_fd)
+		return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "the %s backend cannot export memory",
+				reg->be->name);
+	pthread_mutex_lock(&reg->lock);
+	h = app_find(reg, app);
+	if (!h || h->imported || !h->exported)
+		st = vmm_fail(err, VMM_E_INVALID, 0, "no exported app handle %#llx",
+			      (unsigned long long)app);
+	else if (h->asleep || !h->real)
+		st = vmm_fail(err, VMM_E_BUSY, 0, "app handle %#llx is asleep",
+			      (unsigned long long)app);
+	else if (!(st = reg->be->export_fd(reg->be, h->dev, h->real, fd, err)))
+		keep_dup(h, *fd);
+	if (!st && size)
+		*size = h->size;
+	pthread_mutex_unlock(&reg->lock);
+	return st;
+}
