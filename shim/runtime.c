@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "../core/log.h"
+#include "app_refetch.h"
 #include "control/control.h"
 #include "ipc_keep.h"
 #include "ipc_registry.h"
@@ -201,6 +202,7 @@ static int create_side_locked(int id)
 			err.msg);
 		s->app = NULL;
 	}
+	vmm_app_set_refetch(s->app, shim_app_refetch); /* imports a group sleep released */
 	vmm_log(VMM_LOG_INFO, "serving %s device memory (cache limit %s, max handle %zu bytes); "
 		"the program's own VMM calls are %s", k->label,
 		describe_size(rt.cfg.core.cache_limit, limit, sizeof(limit)),

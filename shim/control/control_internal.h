@@ -19,6 +19,7 @@ typedef struct control_limits {
 	bool (*gone)(void *arg);     /* polled between steps and while waiting; true: roll back */
 	void *gone_arg;
 	const char *share_group;     /* sleep: a group sleep's share_group ("PID,..."), or NULL */
+	const char *app_release;     /* sleep: a group sleep's app_release ("H,H:PID:XH"), or NULL */
 } control_limits;
 
 /* shim_sleep / shim_wake with every knob: autowake (a submission while held wakes the process)
@@ -88,6 +89,10 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 bool control_share_open_now(const proto_request *req, unsigned uid, long pid, proto_writer *w,
 			    int *fds, size_t max, size_t *nfds);
 void control_share_close_fds(const int *fds, size_t n);
+/* Answer app_open (app_open.c): a new descriptor of the program's exported handle req->app_handle
+ * into *fd (-1 on an error reply; the caller sends and closes it). Same uid only. */
+void control_app_open(const proto_request *req, unsigned uid, long pid, proto_writer *w,
+		      int *fd);
 
 /* status's app_share records: the program's shared VMM handles (app_share_records.c). */
 void control_put_app_shares(proto_writer *w, vmm_app_registry *reg);

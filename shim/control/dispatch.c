@@ -619,6 +619,7 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 	lim.timeout_ms = deadline ? (int)(deadline - vmm_now_ms()) : 0;
 	lim.drain_ms = req->drain_ms;
 	lim.share_group = req->share_group[0] ? req->share_group : NULL;
+	lim.app_release = req->app_release[0] ? req->app_release : NULL;
 	if (deadline && lim.timeout_ms < 1)
 		lim.timeout_ms = 1;
 	/* A sleep from outside holds the program's device work until wake: the program does not
@@ -747,6 +748,7 @@ void control_dispatch(const proto_request *req, const control_client *client, pr
 		do_cancel(req, client, w);
 		return;
 	case PROTO_SHARE_OPEN:
+	case PROTO_APP_OPEN:
 		break; /* the server answers it itself (control_share_open: descriptors go along) */
 	case PROTO_TRIM:
 		do_trim(req, client, w, rt);

@@ -12,6 +12,52 @@
 #include "../runtime.h"
 #include "control_internal.h"
 
+static vmm_app_registry *cuda_app(void)
+{
+	shim_runtime *rt = shim_runtime_peek();
+
+	return rt ? rt->side[SHIM_CUDA].app : NULL;
+}
+
+/* "H,H:PID:XH,..." (checked by the protocol) into out; returns how many. */
+static size_t parse_release(const char *s, vmm_app_release *out, size_t max)
+{
+	size_t n = 0;
+
+	while (s && *s && n < max) {
+		char *end;
+
+		out[n] = (vmm_app_release){ .app = strtoull(s, &end, 10) };
+		if (*end == ':') {
+			out[n].exporter = (pid_t)strtol(end + 1, &end, 10);
+			out[n].exporter_value = strtoull(end + 1, &end, 10);
+		}
+		n++;
+		s = *end == ',' ? end + 1 : end;
+	}
+	return n;
+}
+
+/* The sleep with the program's shared VMM handles that vmmctl named (every holder is a member)
+ * released too: marked for this sleep only. */
+static vmm_status sleep_releasing(const vmm_offload_parts *parts, const vmm_selection *sel,
+				  const vmm_limits *core_lim, const control_limits *lim,
+				  vmm_transfer_result *r, vmm_error *err)
+{
+	static vmm_app_release list[PROTO_VALUE_MAX / 2]; /* the control thread runs one at a time */
+	vmm_app_registry *app = cuda_app();
+	size_t n = lim && lim->app_release && !sel->tag && sel->device < 0 ?
+			   parse_release(lim->app_release, list, sizeof(list) / sizeof(list[0])) : 0;
+	vmm_status s;
+
+	if (app && n)
+		vmm_app_group_release(app, list, n, NULL);
+	s = vmm_offload_sleep(parts, sel, core_lim, r, err);
+	if (app && n)
+		vmm_app_group_release(app, NULL, 0, NULL);
+	return s;
+}
+
 static vmm_core *cuda_core(void)
 {
 	shim_runtime *rt = shim_runtime_peek();
@@ -33,10 +79,10 @@ vmm_status control_group_sleep(const vmm_offload_parts *parts, const vmm_selecti
 	vmm_status s;
 
 	if (!n || sel->tag || sel->device >= 0)
-		return vmm_offload_sleep(parts, sel, core_lim, r, err);
+		return sleep_releasing(parts, sel, core_lim, lim, r, err);
 	if (core && ipc_sleep_exports_releasable(g, n))
 		vmm_share_release_allow(core, true);
-	s = vmm_offload_sleep(parts, sel, core_lim, r, err);
+	s = sleep_releasing(parts, sel, core_lim, lim, r, err);
 	if (core)
 		vmm_share_release_allow(core, false);
 	if (s)
@@ -49,6 +95,8 @@ vmm_status control_group_sleep(const vmm_offload_parts *parts, const vmm_selecti
 		r->partial_bytes = r->bytes_released ? r->bytes_released : 1;
 		return s;
 	}
+	/* The undo wakes what was released: an import the group released comes back from its
+	 * exporter, awake at this point (importers sleep first). */
 	vmm_error_clear(&undo);
 	if (vmm_offload_wake(parts, sel, NULL, &ur, &undo)) {
 		vmm_log(VMM_LOG_ERROR, "group sleep undo: %s", undo.msg);

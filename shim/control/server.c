@@ -202,7 +202,10 @@ static void worker_main(void *arg)
 		proto_error_response(&w, PROTO_ERR_BUSY, "the process is exiting");
 	else if (j->req.verb == PROTO_SHARE_OPEN)
 		control_share_open(&j->req, j->cred.uid, j->cred.pid, &w, fds, &nfds, &exported);
-	else
+	else if (j->req.verb == PROTO_APP_OPEN) {
+		control_app_open(&j->req, j->cred.uid, j->cred.pid, &w, &fds[0]);
+		nfds = fds[0] >= 0;
+	} else
 		control_dispatch(&j->req, &client, &w);
 	if (w.failed) {
 		proto_writer_free(&w);
@@ -210,7 +213,7 @@ static void worker_main(void *arg)
 		control_share_close_fds(fds, nfds);
 		nfds = 0;
 	}
-	/* Memory descriptors travel with the reply's first bytes (share_open only). */
+	/* Memory descriptors travel with the reply's first bytes (share_open, app_open). */
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	if (!w.failed && w.len && nfds)
 		sent = !fd_pass_send_many(j->fd, w.buf, w.len, fds, nfds,
@@ -221,7 +224,7 @@ static void worker_main(void *arg)
 	clock_gettime(CLOCK_MONOTONIC, &t2);
 	/* The exporter's side of one legacy IPC open (the importer logs its own, hooks_ipc.c):
 	 * fds is finding the export and its descriptors (exported now, or dups of kept ones). */
-	if (nfds)
+	if (nfds && j->req.verb == PROTO_SHARE_OPEN)
 		vmm_log(VMM_LOG_INFO, "share_open: %zu descriptors to pid %ld share_open_phases_ms "
 			"fds=%.3f send=%.3f exported=%d at_once=0", nfds, client.pid,
 			vmm_ms_between(&t0, &t1), vmm_ms_between(&t1, &t2), exported ? 1 : 0);

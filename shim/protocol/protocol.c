@@ -37,6 +37,7 @@ const char *proto_verb_name(proto_verb v)
 	case PROTO_CANCEL: return "cancel";
 	case PROTO_SHARE_OPEN: return "share_open";
 	case PROTO_TRIM: return "trim";
+	case PROTO_APP_OPEN: return "app_open";
 	}
 	return "?";
 }
@@ -329,17 +330,60 @@ static bool valid_pid_list(const char *s)
 	}
 }
 
+/* A whole decimal uint64 (quoted on the wire: handle values pass LLONG_MAX). */
+static bool parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+
+	if (!*s || strspn(s, "0123456789") != strlen(s) || strlen(s) > 20)
+		return false;
+	errno = 0;
+	*out = strtoull(s, &end, 10);
+	return !errno && !*end;
+}
+
+/* "H,H:PID:XH,...": digits, each entry one value or three joined by ':'. */
+static bool valid_release_list(const char *s)
+{
+	size_t len = strlen(s);
+
+	if (!len || len >= PROTO_VALUE_MAX || strspn(s, "0123456789:,") != len)
+		return false;
+	while (*s) {
+		size_t k = strcspn(s, ","), parts = 1;
+
+		if (!k)
+			return false;
+		for (size_t i = 0; i < k; i++) {
+			if (s[i] != ':')
+				continue;
+			if (!i || i + 1 == k || s[i + 1] == ':')
+				return false;
+			parts++;
+		}
+		if (parts != 1 && parts != 3)
+			return false;
+		s += k;
+		if (*s && !*++s)
+			return false;   /* a trailing comma */
+	}
+	return true;
+}
+
 /* Which keys each verb accepts. */
 static bool verb_takes(proto_verb v, const char *key)
 {
 	if (!strcmp(key, "tag"))
 		return v != PROTO_HELLO && v != PROTO_CANCEL && v != PROTO_SHARE_OPEN &&
-		       v != PROTO_TRIM;
+		       v != PROTO_TRIM && v != PROTO_APP_OPEN;
 	if (!strcmp(key, "device"))
-		return v != PROTO_HELLO && v != PROTO_CANCEL && v != PROTO_SHARE_OPEN;
+		return v != PROTO_HELLO && v != PROTO_CANCEL && v != PROTO_SHARE_OPEN &&
+		       v != PROTO_APP_OPEN;
+	if (!strcmp(key, "handle"))
+		return v == PROTO_APP_OPEN;
 	if (!strcmp(key, "export") || !strcmp(key, "base") || !strcmp(key, "keep"))
 		return v == PROTO_SHARE_OPEN;
-	if (!strcmp(key, "reason") || !strcmp(key, "share_group"))
+	if (!strcmp(key, "reason") || !strcmp(key, "share_group") || !strcmp(key, "app_release"))
 		return v == PROTO_SLEEP;
 	if (!strcmp(key, "discard") || !strcmp(key, "autowake"))
 		return v == PROTO_SLEEP;
@@ -386,6 +430,15 @@ static int apply_field(proto_request *req, const proto_field *f, char *why, size
 					"reason must be a string of 1 to %d printable ASCII bytes",
 					PROTO_REASON_MAX - 1);
 		snprintf(req->reason, sizeof(req->reason), "%s", f->value);
+	} else if (!strcmp(f->key, "app_release")) {
+		if (f->type != PROTO_T_STRING || !valid_release_list(f->value))
+			return why_fail(why, whylen, "app_release must be handle values, each alone or "
+					"as H:PID:H, separated by commas");
+		snprintf(req->app_release, sizeof(req->app_release), "%s", f->value);
+	} else if (!strcmp(f->key, "handle")) {
+		if (f->type != PROTO_T_STRING || !parse_u64(f->value, &req->app_handle) ||
+		    !req->app_handle)
+			return why_fail(why, whylen, "handle must be a positive integer in quotes");
 	} else if (!strcmp(f->key, "share_group")) {
 		if (f->type != PROTO_T_STRING || !valid_pid_list(f->value))
 			return why_fail(why, whylen, "share_group must be 1 to 64 pids, separated "
@@ -408,7 +461,8 @@ int proto_parse_request(const char *buf, size_t len, proto_request *out, char *w
 			size_t whylen)
 {
 	static const proto_verb verbs[] = { PROTO_HELLO, PROTO_STATUS, PROTO_SLEEP, PROTO_WAKE,
-					    PROTO_CANCEL, PROTO_SHARE_OPEN, PROTO_TRIM };
+					    PROTO_CANCEL, PROTO_SHARE_OPEN, PROTO_TRIM,
+					    PROTO_APP_OPEN };
 	size_t m = strlen(PROTO_MAGIC), n, pos;
 	proto_record rec;
 	bool found = false;
@@ -448,6 +502,8 @@ int proto_parse_request(const char *buf, size_t len, proto_request *out, char *w
 			return -1;
 	if (out->verb == PROTO_SHARE_OPEN && (!out->share_id || !out->share_base))
 		return why_fail(why, whylen, "share_open needs export= and base=");
+	if (out->verb == PROTO_APP_OPEN && !out->app_handle)
+		return why_fail(why, whylen, "app_open needs handle=");
 	return 0;
 }
 
@@ -536,6 +592,13 @@ size_t proto_format_request(const proto_request *req, char *buf, size_t cap)
 	if (ok && req->share_group[0] && verb_takes(req->verb, "share_group"))
 		ok = put_text(buf, cap, &len, " share_group=") &&
 		     put_quoted(buf, cap, &len, req->share_group);
+	if (ok && req->app_release[0] && verb_takes(req->verb, "app_release"))
+		ok = valid_release_list(req->app_release) &&
+		     put_text(buf, cap, &len, " app_release=") &&
+		     put_quoted(buf, cap, &len, req->app_release);
+	if (ok && req->verb == PROTO_APP_OPEN)
+		ok = req->app_handle && put_text(buf, cap, &len, " handle=\"%llu\"",
+						 (unsigned long long)req->app_handle);
 	if (ok)
 		ok = put_text(buf, cap, &len, "\n");
 	if (!ok || len > PROTO_MAX_REQUEST)

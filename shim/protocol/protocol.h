@@ -9,7 +9,7 @@
  *
  *     vmmshim/1 VERB [key=value ...]\n
  *
- *   VERB     hello | status | sleep | wake | cancel | share_open | trim (give the
+ *   VERB     hello | status | sleep | wake | cancel | share_open | app_open | trim (give the
  *            device's cached free memory back to the driver: GPU sharing asks this of its
  *            peers)
  *   keys     tag="T" (every tag when absent), device=N (every device when absent or -1),
@@ -30,6 +30,12 @@
  *            will be asleep with the memory they imported from each other released; release
  *            legacy-IPC memory imported from them, and exported memory all of whose importers
  *            are among them: docs/vmmctl.md, "How a group sleeps").
+ *            app_release="H,H:PID:XH,..." (sleep only, from a group sleep: the program's own
+ *            shared VMM handles, by their values in this process, that the sleep releases too;
+ *            H alone: exported here; H:PID:XH: imported from pid PID, whose value is XH).
+ *            app_open (another shimmed process of the same uid asking again, at its wake, for
+ *            memory it imported from an export of ours, never vmmctl): handle="XH" required;
+ *            the reply's first bytes carry one descriptor, with an `app_open` record.
  *   A key may appear once; unknown verbs, keys or versions, bad values and over-long requests are
  *   refused with an error response and change nothing. The server reads a request for at most
  *   PROTO_READ_DEADLINE_MS; a client that is slower is disconnected. A sleep or wake whose
@@ -79,6 +85,7 @@
  *            descriptors; exported: true when the driver exported them now, false when they
  *            are duplicates of descriptors kept since the get)
  *   piece    offset, size, handle_offset (share_open; the n-th record goes with the n-th fd)
+ *   app_open  handle, size (app_open: the descriptor that came with the reply)
  *   error    status (one of the PROTO_ERR_* words), message
  *
  * A reply has at most PROTO_MAX_RESPONSE bytes and PROTO_MAX_RECORDS records; vmmctl refuses a
@@ -128,6 +135,7 @@ typedef enum proto_verb {
 	PROTO_CANCEL,
 	PROTO_SHARE_OPEN,
 	PROTO_TRIM,
+	PROTO_APP_OPEN,
 } proto_verb;
 
 #define PROTO_REASON_MAX 128       /* bytes with the NUL */
@@ -146,6 +154,8 @@ typedef struct proto_request {
 	int drain_ms;             /* sleep: 0 = the server's VMMSHIM_SLEEP_TIMEOUT */
 	char reason[PROTO_REASON_MAX]; /* sleep: "" = not a sharing peer's */
 	char share_group[PROTO_SHARE_GROUP_MAX]; /* sleep: "" = not a group's; else "PID,PID" */
+	char app_release[PROTO_VALUE_MAX];       /* sleep: "" = none; "H,H:PID:XH,..." */
+	uint64_t app_handle;      /* app_open: the exporter's handle value (> 0) */
 } proto_request;
 
 const char *proto_verb_name(proto_verb v);

@@ -1,0 +1,68 @@
+/* An import of the program's that a group sleep released comes back at wake from its exporter:
+ * one app_open request over the exporter's control socket (peer_request.h: our uid checked on
+ * both sides), whose reply carries the new descriptor (the exporter's side: control/app_open.c).
+ * Runs on the control thread inside the importer's wake, its device work still held. */
+#include "app_refetch.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "protocol/peer_request.h"
+#include "protocol/protocol.h"
+#include "runtime.h"
+
+/* The exporter answers at once (a lookup and an export): a bounded wait is enough. */
+#define APP_REFETCH_TIMEOUT_MS 10000
+
+/* The first line's word and, for an error reply, its message (into msg). */
+static bool reply_ok(char *text, char *msg, size_t cap)
+{
+	char *nl = strchr(text, '\n'), *line, why[96];
+	const char *word = proto_parse_header(text, nl ? (size_t)(nl - text) : strlen(text));
+
+	msg[0] = '\0';
+	if (word && !strcmp(word, "ok"))
+		return true;
+	for (line = nl ? nl + 1 : NULL; line && *line; line = nl ? nl + 1 : NULL) {
+		proto_record rec;
+
+		nl = strchr(line, '\n');
+		if (!proto_parse_record(line, nl ? (size_t)(nl - line) : strlen(line), &rec, why,
+					sizeof(why)) &&
+		    !strcmp(rec.kind, "error") && proto_record_str(&rec, "message"))
+			snprintf(msg, cap, "%s", proto_record_str(&rec, "message"));
+	}
+	if (!msg[0])
+		snprintf(msg, cap, "unexpected reply");
+	return false;
+}
+
+vmm_status shim_app_refetch(pid_t exporter, vmm_phys exporter_value, int *fd, vmm_error *err)
+{
+	shim_runtime *rt = shim_runtime_peek();
+	char line[128], why[256], msg[200];
+	peer_reply reply;
+
+	*fd = -1;
+	if (!rt)
+		return vmm_fail(err, VMM_E_INVALID, 0, "no runtime");
+	snprintf(line, sizeof(line), "%s app_open handle=\"%llu\"\n", PROTO_MAGIC,
+		 (unsigned long long)exporter_value);
+	if (peer_request(rt->cfg.run_dir, exporter, line, APP_REFETCH_TIMEOUT_MS, &reply, why,
+			 sizeof(why)))
+		return vmm_fail(err, VMM_E_BUSY, 0, "asking pid %d for its shared handle %#llx "
+				"again: %s", (int)exporter, (unsigned long long)exporter_value, why);
+	if (!reply_ok(reply.text, msg, sizeof(msg)) || reply.nfds != 1) {
+		vmm_status st = vmm_fail(err, VMM_E_BUSY, 0, "pid %d did not give its shared handle "
+					 "%#llx again: %s", (int)exporter,
+					 (unsigned long long)exporter_value,
+					 msg[0] ? msg : "no descriptor came");
+		peer_reply_free(&reply);
+		return st;
+	}
+	*fd = reply.fds[0];
+	reply.fds[0] = -1;
+	peer_reply_free(&reply);
+	return VMM_OK;
+}
