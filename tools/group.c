@@ -32,6 +32,7 @@
 #include "../core/mono_wait.h"
 #include "client.h"
 #include "group.h"
+#include "group_release.h"
 #include "group_shares.h"
 #include "output.h"
 
@@ -272,8 +273,14 @@ static bool exports_shared(const struct member *m)
 		const char *by = proto_record_str(rec, "opened_by");
 		uint64_t v;
 
+		const char *role = proto_record_str(rec, "role");
+		bool released = false;
+
 		yes = (!strcmp(rec->kind, "ipc_export") && by && *by) ||
-		      (proto_record_u64(rec, "ipc_shared", &v) && v);
+		      (proto_record_u64(rec, "ipc_shared", &v) && v) ||
+		      /* a wake: its own shared VMM memory, released by the group, comes first */
+		      (!strcmp(rec->kind, "app_share") && role && !strcmp(role, "export") &&
+		       proto_record_bool(rec, "released", &released) && released);
 	}
 	return yes;
 }
@@ -316,6 +323,7 @@ struct group_plan {
 	int n;
 	proto_verb verb;
 	bool shares;                       /* some member exports memory another one opened */
+	struct group_release rel;          /* the program's own shared VMM memory it releases */
 	bool exporter[VMMCTL_MAX_GROUP];
 	bool first[VMMCTL_MAX_GROUP], second[VMMCTL_MAX_GROUP];
 	char all_pids[PROTO_SHARE_GROUP_MAX], importer_pids[PROTO_SHARE_GROUP_MAX];
@@ -355,8 +363,20 @@ static void plan_phases(struct member *ms, struct group_plan *g, double deadline
 		ms[i].timeout = left > 0.05 ? left : 0.05;
 	}
 	call_all(ms, g->n, all);
-	for (int i = 0; i < g->n; i++) {
+	for (int i = 0; i < g->n; i++)
 		g->shares = (g->exporter[i] = exports_shared(&ms[i])) || g->shares;
+	if (g->verb == PROTO_SLEEP) {
+		const client_reply *r[VMMCTL_MAX_GROUP];
+
+		for (int i = 0; i < g->n; i++)
+			r[i] = ms[i].rc ? NULL : &ms[i].reply;
+		group_release_plan(targets_of(ms, g->n), r, g->n, g->exporter, &g->rel);
+		for (int i = 0; i < g->n; i++) {
+			g->exporter[i] = g->exporter[i] || g->rel.exporter[i];
+			g->shares = g->shares || g->rel.exporter[i];
+		}
+	}
+	for (int i = 0; i < g->n; i++) {
 		client_reply_free(&ms[i].reply);
 		ms[i].rc = 0;
 		memset(&ms[i].e, 0, sizeof(ms[i].e));
@@ -384,9 +404,30 @@ static void prepare_requests(struct member *ms, const struct group_plan *g, cons
 		if (g->verb == PROTO_SLEEP && g->shares)
 			snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group), "%s",
 				 g->exporter[i] ? "" : g->all_pids);
+		if (g->verb == PROTO_SLEEP && g->first[i])   /* exporters: narrow_exporters */
+			group_release_request(&g->rel, i, targets_of(ms, g->n), ms[i].req.app_release,
+					      sizeof(ms[i].req.app_release));
 		ms[i].timeout = left;
 		ms[i].changed = ms[i].undone = false;
 	}
+}
+
+/* Which of the program's own shared memories the first phase's members released (their
+ * statuses, asked at once): the exporters release only those. */
+static void confirm_app_releases(struct member *ms, struct group_plan *g, const bool *slept)
+{
+	static client_reply r[VMMCTL_MAX_GROUP];
+	const client_reply *rp[VMMCTL_MAX_GROUP];
+	bool answered[VMMCTL_MAX_GROUP];
+
+	memset(r, 0, sizeof(r));
+	group_shares_status(targets_of(ms, g->n), g->n, slept, GROUP_SHARES_TIMEOUT_S, r,
+			    answered);
+	for (int i = 0; i < g->n; i++)
+		rp[i] = slept[i] && answered[i] ? &r[i] : NULL;
+	group_release_confirm(&g->rel, rp, g->n);
+	for (int i = 0; i < g->n; i++)
+		client_reply_free(&r[i]);
 }
 
 /* Only the importers this attempt put to sleep have let the memory go (one that was asleep
@@ -398,10 +439,16 @@ static void narrow_exporters(struct member *ms, struct group_plan *g)
 	for (int i = 0; i < g->n; i++)
 		slept[i] = g->first[i] && ms[i].changed;
 	pid_list(ms, g->n, slept, g->importer_pids, sizeof(g->importer_pids));
-	for (int i = 0; i < g->n; i++)
-		if (g->second[i])
-			snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group), "%s",
-				 g->importer_pids);
+	if (g->rel.nmem)
+		confirm_app_releases(ms, g, slept);
+	for (int i = 0; i < g->n; i++) {
+		if (!g->second[i])
+			continue;
+		snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group), "%s",
+			 g->importer_pids);
+		group_release_request(&g->rel, i, targets_of(ms, g->n), ms[i].req.app_release,
+				      sizeof(ms[i].req.app_release));
+	}
 }
 
 /* Both phases; on a failure everything done is put back, the second phase first (exporters

@@ -6,8 +6,8 @@
  * driver's device file). One memory is then reported with its holders: the members that map it,
  * a member whose program still holds a descriptor of it open, and any other process of this user
  * that holds one (found by the same comparison on its descriptors). The driver frees the memory
- * only when all of them have let it go; releasing it across the group (copy out, release in
- * every member, re-create and re-share at wake) is not built yet: docs/vmmctl.md. */
+ * only when all of them have let it go; a group sleep releases the memories all of whose holders
+ * are members (group_release.c), reported here as released. */
 
 #include <dirent.h>
 #include <errno.h>
@@ -23,26 +23,6 @@
 #include "cli.h"
 #include "group_shares.h"
 #include "output.h"
-
-#define MAX_SHARES 256     /* handles over all members */
-#define MAX_OUTSIDE 8      /* other processes named per memory */
-
-struct share {
-	pid_t pid;
-	uint64_t handle, size;
-	bool exporter;
-	int fds[8], nfds;      /* the shim's duplicates, in pid (an exporter: one per export) */
-	long long program_fds, program_fd, kcmp_errno;
-	int memory;            /* index of the memory it belongs to */
-};
-
-struct memory {
-	int first;             /* a share of it */
-	int nholders;
-	pid_t outside[MAX_OUTSIDE];
-	int noutside;
-	int kcmp_errno;        /* why it could not be matched, or 0 */
-};
 
 static long kcmp_file(pid_t a, pid_t b, int fa, int fb)
 {
@@ -69,19 +49,20 @@ static void *ask_status(void *arg)
 	return NULL;
 }
 
-/* One member's app_share records, appended to s from k on; the new count. */
-static int take_shares(pid_t pid, const client_reply *r, struct share *s, int k)
+int group_shares_take(pid_t pid, const client_reply *r, struct share *s, int k)
 {
 	for (int j = 0; j < r->nrecords && k < MAX_SHARES; j++) {
 		const proto_record *rec = r->records[j];
 		const char *role = proto_record_str(rec, "role");
 		const char *fds = proto_record_str(rec, "fds");
 		uint64_t v;
+		bool released = false;
 
-		if (strcmp(rec->kind, "app_share") || !role || !fds || !*fds)
+		proto_record_bool(rec, "released", &released);
+		if (strcmp(rec->kind, "app_share") || !role || !fds || (!*fds && !released))
 			continue;
 		s[k] = (struct share){ .pid = pid, .exporter = !strcmp(role, "export"),
-				       .memory = -1 };
+				       .memory = -1, .released = released };
 		for (const char *p = fds; *p && s[k].nfds < 8; p += strcspn(p, ","), p += *p == ',')
 			s[k].fds[s[k].nfds++] = atoi(p);
 		proto_record_u64(rec, "handle", &s[k].handle);
@@ -94,27 +75,45 @@ static int take_shares(pid_t pid, const client_reply *r, struct share *s, int k)
 	return k;
 }
 
-/* The members' app_share records, all asked at once within timeout seconds (a member that does
- * not answer in time is left out: its shares are then not named). */
-static int gather(const client_target *t, int n, double timeout, struct share *s)
+void group_shares_status(const client_target *t, int n, const bool *sel, double timeout,
+			 client_reply *r, bool *answered)
 {
 	static struct asking q[VMMCTL_MAX_GROUP];
 	pthread_t th[VMMCTL_MAX_GROUP];
 	bool started[VMMCTL_MAX_GROUP] = { false };
-	int k = 0;
 
 	for (int i = 0; i < n && i < VMMCTL_MAX_GROUP; i++) {
+		answered[i] = false;
+		if (sel && !sel[i])
+			continue;
 		q[i] = (struct asking){ .t = &t[i], .timeout = timeout };
 		started[i] = !pthread_create(&th[i], NULL, ask_status, &q[i]);
 	}
 	for (int i = 0; i < n && i < VMMCTL_MAX_GROUP; i++) {
+		if (sel && !sel[i])
+			continue;
 		if (started[i])
 			pthread_join(th[i], NULL);
 		else
 			ask_status(&q[i]);
-		if (!q[i].rc)
-			k = take_shares(t[i].pid, &q[i].r, s, k);
-		client_reply_free(&q[i].r);
+		answered[i] = !q[i].rc;
+		r[i] = q[i].r;
+	}
+}
+
+/* The members' app_share records, all asked at once within timeout seconds (a member that does
+ * not answer in time is left out: its shares are then not named). */
+static int gather(const client_target *t, int n, double timeout, struct share *s)
+{
+	static client_reply r[VMMCTL_MAX_GROUP];
+	bool answered[VMMCTL_MAX_GROUP];
+	int k = 0;
+
+	group_shares_status(t, n, NULL, timeout, r, answered);
+	for (int i = 0; i < n && i < VMMCTL_MAX_GROUP; i++) {
+		if (answered[i])
+			k = group_shares_take(t[i].pid, &r[i], s, k);
+		client_reply_free(&r[i]);
 	}
 	return k;
 }
@@ -173,10 +172,7 @@ static bool may_be_shared(const struct inodes *in, pid_t pid, long fd)
 	return false;
 }
 
-/* Other processes of this user with a descriptor of one of the memories. Only descriptors of
- * the same inode as a share are compared with kcmp (a process holds many descriptors, and this
- * runs within the group's time); nothing is scanned when nothing is shared. */
-static void scan_outside(const client_target *t, int n, struct share *s, int ns,
+void group_shares_outside(const client_target *t, int n, struct share *s, int ns,
 			 struct memory *m, int nm)
 {
 	static struct inodes in;
@@ -225,13 +221,12 @@ static void scan_outside(const client_target *t, int n, struct share *s, int ns,
 	closedir(proc);
 }
 
-/* Group the shares into memories: kcmp says which duplicates are one open file. */
-static int match(struct share *s, int ns, struct memory *m)
+int group_shares_match(struct share *s, int ns, struct memory *m)
 {
 	int nm = 0;
 
 	for (int i = 0; i < ns; i++) {
-		for (int j = 0; j < i && s[i].memory < 0; j++)
+		for (int j = 0; j < i && s[i].memory < 0 && !s[i].released; j++)
 			for (int a = 0; a < s[j].nfds && s[i].memory < 0; a++)
 				for (int b = 0; b < s[i].nfds && s[i].memory < 0; b++) {
 					long r = kcmp_file(s[j].pid, s[i].pid, s[j].fds[a],
@@ -273,23 +268,40 @@ static void why(const struct share *s, int ns, const struct memory *m, int mi, c
 		len += (size_t)snprintf(buf + len, cap - len, "%spid %d, outside the group, holds "
 					"it", len ? "; " : "", (int)m->outside[k]);
 	if (!len)
-		snprintf(buf, cap, "releasing memory shared across a group is not built yet");
+		snprintf(buf, cap, "not every holder let it go in this sleep (one that was asleep "
+			 "already, or that exports memory the group releases, keeps its mapping)");
 }
 
 void group_shares_report(const client_target *t, int n, double timeout, bool json, FILE *out)
 {
 	static struct share s[MAX_SHARES];
 	static struct memory m[MAX_SHARES];
-	int ns = gather(t, n, timeout, s), nm = match(s, ns, m);
+	int ns = gather(t, n, timeout, s), nm = group_shares_match(s, ns, m);
 	char reason[1024], b[32];
+	bool any = false;
 
-	scan_outside(t, n, s, ns, m, nm);
+	group_shares_outside(t, n, s, ns, m, nm);
 	if (json)
 		fputc('[', out);
 	for (int i = 0; i < nm; i++) {
 		const struct share *ex = &s[m[i].first];
 		uint64_t size = 0;
 
+		if (ex->released) {   /* released with the group: its importers are not matched */
+			if (!ex->exporter)
+				continue;
+			if (json)
+				fprintf(out, "%s{\"size\": %llu, \"exporter\": %d, \"holders\": [], "
+					"\"outside\": [], \"resident\": false, \"why\": \"released "
+					"by the group sleep; re-shared at wake\"}", any ? ", " : "",
+					(unsigned long long)ex->size, (int)ex->pid);
+			else
+				fprintf(out, "shared %s (exported by pid %d): released by the group "
+					"sleep; re-shared at wake\n",
+					out_bytes(ex->size, b, sizeof(b)), (int)ex->pid);
+			any = true;
+			continue;
+		}
 		for (int k = 0; k < ns; k++)   /* the exporter knows the size; importers what they map */
 			if (s[k].memory == i && (s[k].exporter || s[k].size > size))
 				size = s[k].exporter ? s[k].size : size > s[k].size ? size : s[k].size;
@@ -298,7 +310,7 @@ void group_shares_report(const client_target *t, int n, double timeout, bool jso
 				ex = &s[k];
 		why(s, ns, &m[i], i, reason, sizeof(reason));
 		if (json) {
-			fprintf(out, "%s{\"size\": %llu, \"exporter\": %d, \"holders\": [", i ? ", " : "",
+			fprintf(out, "%s{\"size\": %llu, \"exporter\": %d, \"holders\": [", any ? ", " : "",
 				(unsigned long long)size, ex->exporter ? (int)ex->pid : -1);
 			for (int k = 0, c = 0; k < ns; k++)
 				if (s[k].memory == i)
@@ -312,6 +324,7 @@ void group_shares_report(const client_target *t, int n, double timeout, bool jso
 			fputs("], \"resident\": true, \"why\": ", out);
 			out_json_string(out, reason);
 			fputc('}', out);
+			any = true;
 			continue;
 		}
 		fprintf(out, "shared %s", out_bytes(size, b, sizeof(b)));
@@ -322,6 +335,7 @@ void group_shares_report(const client_target *t, int n, double timeout, bool jso
 			if (s[k].memory == i)
 				fprintf(out, "%s%d", c++ ? "," : " ", (int)s[k].pid);
 		fprintf(out, ": stays resident: %s\n", reason);
+		any = true;
 	}
 	if (json)
 		fputc(']', out);

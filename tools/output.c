@@ -216,13 +216,16 @@ static void out_app_shares(FILE *f, const client_reply *r)
 	for (int i = 0; i < r->nrecords; i++) {
 		const proto_record *s = r->records[i];
 		uint64_t pfds = 0, pfd = 0, kerr = 0;
+		bool released = false;
 
 		if (strcmp(s->kind, "app_share"))
 			continue;
 		fprintf(f, "  shared handle %#" PRIx64 " (device %" PRIu64 "): %s, %s", u64(s, "handle"),
 			u64(s, "dev"), out_bytes(u64(s, "size"), b, sizeof(b)),
 			strcmp(str(s, "role"), "import") ? "exported" : "imported");
-		if (proto_record_u64(s, "program_fds", &pfds) && pfds &&
+		if (proto_record_bool(s, "released", &released) && released)
+			fputs("; released by a group sleep, re-shared at wake\n", f);
+		else if (proto_record_u64(s, "program_fds", &pfds) && pfds &&
 		    proto_record_u64(s, "program_fd", &pfd))
 			fprintf(f, "; the program holds descriptor %" PRIu64 " of it open, so the "
 				"driver cannot free it\n", pfd);

@@ -29,6 +29,7 @@ void control_put_app_shares(proto_writer *w, vmm_app_registry *reg)
 		proto_put_int(w, "program_fds", sh[i].program_fds);
 		proto_put_int(w, "program_fd", sh[i].program_fd);
 		proto_put_int(w, "kcmp_errno", sh[i].kcmp_errno);
+		proto_put_bool(w, "released", sh[i].released);
 		proto_record_end(w);
 	}
 	if (n) {

@@ -71,7 +71,8 @@
  *   app_share  dev, handle (the program's value), size, role (export | import), fds (the
  *            shim's duplicates of the shareable descriptors, "12,13": numbers in the answering
  *            process, for kcmp), program_fds (descriptors the program itself holds open on
- *            them; -1: could not be told), program_fd (the first, or -1), kcmp_errno;
+ *            them; -1: could not be told), program_fd (the first, or -1), kcmp_errno,
+ *            released (asleep, released by a group sleep: fds is then empty);
  *            app_shares  count (at most 64 app_share records are listed). The program's own
  *            VMM handles exported or imported as POSIX descriptors, in status replies.
  *   result   released, copied, seconds, gbps, already

@@ -1,0 +1,151 @@
+/* A group sleep releases the memory its members share through the program's own VMM handles
+ * (NCCL's buffers) when every holder is a member: the importers release their handles in the
+ * first phase (nothing to copy: the exporter has the contents), the exporter copies its handle
+ * out and releases it in the second, once no importer can write to it any more. Each member's
+ * sleep names the handles (app_release); the shims re-share them at wake (docs/vmmctl.md). */
+#include "group_release.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static int member_of(const client_target *t, int n, pid_t pid)
+{
+	for (int i = 0; i < n; i++)
+		if (t[i].pid == pid)
+			return i;
+	return -1;
+}
+
+/* Memory mi of the matched shares, as a release_memory; false when some holder keeps it. */
+static bool candidate(const client_target *t, int n, const struct share *s, int ns,
+		      const struct memory *m, int mi, struct release_memory *out)
+{
+	*out = (struct release_memory){ .exporter = -1 };
+	if (m->kcmp_errno || m->noutside)
+		return false;
+	for (int k = 0; k < ns; k++) {
+		int who;
+
+		if (s[k].memory != mi)
+			continue;
+		who = member_of(t, n, s[k].pid);
+		if (who < 0 || s[k].program_fds != 0 || s[k].released || !s[k].nfds)
+			return false;
+		if (s[k].exporter) {
+			if (out->exporter >= 0)
+				return false;   /* exported twice: not one memory of one process */
+			out->exporter = who;
+			out->handle = s[k].handle;
+		} else if (out->nimporters < GROUP_RELEASE_MAX_IMPORTERS) {
+			out->importer[out->nimporters] = who;
+			out->import_handle[out->nimporters++] = s[k].handle;
+		} else {
+			return false;
+		}
+	}
+	for (int j = 0; j < out->nimporters; j++)
+		if (out->importer[j] == out->exporter)
+			return false;   /* imported by its own exporter: one member, both phases */
+	return out->exporter >= 0 && out->nimporters > 0;
+}
+
+void group_release_plan(const client_target *t, const client_reply *const *r, int n,
+			const bool *second, struct group_release *g)
+{
+	static struct share s[MAX_SHARES];
+	static struct memory m[MAX_SHARES];
+	int ns = 0, nm;
+	bool changed = true;
+
+	memset(g, 0, sizeof(*g));
+	for (int i = 0; i < n; i++)
+		if (r[i])
+			ns = group_shares_take(t[i].pid, r[i], s, ns);
+	nm = group_shares_match(s, ns, m);
+	group_shares_outside(t, n, s, ns, m, nm);
+	for (int i = 0; i < nm; i++)
+		if (candidate(t, n, s, ns, &m[i], i, &g->mem[g->nmem]))
+			g->nmem++;
+	/* An importer must sleep in the first phase: one that also exports a released memory (or
+	 * legacy-IPC memory) sleeps in the second, beside its exporter, so its import stays. */
+	while (changed) {
+		changed = false;
+		memset(g->exporter, 0, sizeof(g->exporter));
+		for (int i = 0; i < g->nmem; i++)
+			if (!g->mem[i].dropped)
+				g->exporter[g->mem[i].exporter] = true;
+		for (int i = 0; i < g->nmem; i++) {
+			struct release_memory *rm = &g->mem[i];
+
+			for (int j = 0; j < rm->nimporters && !rm->dropped; j++)
+				if (g->exporter[rm->importer[j]] || second[rm->importer[j]])
+					rm->dropped = changed = true;
+		}
+	}
+	for (int i = 0; i < g->nmem; i++)
+		for (int j = 0; !g->mem[i].dropped && j < g->mem[i].nimporters; j++)
+			g->importer[g->mem[i].importer[j]] = true;
+}
+
+/* Does reply r list the import `handle` as released by a group sleep? */
+static bool import_released(const client_reply *r, uint64_t handle)
+{
+	for (int j = 0; r && j < r->nrecords; j++) {
+		const proto_record *rec = r->records[j];
+		const char *role = proto_record_str(rec, "role");
+		uint64_t h = 0;
+		bool released = false;
+
+		if (!strcmp(rec->kind, "app_share") && role && !strcmp(role, "import") &&
+		    proto_record_u64(rec, "handle", &h) && h == handle &&
+		    proto_record_bool(rec, "released", &released))
+			return released;
+	}
+	return false;
+}
+
+void group_release_confirm(struct group_release *g, const client_reply *const *r, int n)
+{
+	for (int k = 0; k < g->nmem; k++) {
+		struct release_memory *rm = &g->mem[k];
+
+		rm->confirmed = !rm->dropped;
+		for (int j = 0; j < rm->nimporters && rm->confirmed; j++)
+			rm->confirmed = rm->importer[j] < n &&
+					import_released(r[rm->importer[j]], rm->import_handle[j]);
+	}
+}
+
+static void append(char *out, size_t cap, const char *one)
+{
+	size_t len = strlen(out), k = strlen(one);
+
+	if (len + (len ? 1 : 0) + k < cap)
+		snprintf(out + len, cap - len, "%s%s", len ? "," : "", one);
+}
+
+void group_release_request(const struct group_release *g, int i, const client_target *t,
+			   char *out, size_t cap)
+{
+	char one[80];
+
+	out[0] = '\0';
+	for (int k = 0; k < g->nmem; k++) {
+		const struct release_memory *rm = &g->mem[k];
+
+		if (rm->dropped)
+			continue;
+		for (int j = 0; j < rm->nimporters; j++) {
+			if (rm->importer[j] != i)
+				continue;
+			snprintf(one, sizeof(one), "%llu:%ld:%llu",
+				 (unsigned long long)rm->import_handle[j], (long)t[rm->exporter].pid,
+				 (unsigned long long)rm->handle);
+			append(out, cap, one);
+		}
+		if (rm->exporter == i && rm->confirmed) {
+			snprintf(one, sizeof(one), "%llu", (unsigned long long)rm->handle);
+			append(out, cap, one);
+		}
+	}
+}
