@@ -1,11 +1,13 @@
 /* A group whose members share device memory the way NCCL ranks do: one process creates an
  * exportable handle, maps it and passes its descriptor; the others import and map it, and each
  * member also has memory of its own. `vmmctl sleep` of the whole group releases every member's
- * own memory and keeps the shared handles resident (shared memory is released only by a
- * re-share at wake, which is not built yet: docs/vmmctl.md), reported as unreleasable by
- * status; after `vmmctl wake` every byte is where it was, the shared bytes included, and a write
- * through one member's mapping is seen through another's. share_peer (tests/simdev) is the
- * program, run under the shim with LD_PRELOAD. */
+ * own memory and the shared memory too (every holder is a member): the driver gets it back while
+ * all are asleep. After `vmmctl wake` every byte is where it was, the shared bytes included, and
+ * a write through one member's mapping is seen through another's (the exporter re-created it, the
+ * importers fetched it again over its control socket). A failure half-way through the sleep or
+ * the wake leaves every member as it was, with its data. Memory that a process outside the group
+ * holds, or that a program holds open by a descriptor, stays resident and is named.
+ * share_peer (tests/simdev) is the program, run under the shim with LD_PRELOAD. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
@@ -64,26 +66,27 @@ static long long group_free(struct peer *observer)
 	return fr;
 }
 
-static void shared_group(int n)
+/* n members (env of member i: envs[i], NULL: env): member 0 exports SHARED_BYTES that the
+ * others import and map, as NCCL ranks do; each has own memory too (own: no own memory). slot[i]
+ * is the shared memory's address in member i; it holds "shared-by-0", own[i] "own-i". */
+static void start_sharing(struct peer *ps, int n, const char *const *const *envs, bool own_mem,
+			  long long *own, long long *slot)
 {
-	struct peer ps[3], observer;
-	long long own[3], shared_slot[3], before, asleep;
 	char text[32];
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
 	for (int i = 0; i < n; i++) {
-		peer_start(&ps[i], env);
+		peer_start(&ps[i], envs && envs[i] ? envs[i] : env);
 		peer_ok(&ps[i], "init");
+		own[i] = 0;
+		if (!own_mem)
+			continue;
 		own[i] = peer_ok(&ps[i], "alloc %u", OWN_BYTES);
 		snprintf(text, sizeof(text), "own-%d", i);
 		peer_ok(&ps[i], "write %lld %s", own[i], text);
 	}
-	/* Member 0 exports; the others import and map the same memory. */
 	long long h = peer_ok(&ps[0], "create %u posix", SHARED_BYTES);
-	shared_slot[0] = peer_ok(&ps[0], "map %lld %u", h, SHARED_BYTES);
-	peer_ok(&ps[0], "write %lld shared-by-0", shared_slot[0]);
+	slot[0] = peer_ok(&ps[0], "map %lld %u", h, SHARED_BYTES);
+	peer_ok(&ps[0], "write %lld shared-by-0", slot[0]);
 	for (int i = 1; i < n; i++) {
 		peer_ok(&ps[0], "export %lld", h);
 		cr_assert_geq(ps[0].fd, 0, "the export carries a descriptor");
@@ -91,48 +94,77 @@ static void shared_group(int n)
 				       atol(ps[i].reply + 2) : -1;
 		close(ps[0].fd);
 		cr_assert_geq(hi, 0, "import: %s", ps[i].reply);
-		shared_slot[i] = peer_ok(&ps[i], "map %lld %u", hi, SHARED_BYTES);
+		slot[i] = peer_ok(&ps[i], "map %lld %u", hi, SHARED_BYTES);
 	}
-	before = group_free(&observer);
-	group("sleep", ps, n);
-	asleep = group_free(&observer);
-	/* vmmctl matched the members' handles to one memory (kcmp on the shims' duplicates of the
-	 * descriptors) and names every holder, the exporter first. */
-	char held[128] = "held by pid";
-	for (int i = 0; i < n; i++)
-		snprintf(held + strlen(held), sizeof(held) - strlen(held), "%s%d", i ? "," : " ",
-			 (int)ps[i].pid);
-	cr_expect(strstr(o.out, held), "'%s' in: %s", held, o.out);
-	snprintf(text, sizeof(text), "exported by pid %d", (int)ps[0].pid);
-	cr_expect(strstr(o.out, text), "'%s' in: %s", text, o.out);
-	/* Each member's own memory went back to the driver; the shared handle stayed, and its
-	 * members say so. */
-	cr_expect_geq(asleep - before, (long long)n * OWN_BYTES,
-		      "own memory released: free %lld before, %lld asleep", before, asleep);
-	cr_expect_lt(asleep - before, (long long)n * OWN_BYTES + SHARED_BYTES,
-		     "the shared handle stayed resident: free %lld before, %lld asleep", before,
-		     asleep);
-	for (int i = 0; i < n; i++)
-		cr_expect_eq(status_num(&ps[i], "\"devices\": [", "app_shared"), SHARED_BYTES,
-			     "status names the shared bytes of member %d: %s", i, o.out);
-	/* And says why, in words. */
-	vmmctl_run(&o, se.run_dir, -1, "status %d", (int)ps[0].pid);
-	cr_expect(strstr(o.out, "shared with other processes"), "%s", o.out);
-	group("wake", ps, n);
+}
+
+/* Every member reads its own bytes and the shared ones (expect: "ok TEXT"), and the memory is
+ * still one: a write by the last member is read by member 0, then put back. */
+static void check_sharing(struct peer *ps, int n, const long long *own, const long long *slot,
+			  const char *expect)
+{
+	char text[32];
+
 	for (int i = 0; i < n; i++) {
 		snprintf(text, sizeof(text), "ok own-%d", i);
-		cr_expect_str_eq(peer_cmd(&ps[i], -1, "read %lld", own[i]), text);
-		cr_expect_str_eq(peer_cmd(&ps[i], -1, "read %lld", shared_slot[i]), "ok shared-by-0");
+		if (own[i])
+			cr_expect_str_eq(peer_cmd(&ps[i], -1, "read %lld", own[i]), text);
+		cr_expect_str_eq(peer_cmd(&ps[i], -1, "read %lld", slot[i]), expect,
+				 "member %d reads the shared bytes", i);
 	}
-	/* Still one memory: the last member writes, the exporter reads it. */
-	peer_ok(&ps[n - 1], "write %lld written-by-last", shared_slot[n - 1]);
-	cr_expect_str_eq(peer_cmd(&ps[0], -1, "read %lld", shared_slot[0]), "ok written-by-last");
+	peer_ok(&ps[n - 1], "write %lld written-by-last", slot[n - 1]);
+	cr_expect_str_eq(peer_cmd(&ps[0], -1, "read %lld", slot[0]), "ok written-by-last",
+			 "a write by one member is seen by the exporter: still one memory");
+	peer_ok(&ps[0], "write %lld %s", slot[0], expect + 3);
+}
+
+static void end_sharing(struct peer *ps, int n, struct peer *observer)
+{
+	char cmd[128];
+
 	for (int i = 0; i < n; i++)
 		peer_exit(&ps[i]);
-	peer_exit(&observer);
-	char cmd[128];
+	peer_exit(observer);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", se.run_dir);
 	cr_expect_eq(system(cmd), 0);
+}
+
+static void shared_group(int n)
+{
+	struct peer ps[3], observer;
+	long long own[3], slot[3], before, asleep;
+	char text[64];
+
+	setup_env();
+	peer_start(&observer, env);
+	peer_ok(&observer, "init");
+	start_sharing(ps, n, NULL, true, own, slot);
+	before = group_free(&observer);
+	/* Twice: the second sleep matches the memory that the first wake re-shared. */
+	for (int cycle = 0; cycle < 2; cycle++) {
+		group("sleep", ps, n);
+		asleep = group_free(&observer);
+		/* Every member's own memory and the shared memory went back to the driver. */
+		cr_expect_geq(asleep - before, (long long)n * OWN_BYTES + SHARED_BYTES,
+			      "cycle %d: own and shared memory released: free %lld before, %lld "
+			      "asleep", cycle, before, asleep);
+		snprintf(text, sizeof(text), "shared 4.00 MiB (exported by pid %d): released",
+			 (int)ps[0].pid);
+		cr_expect(strstr(o.out, text), "'%s' in: %s", text, o.out);
+		cr_expect(!strstr(o.out, "stays resident"), "%s", o.out);
+		/* status: nothing shared stays resident; the exporter's copy is on the host. */
+		for (int i = 0; i < n; i++)
+			cr_expect_eq(status_num(&ps[i], "\"devices\": [", "app_shared"), 0,
+				     "member %d: %s", i, o.out);
+		cr_expect_eq(status_num(&ps[0], "\"devices\": [", "app_host_backup"),
+			     SHARED_BYTES, "%s", o.out);
+		vmmctl_run(&o, se.run_dir, -1, "status %d", (int)ps[1].pid);
+		cr_expect(strstr(o.out, "imported; released by a group sleep"), "%s", o.out);
+		group("wake", ps, n);
+		cr_expect_eq(group_free(&observer), before, "cycle %d: the memory is back", cycle);
+		check_sharing(ps, n, own, slot, "ok shared-by-0");
+	}
+	end_sharing(ps, n, &observer);
 }
 
 Test(group_share, two_processes_sharing_memory_sleep_and_wake, .timeout = 120)
@@ -143,6 +175,79 @@ Test(group_share, two_processes_sharing_memory_sleep_and_wake, .timeout = 120)
 Test(group_share, three_processes_sharing_memory_sleep_and_wake, .timeout = 120)
 {
 	shared_group(3);
+}
+
+/* The exporter's release of the shared handle fails after both importers released theirs (the
+ * second phase): the exporter rolls back, the importers are woken and fetch the memory again.
+ * Every member is awake with its data, the memory still one and resident; the next group sleep
+ * succeeds. */
+Test(group_share, a_failure_half_way_through_the_sleep_leaves_every_member_as_it_was,
+     .timeout = 120)
+{
+	static const char *failing[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=2G",
+					 "VMMSHIM_LOG=error", SAN_ENV, "SIMDEV_FAIL=cuMemRelease:1",
+					 NULL };
+	const char *const *envs[3] = { failing, NULL, NULL };
+	struct peer ps[3], observer;
+	long long own[3], slot[3], before;
+	char pids[64];
+
+	setup_env();
+	peer_start(&observer, env);
+	peer_ok(&observer, "init");
+	/* The exporter has no memory of its own, so its first release is the shared handle's. */
+	start_sharing(ps, 3, envs, false, own, slot);
+	before = group_free(&observer);
+	snprintf(pids, sizeof(pids), "%d %d %d", (int)ps[0].pid, (int)ps[1].pid, (int)ps[2].pid);
+	vmmctl_run(&o, se.run_dir, -1, "--timeout 60 sleep %s", pids);
+	cr_expect_eq(o.code, 1, "the sleep failed: %s %s", o.out, o.err);
+	cr_expect(strstr(o.err, "every process is as it was"), "%s", o.err);
+	for (int i = 0; i < 3; i++) {
+		vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)ps[i].pid);
+		cr_expect(strstr(o.out, "\"state\": \"awake\""), "member %d: %s", i, o.out);
+	}
+	cr_expect_eq(group_free(&observer), before, "the shared memory is resident, once");
+	check_sharing(ps, 3, own, slot, "ok shared-by-0");
+	/* The injected failure happened once: now the group sleeps and wakes. */
+	group("sleep", ps, 3);
+	cr_expect_geq(group_free(&observer) - before, SHARED_BYTES, "released this time");
+	group("wake", ps, 3);
+	check_sharing(ps, 3, own, slot, "ok shared-by-0");
+	end_sharing(ps, 3, &observer);
+}
+
+/* An importer cannot import the memory again at the group wake (its second
+ * cuMemImportFromShareableHandle fails): it stays asleep, the exporter is put back to sleep, the
+ * group wake fails and changes nothing that is lost; the next group wake brings every byte back
+ * and the memory is shared again. */
+Test(group_share, a_failure_half_way_through_the_wake_keeps_every_member_with_its_data,
+     .timeout = 120)
+{
+	static const char *failing[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=2G",
+					 "VMMSHIM_LOG=error", SAN_ENV,
+					 "SIMDEV_FAIL=cuMemImportFromShareableHandle:2", NULL };
+	const char *const *envs[2] = { NULL, failing };
+	struct peer ps[2], observer;
+	long long own[2], slot[2], before;
+	char pids[64];
+
+	setup_env();
+	peer_start(&observer, env);
+	peer_ok(&observer, "init");
+	start_sharing(ps, 2, envs, true, own, slot);
+	before = group_free(&observer);
+	group("sleep", ps, 2);
+	snprintf(pids, sizeof(pids), "%d %d", (int)ps[0].pid, (int)ps[1].pid);
+	vmmctl_run(&o, se.run_dir, -1, "--timeout 60 wake %s", pids);
+	cr_expect_eq(o.code, 1, "the wake failed: %s %s", o.out, o.err);
+	for (int i = 0; i < 2; i++) {
+		vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)ps[i].pid);
+		cr_expect(strstr(o.out, "\"state\": \"asleep\""), "member %d: %s", i, o.out);
+	}
+	group("wake", ps, 2);
+	cr_expect_eq(group_free(&observer), before, "the memory is back, once");
+	check_sharing(ps, 2, own, slot, "ok shared-by-0");
+	end_sharing(ps, 2, &observer);
 }
 
 /* Who keeps shared memory resident, named: the exporter's program holds a descriptor of it open
