@@ -4,6 +4,8 @@
  * Runs on the control thread inside the importer's wake, its device work still held. */
 #include "app_refetch.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -50,9 +52,14 @@ vmm_status shim_app_refetch(pid_t exporter, vmm_phys exporter_value, int *fd, vm
 	snprintf(line, sizeof(line), "%s app_open handle=\"%llu\"\n", PROTO_MAGIC,
 		 (unsigned long long)exporter_value);
 	if (peer_request(rt->cfg.run_dir, exporter, line, APP_REFETCH_TIMEOUT_MS, &reply, why,
-			 sizeof(why)))
+			 sizeof(why))) {
+		if (kill(exporter, 0) && errno == ESRCH)
+			return vmm_fail(err, VMM_E_NOT_OURS, 0, "pid %d, which exported the shared "
+					"handle %#llx, has ended", (int)exporter,
+					(unsigned long long)exporter_value);
 		return vmm_fail(err, VMM_E_BUSY, 0, "asking pid %d for its shared handle %#llx "
 				"again: %s", (int)exporter, (unsigned long long)exporter_value, why);
+	}
 	if (!reply_ok(reply.text, msg, sizeof(msg)) || reply.nfds != 1) {
 		vmm_status st = vmm_fail(err, VMM_E_BUSY, 0, "pid %d did not give its shared handle "
 					 "%#llx again: %s", (int)exporter,

@@ -77,6 +77,22 @@ static void keep_dup(struct app_handle *h, int fd)
 		h->share_fds[h->nshare_fds++] = d;
 }
 
+/* The exporter ended while the group slept, taking the memory it had released with it: fresh
+ * memory goes where the import was mapped, so that the program's pointers do not fault. */
+static vmm_status replace_lost(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
+{
+	vmm_status st = reg->be->create(reg->be, h->dev, h->size, &h->real, err);
+
+	if (st) {
+		h->real = 0;
+		return st;
+	}
+	vmm_log(VMM_LOG_ERROR, "group wake: pid %d, which exported the memory of app handle %#llx "
+		"(%zu bytes), ended while the group slept; its contents are lost and new memory is "
+		"mapped there", (int)h->exporter, (unsigned long long)h->app, h->size);
+	return VMM_OK;
+}
+
 vmm_status app_share_reimport(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
 {
 	bool fetched = !h->nshare_fds;
@@ -88,7 +104,10 @@ vmm_status app_share_reimport(vmm_app_registry *reg, struct app_handle *h, vmm_e
 			return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "app handle %#llx: no way to ask "
 					"its exporter for the memory again",
 					(unsigned long long)h->app);
-		if ((st = reg->refetch(h->exporter, h->exporter_value, &fd, err)))
+		st = reg->refetch(h->exporter, h->exporter_value, &fd, err);
+		if (st == VMM_E_NOT_OURS)
+			return replace_lost(reg, h, err);
+		if (st)
 			return st;
 	}
 	st = reg->be->import_fd(reg->be, fd, &h->real, &dev, err);

@@ -97,7 +97,10 @@ void vmm_app_group_release(vmm_app_registry *reg, const vmm_app_release *list, s
 vmm_status vmm_app_share_export(vmm_app_registry *reg, vmm_phys app, int *fd, uint64_t *size,
 				vmm_error *err);
 /* Ask exporter (a pid) for a new descriptor of its handle exporter_value: 0 and *fd (owned by the
- * caller), or a failure with err filled. Set by the shim, which talks to other processes. */
+ * caller), or a failure with err filled: VMM_E_NOT_OURS when the exporter has ended (it took the
+ * memory it released with it: the wake then maps fresh memory there, so that the program's
+ * pointers do not fault, and logs that the contents are lost). Set by the shim, which talks to
+ * other processes. */
 typedef vmm_status (*vmm_app_refetch_fn)(pid_t exporter, vmm_phys exporter_value, int *fd,
 					 vmm_error *err);
 void vmm_app_set_refetch(vmm_app_registry *reg, vmm_app_refetch_fn fn);

@@ -361,3 +361,28 @@ Test(group_share, shared_memory_is_freed_when_the_programs_let_it_go, .timeout =
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", se.run_dir);
 	cr_expect_eq(system(cmd), 0);
 }
+
+/* The exporter is killed while the group sleeps: it took the memory it had released with it. The
+ * importer's wake maps fresh memory where the shared memory was (its program's pointer does not
+ * fault) and says that the contents are lost; its own memory comes back intact. */
+Test(group_share, an_exporter_killed_while_asleep_leaves_its_importer_able_to_wake,
+     .timeout = 120)
+{
+	struct peer ps[2], observer;
+	long long own[2], slot[2];
+	char text[32];
+
+	setup_env();
+	peer_start(&observer, env);
+	peer_ok(&observer, "init");
+	start_sharing(ps, 2, NULL, true, own, slot);
+	group("sleep", ps, 2);
+	peer_kill(&ps[0]);
+	vmmctl_run(&o, se.run_dir, -1, "--timeout 30 wake %d", (int)ps[1].pid);
+	cr_expect_eq(o.code, 0, "the importer wakes alone: %s %s", o.out, o.err);
+	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", own[1]), "ok own-1");
+	peer_ok(&ps[1], "write %lld still-mapped", slot[1]);
+	snprintf(text, sizeof(text), "ok still-mapped");
+	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", slot[1]), text);
+	end_sharing(&ps[1], 1, &observer);
+}
