@@ -273,6 +273,24 @@ Test(share_wire, share_open_goes_to_the_same_uid_only)
 	proto_writer_free(&w);
 }
 
+Test(share_wire, app_open_goes_to_the_same_uid_only)
+{
+	proto_request req = { .verb = PROTO_APP_OPEN, .app_handle = 5 };
+	int fd = 7;
+	proto_writer w;
+
+	proto_writer_init(&w);
+	control_app_open(&req, (unsigned)geteuid() + 1, 1234, &w, &fd);
+	cr_expect_eq(fd, -1, "no descriptor for another user");
+	cr_expect(w.buf && strstr(w.buf, "error status=\"permission\""), "%s", w.buf);
+	proto_writer_free(&w);
+	proto_writer_init(&w);
+	control_app_open(&req, (unsigned)geteuid(), 1234, &w, &fd);
+	cr_expect_eq(fd, -1);
+	cr_expect(w.buf && strstr(w.buf, "not_ready"), "%s", w.buf);
+	proto_writer_free(&w);
+}
+
 Test(share_wire, share_open_request_wire_form)
 {
 	proto_request req = { .verb = PROTO_SHARE_OPEN, .device = -1, .share_id = 7,

@@ -93,6 +93,31 @@ Test(wire, a_group_sleep_names_its_share_group)
 	cr_expect_str_eq(back.share_group, "12,13");
 }
 
+Test(wire, a_group_sleep_names_the_shared_handles_it_releases)
+{
+	proto_request r, back;
+	char line[PROTO_MAX_REQUEST + 1];
+
+	cr_assert_eq(parse("vmmshim/1 sleep app_release=\"11,12:4101:13\"\n", &r), 0);
+	cr_expect_str_eq(r.app_release, "11,12:4101:13");
+	memset(&r, 0, sizeof(r));
+	r.verb = PROTO_SLEEP;
+	r.device = -1;
+	snprintf(r.app_release, sizeof(r.app_release), "11947282573287456768:9:42");
+	cr_assert_gt(proto_format_request(&r, line, sizeof(line)), 0);
+	cr_assert_eq(parse(line, &back), 0, "%s", line);
+	cr_expect_str_eq(back.app_release, r.app_release);
+	/* app_open names a handle value, which may pass LLONG_MAX (quoted). */
+	memset(&r, 0, sizeof(r));
+	r.verb = PROTO_APP_OPEN;
+	r.device = -1;
+	r.app_handle = 0xA5F0000000000001ull;
+	cr_assert_gt(proto_format_request(&r, line, sizeof(line)), 0);
+	cr_assert_eq(parse(line, &back), 0, "%s", line);
+	cr_expect_eq(back.verb, PROTO_APP_OPEN);
+	cr_expect_eq(back.app_handle, 0xA5F0000000000001ull);
+}
+
 Test(wire, refusals_say_why)
 {
 	static const char *const bad[][2] = {
@@ -126,6 +151,17 @@ Test(wire, refusals_say_why)
 		{ "vmmshim/1 sleep share_group=\"12,x\"\n", "share_group" },
 		{ "vmmshim/1 sleep share_group=\"12345678901\"\n", "share_group" },
 		{ "vmmshim/1 sleep share_group=12\n", "share_group" },
+		{ "vmmshim/1 wake app_release=\"1\"\n", "does not take" },
+		{ "vmmshim/1 sleep app_release=\"\"\n", "app_release" },
+		{ "vmmshim/1 sleep app_release=\"1,\"\n", "app_release" },
+		{ "vmmshim/1 sleep app_release=\"1:2\"\n", "app_release" },
+		{ "vmmshim/1 sleep app_release=\"1::2:3\"\n", "app_release" },
+		{ "vmmshim/1 sleep app_release=\"1:2:x\"\n", "app_release" },
+		{ "vmmshim/1 app_open\n", "handle" },
+		{ "vmmshim/1 app_open handle=5\n", "handle" },
+		{ "vmmshim/1 app_open handle=\"0\"\n", "handle" },
+		{ "vmmshim/1 app_open handle=\"99999999999999999999999\"\n", "handle" },
+		{ "vmmshim/1 status handle=\"5\"\n", "does not take" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		proto_request r;
