@@ -57,6 +57,14 @@ struct vmm_app_registry {
 	vmm_phys next_value;     /* the registry's own program-side values */
 	vmm_copy_engine *ce[VMM_MAX_DEVICES];
 	vmm_app_refetch_fn refetch;  /* asks an exporter for its memory again (the shim's) */
+	bool defer_imports;          /* wakes leave imports a group released asleep */
+	/* Exports a group wake re-created, exported ahead for the importers' fetches (the fd is
+	 * one of the handle's kept duplicates; app_reshare.c): answered under ready_lock alone, so
+	 * that two members fetching from each other while each holds its own registry lock do not
+	 * wait for each other. Entries go before their duplicates are closed. */
+	pthread_mutex_t ready_lock;
+	struct app_ready { vmm_phys app; uint64_t size; int fd; } *ready;
+	size_t nready;
 };
 
 struct app_handle *app_find(vmm_app_registry *reg, vmm_phys app);
@@ -74,8 +82,12 @@ void app_share_fds_close(struct app_handle *h);
 vmm_status app_share_reimport(vmm_app_registry *reg, struct app_handle *h, vmm_error *err);
 /* After a sleep that released hs[0..n): close the duplicates of those a group released (the
  * driver frees the memory once every holder has let it go). */
-void app_share_released(struct app_handle **hs, size_t n);
+void app_share_released(vmm_app_registry *reg, struct app_handle **hs, size_t n);
 /* Does the program itself hold one of h's shareable descriptors open (or can that not be told)?
  * Then the driver cannot free the memory, and no sleep releases it. */
 bool app_share_program_holds(const struct app_handle *h);
+/* After a wake restored hs[0..n): export ahead the group-released exports among them. */
+void app_share_publish(vmm_app_registry *reg, struct app_handle **hs, size_t n);
+/* Close the descriptors made ahead for h (its sleep, or its record going). */
+void app_share_unpublish(vmm_app_registry *reg, vmm_phys app);
 #endif

@@ -398,6 +398,7 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 			unrestore(reg, hs[i], i < mapped);
 		return st;
 	}
+	app_share_publish(reg, hs, n);
 	for (size_t i = 0; i < n; i++) {
 		struct app_handle *h = hs[i];
 
@@ -430,6 +431,8 @@ static struct app_handle **pick(vmm_app_registry *reg, const vmm_sleep_opts *o, 
 			*exported_bytes += h->size;
 			continue;
 		}
+		if (asleep && reg->defer_imports && h->imported && h->group_released)
+			continue;   /* a second wake fetches it, once its exporter is awake */
 		if (h->asleep == asleep) {
 			v[(*n)++] = h;
 			*bytes += h->size;
@@ -620,7 +623,7 @@ vmm_status vmm_app_sleep_within(vmm_app_registry *reg, const vmm_sleep_opts *opt
 				   &partial, err);
 		if (!st) {
 			res->bytes_released = op.bytes;
-			app_share_released(op.hs, op.n);
+			app_share_released(reg, op.hs, op.n);
 		} else {
 			res->bytes_copied = 0;
 		}

@@ -26,6 +26,7 @@ vmm_status vmm_app_registry_create(vmm_backend *be, vmm_app_registry **out, vmm_
 	reg->be = be;
 	reg->next_value = OWN_VALUE_BASE;
 	pthread_mutex_init(&reg->lock, NULL);
+	pthread_mutex_init(&reg->ready_lock, NULL);
 	*out = reg;
 	return VMM_OK;
 }
@@ -34,6 +35,7 @@ static void handle_free(vmm_app_registry *reg, struct app_handle *h)
 {
 	if (h->backup.ptr)
 		vmm_host_buf_free(reg->be, &h->backup);
+	app_share_unpublish(reg, h->app);
 	app_share_fds_close(h);
 	free(h->prop);
 	free(h);
@@ -48,6 +50,8 @@ void vmm_app_registry_destroy(vmm_app_registry *reg)
 	for (int d = 0; d < VMM_MAX_DEVICES; d++)
 		vmm_copy_engine_destroy(reg->ce[d]);
 	free(reg->hs);
+	free(reg->ready);
+	pthread_mutex_destroy(&reg->ready_lock);
 	free(reg->maps);
 	pthread_mutex_destroy(&reg->lock);
 	free(reg);

@@ -20,6 +20,15 @@ void vmm_app_set_refetch(vmm_app_registry *reg, vmm_app_refetch_fn fn)
 	pthread_mutex_unlock(&reg->lock);
 }
 
+void vmm_app_defer_imports(vmm_app_registry *reg, bool on)
+{
+	if (!reg)
+		return;
+	pthread_mutex_lock(&reg->lock);
+	reg->defer_imports = on;
+	pthread_mutex_unlock(&reg->lock);
+}
+
 /* May the group release h in the role the entry names? Only while awake, shared through kept
  * descriptors none of which the program holds open (it may have opened one since vmmctl
  * looked). */
@@ -120,11 +129,70 @@ vmm_status app_share_reimport(vmm_app_registry *reg, struct app_handle *h, vmm_e
 	return st;
 }
 
-void app_share_released(struct app_handle **hs, size_t n)
+void app_share_unpublish(vmm_app_registry *reg, vmm_phys app)
+{
+	size_t k = 0;
+
+	pthread_mutex_lock(&reg->ready_lock);
+	for (size_t i = 0; i < reg->nready; i++)   /* the descriptors are h's kept duplicates */
+		if (reg->ready[i].app != app)
+			reg->ready[k++] = reg->ready[i];
+	reg->nready = k;
+	pthread_mutex_unlock(&reg->ready_lock);
+}
+
+void app_share_publish(vmm_app_registry *reg, struct app_handle **hs, size_t n)
+{
+	for (size_t i = 0; i < n && reg->be->export_fd; i++) {
+		struct app_handle *h = hs[i];
+		struct app_ready *v;
+		int fd = -1;
+
+		if (h->imported || !h->exported || !h->group_released)
+			continue;
+		app_share_unpublish(reg, h->app);
+		if (reg->be->export_fd(reg->be, h->dev, h->real, &fd, NULL)) {
+			vmm_log(VMM_LOG_WARN, "app handle %#llx: not exported ahead for its importers "
+				"(they ask for it at their wake)", (unsigned long long)h->app);
+			continue;
+		}
+		keep_dup(h, fd);
+		close(fd);
+		if (!h->nshare_fds)
+			continue;
+		pthread_mutex_lock(&reg->ready_lock);
+		v = realloc(reg->ready, (reg->nready + 1) * sizeof(*v));
+		if (v) {
+			reg->ready = v;
+			reg->ready[reg->nready++] = (struct app_ready){
+				.app = h->app, .size = h->size, .fd = h->share_fds[h->nshare_fds - 1] };
+		}
+		pthread_mutex_unlock(&reg->ready_lock);
+	}
+}
+
+/* A duplicate of the descriptor made ahead for app, or -1. */
+static int ready_fd(vmm_app_registry *reg, vmm_phys app, uint64_t *size)
+{
+	int fd = -1;
+
+	pthread_mutex_lock(&reg->ready_lock);
+	for (size_t i = 0; i < reg->nready && fd < 0; i++)
+		if (reg->ready[i].app == app) {
+			fd = fcntl(reg->ready[i].fd, F_DUPFD_CLOEXEC, 3);
+			if (size)
+				*size = reg->ready[i].size;
+		}
+	pthread_mutex_unlock(&reg->ready_lock);
+	return fd;
+}
+
+void app_share_released(vmm_app_registry *reg, struct app_handle **hs, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		if (!hs[i]->group_release)
 			continue;
+		app_share_unpublish(reg, hs[i]->app);
 		app_share_fds_close(hs[i]);
 		hs[i]->group_released = true;
 	}
@@ -141,6 +209,8 @@ vmm_status vmm_app_share_export(vmm_app_registry *reg, vmm_phys app, int *fd, ui
 	if (!reg->be->export_fd)
 		return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "the %s backend cannot export memory",
 				reg->be->name);
+	if ((*fd = ready_fd(reg, app, size)) >= 0)
+		return VMM_OK;   /* made ahead at the wake: the registry's lock may be busy */
 	pthread_mutex_lock(&reg->lock);
 	h = app_find(reg, app);
 	if (!h || h->imported || !h->exported)

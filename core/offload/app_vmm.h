@@ -104,6 +104,10 @@ vmm_status vmm_app_share_export(vmm_app_registry *reg, vmm_phys app, int *fd, ui
 typedef vmm_status (*vmm_app_refetch_fn)(pid_t exporter, vmm_phys exporter_value, int *fd,
 					 vmm_error *err);
 void vmm_app_set_refetch(vmm_app_registry *reg, vmm_app_refetch_fn fn);
+/* While on, a wake leaves the imports a group sleep released asleep (a member that exports and
+ * imports wakes its exports first, so that its peers can fetch them, and its imports in a
+ * second wake, once its peers' exports are back). */
+void vmm_app_defer_imports(vmm_app_registry *reg, bool on);
    /* program dropped a reference */
 /* References. The program holds one per cuMemCreate (or import) and one per
  * cuMemRetainAllocationHandle, and drops one per cuMemRelease; only when the last goes has it
