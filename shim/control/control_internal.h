@@ -20,6 +20,7 @@ typedef struct control_limits {
 	void *gone_arg;
 	const char *share_group;     /* sleep: a group sleep's share_group ("PID,..."), or NULL */
 	const char *app_release;     /* sleep: a group sleep's app_release ("H,H:PID:XH"), or NULL */
+	bool app_defer;              /* wake: leave group-released imports asleep, work held */
 } control_limits;
 
 /* shim_sleep / shim_wake with every knob: autowake (a submission while held wakes the process)
@@ -38,8 +39,8 @@ vmm_status control_group_sleep(const vmm_offload_parts *parts, const vmm_selecti
 			       const vmm_limits *core_lim, const control_limits *lim,
 			       vmm_transfer_result *r, vmm_error *err);
 vmm_status control_group_wake(const vmm_offload_parts *parts, const vmm_selection *sel,
-			      const vmm_limits *core_lim, int timeout_ms, vmm_transfer_result *r,
-			      vmm_error *err);
+			      const vmm_limits *core_lim, const control_limits *lim,
+			      vmm_transfer_result *r, vmm_error *err);
 
 /* Cancel the sleep or wake in progress (it rolls back); VMM_E_INVALID when none runs. */
 vmm_status control_cancel(vmm_error *err);

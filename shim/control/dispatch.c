@@ -620,6 +620,7 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 	lim.drain_ms = req->drain_ms;
 	lim.share_group = req->share_group[0] ? req->share_group : NULL;
 	lim.app_release = req->app_release[0] ? req->app_release : NULL;
+	lim.app_defer = req->app_defer;
 	if (deadline && lim.timeout_ms < 1)
 		lim.timeout_ms = 1;
 	/* A sleep from outside holds the program's device work until wake: the program does not

@@ -105,20 +105,35 @@ vmm_status control_group_sleep(const vmm_offload_parts *parts, const vmm_selecti
 	return s;
 }
 
-vmm_status control_group_wake(const vmm_offload_parts *parts, const vmm_selection *sel,
-			      const vmm_limits *core_lim, int timeout_ms, vmm_transfer_result *r,
-			      vmm_error *err)
+/* The core's wake, leaving the imports a group released asleep when the request defers them. */
+static vmm_status wake_deferring(const vmm_offload_parts *parts, const vmm_selection *sel,
+				 const vmm_limits *core_lim, const control_limits *lim,
+				 vmm_transfer_result *r, vmm_error *err)
 {
+	vmm_app_registry *app = lim && lim->app_defer ? cuda_app() : NULL;
+	vmm_status s;
+
+	vmm_app_defer_imports(app, true);
+	s = vmm_offload_wake(parts, sel, core_lim, r, err);
+	vmm_app_defer_imports(app, false);
+	return s;
+}
+
+vmm_status control_group_wake(const vmm_offload_parts *parts, const vmm_selection *sel,
+			      const vmm_limits *core_lim, const control_limits *lim,
+			      vmm_transfer_result *r, vmm_error *err)
+{
+	int timeout_ms = lim ? lim->timeout_ms : 0;
 	pid_t g[IPC_SLEEP_MAX_GROUP];
 	size_t n = sel->tag || sel->device >= 0 ? 0 :
 		   ipc_sleep_released_exporters(g, IPC_SLEEP_MAX_GROUP), left;
 	vmm_status s;
 
 	if (!n)
-		return vmm_offload_wake(parts, sel, core_lim, r, err);
+		return wake_deferring(parts, sel, core_lim, lim, r, err);
 	if ((s = ipc_sleep_restore(timeout_ms, err)))
 		return s; /* restore undid itself: asleep as before */
-	s = vmm_offload_wake(parts, sel, core_lim, r, err);
+	s = wake_deferring(parts, sel, core_lim, lim, r, err);
 	if (s == VMM_E_ALREADY) {
 		r->already = false;
 		return VMM_OK;

@@ -313,11 +313,12 @@ static vmm_status wake_step(const struct transition *t, struct op *op,
 			    const vmm_offload_parts *parts, vmm_transfer_result *r, vmm_error *err)
 {
 	vmm_selection sel = selection_of(t->opts);
-	vmm_status s = control_group_wake(parts, &sel, &op->core_lim,
-					  op->lim ? op->lim->timeout_ms : 0, r, err);
+	vmm_status s = control_group_wake(parts, &sel, &op->core_lim, op->lim, r, err);
+	bool deferred = op->lim && op->lim->app_defer;
 
 	note_partial(parts, t->opts, s, r);
-	if (!s || s == VMM_E_ALREADY)
+	/* A deferred wake left imports asleep: device work stays held until the second wake. */
+	if ((!s || s == VMM_E_ALREADY) && !deferred)
 		release_held(parts, t->opts);
 	if (!s && !atomic_load(&held))
 		share_note_woken(); /* resident again: its time slice starts now */

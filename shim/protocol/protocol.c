@@ -381,6 +381,8 @@ static bool verb_takes(proto_verb v, const char *key)
 		       v != PROTO_APP_OPEN;
 	if (!strcmp(key, "handle"))
 		return v == PROTO_APP_OPEN;
+	if (!strcmp(key, "app_defer"))
+		return v == PROTO_WAKE;
 	if (!strcmp(key, "export") || !strcmp(key, "base") || !strcmp(key, "keep"))
 		return v == PROTO_SHARE_OPEN;
 	if (!strcmp(key, "reason") || !strcmp(key, "share_group") || !strcmp(key, "app_release"))
@@ -451,6 +453,8 @@ static int apply_field(proto_request *req, const proto_field *f, char *why, size
 			req->discard = f->value[0] == 't';
 		else if (!strcmp(f->key, "keep"))
 			req->keep = f->value[0] == 't';
+		else if (!strcmp(f->key, "app_defer"))
+			req->app_defer = f->value[0] == 't';
 		else
 			req->autowake = f->value[0] == 't';
 	}
@@ -596,6 +600,8 @@ size_t proto_format_request(const proto_request *req, char *buf, size_t cap)
 		ok = valid_release_list(req->app_release) &&
 		     put_text(buf, cap, &len, " app_release=") &&
 		     put_quoted(buf, cap, &len, req->app_release);
+	if (ok && req->app_defer && verb_takes(req->verb, "app_defer"))
+		ok = put_text(buf, cap, &len, " app_defer=true");
 	if (ok && req->verb == PROTO_APP_OPEN)
 		ok = req->app_handle && put_text(buf, cap, &len, " handle=\"%llu\"",
 						 (unsigned long long)req->app_handle);

@@ -33,6 +33,8 @@
  *            app_release="H,H:PID:XH,..." (sleep only, from a group sleep: the program's own
  *            shared VMM handles, by their values in this process, that the sleep releases too;
  *            H alone: exported here; H:PID:XH: imported from pid PID, whose value is XH).
+ *            app_defer=true|false (wake only, from a group wake: leave the imports a group
+ *            sleep released asleep and device work held; a second wake brings them back).
  *            app_open (another shimmed process of the same uid asking again, at its wake, for
  *            memory it imported from an export of ours, never vmmctl): handle="XH" required;
  *            the reply's first bytes carry one descriptor, with an `app_open` record.
@@ -157,6 +159,7 @@ typedef struct proto_request {
 	char share_group[PROTO_SHARE_GROUP_MAX]; /* sleep: "" = not a group's; else "PID,PID" */
 	char app_release[PROTO_VALUE_MAX];       /* sleep: "" = none; "H,H:PID:XH,..." */
 	uint64_t app_handle;      /* app_open: the exporter's handle value (> 0) */
+	bool app_defer;           /* wake: leave group-released imports asleep, work held */
 } proto_request;
 
 const char *proto_verb_name(proto_verb v);
