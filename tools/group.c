@@ -285,6 +285,22 @@ static bool exports_shared(const struct member *m)
 	return yes;
 }
 
+/* Does this member hold imports of the program's own shared VMM memory that a group sleep
+ * released (a wake fetches them from their exporters, once those are awake)? */
+static bool imports_released(const struct member *m)
+{
+	for (int j = 0; !m->rc && j < m->reply.nrecords; j++) {
+		const proto_record *rec = m->reply.records[j];
+		const char *role = proto_record_str(rec, "role");
+		bool released = false;
+
+		if (!strcmp(rec->kind, "app_share") && role && !strcmp(role, "import") &&
+		    proto_record_bool(rec, "released", &released) && released)
+			return true;
+	}
+	return false;
+}
+
 /* "PID,PID,..." of the members that sel selects. */
 static void pid_list(const struct member *ms, int n, const bool *sel, char *out, size_t cap)
 {
@@ -325,6 +341,11 @@ struct group_plan {
 	bool shares;                       /* some member exports memory another one opened */
 	struct group_release rel;          /* the program's own shared VMM memory it releases */
 	bool exporter[VMMCTL_MAX_GROUP];
+	bool ipc_exporter[VMMCTL_MAX_GROUP]; /* exports legacy-IPC memory others opened */
+	bool app_imports[VMMCTL_MAX_GROUP];  /* wake: holds imports a group sleep released */
+	/* A member may be in both phases: one that exports and imports the program's own shared
+	 * memory sleeps in the first (its imports go) and again in the second (its exports go,
+	 * once every member has drained), and wakes its exports first, its imports second. */
 	bool first[VMMCTL_MAX_GROUP], second[VMMCTL_MAX_GROUP];
 	char all_pids[PROTO_SHARE_GROUP_MAX], importer_pids[PROTO_SHARE_GROUP_MAX];
 };
@@ -363,8 +384,11 @@ static void plan_phases(struct member *ms, struct group_plan *g, double deadline
 		ms[i].timeout = left > 0.05 ? left : 0.05;
 	}
 	call_all(ms, g->n, all);
-	for (int i = 0; i < g->n; i++)
+	for (int i = 0; i < g->n; i++) {
 		g->shares = (g->exporter[i] = exports_shared(&ms[i])) || g->shares;
+		g->ipc_exporter[i] = g->exporter[i];
+		g->app_imports[i] = g->verb == PROTO_WAKE && imports_released(&ms[i]);
+	}
 	if (g->verb == PROTO_SLEEP) {
 		const client_reply *r[VMMCTL_MAX_GROUP];
 
@@ -382,9 +406,13 @@ static void plan_phases(struct member *ms, struct group_plan *g, double deadline
 		memset(&ms[i].e, 0, sizeof(ms[i].e));
 	}
 	for (int i = 0; i < g->n; i++) {
-		g->first[i] = !g->shares ||
-			      (g->verb == PROTO_SLEEP ? !g->exporter[i] : g->exporter[i]);
-		g->second[i] = !g->first[i];
+		if (g->verb == PROTO_SLEEP) {
+			g->first[i] = !g->shares || !g->ipc_exporter[i];
+			g->second[i] = g->shares && g->exporter[i];
+		} else {
+			g->first[i] = !g->shares || g->exporter[i];
+			g->second[i] = g->shares && (!g->exporter[i] || g->app_imports[i]);
+		}
 		g->exporter[i] = g->exporter[i] && g->shares;
 	}
 	pid_list(ms, g->n, all, g->all_pids, sizeof(g->all_pids));
@@ -403,10 +431,12 @@ static void prepare_requests(struct member *ms, const struct group_plan *g, cons
 			ms[i].req.drain_ms = drain_ms < left * 1000 ? drain_ms : (int)(left * 1000) + 1;
 		if (g->verb == PROTO_SLEEP && g->shares)
 			snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group), "%s",
-				 g->exporter[i] ? "" : g->all_pids);
-		if (g->verb == PROTO_SLEEP && g->first[i])   /* exporters: narrow_exporters */
-			group_release_request(&g->rel, i, targets_of(ms, g->n), ms[i].req.app_release,
-					      sizeof(ms[i].req.app_release));
+				 g->ipc_exporter[i] ? "" : g->all_pids);
+		if (g->verb == PROTO_SLEEP && g->first[i])   /* exports: narrow_exporters */
+			group_release_request(&g->rel, i, targets_of(ms, g->n), false,
+					      ms[i].req.app_release, sizeof(ms[i].req.app_release));
+		/* Exports first: the imports wait for the second phase, device work held. */
+		ms[i].req.app_defer = g->verb == PROTO_WAKE && g->first[i] && g->second[i];
 		ms[i].timeout = left;
 		ms[i].changed = ms[i].undone = false;
 	}
@@ -446,8 +476,8 @@ static void narrow_exporters(struct member *ms, struct group_plan *g)
 			continue;
 		snprintf(ms[i].req.share_group, sizeof(ms[i].req.share_group), "%s",
 			 g->importer_pids);
-		group_release_request(&g->rel, i, targets_of(ms, g->n), ms[i].req.app_release,
-				      sizeof(ms[i].req.app_release));
+		group_release_request(&g->rel, i, targets_of(ms, g->n), true,
+				      ms[i].req.app_release, sizeof(ms[i].req.app_release));
 	}
 }
 
@@ -464,6 +494,8 @@ static bool one_attempt(struct member *ms, struct group_plan *g, const vmmctl_ar
 	failed = !run_phase(ms, g->n, g->first, code, again);
 	if (!failed && g->shares && g->verb == PROTO_SLEEP)
 		narrow_exporters(ms, g);
+	for (int i = 0; g->verb == PROTO_WAKE && i < g->n; i++)
+		ms[i].req.app_defer = false;   /* the second wake brings the imports back */
 	failed = failed || !run_phase(ms, g->n, g->second, code, again);
 	st->phases += vmm_now_s() - t;
 	if (!failed)

@@ -55,7 +55,6 @@ void group_release_plan(const client_target *t, const client_reply *const *r, in
 	static struct share s[MAX_SHARES];
 	static struct memory m[MAX_SHARES];
 	int ns = 0, nm;
-	bool changed = true;
 
 	memset(g, 0, sizeof(*g));
 	for (int i = 0; i < n; i++)
@@ -66,21 +65,15 @@ void group_release_plan(const client_target *t, const client_reply *const *r, in
 	for (int i = 0; i < nm; i++)
 		if (candidate(t, n, s, ns, &m[i], i, &g->mem[g->nmem]))
 			g->nmem++;
-	/* An importer must sleep in the first phase: one that also exports a released memory (or
-	 * legacy-IPC memory) sleeps in the second, beside its exporter, so its import stays. */
-	while (changed) {
-		changed = false;
-		memset(g->exporter, 0, sizeof(g->exporter));
-		for (int i = 0; i < g->nmem; i++)
-			if (!g->mem[i].dropped)
-				g->exporter[g->mem[i].exporter] = true;
-		for (int i = 0; i < g->nmem; i++) {
-			struct release_memory *rm = &g->mem[i];
+	/* An importer must have drained before the exporter copies: it sleeps in the first phase.
+	 * One that exports legacy-IPC memory sleeps only in the second, beside the exporter. */
+	for (int i = 0; i < g->nmem; i++) {
+		struct release_memory *rm = &g->mem[i];
 
-			for (int j = 0; j < rm->nimporters && !rm->dropped; j++)
-				if (g->exporter[rm->importer[j]] || second[rm->importer[j]])
-					rm->dropped = changed = true;
-		}
+		for (int j = 0; j < rm->nimporters; j++)
+			rm->dropped = rm->dropped || second[rm->importer[j]];
+		if (!rm->dropped)
+			g->exporter[rm->exporter] = true;
 	}
 	for (int i = 0; i < g->nmem; i++)
 		for (int j = 0; !g->mem[i].dropped && j < g->mem[i].nimporters; j++)
@@ -125,7 +118,7 @@ static void append(char *out, size_t cap, const char *one)
 }
 
 void group_release_request(const struct group_release *g, int i, const client_target *t,
-			   char *out, size_t cap)
+			   bool exports, char *out, size_t cap)
 {
 	char one[80];
 
@@ -135,7 +128,7 @@ void group_release_request(const struct group_release *g, int i, const client_ta
 
 		if (rm->dropped)
 			continue;
-		for (int j = 0; j < rm->nimporters; j++) {
+		for (int j = 0; j < rm->nimporters && !exports; j++) {
 			if (rm->importer[j] != i)
 				continue;
 			snprintf(one, sizeof(one), "%llu:%ld:%llu",
@@ -143,7 +136,7 @@ void group_release_request(const struct group_release *g, int i, const client_ta
 				 (unsigned long long)rm->handle);
 			append(out, cap, one);
 		}
-		if (rm->exporter == i && rm->confirmed) {
+		if (exports && rm->exporter == i && rm->confirmed) {
 			snprintf(one, sizeof(one), "%llu", (unsigned long long)rm->handle);
 			append(out, cap, one);
 		}

@@ -30,8 +30,9 @@ struct group_release {
 /* From the members' status replies (r[i] of member t[i]; NULL: no answer): the memories whose
  * every holder is a member that lets it go in this sleep: matched (kcmp), exported by a member,
  * no descriptor held open by a program, no process outside the group holding it, and no
- * importer that sleeps in the second phase (second[i]: it exports legacy-IPC memory, or one of
- * these memories). */
+ * importer that sleeps only in the second phase (second[i]: it exports legacy-IPC memory, and so
+ * drains only then). A member may export one memory and import another (NCCL's ranks): it
+ * releases its imports in the first phase and its exports in the second. */
 void group_release_plan(const client_target *t, const client_reply *const *r, int n,
 			const bool *second, struct group_release *g);
 /* After the first phase: which memories every importer has released (its status lists the
@@ -39,10 +40,11 @@ void group_release_plan(const client_target *t, const client_reply *const *r, in
  * answer). An importer that was asleep already, or skipped the handle, kept its mapping: then
  * the exporter must keep the memory too. */
 void group_release_confirm(struct group_release *g, const client_reply *const *r, int n);
-/* Member i's app_release value for its sleep (into out, "" when it releases nothing): an
- * importer's imports; an exporter's exports that group_release_confirm confirmed. An entry that
+/* Member i's app_release value for its sleep (into out, "" when it releases nothing): its
+ * imports (the first phase), or its exports that group_release_confirm confirmed (exports:
+ * the second phase). An entry that
  * does not fit stays out (that memory stays resident; its exporter's is not confirmed). */
 void group_release_request(const struct group_release *g, int i, const client_target *t,
-			   char *out, size_t cap);
+			   bool exports, char *out, size_t cap);
 
 #endif
