@@ -386,3 +386,60 @@ Test(group_share, an_exporter_killed_while_asleep_leaves_its_importer_able_to_wa
 	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", slot[1]), text);
 	end_sharing(&ps[1], 1, &observer);
 }
+
+/* NCCL's pattern: each member exports a buffer of its own and imports its peer's. Each sleeps in
+ * the first phase (its imports go) and again in the second (its exports are copied out once both
+ * have drained); at wake each brings back its exports first and fetches its imports second.
+ * Both shared memories go back to the driver while the pair sleeps. */
+Test(group_share, members_that_export_and_import_each_other_release_both, .timeout = 120)
+{
+	struct peer ps[2], observer;
+	long long h[2], mine[2], theirs[2], before, asleep;
+	char text[32];
+
+	setup_env();
+	peer_start(&observer, env);
+	peer_ok(&observer, "init");
+	for (int i = 0; i < 2; i++) {
+		peer_start(&ps[i], env);
+		peer_ok(&ps[i], "init");
+		h[i] = peer_ok(&ps[i], "create %u posix", SHARED_BYTES);
+		mine[i] = peer_ok(&ps[i], "map %lld %u", h[i], SHARED_BYTES);
+		snprintf(text, sizeof(text), "buffer-of-%d", i);
+		peer_ok(&ps[i], "write %lld %s", mine[i], text);
+	}
+	for (int i = 0; i < 2; i++) {
+		struct peer *to = &ps[1 - i];
+
+		peer_ok(&ps[i], "export %lld", h[i]);
+		cr_assert_geq(ps[i].fd, 0, "the export carries a descriptor");
+		long long hi = peer_cmd(to, ps[i].fd, "import")[0] == 'o' ? atol(to->reply + 2) : -1;
+		close(ps[i].fd);
+		cr_assert_geq(hi, 0, "import: %s", to->reply);
+		theirs[1 - i] = peer_ok(to, "map %lld %u", hi, SHARED_BYTES);
+	}
+	before = group_free(&observer);
+	for (int cycle = 0; cycle < 2; cycle++) {
+		group("sleep", ps, 2);
+		asleep = group_free(&observer);
+		cr_expect_geq(asleep - before, 2LL * SHARED_BYTES, "cycle %d: both buffers released: "
+			      "free %lld before, %lld asleep (%s)", cycle, before, asleep, o.out);
+		cr_expect(!strstr(o.out, "stays resident"), "%s", o.out);
+		group("wake", ps, 2);
+		cr_expect_eq(group_free(&observer), before, "cycle %d: both are back", cycle);
+		for (int i = 0; i < 2; i++) {
+			snprintf(text, sizeof(text), "ok buffer-of-%d", i);
+			cr_expect_str_eq(peer_cmd(&ps[i], -1, "read %lld", mine[i]), text);
+			snprintf(text, sizeof(text), "ok buffer-of-%d", 1 - i);
+			cr_expect_str_eq(peer_cmd(&ps[i], -1, "read %lld", theirs[i]), text);
+		}
+		/* Still shared both ways. */
+		peer_ok(&ps[1], "write %lld from-1", theirs[1]);
+		cr_expect_str_eq(peer_cmd(&ps[0], -1, "read %lld", mine[0]), "ok from-1");
+		peer_ok(&ps[0], "write %lld from-0", theirs[0]);
+		cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", mine[1]), "ok from-0");
+		peer_ok(&ps[0], "write %lld buffer-of-0", mine[0]);
+		peer_ok(&ps[1], "write %lld buffer-of-1", mine[1]);
+	}
+	end_sharing(ps, 2, &observer);
+}
