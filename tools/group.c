@@ -47,6 +47,8 @@ struct member {
 	client_reply reply;
 	client_error e;
 	bool changed;           /* this operation put it in the asked state (answered ok) */
+	uint64_t earlier_released, earlier_copied; /* its first-phase result, when a second
+	                                            * request (its exports) replaced that reply */
 	bool undone;            /* ...and it was put back (abort) */
 	bool undo_failed;       /* ...and putting it back failed: it is left as its undo left it */
 	char undo_msg[512];
@@ -245,6 +247,10 @@ static void print_text(const struct member *ms, int n, const char *verb, bool ok
 			released += v;
 		if (res && proto_record_u64(res, "copied", &v))
 			copied += v;
+		if (res) {
+			released += m->earlier_released;
+			copied += m->earlier_copied;
+		}
 	}
 	if (ok && sleeping)
 		print_shared(ms, n, st, false);
@@ -439,6 +445,7 @@ static void prepare_requests(struct member *ms, const struct group_plan *g, cons
 		ms[i].req.app_defer = g->verb == PROTO_WAKE && g->first[i] && g->second[i];
 		ms[i].timeout = left;
 		ms[i].changed = ms[i].undone = false;
+		ms[i].earlier_released = ms[i].earlier_copied = 0;
 	}
 }
 
@@ -494,8 +501,15 @@ static bool one_attempt(struct member *ms, struct group_plan *g, const vmmctl_ar
 	failed = !run_phase(ms, g->n, g->first, code, again);
 	if (!failed && g->shares && g->verb == PROTO_SLEEP)
 		narrow_exporters(ms, g);
-	for (int i = 0; g->verb == PROTO_WAKE && i < g->n; i++)
-		ms[i].req.app_defer = false;   /* the second wake brings the imports back */
+	for (int i = 0; i < g->n; i++) {
+		const proto_record *res = ms[i].rc ? NULL : client_reply_find(&ms[i].reply, "result");
+
+		ms[i].req.app_defer = false;   /* a second wake brings the imports back */
+		if (g->first[i] && g->second[i] && res) {   /* its second reply replaces this one */
+			proto_record_u64(res, "released", &ms[i].earlier_released);
+			proto_record_u64(res, "copied", &ms[i].earlier_copied);
+		}
+	}
 	failed = failed || !run_phase(ms, g->n, g->second, code, again);
 	st->phases += vmm_now_s() - t;
 	if (!failed)
