@@ -14,8 +14,9 @@
 #include "protocol/protocol.h"
 #include "runtime.h"
 
-/* The exporter answers at once (a lookup and an export): a bounded wait is enough. */
-#define APP_REFETCH_TIMEOUT_MS 10000
+/* The exporter answers at once from what it exported ahead, or once its own wake or sleep has
+ * ended (a lookup and an export under its registry lock): a bounded wait is enough. */
+#define APP_REFETCH_TIMEOUT_MS 30000
 
 /* The first line's word and, for an error reply, its message (into msg). */
 static bool reply_ok(char *text, char *msg, size_t cap)

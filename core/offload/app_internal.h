@@ -88,6 +88,9 @@ void app_share_released(vmm_app_registry *reg, struct app_handle **hs, size_t n)
 bool app_share_program_holds(const struct app_handle *h);
 /* After a wake restored hs[0..n): export ahead the group-released exports among them. */
 void app_share_publish(vmm_app_registry *reg, struct app_handle **hs, size_t n);
-/* Close the descriptors made ahead for h (its sleep, or its record going). */
+/* Answer fetches of h from fd, one of its kept duplicates (the program's export, or one made
+ * ahead at a wake), without the registry's lock. */
+void app_share_ready_add(vmm_app_registry *reg, const struct app_handle *h, int fd);
+/* Forget the descriptors made ahead for h (before its duplicates close). */
 void app_share_unpublish(vmm_app_registry *reg, vmm_phys app);
 #endif

@@ -559,6 +559,44 @@ static vmm_status release_one(vmm_app_registry *reg, struct app_handle *h, bool 
 	return st;
 }
 
+/* restore, imports last: every handle of its own is back (contents copied, exports made ahead
+ * for the importers) before any import is fetched from another process, so that two members
+ * that import from each other never wait for each other. When an import fails, the handles
+ * brought back first go asleep again (their backups still hold the contents: nothing ran). */
+static vmm_status restore_in_order(vmm_app_registry *reg, struct app_handle **hs, size_t n,
+				   uint64_t *copied, vmm_error *err)
+{
+	struct app_handle **v = malloc((n ? n : 1) * sizeof(*v));
+	size_t own = 0, k = 0;
+	vmm_status st;
+
+	if (!v)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan a wake");
+	for (size_t i = 0; i < n; i++)
+		if (!hs[i]->imported)
+			v[own++] = hs[i];
+	k = own;
+	for (size_t i = 0; i < n; i++)
+		if (hs[i]->imported)
+			v[k++] = hs[i];
+	st = restore(reg, v, own, true, copied, err);
+	if (!st && n > own && (st = restore(reg, v + own, n - own, true, copied, err))) {
+		for (size_t i = 0; i < own; i++) {
+			app_share_unpublish(reg, v[i]->app);
+			if (release_one(reg, v[i], false, NULL)) {
+				vmm_log(VMM_LOG_ERROR, "app handle %#llx: could not be put asleep again "
+					"after a failed import", (unsigned long long)v[i]->app);
+			} else if (v[i]->exported) {
+				/* Only a group sleep puts an export asleep: as it left it. */
+				app_share_fds_close(v[i]);
+				v[i]->group_released = true;
+			}
+		}
+	}
+	free(v);
+	return st;
+}
+
 /* Back up (unless discard) and release hs[0..n). On failure those released are brought back;
  * where that fails they stay asleep with their host copy (*partial set). */
 static vmm_status sleep_handles(vmm_app_registry *reg, struct app_handle **hs, size_t n,
@@ -590,7 +628,7 @@ static vmm_status sleep_handles(vmm_app_registry *reg, struct app_handle **hs, s
 		uint64_t ignored = 0;
 
 		vmm_error_clear(&rerr);
-		if (restore(reg, hs, done, true, &ignored, &rerr)) {
+		if (restore_in_order(reg, hs, done, &ignored, &rerr)) {
 			vmm_log(VMM_LOG_ERROR, "sleep rollback failed (%s): %zu app handles stay "
 				"asleep with their host copy; a wake brings them back", rerr.msg,
 				done);
@@ -684,7 +722,7 @@ vmm_status vmm_app_wake_within(vmm_app_registry *reg, const vmm_sleep_opts *opts
 	if (!st)
 		st = wake_fits(reg, op.hs, op.n, err);
 	if (!st) {
-		st = restore(reg, op.hs, op.n, true, &res->bytes_copied, err);
+		st = restore_in_order(reg, op.hs, op.n, &res->bytes_copied, err);
 		if (st == VMM_E_OOM && err) {
 			char why[sizeof(err->msg)];
 

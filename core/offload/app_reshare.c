@@ -141,11 +141,24 @@ void app_share_unpublish(vmm_app_registry *reg, vmm_phys app)
 	pthread_mutex_unlock(&reg->ready_lock);
 }
 
+void app_share_ready_add(vmm_app_registry *reg, const struct app_handle *h, int fd)
+{
+	struct app_ready *v;
+
+	pthread_mutex_lock(&reg->ready_lock);
+	v = realloc(reg->ready, (reg->nready + 1) * sizeof(*v));
+	if (v) {
+		reg->ready = v;
+		reg->ready[reg->nready++] = (struct app_ready){ .app = h->app, .size = h->size,
+								.fd = fd };
+	}
+	pthread_mutex_unlock(&reg->ready_lock);
+}
+
 void app_share_publish(vmm_app_registry *reg, struct app_handle **hs, size_t n)
 {
 	for (size_t i = 0; i < n && reg->be->export_fd; i++) {
 		struct app_handle *h = hs[i];
-		struct app_ready *v;
 		int fd = -1;
 
 		if (h->imported || !h->exported || !h->group_released)
@@ -158,16 +171,8 @@ void app_share_publish(vmm_app_registry *reg, struct app_handle **hs, size_t n)
 		}
 		keep_dup(h, fd);
 		close(fd);
-		if (!h->nshare_fds)
-			continue;
-		pthread_mutex_lock(&reg->ready_lock);
-		v = realloc(reg->ready, (reg->nready + 1) * sizeof(*v));
-		if (v) {
-			reg->ready = v;
-			reg->ready[reg->nready++] = (struct app_ready){
-				.app = h->app, .size = h->size, .fd = h->share_fds[h->nshare_fds - 1] };
-		}
-		pthread_mutex_unlock(&reg->ready_lock);
+		if (h->nshare_fds)
+			app_share_ready_add(reg, h, h->share_fds[h->nshare_fds - 1]);
 	}
 }
 

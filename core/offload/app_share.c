@@ -44,6 +44,8 @@ void vmm_app_share_keep(vmm_app_registry *reg, vmm_phys handle, int fd)
 		h->share_fds = v;
 	if (dup_fd >= 0)
 		h->share_fds[h->nshare_fds++] = dup_fd;
+	if (dup_fd >= 0 && !h->imported)   /* importers fetch it without waiting for our lock */
+		app_share_ready_add(reg, h, dup_fd);
 	pthread_mutex_unlock(&reg->lock);
 	if (dup_fd < 0)
 		vmm_log(VMM_LOG_WARN, "app handle %#llx: descriptor %d not kept (%s); a group sleep "
@@ -57,6 +59,8 @@ void vmm_app_share_after_fork(vmm_app_registry *reg)
 	 * then the records may be half changed; leave them (the duplicates go at exit). */
 	if (!reg || pthread_mutex_trylock(&reg->lock))
 		return;
+	reg->nready = 0;   /* its descriptors are the duplicates closed here; its lock may be
+	                    * held by a thread the child does not have */
 	for (size_t i = 0; i < reg->nh; i++)
 		app_share_fds_close(reg->hs[i]);
 	pthread_mutex_unlock(&reg->lock);

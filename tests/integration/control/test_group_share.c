@@ -391,17 +391,16 @@ Test(group_share, an_exporter_killed_while_asleep_leaves_its_importer_able_to_wa
  * the first phase (its imports go) and again in the second (its exports are copied out once both
  * have drained); at wake each brings back its exports first and fetches its imports second.
  * Both shared memories go back to the driver while the pair sleeps. */
-Test(group_share, members_that_export_and_import_each_other_release_both, .timeout = 120)
+/* Two members, each exporting a buffer ("buffer-of-i" at mine[i]) and importing the other's
+ * (theirs[i]); envs[i]: member i's environment, NULL: env. */
+static void start_mutual(struct peer *ps, const char *const *const *envs, long long *mine,
+			 long long *theirs)
 {
-	struct peer ps[2], observer;
-	long long h[2], mine[2], theirs[2], before, asleep;
+	long long h[2];
 	char text[32];
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
 	for (int i = 0; i < 2; i++) {
-		peer_start(&ps[i], env);
+		peer_start(&ps[i], envs && envs[i] ? envs[i] : env);
 		peer_ok(&ps[i], "init");
 		h[i] = peer_ok(&ps[i], "create %u posix", SHARED_BYTES);
 		mine[i] = peer_ok(&ps[i], "map %lld %u", h[i], SHARED_BYTES);
@@ -418,6 +417,36 @@ Test(group_share, members_that_export_and_import_each_other_release_both, .timeo
 		cr_assert_geq(hi, 0, "import: %s", to->reply);
 		theirs[1 - i] = peer_ok(to, "map %lld %u", hi, SHARED_BYTES);
 	}
+}
+
+/* Both read both buffers, and a write through an import is seen by the exporter, both ways. */
+static void check_mutual(struct peer *ps, const long long *mine, const long long *theirs)
+{
+	char text[32];
+
+	for (int i = 0; i < 2; i++) {
+		snprintf(text, sizeof(text), "ok buffer-of-%d", i);
+		cr_expect_str_eq(peer_cmd(&ps[i], -1, "read %lld", mine[i]), text);
+		snprintf(text, sizeof(text), "ok buffer-of-%d", 1 - i);
+		cr_expect_str_eq(peer_cmd(&ps[i], -1, "read %lld", theirs[i]), text);
+	}
+	peer_ok(&ps[1], "write %lld from-1", theirs[1]);
+	cr_expect_str_eq(peer_cmd(&ps[0], -1, "read %lld", mine[0]), "ok from-1");
+	peer_ok(&ps[0], "write %lld from-0", theirs[0]);
+	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", mine[1]), "ok from-0");
+	peer_ok(&ps[0], "write %lld buffer-of-0", mine[0]);
+	peer_ok(&ps[1], "write %lld buffer-of-1", mine[1]);
+}
+
+Test(group_share, members_that_export_and_import_each_other_release_both, .timeout = 120)
+{
+	struct peer ps[2], observer;
+	long long mine[2], theirs[2], before, asleep;
+
+	setup_env();
+	peer_start(&observer, env);
+	peer_ok(&observer, "init");
+	start_mutual(ps, NULL, mine, theirs);
 	before = group_free(&observer);
 	for (int cycle = 0; cycle < 2; cycle++) {
 		group("sleep", ps, 2);
@@ -427,19 +456,43 @@ Test(group_share, members_that_export_and_import_each_other_release_both, .timeo
 		cr_expect(!strstr(o.out, "stays resident"), "%s", o.out);
 		group("wake", ps, 2);
 		cr_expect_eq(group_free(&observer), before, "cycle %d: both are back", cycle);
-		for (int i = 0; i < 2; i++) {
-			snprintf(text, sizeof(text), "ok buffer-of-%d", i);
-			cr_expect_str_eq(peer_cmd(&ps[i], -1, "read %lld", mine[i]), text);
-			snprintf(text, sizeof(text), "ok buffer-of-%d", 1 - i);
-			cr_expect_str_eq(peer_cmd(&ps[i], -1, "read %lld", theirs[i]), text);
-		}
-		/* Still shared both ways. */
-		peer_ok(&ps[1], "write %lld from-1", theirs[1]);
-		cr_expect_str_eq(peer_cmd(&ps[0], -1, "read %lld", mine[0]), "ok from-1");
-		peer_ok(&ps[0], "write %lld from-0", theirs[0]);
-		cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", mine[1]), "ok from-0");
-		peer_ok(&ps[0], "write %lld buffer-of-0", mine[0]);
-		peer_ok(&ps[1], "write %lld buffer-of-1", mine[1]);
+		check_mutual(ps, mine, theirs);
 	}
+	end_sharing(ps, 2, &observer);
+}
+
+/* The same pair, member 0's release of its own export failing in the second phase (its second
+ * cuMemRelease; the first released its import in the first phase): both are woken again at
+ * once, each bringing back its exports before it fetches its imports, and both have their data
+ * and still share it both ways. The next group sleep succeeds. */
+Test(group_share, a_failure_in_the_second_phase_of_a_mutual_pair_undoes_both, .timeout = 120)
+{
+	static const char *failing[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=2G",
+					 "VMMSHIM_LOG=error", SAN_ENV, "SIMDEV_FAIL=cuMemRelease:2",
+					 NULL };
+	const char *const *envs[2] = { failing, NULL };
+	struct peer ps[2], observer;
+	long long mine[2], theirs[2], before;
+	char pids[64];
+
+	setup_env();
+	peer_start(&observer, env);
+	peer_ok(&observer, "init");
+	start_mutual(ps, envs, mine, theirs);
+	before = group_free(&observer);
+	snprintf(pids, sizeof(pids), "%d %d", (int)ps[0].pid, (int)ps[1].pid);
+	vmmctl_run(&o, se.run_dir, -1, "--timeout 60 sleep %s", pids);
+	cr_expect_eq(o.code, 1, "the sleep failed: %s %s", o.out, o.err);
+	cr_expect(strstr(o.err, "every process is as it was"), "%s", o.err);
+	for (int i = 0; i < 2; i++) {
+		vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)ps[i].pid);
+		cr_expect(strstr(o.out, "\"state\": \"awake\""), "member %d: %s", i, o.out);
+	}
+	cr_expect_eq(group_free(&observer), before, "both buffers resident, once each");
+	check_mutual(ps, mine, theirs);
+	group("sleep", ps, 2);
+	cr_expect_geq(group_free(&observer) - before, 2LL * SHARED_BYTES, "released this time");
+	group("wake", ps, 2);
+	check_mutual(ps, mine, theirs);
 	end_sharing(ps, 2, &observer);
 }
