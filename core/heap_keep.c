@@ -5,10 +5,43 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include "log.h"
+
+/* Every heap's list changes only under this lock as well as the heap's, and a fork waits for it
+ * (fork_prepare), so that a forked child finds each list whole. A leaf: held for a few pointer
+ * stores, never across a call, unlike the heap's lock (held across driver calls, which a fork
+ * must not wait behind nor take in an order the driver's own fork handlers may not expect). */
+static pthread_mutex_t list_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&list_lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&list_lock);
+}
+
+static void fork_child(void)
+{
+	/* The one thread left took it in fork_prepare. */
+	pthread_mutex_unlock(&list_lock);
+}
+
+static void fork_handlers(void)
+{
+	if (pthread_atfork(fork_prepare, fork_parent, fork_child))
+		vmm_log(VMM_LOG_WARN, "kept exports: no fork handlers; a child forked while "
+			"another thread changes them may keep some open");
+}
 
 size_t keep_budget(void)
 {
@@ -57,8 +90,12 @@ bool keep_store(struct devheap *dh, uint64_t id, vmm_devptr span, size_t span_si
 	/* Kept for the process's life: a program it execs must not inherit them. */
 	for (size_t i = 0; i < n; i++)
 		fcntl(k->pieces[i].fd, F_SETFD, FD_CLOEXEC);
+	/* Registered before the first record, so that no child ever sees a list being linked. */
+	pthread_once(&fork_once, fork_handlers);
+	pthread_mutex_lock(&list_lock);
 	k->next = dh->kept;
 	dh->kept = k;
+	pthread_mutex_unlock(&list_lock);
 	return true;
 }
 
@@ -94,6 +131,7 @@ static struct kept_export *detach_if(struct devheap *dh,
 {
 	struct kept_export **pp = &dh->kept, *out = NULL;
 
+	pthread_mutex_lock(&list_lock);
 	while (*pp) {
 		struct kept_export *k = *pp;
 
@@ -105,6 +143,7 @@ static struct kept_export *detach_if(struct devheap *dh,
 		k->next = out;
 		out = k;
 	}
+	pthread_mutex_unlock(&list_lock);
 	return out;
 }
 
@@ -164,8 +203,14 @@ void keep_close(struct vmm_core *core, struct kept_export *list)
 
 void keep_after_fork(struct devheap *dh)
 {
+	/* No lock: the child's one thread forked while holding list_lock (fork_prepare), so no
+	 * list was mid-change; whether fork_child has released it yet depends on the order the
+	 * handlers were registered in. */
 	struct kept_export *list = dh->kept;
 
 	dh->kept = NULL;
 	keep_close(dh->core, list);
+	/* Records being stored at the fork counted themselves before linking: none is the
+	 * child's. */
+	atomic_store(&dh->core->kept_fds, 0);
 }

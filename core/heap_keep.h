@@ -4,8 +4,9 @@
  * record is dropped (its descriptors closed) whenever that memory must go, i.e. when the
  * allocation is freed, when a handle under it is destroyed, before a group sleep releases shared
  * handles, at teardown. At most keep_budget() descriptors are kept per core. All calls hold the
- * device heap's lock except keep_close (and keep_after_fork). A leaf layer: calls nothing of the
- * heap's. */
+ * device heap's lock except keep_close (and keep_after_fork); the lists also change only under a
+ * leaf lock of this file that a fork waits for, so that a forked child finds them whole. A leaf
+ * layer: calls nothing of the heap's. */
 #ifndef VMM_HEAP_KEEP_H
 #define VMM_HEAP_KEEP_H
 
@@ -50,7 +51,8 @@ struct kept_export *keep_detach_all(struct devheap *dh);
 /* Close a detached list's descriptors and free it (no lock needed). */
 void keep_close(struct vmm_core *core, struct kept_export *list);
 
-/* In a forked child (one thread): close and forget every record of dh without its lock. */
+/* In a forked child (one thread): close and forget every record of dh without its lock (the
+ * fork waited for any change of a list to end); the child keeps no descriptor in the count. */
 void keep_after_fork(struct devheap *dh);
 
 #endif
