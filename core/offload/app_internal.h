@@ -38,6 +38,8 @@ struct app_handle {
 	                          * from its exporter at wake */
 	pid_t exporter;          /* an import: the exporting process and its handle value */
 	vmm_phys exporter_value;
+	/* On the registry's sharing list while share_fds holds any (app_share.c). */
+	struct app_handle *share_next, **share_pprev;
 };
 
 struct app_map {
@@ -55,6 +57,7 @@ struct vmm_app_registry {
 	struct app_map *maps;    /* sorted by va */
 	size_t nm, capm;
 	vmm_phys next_value;     /* the registry's own program-side values */
+	struct app_handle *sharing; /* the handles with duplicates: what a forked child closes */
 	vmm_copy_engine *ce[VMM_MAX_DEVICES];
 	vmm_app_refetch_fn refetch;  /* asks an exporter for its memory again (the shim's) */
 	bool defer_imports;          /* wakes leave imports a group released asleep */

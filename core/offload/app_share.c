@@ -9,41 +9,113 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/kcmp.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include "../log.h"
 #include "app_internal.h"
 
-void app_share_fds_close(struct app_handle *h)
+/* The duplicates and the sharing lists change under the registry's lock and this one, which a
+ * fork waits for (fork_prepare): a forked child finds them whole, and every duplicate either on
+ * a list or not made yet, or closed already (dup and close happen under it). A leaf: held for a
+ * few stores and descriptor syscalls, never across a driver call, unlike the registry's lock
+ * (held through a whole sleep). */
+static pthread_mutex_t fds_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
 {
+	pthread_mutex_lock(&fds_lock);
+}
+
+static void fork_release(void)
+{
+	/* Parent and child alike: the child's one thread took it in fork_prepare. */
+	pthread_mutex_unlock(&fds_lock);
+}
+
+static void fork_handlers(void)
+{
+	if (pthread_atfork(fork_prepare, fork_release, fork_release))
+		vmm_log(VMM_LOG_WARN, "app handles: no fork handlers; a child forked while another "
+			"thread shares a handle may keep its duplicates open");
+}
+
+/* With fds_lock held. */
+static void unlist(struct app_handle *h)
+{
+	if (!h->share_pprev)
+		return;
+	*h->share_pprev = h->share_next;
+	if (h->share_next)
+		h->share_next->share_pprev = h->share_pprev;
+	h->share_next = NULL;
+	h->share_pprev = NULL;
+}
+
+/* With fds_lock held (or in a forked child, alone): close h's duplicates and take it off its list; returns the array to free
+ * once the lock is dropped. */
+static int *close_locked(struct app_handle *h)
+{
+	int *fds = h->share_fds;
+
 	for (unsigned i = 0; i < h->nshare_fds; i++)
-		close(h->share_fds[i]);
-	free(h->share_fds);
+		close(fds[i]);
 	h->share_fds = NULL;
 	h->nshare_fds = 0;
+	unlist(h);
+	return fds;
+}
+
+void app_share_fds_close(struct app_handle *h)
+{
+	int *fds;
+
+	pthread_mutex_lock(&fds_lock);
+	fds = close_locked(h);
+	pthread_mutex_unlock(&fds_lock);
+	free(fds);
 }
 
 void vmm_app_share_keep(vmm_app_registry *reg, vmm_phys handle, int fd)
 {
 	struct app_handle *h;
-	int *v, dup_fd;
+	int *v, *old = NULL, dup_fd = -1;
 
 	if (!reg || fd < 0)
 		return;
+	pthread_once(&fork_once, fork_handlers);
 	pthread_mutex_lock(&reg->lock);
 	h = app_find(reg, handle);
 	if (!h) {
 		pthread_mutex_unlock(&reg->lock);
 		return;
 	}
-	v = realloc(h->share_fds, (h->nshare_fds + 1) * sizeof(*v));
-	dup_fd = v ? fcntl(fd, F_DUPFD_CLOEXEC, 3) : -1;
-	if (v)
-		h->share_fds = v;
-	if (dup_fd >= 0)
-		h->share_fds[h->nshare_fds++] = dup_fd;
+	/* Allocated outside fds_lock, so that a fork never waits behind the allocator. */
+	v = malloc((h->nshare_fds + 1) * sizeof(*v));
+	if (v) {
+		pthread_mutex_lock(&fds_lock);
+		dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+		if (dup_fd >= 0) {
+			if (h->nshare_fds)
+				memcpy(v, h->share_fds, h->nshare_fds * sizeof(*v));
+			v[h->nshare_fds++] = dup_fd;
+			old = h->share_fds;
+			h->share_fds = v;
+			v = NULL;
+			if (!h->share_pprev) {
+				h->share_next = reg->sharing;
+				if (reg->sharing)
+					reg->sharing->share_pprev = &h->share_next;
+				reg->sharing = h;
+				h->share_pprev = &reg->sharing;
+			}
+		}
+		pthread_mutex_unlock(&fds_lock);
+	}
 	if (dup_fd >= 0 && !h->imported)   /* importers fetch it without waiting for our lock */
 		app_share_ready_add(reg, h, dup_fd);
 	pthread_mutex_unlock(&reg->lock);
@@ -51,19 +123,20 @@ void vmm_app_share_keep(vmm_app_registry *reg, vmm_phys handle, int fd)
 		vmm_log(VMM_LOG_WARN, "app handle %#llx: descriptor %d not kept (%s); a group sleep "
 			"cannot tell who shares it", (unsigned long long)handle, fd,
 			v ? "dup failed" : "no host memory");
+	free(v);
+	free(old);
 }
 
 void vmm_app_share_after_fork(vmm_app_registry *reg)
 {
-	/* Only the forking thread runs in the child: a lock another thread held stays held, and
-	 * then the records may be half changed; leave them (the duplicates go at exit). */
-	if (!reg || pthread_mutex_trylock(&reg->lock))
+	/* Without the registry's lock, which another thread may have held at the fork (a sleep):
+	 * the sharing list is whole, the fork having waited for fds_lock. */
+	if (!reg)
 		return;
 	reg->nready = 0;   /* its descriptors are the duplicates closed here; its lock may be
 	                    * held by a thread the child does not have */
-	for (size_t i = 0; i < reg->nh; i++)
-		app_share_fds_close(reg->hs[i]);
-	pthread_mutex_unlock(&reg->lock);
+	while (reg->sharing)
+		free(close_locked(reg->sharing));
 }
 
 static bool is_kept(const struct app_handle *h, int fd)

@@ -69,7 +69,8 @@ typedef struct vmm_app_share {
 	bool released;                    /* asleep, released by a group sleep (nfds is then 0) */
 } vmm_app_share;
 /* In a forked child: close the inherited duplicates, so that a child (a data-loader worker) does
- * not keep the parent's shared memory alive after the parent let it go. */
+ * not keep the parent's shared memory alive after the parent let it go. Takes no lock another
+ * thread may have held at the fork: a fork waits for any change of the duplicates to end. */
 void vmm_app_share_after_fork(vmm_app_registry *reg);
 /* Up to cap shared handles (those with kept descriptors, and those a group sleep released), in
  * value order; the count of all. */
