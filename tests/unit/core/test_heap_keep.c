@@ -4,13 +4,9 @@
  * RLIMIT_NOFILE). Descriptors are counted in /proc/self/fd, as a user would. */
 #include <criterion/criterion.h>
 #include <dirent.h>
-#include <fcntl.h>
 #include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "heap_device.h"
@@ -281,115 +277,5 @@ Test(heap_keep, fetch_now_gives_kept_duplicates_or_nothing)
 	/* Another id at that base is no export. */
 	cr_expect_eq(vmm_share_fds_now(t.core, si.base, si.id + 1, &got, pieces,
 				       VMM_SHARE_MAX_PIECES, &n, &err), VMM_E_NOT_OURS);
-	t_close(&t);
-}
-
-struct churn {
-	struct tctx *t;
-	atomic_bool stop;
-	atomic_uint rounds;
-};
-
-/* Allocate, export and keep, free: a ring of three kept at a time, so that frees detach from
- * the middle of the list as well as its head. */
-static void *keep_and_free(void *arg)
-{
-	struct churn *c = arg;
-	vmm_devptr ring[3] = { 0 };
-	vmm_error err;
-
-	for (unsigned i = 0; !atomic_load(&c->stop); i++) {
-		vmm_share_info si;
-		vmm_devptr a;
-		bool kept;
-
-		if (ring[i % 3])
-			vmm_free(c->t->core, ring[i % 3], &err);
-		ring[i % 3] = 0;
-		if (vmm_malloc(c->t->core, 0, 2 * MiB, 0, NULL, &a, &err))
-			continue;
-		ring[i % 3] = a;
-		if (!vmm_share_export(c->t->core, a, &si, &err))
-			vmm_share_keep(c->t->core, si.base, si.id, &kept, &err);
-		atomic_fetch_add(&c->rounds, 1);
-	}
-	for (int i = 0; i < 3; i++)
-		if (ring[i])
-			vmm_free(c->t->core, ring[i], &err);
-	return NULL;
-}
-
-/* In the forked child: the descriptors the list holds are closed by vmm_share_keep_after_fork,
- * and none is counted any more. 0: so; 1: one stayed open; 2: still counted. */
-static int child_closes_the_kept(struct tctx *t)
-{
-	struct devheap *dh = heap_for(t->core, 0, false, NULL);
-	int fds[64];
-	size_t n = 0;
-
-	for (struct kept_export *k = dh ? dh->kept : NULL; k; k = k->next)
-		for (size_t i = 0; i < k->n && n < 64; i++)
-			fds[n++] = k->pieces[i].fd;
-	vmm_share_keep_after_fork(t->core);
-	for (size_t i = 0; i < n; i++)
-		if (fcntl(fds[i], F_GETFD) != -1)
-			return 1;
-	return vmm_share_kept_fds(t->core) ? 2 : 0;
-}
-
-/* pid's exit status, waiting at most 10 s (then killed): -1 when it hung. */
-static int wait_bounded(pid_t pid)
-{
-	struct timespec nap = { 0, 1000000 };
-	time_t end = time(NULL) + 10;
-	int st;
-
-	while (waitpid(pid, &st, WNOHANG) == 0) {
-		if (time(NULL) > end) {
-			kill(pid, SIGKILL);
-			waitpid(pid, &st, 0);
-			return -1;
-		}
-		nanosleep(&nap, NULL);
-	}
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-Test(heap_keep, forks_while_another_thread_keeps_and_frees)
-{
-	struct churn c = { 0 };
-	unsigned bad[4] = { 0 };   /* open, counted, hung, crashed */
-	struct tctx t;
-	pthread_t thr;
-
-	t_simdev_env("2G", NULL, NULL);
-	t_open(&t, NULL);
-	c.t = &t;
-	cr_assert_eq(pthread_create(&thr, NULL, keep_and_free, &c), 0);
-	while (atomic_load(&c.rounds) < 10)
-		sched_yield();
-	for (int i = 0; i < 200; i++) {
-		pid_t pid = fork();
-		int rc;
-
-		cr_assert_geq(pid, 0);
-		if (!pid)
-			_exit(child_closes_the_kept(&t));
-		rc = wait_bounded(pid);
-		if (rc == 1 || rc == 2)
-			bad[rc - 1]++;
-		else if (rc == -1)
-			bad[2]++;
-		else if (rc)
-			bad[3]++;
-	}
-	atomic_store(&c.stop, true);
-	pthread_join(thr, NULL);
-	cr_expect_eq(bad[0], 0, "%u children kept a descriptor of the list open", bad[0]);
-	cr_expect_eq(bad[1], 0, "%u children still counted kept descriptors", bad[1]);
-	cr_expect_eq(bad[2], 0, "%u children hung", bad[2]);
-	cr_expect_eq(bad[3], 0, "%u children crashed", bad[3]);
-	cr_expect_gt(atomic_load(&c.rounds), 10, "the keeping thread ran meanwhile");
-	cr_expect_eq(vmm_share_kept_fds(t.core), 0, "the frees closed the parent's");
 	t_close(&t);
 }
