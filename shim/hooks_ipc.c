@@ -18,6 +18,7 @@
 #include "hooks_common.h"
 #include "ipc_handle.h"
 #include "ipc_keep.h"
+#include "ipc_parked.h"
 #include "ipc_registry.h"
 #include "ipc_sleep.h"
 #include "protocol/peer_kept.h"
@@ -146,14 +147,20 @@ bool ipc_open_reply_parse(char *text, struct open_reply *o)
 	       o->base < o->span + o->span_size;
 }
 
-/* Undo a partial import: unmap what was mapped, release the handles, give the range back. */
-static void unmap_import(vmm_backend *be, const ipc_import *m, size_t mapped_bytes)
+/* Undo a partial import, or close one: unmap what was mapped, release the handles, give the
+ * range back. Where the unmap is refused, all three wait (ipc_parked.h). */
+static void unmap_import(vmm_backend *be, const ipc_import *m, size_t mapped_bytes,
+			 const char *what)
 {
-	if (mapped_bytes)
-		be->unmap(be, m->span, mapped_bytes, NULL);
+	ipc_parked_retry(be);
+	if (mapped_bytes && !ipc_unmap_twice(be, m->span, mapped_bytes)) {
+		ipc_parked_add(m->device, m->span, mapped_bytes, m->handles, m->nhandles, m->span,
+			       m->span_size, m->exporter, what);
+		return;
+	}
 	for (size_t i = 0; i < m->nhandles; i++)
 		be->release(be, m->handles[i], NULL);
-	if (m->span)
+	if (m->span && !ipc_parked_adopt_range(m->span, m->span_size))
 		be->unreserve(be, m->device, m->span, m->span_size, NULL);
 }
 
@@ -205,7 +212,7 @@ static CUresult map_import(vmm_backend *be, const struct open_reply *o, const in
 fail:
 	vmm_log(VMM_LOG_ERROR, "cuIpcOpenMemHandle: mapping export %llu of pid %d failed: %s",
 		(unsigned long long)m->id, (int)m->exporter, err.msg);
-	unmap_import(be, m, mapped);
+	unmap_import(be, m, mapped, "cuIpcOpenMemHandle undo");
 	return err.status == VMM_E_OOM ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_MAP_FAILED;
 }
 
@@ -357,6 +364,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	m.size = h->size;
 	timing_add(&t, PH_REST);
 	gate_enter();
+	ipc_parked_retry(be); /* an earlier close's range that would not unmap */
 	r = map_import(be, &o, reply.fds, cur, flags, &m, &t);
 	gate_leave();
 	timing_add(&t, PH_REST);
@@ -365,7 +373,7 @@ static CUresult open_ours(CUdeviceptr *pdptr, const ipc_handle *h, unsigned int 
 	if (r)
 		return r;
 	if (!ipc_registry_add(&m)) {
-		unmap_import(be, &m, m.span_size);
+		unmap_import(be, &m, m.span_size, "cuIpcOpenMemHandle undo");
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
 	timing_add(&t, PH_REST);
@@ -404,7 +412,8 @@ CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 	if (last && rt && rt->side[SHIM_CUDA].be) {
 		gate_enter();
 		/* Released by a group sleep: only the range is left to give back. */
-		unmap_import(rt->side[SHIM_CUDA].be, &m, m.released ? 0 : m.span_size);
+		unmap_import(rt->side[SHIM_CUDA].be, &m, m.released ? 0 : m.span_size,
+			     "cuIpcCloseMemHandle");
 		gate_leave();
 	}
 	return CUDA_SUCCESS;

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "ipc_parked.h"
+
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
 static struct {
@@ -151,7 +153,7 @@ uint64_t ipc_registry_imported_bytes(int dev)
 		if (imports[i]->device == dev && !imports[i]->released)
 			bytes += imports[i]->span_size;
 	pthread_mutex_unlock(&lock);
-	return bytes;
+	return bytes + ipc_parked_bytes(dev);
 }
 
 size_t ipc_registry_all_importers(pid_t *out, size_t max)
@@ -198,6 +200,7 @@ bool ipc_registry_set_released(vmm_devptr span, bool released, const vmm_phys *h
 
 void ipc_registry_after_fork(void)
 {
+	ipc_parked_after_fork();
 	pthread_mutex_init(&lock, NULL);
 	nimporters = 0;
 	/* The mappings were not inherited by the child in any usable way; forget them. */

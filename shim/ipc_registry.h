@@ -60,7 +60,8 @@ typedef struct ipc_import_summary {
 	unsigned opens;
 } ipc_import_summary;
 size_t ipc_registry_summaries(ipc_import_summary *out, size_t max);
-/* Bytes mapped from other processes on dev. */
+/* Bytes mapped from other processes on dev, closed ones that would not unmap included
+ * (ipc_parked.h). */
 uint64_t ipc_registry_imported_bytes(int dev);
 
 /* Every living pid that opened any export of ours (up to max); returns how many there are. */

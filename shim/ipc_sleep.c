@@ -10,6 +10,7 @@
 #include "../core/log.h"
 #include "hooks_common.h"
 #include "ipc_handle.h"
+#include "ipc_parked.h"
 #include "protocol/peer_request.h"
 #include "protocol/protocol.h"
 #include "runtime.h"
@@ -119,8 +120,11 @@ static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *
 	if ((st = be->set_access(be, m->device, m->span, m->span_size, peers,
 				 m->opener_device != m->device ? 1 : 0, err)) ||
 	    !ipc_registry_set_released(m->span, false, &h, 1)) {
-		be->unmap(be, m->span, m->span_size, NULL);
-		be->release(be, h, NULL);
+		if (!ipc_unmap_twice(be, m->span, m->span_size))
+			ipc_parked_add(m->device, m->span, m->span_size, &h, 1, 0, 0, m->exporter,
+				       "group wake undo");
+		else
+			be->release(be, h, NULL);
 		return st ? st : vmm_fail(err, VMM_E_INVALID, 0, "the import was closed meanwhile");
 	}
 	vmm_log(VMM_LOG_ERROR, "group wake: pid %d, which exported the memory at 0x%llx (%zu "
@@ -176,9 +180,10 @@ static vmm_status restore_one(vmm_backend *be, const char *run_dir, const ipc_im
 	if (!st && !ipc_registry_set_released(m->span, false, hs, nh))
 		st = vmm_fail(err, VMM_E_INVALID, 0, "the import at 0x%llx was closed meanwhile",
 			      (unsigned long long)m->base);
-	if (st) {
-		if (mapped)
-			be->unmap(be, m->span, mapped, NULL);
+	if (st && mapped && !ipc_unmap_twice(be, m->span, mapped)) {
+		ipc_parked_add(m->device, m->span, mapped, hs, nh, 0, 0, m->exporter,
+			       "group wake undo");
+	} else if (st) {
 		for (size_t i = 0; i < nh; i++)
 			be->release(be, hs[i], NULL);
 	}
@@ -209,6 +214,7 @@ static vmm_status restore_released(const ipc_import *v, size_t n, int timeout_ms
 
 	if (!be || !rt)
 		return vmm_fail(err, VMM_E_INVALID, 0, "no CUDA backend");
+	ipc_parked_retry(be); /* a mapping left in a range to restore would block it */
 	for (size_t i = 0; i < n && !st; i++)
 		if (v[i].released)
 			st = restore_one(be, rt->cfg.run_dir, &v[i], timeout_ms, err);
@@ -225,6 +231,8 @@ vmm_status ipc_sleep_release(const pid_t *group, size_t ng, size_t *count, vmm_e
 	vmm_status st = VMM_OK;
 
 	*count = 0;
+	if (be)
+		ipc_parked_retry(be);
 	for (size_t i = 0; i < n; i++)
 		v[i].released = false;  /* from here: released by this call */
 	for (size_t i = 0; i < n && be && !st; i++) {

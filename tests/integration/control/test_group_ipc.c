@@ -217,6 +217,32 @@ Test(group_ipc, a_fault_in_the_middle_of_the_wake_leaves_every_process_as_it_was
 	finish(&s, NULL);
 }
 
+/* An importer's import at wake fails after it was mapped (its grant is refused), and the driver
+ * refuses to unmap it again: the wake fails, the mapping is kept and counted (not released under
+ * it, its range not mapped over), and the next wake unmaps it and imports the memory again. */
+Test(group_ipc, a_wake_undo_whose_unmap_is_refused_is_unmapped_by_the_next_wake,
+     .timeout = 60)
+{
+	/* Its third grant (the import's at wake), and the undo's unmap and its retry. */
+	const char *extra[2] = { NULL, "SIMDEV_FAIL=cuMemSetAccess:3,cuMemUnmap:3,cuMemUnmap:4" };
+	struct sharing s;
+
+	setup_env();
+	build(&s, 2, extra);
+	cr_assert_eq(group("sleep", s.ps, 2), 0, "%s %s", o.out, o.err);
+	cr_assert_neq(group("wake", s.ps, 2), 0, "the fault did not hit: %s %s", o.out, o.err);
+	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)s.ps[1].pid);
+	cr_expect(strstr(o.out, "\"state\": \"asleep\""), "%s", o.out);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "ipc_imported"), SHARED_BYTES,
+		     "the mapping that would not unmap is counted: %s", o.out);
+	cr_assert_eq(group("wake", s.ps, 2), 0, "%s %s", o.out, o.err);
+	check(&s, "shared-by-0");
+	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)s.ps[1].pid);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "ipc_imported"), SHARED_BYTES,
+		     "only the import itself: %s", o.out);
+	finish(&s, NULL);
+}
+
 /* A process outside the group opened the memory too: it stays resident through the group's
  * sleep (status says ipc_shared), and every process still sees one memory after wake. */
 Test(group_ipc, a_holder_outside_the_group_keeps_the_memory_resident, .timeout = 60)

@@ -34,6 +34,11 @@
  *                      (tests/gpu/ipc_torch.py --bench): the parent allocates and gets a handle,
  *                      a child opens it (timed), checks a byte and closes; the parent frees.
  *                      Prints "bench open_us median=M min=A max=B" (scripts/bench-ipc.sh)
+ *   close-refused      the importer's driver refuses the unmaps of its close and of the next
+ *                      open's retry: the close succeeds, the memory stays mapped and counted
+ *                      (its status printed after "after_refused_close"), the reopen gets a new
+ *                      range with the exporter's bytes ("reopen_same_address 0"), and the next
+ *                      close unmaps both (status after "after_last_close")
  * Prints "name rc" lines for the error codes; the test checks them. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -905,6 +910,56 @@ static int bench_child(int n)
 	qsort(us, (size_t)n, sizeof(*us), cmp_double);
 	printf("median=%.1f min=%.1f max=%.1f\n", us[n / 2], us[0], us[n - 1]);
 	free(us);
+/* ---- close-refused: the importer's unmap is refused at a close ---- */
+
+static int close_refused_parent(const char *self)
+{
+	CUdeviceptr a;
+	CUipcMemHandle h;
+	char x[129], buf[4096];
+	ssize_t k;
+	int to, from, rc;
+	pid_t pid;
+
+	driver_init();
+	CHECK_CU(cuMemAlloc(&a, BIG));
+	put_pattern(a, BIG, 1);
+	CHECK_CU(cuIpcGetMemHandle(&h, a));
+	to_hex(&h, sizeof(h), x);
+	/* The child's driver: the close's unmap and its retry, then the next open's retry. */
+	setenv("SIMDEV_FAIL", "cuMemUnmap:1,cuMemUnmap:2,cuMemUnmap:3", 1);
+	pid = spawn(self, "close-refused-child", x, "", false, &to, &from);
+	unsetenv("SIMDEV_FAIL");
+	while ((k = read(from, buf, sizeof(buf))) > 0)
+		fwrite(buf, 1, (size_t)k, stdout);
+	rc = wait_child(pid);
+	if (rc)
+		FAIL("the child failed (%d)", rc);
+	CHECK_CU(cuMemFree(a));
+	printf("close-refused ok\n");
+	return 0;
+}
+
+static int close_refused_child(const char *x)
+{
+	CUdeviceptr a, b;
+	CUipcMemHandle h;
+
+	from_hex(x, &h, sizeof(h));
+	driver_init();
+	CHECK_CU(cuIpcOpenMemHandle(&a, h, 0));
+	if (!has_pattern(a, BIG, 1))
+		FAIL("the child does not see the exporter's bytes");
+	CHECK_CU(cuIpcCloseMemHandle(a));
+	CHECK_CU(cuIpcOpenMemHandle(&b, h, 0));
+	printf("reopen_same_address %d\n", b == a);
+	printf("after_refused_close\n");
+	print_ipc_status();
+	if (!has_pattern(b, BIG, 1))
+		FAIL("the reopened memory does not hold the exporter's bytes");
+	CHECK_CU(cuIpcCloseMemHandle(b));
+	printf("after_last_close\n");
+	print_ipc_status();
 	return 0;
 }
 
@@ -952,6 +1007,10 @@ int main(int argc, char **argv)
 		return share_parent(argv[0], atoi(a1));
 	if (!strcmp(mode, "share-child"))
 		return share_child(a1);
+	if (!strcmp(mode, "close-refused"))
+		return close_refused_parent(argv[0]);
+	if (!strcmp(mode, "close-refused-child"))
+		return close_refused_child(a1);
 	if (!strcmp(mode, "free-after-get"))
 		return free_after_get();
 	if (!strcmp(mode, "bench"))

@@ -80,6 +80,41 @@ Test(ipc, exporter_killed_while_open)
 	run_free(r);
 }
 
+/* The status device line's ipc_imported after marker in the program's output; -1: absent. */
+static long long imported_after(const struct run *r, const char *marker)
+{
+	const char *p = strstr(r->out, marker);
+	long long v = -1;
+
+	p = p ? strstr(p, "ipc_imported=") : NULL;
+	if (p)
+		sscanf(p + strlen("ipc_imported="), "%lld", &v);
+	return v;
+}
+
+Test(ipc, a_close_whose_unmap_is_refused_keeps_the_range_until_it_unmaps)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_ipc"), "close-refused"),
+				    (const char *const[]){ "SIMDEV_MEMORY=2G", "VMMSHIM_LOG=info",
+							   NULL });
+	const char *last;
+
+	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "close-refused ok"), "%s", r->out);
+	/* Still mapped: its range is not handed to the next open, and it is counted. */
+	cr_expect_eq(printed(r, "reopen_same_address"), 0, "%s", r->out);
+	cr_expect_eq(imported_after(r, "after_refused_close"), 2 * 6291456,
+		     "the refused one and the reopened one are both mapped\n%s", r->out);
+	cr_expect(strstr(r->err, "would not unmap"), "the refusal is logged\n%s", r->err);
+	/* The last close tried again and unmapped both: nothing imported is reported any more
+	 * (the device line, with nothing on it, may be left out). */
+	cr_expect_leq(imported_after(r, "after_last_close"), 0, "%s", r->out);
+	last = strstr(r->out, "after_last_close");
+	cr_expect(last && !strstr(last, "STATUS ipc_import"), "%s", r->out);
+	cr_expect(strstr(r->err, "is unmapped now"), "%s", r->err);
+	run_free(r);
+}
+
 Test(ipc, large_buffer_in_many_pieces)
 {
 	struct run *r = run_mode("large");
