@@ -13,9 +13,9 @@
 struct app_handle {
 	vmm_phys app;            /* the value the program holds */
 	vmm_phys real;           /* the driver's handle now; 0 while asleep */
-	vmm_phys stale;          /* asleep: a failed wake's handle whose mappings would not unmap,
-	                          * not released under them; unmapped and released first at the
-	                          * next wake (app_offload.c); 0: none */
+	vmm_phys stale;          /* asleep: a failed wake's handle whose mappings (those marked
+	                          * stuck) would not unmap, not released under them; unmapped and
+	                          * released first at the next wake (app_offload.c); 0: none */
 	size_t size;
 	int dev;
 	void *prop;              /* the program's allocation properties, verbatim */
@@ -47,6 +47,8 @@ struct app_map {
 	size_t size, offset;
 	struct app_handle *h;
 	vmm_access_mask rw;
+	bool stuck;              /* asleep: still mapped to h->stale, the handle of a failed wake
+	                          * that would not unmap here; the next wake unmaps it first */
 };
 
 struct vmm_app_registry {

@@ -248,13 +248,38 @@ static vmm_status grant(vmm_app_registry *reg, struct app_map *m, vmm_error *err
 	return reg->be->set_access(reg->be, owner, m->va, m->size, peers, np, err);
 }
 
+/* Unmap m, tried twice. Where the driver refuses both, m is marked stuck: still mapped to its
+ * handle, which must not be released under it (unrestore keeps it as stale). */
+static void unmap_or_stick(vmm_app_registry *reg, struct app_map *m)
+{
+	if (reg->be->unmap(reg->be, m->va, m->size, NULL) &&
+	    reg->be->unmap(reg->be, m->va, m->size, NULL))
+		m->stuck = true;
+}
+
+static bool has_stuck(vmm_app_registry *reg, const struct app_handle *h)
+{
+	for (size_t i = 0; i < reg->nm; i++)
+		if (reg->maps[i].h == h && reg->maps[i].stuck)
+			return true;
+	return false;
+}
+
+/* Every mapping of h is mapped to the handle that becomes h->stale. */
+static void stick_all(vmm_app_registry *reg, const struct app_handle *h)
+{
+	for (size_t i = 0; i < reg->nm; i++)
+		if (reg->maps[i].h == h)
+			reg->maps[i].stuck = true;
+}
+
 /* Map m and grant its access; a failed grant unmaps it again. */
 static vmm_status map_granted(vmm_app_registry *reg, struct app_map *m, vmm_error *err)
 {
 	vmm_status st = map_one(reg, m, err);
 
 	if (!st && (st = grant(reg, m, err)))
-		reg->be->unmap(reg->be, m->va, m->size, NULL);
+		unmap_or_stick(reg, m);
 	return st;
 }
 
@@ -277,7 +302,7 @@ static vmm_status remap_all(vmm_app_registry *reg, struct app_handle *h, bool ma
 	}
 	for (size_t i = 0; st && i < done; i++) {
 		if (map)
-			reg->be->unmap(reg->be, ms[i]->va, ms[i]->size, NULL);
+			unmap_or_stick(reg, ms[i]);
 		else if (map_granted(reg, ms[i], NULL))
 			vmm_log(VMM_LOG_ERROR, "app mapping at %#llx lost in a rollback",
 				(unsigned long long)ms[i]->va);
@@ -318,13 +343,15 @@ static vmm_status copy_back(vmm_app_registry *reg, struct app_handle **hs, size_
 	return st;
 }
 
-/* A failed restore gives h's new handle back: its mappings unmapped (mapped: it got that far),
- * then released. Where they will not unmap (tried twice: remap_all puts back what it unmapped),
- * the handle is not released under them: it is kept as h->stale for the next wake
- * (settle_stale). */
+/* A failed restore gives h's new handle back: its mappings unmapped (mapped: it got that far;
+ * otherwise remap_all's own rollback unmapped what it mapped), then released. Where they will
+ * not unmap (tried twice: remap_all puts back what it unmapped; or marked stuck), the handle is
+ * not released under them: it is kept as h->stale for the next wake (settle_stale). */
 static void unrestore(vmm_app_registry *reg, struct app_handle *h, bool mapped)
 {
-	if (mapped && remap_all(reg, h, false, NULL) && remap_all(reg, h, false, NULL)) {
+	if (mapped && remap_all(reg, h, false, NULL) && remap_all(reg, h, false, NULL))
+		stick_all(reg, h);
+	if (has_stuck(reg, h)) {
 		vmm_log(VMM_LOG_ERROR, "app handle %#llx: a failed wake could not unmap it again; "
 			"its new driver handle is kept mapped, not released, until the next wake "
 			"unmaps it", (unsigned long long)h->app);
@@ -333,6 +360,26 @@ static void unrestore(vmm_app_registry *reg, struct app_handle *h, bool mapped)
 		reg->be->release(reg->be, h->real, NULL);
 	}
 	h->real = 0;
+}
+
+/* Unmap h's stuck mappings, each tried twice; those that go are no longer stuck. */
+static vmm_status unstick(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
+{
+	vmm_status st = VMM_OK;
+
+	for (size_t i = 0; i < reg->nm; i++) {
+		struct app_map *m = &reg->maps[i];
+
+		if (m->h != h || !m->stuck)
+			continue;
+		m->stuck = false;
+		unmap_or_stick(reg, m);
+		if (m->stuck && !st)
+			st = vmm_fail(err, VMM_E_DRIVER, 0, "app handle %#llx: %#llx (%zu bytes), "
+				      "mapped by an earlier failed wake, still will not unmap",
+				      (unsigned long long)h->app, (unsigned long long)m->va, m->size);
+	}
+	return st;
 }
 
 /* Before h is brought back: unmap and release what a failed wake left mapped (unrestore). */
@@ -347,9 +394,7 @@ static vmm_status settle_stale(vmm_app_registry *reg, struct app_handle *h, vmm_
 				"wake may still be running (its copy streams do not synchronize)",
 				(unsigned long long)h->app);
 	temp_unmap_all(reg, &h, 1); /* an unsettled copy's temporary mapping (copy_handles) */
-	h->real = h->stale; /* what remap_all maps back should the unmap fail part-way */
-	st = remap_all(reg, h, false, err);
-	h->real = 0;
+	st = unstick(reg, h, err);
 	if (st)
 		return st;
 	if (reg->be->release(reg->be, h->stale, NULL))
@@ -388,6 +433,7 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 		vmm_log(VMM_LOG_ERROR, "a failed wake keeps %zu app handle(s) mapped until the next "
 			"wake: copies into them may still be running", created);
 		for (size_t i = 0; i < created; i++) {
+			stick_all(reg, hs[i]);
 			hs[i]->stale = hs[i]->real;
 			hs[i]->real = 0;
 		}
@@ -552,6 +598,10 @@ static vmm_status release_one(vmm_app_registry *reg, struct app_handle *h, bool 
 			vmm_log(VMM_LOG_ERROR, "app handle %#llx could neither be released nor mapped "
 				"again: it is put asleep, its driver handle left behind",
 				(unsigned long long)h->app);
+		/* Mapped part-way again, and some of it would not unmap: the next wake unmaps it
+		 * and releases the handle left behind. */
+		if (st && has_stuck(reg, h))
+			h->stale = h->real;
 	}
 	h->real = 0;
 	h->asleep = true;

@@ -770,6 +770,54 @@ Test(app, a_wake_unwind_keeps_a_handle_that_will_not_unmap, .fini = teardown)
 	cr_expect_eq(t_dev_used(&td, 0), used0, "and holds what it held before the sleep");
 }
 
+/* The wake's second map fails (map 9: H1 at va2, after va1), and its rollback's unmap of va1 is
+ * refused twice (unmap 1 is the scene's, 2-7 the sleep's): H1's new handle is not released
+ * under that mapping but kept, and the next wake unmaps it and maps the same addresses again. */
+Test(app, a_wake_map_rollback_keeps_a_mapping_that_will_not_unmap, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	uint64_t used0, kept;
+
+	open_with("1G", "1", "cuMemMap:9,cuMemUnmap:8,cuMemUnmap:9");
+	build_scene();
+	used0 = t_dev_used(&td, 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_assert_neq(do_wake(&res, &err), VMM_OK, "the injected map failure");
+	cr_expect(vmm_app_is_asleep(reg, 0), "the failed wake stays asleep");
+	kept = t_dev_used(&td, 0) - (used0 - 22 * MiB);
+	cr_expect_eq(kept, 8 * MiB, "the driver still holds H1 (%llu bytes), mapped at va1",
+		     (unsigned long long)kept);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "the next wake maps the same addresses: %s",
+		     err.msg);
+	expect_scene_intact();
+	cr_expect_eq(t_dev_used(&td, 0), used0, "and holds what it held before the sleep");
+}
+
+/* The wake's grant of H1 at va2 fails (grant 8: 5 are the scene's, 6 the sleep's temporary
+ * mapping's, 7 va1's) and the unmap of va2 after it is refused twice (unmaps 8 and 9): the same,
+ * the mapping is kept and the next wake undoes it. */
+Test(app, a_wake_grant_failure_keeps_a_mapping_that_will_not_unmap, .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	uint64_t used0, kept;
+
+	open_with("1G", "1", "cuMemSetAccess:8,cuMemUnmap:8,cuMemUnmap:9");
+	build_scene();
+	used0 = t_dev_used(&td, 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_assert_neq(do_wake(&res, &err), VMM_OK, "the injected grant failure");
+	cr_expect(vmm_app_is_asleep(reg, 0), "the failed wake stays asleep");
+	kept = t_dev_used(&td, 0) - (used0 - 22 * MiB);
+	cr_expect_eq(kept, 8 * MiB, "the driver still holds H1 (%llu bytes), mapped at va1",
+		     (unsigned long long)kept);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "the next wake maps the same addresses: %s",
+		     err.msg);
+	expect_scene_intact();
+	cr_expect_eq(t_dev_used(&td, 0), used0, "and holds what it held before the sleep");
+}
+
 /* Each recorder owns its own stretch of one address range reserved for the test, so that no two
  * threads (nor simdev's own mappings) ever record the same address. */
 #define REC_ITERS 400
