@@ -89,8 +89,13 @@ static vmm_status temp_map(vmm_app_registry *reg, struct app_handle *h, vmm_erro
 		return st;
 	}
 	st = be->set_access(be, h->dev, va, h->size, NULL, 0, err);
+	if (st && be->unmap(be, va, h->size, NULL) && be->unmap(be, va, h->size, NULL)) {
+		/* Still mapped: kept, so that temp_unmap_all tries again before the handle can
+		 * be released under it. */
+		h->tmp_va = va;
+		return st;
+	}
 	if (st) {
-		be->unmap(be, va, h->size, NULL);
 		be->unreserve(be, h->dev, va, h->size, NULL);
 		return st;
 	}
@@ -107,11 +112,16 @@ static void temp_unmap_all(vmm_app_registry *reg, struct app_handle **hs, size_t
 
 		if (!h->tmp_va)
 			continue;
-		if (be->unmap(be, h->tmp_va, h->size, NULL) == VMM_OK)
-			be->unreserve(be, h->dev, h->tmp_va, h->size, NULL);
-		else
-			vmm_log(VMM_LOG_WARN, "temporary mapping at %#llx could not be undone",
+		if (be->unmap(be, h->tmp_va, h->size, NULL) &&
+		    be->unmap(be, h->tmp_va, h->size, NULL)) {
+			/* Kept: the handle is not released under it (release_one, unrestore), and
+			 * the next copy uses it and tries again. */
+			vmm_log(VMM_LOG_WARN, "app handle %#llx: temporary mapping at %#llx would not "
+				"unmap; kept, tried again later", (unsigned long long)h->app,
 				(unsigned long long)h->tmp_va);
+			continue;
+		}
+		be->unreserve(be, h->dev, h->tmp_va, h->size, NULL);
 		h->tmp_va = 0;
 	}
 }
@@ -143,7 +153,7 @@ static vmm_status handle_ranges(vmm_app_registry *reg, struct app_handle *h, str
 	if (st || cur >= h->size)
 		return st;
 	b->n = first;
-	st = temp_map(reg, h, err);
+	st = h->tmp_va ? VMM_OK : temp_map(reg, h, err); /* one that would not unmap: still there */
 	if (!st)
 		st = push_range(b, h->tmp_va, h->backup.ptr, h->size, err);
 	return st;
@@ -351,7 +361,7 @@ static void unrestore(vmm_app_registry *reg, struct app_handle *h, bool mapped)
 {
 	if (mapped && remap_all(reg, h, false, NULL) && remap_all(reg, h, false, NULL))
 		stick_all(reg, h);
-	if (has_stuck(reg, h)) {
+	if (has_stuck(reg, h) || h->tmp_va) {
 		vmm_log(VMM_LOG_ERROR, "app handle %#llx: a failed wake could not unmap it again; "
 			"its new driver handle is kept mapped, not released, until the next wake "
 			"unmaps it", (unsigned long long)h->app);
@@ -394,6 +404,9 @@ static vmm_status settle_stale(vmm_app_registry *reg, struct app_handle *h, vmm_
 				"wake may still be running (its copy streams do not synchronize)",
 				(unsigned long long)h->app);
 	temp_unmap_all(reg, &h, 1); /* an unsettled copy's temporary mapping (copy_handles) */
+	if (h->tmp_va)
+		return vmm_fail(err, VMM_E_DRIVER, 0, "app handle %#llx: a temporary mapping of an "
+				"earlier failed wake still will not unmap", (unsigned long long)h->app);
 	st = unstick(reg, h, err);
 	if (st)
 		return st;
@@ -586,8 +599,16 @@ static vmm_status back_up(vmm_app_registry *reg, struct app_handle **hs, size_t 
 static vmm_status release_one(vmm_app_registry *reg, struct app_handle *h, bool discard,
 			      vmm_error *err)
 {
-	vmm_status st = remap_all(reg, h, false, err);
+	vmm_status st;
 
+	/* One that would not unmap after the copy: once more, when no copy can still use it. */
+	if (h->tmp_va && copies_settle(reg))
+		temp_unmap_all(reg, &h, 1);
+	if (h->tmp_va)
+		return vmm_fail(err, VMM_E_DRIVER, 0, "app handle %#llx: its temporary mapping at "
+				"%#llx will not unmap; not released under it",
+				(unsigned long long)h->app, (unsigned long long)h->tmp_va);
+	st = remap_all(reg, h, false, err);
 	if (st)
 		return st;
 	if (!h->app_released) {

@@ -718,6 +718,33 @@ Test(app, fail_late_unmap_in_sleep_restores_released_handles, .fini = teardown)
 	faulty_cycle("cuMemUnmap:6", true, VMM_E_DRIVER);
 }
 
+Test(app, a_temporary_mapping_that_will_not_unmap_is_not_forgotten, .fini = teardown)
+{
+	/* grant 6 is the sleep's temporary mapping of H3 (5 are the scene's); its unmap after the
+	 * refused grant is refused twice (unmaps 2 and 3) */
+	faulty_cycle("cuMemSetAccess:6,cuMemUnmap:2,cuMemUnmap:3", true, VMM_E_DRIVER);
+}
+
+/* The sleep's copy is done and the temporary mapping of H3 will not unmap (unmap 2 and its
+ * retry 3): it is kept and tried again before H3 is released, so the sleep still completes,
+ * nothing stays held, and the wake brings every byte back. */
+Test(app, a_temporary_mapping_refused_after_the_copy_is_unmapped_before_the_release,
+     .fini = teardown)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	uint64_t used0;
+
+	open_with("1G", "1", "cuMemUnmap:2,cuMemUnmap:3");
+	build_scene();
+	used0 = t_dev_used(&td, 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_expect_eq(t_dev_used(&td, 0), used0 - 22 * MiB, "every handle went back");
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
+	expect_scene_intact();
+	cr_expect_eq(t_dev_used(&td, 0), used0);
+}
+
 Test(app, fail_release_in_sleep, .fini = teardown)
 {
 	faulty_cycle("cuMemRelease:2", true, VMM_E_DRIVER);
