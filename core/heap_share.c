@@ -4,6 +4,7 @@
  * sees this heap put new data where it expects the old. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "heap_internal.h"
@@ -144,7 +145,8 @@ static void release_retired(struct devheap *dh, struct phandle *h)
 
 void share_settle(struct devheap *dh)
 {
-	if (!dh->share_check)
+	/* An export running without the lock uses the handles: the last one settles. */
+	if (!dh->share_check || dh->exports_running)
 		return;
 	dh->share_check = false;
 	for (size_t i = 0; i < dh->nshared;) {
@@ -290,6 +292,13 @@ void vmm_share_release_allow(vmm_core *core, bool allow)
 		if (!dh)
 			continue;
 		pthread_mutex_lock(&dh->lock);
+		/* A sleep may release the shared handles from here on: not under an export that
+		 * runs without the lock (vmm_share_keep, about a millisecond per GiB). */
+		while (allow && dh->exports_running) {
+			pthread_mutex_unlock(&dh->lock);
+			nanosleep(&(struct timespec){ 0, 200000 }, NULL);
+			pthread_mutex_lock(&dh->lock);
+		}
 		for (size_t i = 0; i < dh->nshared; i++)
 			dh->shared[i]->release_ok = allow && !dh->shared[i]->retained;
 		/* A kept descriptor would keep the driver from taking the memory back. */
@@ -378,11 +387,13 @@ static vmm_status export_at(struct devheap *dh, vmm_devptr base, uint64_t id, st
 	return VMM_OK;
 }
 
-/* Walk r's span handle by handle (caller holds the lock): VMM_E_BUSY when one is asleep; with
- * pieces, export each as a new descriptor into pieces[0..*n); *release_ok when a group sleep may
- * release one (nothing may be kept then). */
+/* Walk r's span handle by handle (caller holds the lock): VMM_E_BUSY when one is asleep;
+ * *release_ok when a group sleep may release one (nothing may be kept then). With pieces, each
+ * piece's place goes into pieces[0..*n) and its handle into hv (when given), and with export each
+ * is exported as a new descriptor. */
 static vmm_status span_pieces(struct devheap *dh, const struct alloc *r, vmm_share_piece *pieces,
-			      size_t max, size_t *n, bool *release_ok, vmm_error *err)
+			      vmm_phys *hv, size_t max, bool export, size_t *n, bool *release_ok,
+			      vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
 	vmm_devptr lo, hi, va;
@@ -406,18 +417,22 @@ static vmm_status span_pieces(struct devheap *dh, const struct alloc *r, vmm_sha
 			st = vmm_fail(err, VMM_E_UNSUPPORTED, 0, "more than %zu pieces", max);
 			break;
 		}
-		if (pieces) {
+		if (pieces && export) {
 			st = be->export_fd(be, dh->dev, h->h, &pieces[k].fd, err);
 			if (st)
 				break;
+		}
+		if (pieces) {
 			pieces[k].offset = (size_t)(va - lo);
 			pieces[k].size = (size_t)(end - va);
 			pieces[k].handle_offset = (size_t)(va - h->va);
 		}
+		if (hv)
+			hv[k] = h->h;
 		k++;
 		va = end;
 	}
-	if (st && pieces)
+	if (st && pieces && export)
 		close_pieces(pieces, k);
 	*n = st ? 0 : k;
 	return st;
@@ -473,7 +488,8 @@ vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share
 		if (k) {
 			st = keep_dup(k, pieces, max, err);
 			*n = st ? 0 : k->n;
-		} else if (!(st = span_pieces(dh, r, pieces, max, n, &release_ok, err))) {
+		} else if (!(st = span_pieces(dh, r, pieces, NULL, max, true, n, &release_ok,
+					       err))) {
 			fresh = true;
 			if (!release_ok)
 				keep_and_dup(dh, r, pieces, *n);
@@ -516,38 +532,99 @@ vmm_status vmm_share_fds_now(vmm_core *core, vmm_devptr base, uint64_t id,
 	return st;
 }
 
+/* Export hv[0..n) into pieces' descriptors, without the heap's lock (the caller counts itself in
+ * exports_running, which keeps the handles). On failure nothing is left open. */
+static vmm_status export_unlocked(vmm_backend *be, int dev, const vmm_phys *hv,
+				  vmm_share_piece *pieces, size_t n, vmm_error *err)
+{
+	vmm_status st = VMM_OK;
+	size_t k;
+
+	for (k = 0; k < n && !st; k++)
+		st = be->export_fd(be, dev, hv[k], &pieces[k].fd, err);
+	if (st)
+		close_pieces(pieces, k - 1);
+	return st;
+}
+
+/* After an export without the lock (caller holds it again): is base still export id, awake, not
+ * to be released by a group sleep, over the same handles hv[0..n)? */
+static vmm_status still_exported(struct devheap *dh, vmm_devptr base, uint64_t id,
+				 const vmm_phys *hv, size_t n, struct alloc **r, vmm_error *err)
+{
+	vmm_phys now[VMM_SHARE_MAX_PIECES];
+	size_t k = 0;
+	bool release_ok;
+	vmm_status st = export_at(dh, base, id, r, err);
+
+	if (!st)
+		st = span_pieces(dh, *r, NULL, now, VMM_SHARE_MAX_PIECES, false, &k, &release_ok,
+				 err);
+	if (!st && (release_ok || k != n || memcmp(now, hv, n * sizeof(*hv))))
+		st = vmm_fail(err, VMM_E_BUSY, 0, "export %llu changed while it was exported ahead "
+			      "(a group sleep, or its memory moved)", (unsigned long long)id);
+	return st;
+}
+
 vmm_status vmm_share_keep(vmm_core *core, vmm_devptr base, uint64_t id, bool *kept,
 			  vmm_error *err)
 {
 	struct devheap *dh = heap_of_ptr(core, base);
 	vmm_share_piece *pieces;
+	vmm_phys *hv;
 	vmm_devptr lo, hi;
 	struct alloc *r;
 	vmm_status st;
 	size_t n = 0;
-	bool release_ok;
+	bool release_ok, planned = false;
 
 	*kept = false;
 	if (!dh || !core->be->export_fd)
 		return vmm_fail(err, VMM_E_NOT_OURS, 0, "no export at 0x%llx",
 				(unsigned long long)base);
 	pieces = malloc(VMM_SHARE_MAX_PIECES * sizeof(*pieces));
-	if (!pieces)
+	hv = malloc(VMM_SHARE_MAX_PIECES * sizeof(*hv));
+	if (!pieces || !hv) {
+		free(pieces);
+		free(hv);
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to export");
+	}
 	pthread_mutex_lock(&dh->lock);
 	st = export_at(dh, base, id, &r, err);
 	if (!st && keep_find(dh, id)) {
 		*kept = true;
-	} else if (!st && !(st = span_pieces(dh, r, NULL, 0, &n, &release_ok, err)) &&
+	} else if (!st && !(st = span_pieces(dh, r, NULL, NULL, 0, false, &n, &release_ok, err)) &&
 		   !release_ok && atomic_load(&core->kept_fds) + n <= keep_budget()) {
 		/* Counted first: beyond the budget nothing is exported for nothing. */
-		st = span_pieces(dh, r, pieces, VMM_SHARE_MAX_PIECES, &n, &release_ok, err);
-		span_of(dh, r, &lo, &hi);
-		if (!st && !(*kept = keep_store(dh, id, lo, (size_t)(hi - lo), pieces, n)))
+		st = span_pieces(dh, r, pieces, hv, VMM_SHARE_MAX_PIECES, false, &n, &release_ok,
+				 err);
+		planned = !st;
+	}
+	if (planned) {
+		/* The driver's export takes about a millisecond per GiB: the program's allocations
+		 * and frees go on meanwhile. A free of this allocation retires its blocks but the
+		 * handles stay (share_settle), and no group sleep releases them (release_allow)
+		 * until the export is done; what changed is checked after. */
+		dh->exports_running++;
+		pthread_mutex_unlock(&dh->lock);
+		st = export_unlocked(core->be, dh->dev, hv, pieces, n, err);
+		pthread_mutex_lock(&dh->lock);
+		dh->exports_running--;
+		if (!st && (st = still_exported(dh, base, id, hv, n, &r, err)))
 			close_pieces(pieces, n);
+		if (!st && keep_find(dh, id)) {   /* an open exported and kept it meanwhile */
+			close_pieces(pieces, n);
+			*kept = true;
+		} else if (!st) {
+			span_of(dh, r, &lo, &hi);
+			if (!(*kept = keep_store(dh, id, lo, (size_t)(hi - lo), pieces, n)))
+				close_pieces(pieces, n);
+		}
+		share_settle(dh); /* what a free left to release meanwhile */
 	}
 	pthread_mutex_unlock(&dh->lock);
 	free(pieces);
+	free(hv);
 	return st;
 }
 

@@ -200,6 +200,9 @@ struct devheap {
 	bool share_check;
 	/* Exported allocations' kept descriptors (heap_keep.c). */
 	struct kept_export *kept;
+	/* Exports running without the lock (vmm_share_keep): while any does, no shared handle is
+	 * released (share_settle, vmm_share_release_allow wait for them). */
+	unsigned exports_running;
 };
 
 struct vmm_core {

@@ -77,7 +77,10 @@ vmm_status vmm_share_fds_now(vmm_core *core, vmm_devptr base, uint64_t id,
  * soft limit and at most VMM_SHARE_KEEP_MAX; beyond that exports are made at each open.
  * vmm_share_keep exports the pieces of the export at base with that id now and keeps them:
  * *kept true when they are kept (now or already), false when the budget does not allow it (no
- * export then). VMM_E_NOT_OURS as vmm_share_fds; VMM_E_BUSY while asleep. */
+ * export then). The driver's export runs without the heap's lock (the program allocates and
+ * frees meanwhile; the handles stay until it ends): VMM_E_NOT_OURS as vmm_share_fds, also when
+ * the allocation was freed meanwhile; VMM_E_BUSY while asleep, or when a group sleep may release
+ * it or its memory moved meanwhile (nothing kept then). */
 #define VMM_SHARE_KEEP_MAX 4096
 vmm_status vmm_share_keep(vmm_core *core, vmm_devptr base, uint64_t id, bool *kept,
 			  vmm_error *err);

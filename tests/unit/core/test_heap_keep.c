@@ -5,8 +5,10 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "heap_device.h"
@@ -277,5 +279,101 @@ Test(heap_keep, fetch_now_gives_kept_duplicates_or_nothing)
 	/* Another id at that base is no export. */
 	cr_expect_eq(vmm_share_fds_now(t.core, si.base, si.id + 1, &got, pieces,
 				       VMM_SHARE_MAX_PIECES, &n, &err), VMM_E_NOT_OURS);
+	t_close(&t);
+}
+
+/* A keep running on another thread: its status, and whether it kept. */
+struct keep_run {
+	struct tctx *t;
+	vmm_share_info si;
+	vmm_status st;
+	bool kept;
+};
+
+static void *keep_thread(void *arg)
+{
+	struct keep_run *k = arg;
+	vmm_error err;
+
+	vmm_error_clear(&err);
+	k->st = vmm_share_keep(k->t->core, k->si.base, k->si.id, &k->kept, &err);
+	return NULL;
+}
+
+static double now_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+/* The export takes 150 ms per piece (SIMDEV_DELAY): meanwhile the program allocates and frees,
+ * and frees and trims the very allocation being exported, without waiting for it. The handles
+ * stay while the export uses them; the export that lost its allocation keeps nothing, leaves no
+ * descriptor open, and releases them as it ends. */
+Test(heap_keep, a_free_races_the_export_ahead_without_waiting_for_it)
+{
+	struct keep_run k = { 0 };
+	struct tctx t;
+	vmm_error err;
+	vmm_devptr other;
+	uint64_t used;
+	pthread_t thr;
+	double t0, alloc_ms, free_ms;
+	int before;
+
+	setenv("SIMDEV_DELAY", "cuMemExportToShareableHandle:150", 1);
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	used = t_dev_used(&t, 0);
+	k.t = &t;
+	k.si = exported(&t, 8 * MiB, 7);
+	before = open_fds();
+	cr_assert_eq(pthread_create(&thr, NULL, keep_thread, &k), 0);
+	usleep(100 * 1000);   /* the export is under way */
+	t0 = now_ms();
+	cr_assert_eq(vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &other, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(vmm_free(t.core, other, &err), VMM_OK, "%s", err.msg);
+	alloc_ms = now_ms() - t0;
+	t0 = now_ms();
+	cr_assert_eq(vmm_free(t.core, k.si.base, &err), VMM_OK, "%s", err.msg);
+	/* The trim retires the freed export's blocks: its handles would go, but the export still
+	 * uses them. */
+	cr_assert_eq(vmm_trim(t.core, 0, &err), VMM_OK, "%s", err.msg);
+	free_ms = now_ms() - t0;
+	cr_expect_gt(t_stats(&t, 0, NULL).shared_bytes, 0, "released under the running export");
+	pthread_join(thr, NULL);
+	cr_expect_eq(t_stats(&t, 0, NULL).shared_bytes, 0,
+		     "the freed export's handles were released once the export ended");
+	cr_expect_lt(alloc_ms, 100, "an allocation waited %.0f ms for the export", alloc_ms);
+	cr_expect_lt(free_ms, 100, "the free and trim waited %.0f ms for the export", free_ms);
+	cr_expect_eq(k.st, VMM_E_NOT_OURS, "the export lost its allocation: %s",
+		     vmm_status_name(k.st));
+	cr_expect_not(k.kept);
+	cr_expect_eq(vmm_share_kept_fds(t.core), 0);
+	cr_expect_eq(open_fds(), before, "the late export's descriptors were closed");
+	cr_assert_eq(vmm_trim(t.core, 0, &err), VMM_OK, "%s", err.msg); /* the other's, cached */
+	cr_expect_leq(t_dev_used(&t, 0), used, "its memory went back to the driver");
+	t_close(&t);
+}
+
+/* The same export, left alone: kept as before, its fetches get duplicates. */
+Test(heap_keep, an_export_ahead_without_the_lock_still_keeps)
+{
+	struct keep_run k = { 0 };
+	struct tctx t;
+	pthread_t thr;
+
+	setenv("SIMDEV_DELAY", "cuMemExportToShareableHandle:100", 1);
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	k.t = &t;
+	k.si = exported(&t, 8 * MiB, 8);
+	cr_assert_eq(pthread_create(&thr, NULL, keep_thread, &k), 0);
+	pthread_join(thr, NULL);
+	cr_expect_eq(k.st, VMM_OK, "%s", vmm_status_name(k.st));
+	cr_expect(k.kept);
+	cr_expect_not(fetch_and_check(&t, &k.si, 8), "a fetch exported again");
 	t_close(&t);
 }
