@@ -3,8 +3,9 @@
  * (vmm_app_share_keep, handles dropped again). Each child closes both as the shim's fork handler
  * does and checks, as a user would, that none is left open (a kept export's descriptors by
  * number, the duplicates by what /proc/self/fd points at) and that none is still counted; a child
- * that hangs (10 s) or crashes fails too. Not Criterion, so that it also runs under TSan.
- * FORK_STRESS_FORKS sets the number of forks (200). */
+ * that hangs (10 s) or crashes fails too. A third thread trims meanwhile (settling freed
+ * exports while one runs without the heap's lock). Not Criterion, so that it also runs under
+ * TSan. FORK_STRESS_FORKS sets the number of forks (200). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -60,6 +61,21 @@ static void *keep_and_free(void *arg)
 	for (int i = 0; i < 3; i++)
 		if (ring[i])
 			vmm_free(core, ring[i], &err);
+	return NULL;
+}
+
+/* Trim meanwhile: it settles the freed exports' handles, also while an export runs without the
+ * heap's lock (vmm_share_keep). */
+static void *trim_often(void *arg)
+{
+	struct timespec nap = { 0, 200000 };
+	vmm_error err;
+
+	(void)arg;
+	while (!atomic_load(&stop)) {
+		vmm_trim(core, 0, &err);
+		nanosleep(&nap, NULL);
+	}
 	return NULL;
 }
 
@@ -162,7 +178,7 @@ int main(void)
 	unsigned kept_open = 0, kept_counted = 0, dup_open = 0, hung = 0, crashed = 0;
 	vmm_backend *be;
 	vmm_error err = { 0 };
-	pthread_t t1, t2;
+	pthread_t t1, t2, t3;
 
 	setenv("SIMDEV_MEMORY", "2G", 1);
 	if (vmm_backend_cuda_open(&be, &err) || vmm_core_create(be, NULL, &core, &err) ||
@@ -172,7 +188,8 @@ int main(void)
 	if (marker < 0)
 		return fail("memfd_create", "refused");
 	if (pthread_create(&t1, NULL, keep_and_free, NULL) ||
-	    pthread_create(&t2, NULL, share_and_drop, NULL))
+	    pthread_create(&t2, NULL, share_and_drop, NULL) ||
+	    pthread_create(&t3, NULL, trim_often, NULL))
 		return fail("pthread_create", "refused");
 	while (atomic_load(&keep_rounds) < 10 || atomic_load(&share_rounds) < 10)
 		sched_yield();
@@ -197,6 +214,7 @@ int main(void)
 	atomic_store(&stop, true);
 	pthread_join(t1, NULL);
 	pthread_join(t2, NULL);
+	pthread_join(t3, NULL);
 	printf("fork_stress: %d forks, %u keeps, %u shares meanwhile; children that kept an "
 	       "export open %u, still counted one %u, kept a duplicate %u, hung %u, crashed %u\n",
 	       forks, atomic_load(&keep_rounds), atomic_load(&share_rounds), kept_open,
