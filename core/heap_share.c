@@ -548,11 +548,12 @@ static vmm_status export_unlocked(vmm_backend *be, int dev, const vmm_phys *hv,
 }
 
 /* After an export without the lock (caller holds it again): is base still export id, awake, not
- * to be released by a group sleep, over the same handles hv[0..n)? */
+ * to be released by a group sleep, over the same handles hv[0..n)? now: room for
+ * VMM_SHARE_MAX_PIECES handles. */
 static vmm_status still_exported(struct devheap *dh, vmm_devptr base, uint64_t id,
-				 const vmm_phys *hv, size_t n, struct alloc **r, vmm_error *err)
+				 const vmm_phys *hv, size_t n, vmm_phys *now, struct alloc **r,
+				 vmm_error *err)
 {
-	vmm_phys now[VMM_SHARE_MAX_PIECES];
 	size_t k = 0;
 	bool release_ok;
 	vmm_status st = export_at(dh, base, id, r, err);
@@ -583,7 +584,7 @@ vmm_status vmm_share_keep(vmm_core *core, vmm_devptr base, uint64_t id, bool *ke
 		return vmm_fail(err, VMM_E_NOT_OURS, 0, "no export at 0x%llx",
 				(unsigned long long)base);
 	pieces = malloc(VMM_SHARE_MAX_PIECES * sizeof(*pieces));
-	hv = malloc(VMM_SHARE_MAX_PIECES * sizeof(*hv));
+	hv = malloc(2 * VMM_SHARE_MAX_PIECES * sizeof(*hv));   /* then, and after the export */
 	if (!pieces || !hv) {
 		free(pieces);
 		free(hv);
@@ -610,7 +611,8 @@ vmm_status vmm_share_keep(vmm_core *core, vmm_devptr base, uint64_t id, bool *ke
 		st = export_unlocked(core->be, dh->dev, hv, pieces, n, err);
 		pthread_mutex_lock(&dh->lock);
 		dh->exports_running--;
-		if (!st && (st = still_exported(dh, base, id, hv, n, &r, err)))
+		if (!st && (st = still_exported(dh, base, id, hv, n, hv + VMM_SHARE_MAX_PIECES, &r,
+						err)))
 			close_pieces(pieces, n);
 		if (!st && keep_find(dh, id)) {   /* an open exported and kept it meanwhile */
 			close_pieces(pieces, n);
