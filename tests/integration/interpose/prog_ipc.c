@@ -910,6 +910,9 @@ static int bench_child(int n)
 	qsort(us, (size_t)n, sizeof(*us), cmp_double);
 	printf("median=%.1f min=%.1f max=%.1f\n", us[n / 2], us[0], us[n - 1]);
 	free(us);
+	return 0;
+}
+
 /* ---- close-refused: the importer's unmap is refused at a close ---- */
 
 static int close_refused_parent(const char *self)
