@@ -81,6 +81,9 @@ struct app_map **app_maps_of(vmm_app_registry *reg, struct app_handle *h, size_t
 
 /* Close the shim's duplicates of h's shareable descriptors (app_share.c). */
 void app_share_fds_close(struct app_handle *h);
+/* Keep a close-on-exec duplicate of fd with h (the registry locked), where a forked child finds
+ * and closes it (app_share.c): the duplicate's number, or -1 (*no_memory says why). */
+int app_share_fd_add(vmm_app_registry *reg, struct app_handle *h, int fd, bool *no_memory);
 /* Sleep and wake of a handle a group sleep releases (app_share.c). The release of an import
  * keeps nothing (the exporter has the contents): its undo within the sleep imports the kept
  * duplicate again; at wake the exporter is asked for a new descriptor. */

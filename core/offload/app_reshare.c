@@ -71,19 +71,13 @@ void vmm_app_group_release(vmm_app_registry *reg, const vmm_app_release *list, s
 }
 
 /* Keep a close-on-exec duplicate of fd with h (the registry locked). */
-static void keep_dup(struct app_handle *h, int fd)
+static void keep_dup(vmm_app_registry *reg, struct app_handle *h, int fd)
 {
-	int *v = realloc(h->share_fds, (h->nshare_fds + 1) * sizeof(*v));
-	int d;
+	bool no_memory;
 
-	if (!v) {
-		vmm_log(VMM_LOG_WARN, "app handle %#llx: no host memory to keep its descriptor",
-			(unsigned long long)h->app);
-		return;
-	}
-	h->share_fds = v;
-	if ((d = fcntl(fd, F_DUPFD_CLOEXEC, 3)) >= 0)
-		h->share_fds[h->nshare_fds++] = d;
+	if (app_share_fd_add(reg, h, fd, &no_memory) < 0)
+		vmm_log(VMM_LOG_WARN, "app handle %#llx: %s to keep its descriptor",
+			(unsigned long long)h->app, no_memory ? "no host memory" : "no descriptor");
 }
 
 /* The exporter ended while the group slept, taking the memory it had released with it: fresh
@@ -121,7 +115,7 @@ vmm_status app_share_reimport(vmm_app_registry *reg, struct app_handle *h, vmm_e
 	}
 	st = reg->be->import_fd(reg->be, fd, &h->real, &dev, err);
 	if (!st && fetched)
-		keep_dup(h, fd);   /* a later group sleep matches it with the exporter's */
+		keep_dup(reg, h, fd);   /* a later group sleep matches it with the exporter's */
 	if (fetched)
 		close(fd);
 	if (st)
@@ -169,7 +163,7 @@ void app_share_publish(vmm_app_registry *reg, struct app_handle **hs, size_t n)
 				"(they ask for it at their wake)", (unsigned long long)h->app);
 			continue;
 		}
-		keep_dup(h, fd);
+		keep_dup(reg, h, fd);
 		close(fd);
 		if (h->nshare_fds)
 			app_share_ready_add(reg, h, h->share_fds[h->nshare_fds - 1]);
@@ -225,7 +219,7 @@ vmm_status vmm_app_share_export(vmm_app_registry *reg, vmm_phys app, int *fd, ui
 		st = vmm_fail(err, VMM_E_BUSY, 0, "app handle %#llx is asleep",
 			      (unsigned long long)app);
 	else if (!(st = reg->be->export_fd(reg->be, h->dev, h->real, fd, err)))
-		keep_dup(h, *fd);
+		keep_dup(reg, h, *fd);
 	if (!st && size)
 		*size = h->size;
 	pthread_mutex_unlock(&reg->lock);

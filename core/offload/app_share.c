@@ -80,22 +80,14 @@ void app_share_fds_close(struct app_handle *h)
 	free(fds);
 }
 
-void vmm_app_share_keep(vmm_app_registry *reg, vmm_phys handle, int fd)
+int app_share_fd_add(vmm_app_registry *reg, struct app_handle *h, int fd, bool *no_memory)
 {
-	struct app_handle *h;
 	int *v, *old = NULL, dup_fd = -1;
 
-	if (!reg || fd < 0)
-		return;
 	pthread_once(&fork_once, fork_handlers);
-	pthread_mutex_lock(&reg->lock);
-	h = app_find(reg, handle);
-	if (!h) {
-		pthread_mutex_unlock(&reg->lock);
-		return;
-	}
 	/* Allocated outside fds_lock, so that a fork never waits behind the allocator. */
 	v = malloc((h->nshare_fds + 1) * sizeof(*v));
+	*no_memory = !v;
 	if (v) {
 		pthread_mutex_lock(&fds_lock);
 		dup_fd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
@@ -116,15 +108,33 @@ void vmm_app_share_keep(vmm_app_registry *reg, vmm_phys handle, int fd)
 		}
 		pthread_mutex_unlock(&fds_lock);
 	}
+	free(v);
+	free(old);
+	return dup_fd;
+}
+
+void vmm_app_share_keep(vmm_app_registry *reg, vmm_phys handle, int fd)
+{
+	struct app_handle *h;
+	bool no_memory = false;
+	int dup_fd = -1;
+
+	if (!reg || fd < 0)
+		return;
+	pthread_mutex_lock(&reg->lock);
+	h = app_find(reg, handle);
+	if (!h) {
+		pthread_mutex_unlock(&reg->lock);
+		return;
+	}
+	dup_fd = app_share_fd_add(reg, h, fd, &no_memory);
 	if (dup_fd >= 0 && !h->imported)   /* importers fetch it without waiting for our lock */
 		app_share_ready_add(reg, h, dup_fd);
 	pthread_mutex_unlock(&reg->lock);
 	if (dup_fd < 0)
 		vmm_log(VMM_LOG_WARN, "app handle %#llx: descriptor %d not kept (%s); a group sleep "
 			"cannot tell who shares it", (unsigned long long)handle, fd,
-			v ? "dup failed" : "no host memory");
-	free(v);
-	free(old);
+			no_memory ? "no host memory" : "dup failed");
 }
 
 void vmm_app_share_after_fork(vmm_app_registry *reg)
