@@ -36,13 +36,31 @@ static int wait_for(int sock, short events, long long deadline_ms)
 	}
 }
 
+/* Room for one message's descriptors, aligned as a control message must be. */
+union fd_ctl {
+	struct cmsghdr align;
+	char bytes[CMSG_SPACE(sizeof(int) * FD_PASS_MAX)];
+};
+
+/* Put fds[0..nfds) (at most FD_PASS_MAX) in m's control message, built in ctl. */
+static void attach_fds(struct msghdr *m, union fd_ctl *ctl, const int *fds, size_t nfds)
+{
+	struct cmsghdr *c;
+
+	memset(ctl, 0, sizeof(*ctl));
+	m->msg_control = ctl->bytes;
+	m->msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+	c = CMSG_FIRSTHDR(m);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+}
+
 int fd_pass_send(int sock, const void *buf, size_t len, const int *fds, size_t nfds,
 		 long long deadline_ms)
 {
-	union {
-		struct cmsghdr align;
-		char bytes[CMSG_SPACE(sizeof(int) * FD_PASS_MAX)];
-	} ctl;
+	union fd_ctl ctl;
 	size_t off = 0;
 
 	if (nfds > FD_PASS_MAX || (nfds && !len)) {
@@ -54,18 +72,8 @@ int fd_pass_send(int sock, const void *buf, size_t len, const int *fds, size_t n
 		struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1 };
 		ssize_t k;
 
-		if (nfds && off == 0) {
-			struct cmsghdr *c;
-
-			memset(&ctl, 0, sizeof(ctl));
-			m.msg_control = ctl.bytes;
-			m.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-			c = CMSG_FIRSTHDR(&m);
-			c->cmsg_level = SOL_SOCKET;
-			c->cmsg_type = SCM_RIGHTS;
-			c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-			memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-		}
+		if (nfds && off == 0)
+			attach_fds(&m, &ctl, fds, nfds);
 		if (wait_for(sock, POLLOUT, deadline_ms))
 			return -1;
 		k = sendmsg(sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -81,10 +89,7 @@ int fd_pass_send(int sock, const void *buf, size_t len, const int *fds, size_t n
 
 int fd_pass_send_now(int sock, const void *buf, size_t len, const int *fds, size_t nfds)
 {
-	union {
-		struct cmsghdr align;
-		char bytes[CMSG_SPACE(sizeof(int) * FD_PASS_MAX)];
-	} ctl;
+	union fd_ctl ctl;
 	struct iovec io = { .iov_base = (void *)buf, .iov_len = len };
 	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1 };
 	ssize_t k;
@@ -93,18 +98,8 @@ int fd_pass_send_now(int sock, const void *buf, size_t len, const int *fds, size
 		errno = EINVAL;
 		return -1;
 	}
-	if (nfds) {
-		struct cmsghdr *c;
-
-		memset(&ctl, 0, sizeof(ctl));
-		m.msg_control = ctl.bytes;
-		m.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-		c = CMSG_FIRSTHDR(&m);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-	}
+	if (nfds)
+		attach_fds(&m, &ctl, fds, nfds);
 	k = sendmsg(sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL);
 	if (k == (ssize_t)len)
 		return 1;
@@ -142,10 +137,7 @@ int fd_pass_send_many(int sock, const void *buf, size_t len, const int *fds, siz
 long fd_pass_recv(int sock, void *buf, size_t cap, int *fds, size_t max, size_t *nfds,
 		  long long deadline_ms)
 {
-	union {
-		struct cmsghdr align;
-		char bytes[CMSG_SPACE(sizeof(int) * FD_PASS_MAX)];
-	} ctl;
+	union fd_ctl ctl;
 
 	for (;;) {
 		struct iovec io = { .iov_base = buf, .iov_len = cap };
