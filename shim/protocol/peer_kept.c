@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -23,19 +22,6 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static struct kept list[PEER_KEPT_MAX]; /* the most recently used last */
 static int count;
-
-static int fail(char *why, size_t whylen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(char *why, size_t whylen, const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(why, whylen, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 /* Close every kept connection (lock held, or single-threaded). */
 static void close_all_locked(void)
@@ -123,7 +109,7 @@ static int exchange(int fd, pid_t pid, const char *line, long long deadline, pee
 	*gone = false;
 	if (fd_pass_send(fd, line, strlen(line), NULL, 0, deadline)) {
 		*gone = errno == EPIPE || errno == ECONNRESET;
-		return fail(why, whylen, "sending to pid %d: %s", (int)pid, strerror(errno));
+		return peer_fail(why, whylen, "sending to pid %d: %s", (int)pid, strerror(errno));
 	}
 	if (peer_read_reply(fd, pid, deadline, true, out, why, whylen)) {
 		*gone = errno == ECONNRESET;
@@ -160,7 +146,7 @@ int peer_request_kept(const char *run_dir, pid_t pid, uint64_t token, peer_check
 		return -1;
 	if (check && !check(pid, token)) {
 		close(fd);
-		fail(why, whylen, "pid %d is no longer the process asked for", (int)pid);
+		peer_fail(why, whylen, "pid %d is no longer the process asked for", (int)pid);
 		return PEER_KEPT_REFUSED;
 	}
 	if (exchange(fd, pid, line, deadline, out, &gone, why, whylen)) {

@@ -14,10 +14,7 @@
 #include "protocol.h"
 #include "run_dir.h"
 
-static int fail(char *why, size_t whylen, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-
-static int fail(char *why, size_t whylen, const char *fmt, ...)
+int peer_fail(char *why, size_t whylen, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -37,12 +34,12 @@ static int connect_by(const char *path, long long deadline, char *why, size_t wh
 		int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 
 		if (fd < 0)
-			return fail(why, whylen, "socket: %s", strerror(errno));
+			return peer_fail(why, whylen, "socket: %s", strerror(errno));
 		if (!connect(fd, (struct sockaddr *)&sa, sizeof(sa)))
 			return fd;
 		close(fd);
 		if (errno != EAGAIN || fd_pass_now_ms() >= deadline)
-			return fail(why, whylen, "cannot connect to %s: %s", path,
+			return peer_fail(why, whylen, "cannot connect to %s: %s", path,
 				    errno == EAGAIN ? "busy" : strerror(errno));
 		usleep(2000);
 	}
@@ -58,18 +55,18 @@ int peer_connect(const char *run_dir, pid_t pid, long long deadline, char *why, 
 	if (run_dir && run_dir[0])
 		snprintf(dir, sizeof(dir), "%s", run_dir);
 	else if (run_dir_default(dir, sizeof(dir)))
-		return fail(why, whylen, "the control folder's path is too long");
+		return peer_fail(why, whylen, "the control folder's path is too long");
 	if (!run_dir_trusted(dir, geteuid()))
-		return fail(why, whylen, "%s is not a private folder of this user", dir);
+		return peer_fail(why, whylen, "%s is not a private folder of this user", dir);
 	if (run_dir_socket_path(dir, pid, path, sizeof(path)))
-		return fail(why, whylen, "%s: too long for a socket address", dir);
+		return peer_fail(why, whylen, "%s: too long for a socket address", dir);
 	fd = connect_by(path, deadline, why, whylen);
 	if (fd < 0)
 		return -1;
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &cl) || cl != sizeof(cred) ||
 	    cred.uid != geteuid() || cred.pid != pid) {
 		close(fd);
-		return fail(why, whylen, "the socket of pid %d is not served by that process of "
+		return peer_fail(why, whylen, "the socket of pid %d is not served by that process of "
 			    "this user", (int)pid);
 	}
 	return fd;
@@ -89,7 +86,7 @@ int peer_read_reply(int fd, pid_t pid, long long deadline, bool until_end, peer_
 	memset(out, 0, sizeof(*out));
 	out->text = malloc(cap);
 	if (!out->text)
-		return fail(why, whylen, "out of memory");
+		return peer_fail(why, whylen, "out of memory");
 	for (;;) {
 		long k;
 
@@ -98,7 +95,7 @@ int peer_read_reply(int fd, pid_t pid, long long deadline, bool until_end, peer_
 
 			if (!n) {
 				peer_reply_free(out);
-				return fail(why, whylen, "the reply of pid %d is too long", (int)pid);
+				return peer_fail(why, whylen, "the reply of pid %d is too long", (int)pid);
 			}
 			out->text = n;
 			cap *= 2;
@@ -111,7 +108,7 @@ int peer_read_reply(int fd, pid_t pid, long long deadline, bool until_end, peer_
 
 			peer_reply_free(out);
 			errno = e == ECONNRESET && got ? EPROTO : e;
-			return fail(why, whylen, "reading the reply of pid %d: %s", (int)pid,
+			return peer_fail(why, whylen, "reading the reply of pid %d: %s", (int)pid,
 				    e == ETIMEDOUT ? "timed out" : strerror(e));
 		}
 		if (k == 0)
@@ -126,7 +123,7 @@ int peer_read_reply(int fd, pid_t pid, long long deadline, bool until_end, peer_
 
 		peer_reply_free(out);
 		errno = got ? EPROTO : ECONNRESET;
-		return fail(why, whylen, "pid %d closed the connection %s", (int)pid,
+		return peer_fail(why, whylen, "pid %d closed the connection %s", (int)pid,
 			    got ? "in the middle of its reply" : "without a reply");
 	}
 	return 0;
@@ -144,7 +141,7 @@ int peer_request(const char *run_dir, pid_t pid, const char *line, int timeout_m
 		return -1;
 	if (fd_pass_send(fd, line, strlen(line), NULL, 0, deadline)) {
 		close(fd);
-		return fail(why, whylen, "sending to pid %d: %s", (int)pid, strerror(errno));
+		return peer_fail(why, whylen, "sending to pid %d: %s", (int)pid, strerror(errno));
 	}
 	shutdown(fd, SHUT_WR);
 	rc = peer_read_reply(fd, pid, deadline, false, out, why, whylen);

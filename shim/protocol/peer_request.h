@@ -35,6 +35,9 @@ int peer_connect(const char *run_dir, pid_t pid, long long deadline_ms, char *wh
 int peer_read_reply(int fd, pid_t pid, long long deadline_ms, bool until_end, peer_reply *out,
 		    char *why, size_t whylen);
 
+/* Format why (the peer functions' error text) and return -1. */
+int peer_fail(char *why, size_t whylen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /* Free the text and close every descriptor still in out (set an entry to -1 to keep it). */
 void peer_reply_free(peer_reply *out);
 
