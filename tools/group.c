@@ -108,22 +108,22 @@ static bool retryable(const struct member *m)
 	return m->rc == EXIT_REPORTED && !strcmp(m->e.status, PROTO_ERR_BUSY);
 }
 
-/* Put the members this attempt changed back: wake them after a failed sleep, sleep them
- * (held) after a failed wake. */
-static void undo(struct member *ms, int n, const bool *phase, proto_verb verb, bool autowake,
-		 double deadline)
+/* Put the members that sel selects back: wake them after a failed sleep (defer[i]: bringing back
+ * its exports only, its imports at a second request), sleep them (held) after a failed wake.
+ * clear: they count as put back once this request answers (a deferred one waits for its second). */
+static void undo_step(struct member *ms, int n, const bool *sel, const bool *defer,
+		      proto_verb verb, bool autowake, double deadline, bool clear)
 {
-	bool sel[VMMCTL_MAX_GROUP] = { false };
 	double left = deadline - vmm_now_s();
 
 	if (left < GROUP_UNDO_MIN_S)
 		left = GROUP_UNDO_MIN_S;
 	for (int i = 0; i < n; i++) {
-		sel[i] = ms[i].changed && phase[i];
 		if (!sel[i])
 			continue;
 		ms[i].req = (proto_request){ .verb = verb == PROTO_SLEEP ? PROTO_WAKE : PROTO_SLEEP,
 					     .device = -1, .autowake = autowake,
+					     .app_defer = defer && defer[i],
 					     .timeout_ms = server_ms(left) };
 		ms[i].timeout = left;
 	}
@@ -131,14 +131,37 @@ static void undo(struct member *ms, int n, const bool *phase, proto_verb verb, b
 	for (int i = 0; i < n; i++) {
 		if (!sel[i])
 			continue;
-		ms[i].changed = false;
 		if (answered(&ms[i], "ok") || answered(&ms[i], "already")) {
-			ms[i].undone = true;
+			if (clear || !(defer && defer[i])) {
+				ms[i].changed = false;
+				ms[i].undone = true;
+			}
 		} else {
+			ms[i].changed = false;
 			ms[i].undo_failed = true;
 			snprintf(ms[i].undo_msg, sizeof(ms[i].undo_msg), "%s", ms[i].e.message);
 		}
 	}
+}
+
+/* A failed sleep is undone as a group wake runs: the members whose exports went in the second
+ * phase wake first (those that also released imports bring back their exports only), then the
+ * first phase's members fetch their imports from exporters that are awake by then. Woken all at
+ * once, an importer could ask an exporter whose own undo had not re-created the memory yet. A
+ * failed wake is undone importers first (they let go before their exporters sleep again). */
+static void undo(struct member *ms, int n, const bool *first, const bool *second, proto_verb verb,
+		 bool autowake, double deadline)
+{
+	bool sel[VMMCTL_MAX_GROUP], defer[VMMCTL_MAX_GROUP];
+
+	for (int i = 0; i < n; i++) {
+		sel[i] = ms[i].changed && second[i];
+		defer[i] = verb == PROTO_SLEEP && first[i];
+	}
+	undo_step(ms, n, sel, defer, verb, autowake, deadline, false);
+	for (int i = 0; i < n; i++)
+		sel[i] = ms[i].changed && first[i];
+	undo_step(ms, n, sel, NULL, verb, autowake, deadline, true);
 }
 
 static bool ms_any_undo_failed(const struct member *ms, int n)
@@ -159,6 +182,46 @@ static const client_target *targets_of(const struct member *ms, int n)
 	for (int i = 0; i < n; i++)
 		t[i] = ms[i].t;
 	return t;
+}
+
+/* The members an undo put back are asked where they are: an answer of "ok" to a wake that left
+ * imports asleep, or an undo that ended some other way than asked, must not be reported as "as
+ * it was". A failed sleep's members should be awake and not held; a failed wake's asleep. */
+static void check_undone(struct member *ms, int n, proto_verb verb)
+{
+	static client_reply r[VMMCTL_MAX_GROUP];
+	bool sel[VMMCTL_MAX_GROUP], got[VMMCTL_MAX_GROUP], any = false;
+	const char *want = verb == PROTO_SLEEP ? "awake" : "asleep";
+
+	for (int i = 0; i < n; i++)
+		any = (sel[i] = ms[i].undone) || any;
+	if (!any)
+		return;
+	memset(r, 0, sizeof(r));
+	group_shares_status(targets_of(ms, n), n, sel, GROUP_SHARES_TIMEOUT_S, r, got);
+	for (int i = 0; i < n; i++) {
+		const proto_record *info = got[i] ? client_reply_find(&r[i], "info") : NULL;
+		const char *state = info ? proto_record_str(info, "state") : NULL;
+		bool held = false;
+
+		if (!sel[i])
+			continue;
+		if (info)
+			proto_record_bool(info, "held", &held);
+		if (state && !strcmp(state, want) && !(verb == PROTO_SLEEP && held)) {
+			client_reply_free(&r[i]);
+			continue;
+		}
+		ms[i].undone = false;
+		ms[i].undo_failed = true;
+		if (!state)
+			snprintf(ms[i].undo_msg, sizeof(ms[i].undo_msg), "it did not say where it is "
+				 "after the undo");
+		else
+			snprintf(ms[i].undo_msg, sizeof(ms[i].undo_msg), "it is %s%s after the undo",
+				 out_safe(state), held ? " and held" : "");
+		client_reply_free(&r[i]);
+	}
 }
 
 /* Where a group operation's time went (seconds), for --json: the parts a single-process sleep
@@ -515,8 +578,8 @@ static bool one_attempt(struct member *ms, struct group_plan *g, const vmmctl_ar
 	if (!failed)
 		return true;
 	t = vmm_now_s();
-	undo(ms, g->n, g->second, g->verb, a->autowake, deadline);
-	undo(ms, g->n, g->first, g->verb, a->autowake, deadline);
+	undo(ms, g->n, g->first, g->second, g->verb, a->autowake, deadline);
+	check_undone(ms, g->n, g->verb);
 	st->undo += vmm_now_s() - t;
 	for (int i = 0; i < g->n; i++)
 		*again = *again && !ms[i].undo_failed;

@@ -483,7 +483,7 @@ Test(group_share, a_failure_in_the_second_phase_of_a_mutual_pair_undoes_both, .t
 	snprintf(pids, sizeof(pids), "%d %d", (int)ps[0].pid, (int)ps[1].pid);
 	vmmctl_run(&o, se.run_dir, -1, "--timeout 60 sleep %s", pids);
 	cr_expect_eq(o.code, 1, "the sleep failed: %s %s", o.out, o.err);
-	cr_expect(strstr(o.err, "every process is as it was"), "%s", o.err);
+	cr_expect(strstr(o.err, "every process is as it was\n"), "none left behind: %s", o.err);
 	for (int i = 0; i < 2; i++) {
 		vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)ps[i].pid);
 		cr_expect(strstr(o.out, "\"state\": \"awake\""), "member %d: %s", i, o.out);
