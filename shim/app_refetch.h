@@ -9,6 +9,7 @@
 #include "../core/backend/backend.h"
 #include "../core/vmm_error.h"
 
-vmm_status shim_app_refetch(pid_t exporter, vmm_phys exporter_value, int *fd, vmm_error *err);
+vmm_status shim_app_refetch(pid_t exporter, vmm_phys exporter_value, double deadline, int *fd,
+			    vmm_error *err);
 
 #endif

@@ -63,6 +63,7 @@ struct vmm_app_registry {
 	vmm_copy_engine *ce[VMM_MAX_DEVICES];
 	vmm_app_refetch_fn refetch;  /* asks an exporter for its memory again (the shim's) */
 	bool defer_imports;          /* wakes leave imports a group released asleep */
+	double wake_deadline;        /* the running wake's (vmm_now_s), bounding its fetches; 0: none */
 	/* Exports a group wake re-created, exported ahead for the importers' fetches (the fd is
 	 * one of the handle's kept duplicates; app_reshare.c): answered under ready_lock alone, so
 	 * that two members fetching from each other while each holds its own registry lock do not

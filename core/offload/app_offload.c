@@ -780,7 +780,6 @@ vmm_status vmm_app_wake_within(vmm_app_registry *reg, const vmm_sleep_opts *opts
 	struct app_op op;
 	vmm_status st;
 
-	(void)lim; /* nothing to wait for: the copies back are the whole work */
 	if (!res)
 		res = &local;
 	st = op_begin(reg, opts, true, &op, res, err);
@@ -793,7 +792,9 @@ vmm_status vmm_app_wake_within(vmm_app_registry *reg, const vmm_sleep_opts *opts
 	if (!st)
 		st = wake_fits(reg, op.hs, op.n, err);
 	if (!st) {
+		reg->wake_deadline = lim ? lim->deadline : 0;   /* imports fetched within it */
 		st = restore_in_order(reg, op.hs, op.n, &res->bytes_copied, err);
+		reg->wake_deadline = 0;
 		if (st == VMM_E_OOM && err) {
 			char why[sizeof(err->msg)];
 

@@ -107,7 +107,7 @@ vmm_status app_share_reimport(vmm_app_registry *reg, struct app_handle *h, vmm_e
 			return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "app handle %#llx: no way to ask "
 					"its exporter for the memory again",
 					(unsigned long long)h->app);
-		st = reg->refetch(h->exporter, h->exporter_value, &fd, err);
+		st = reg->refetch(h->exporter, h->exporter_value, reg->wake_deadline, &fd, err);
 		if (st == VMM_E_NOT_OURS)
 			return replace_lost(reg, h, err);
 		if (st)

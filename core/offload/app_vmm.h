@@ -97,13 +97,14 @@ void vmm_app_group_release(vmm_app_registry *reg, const vmm_app_release *list, s
  * importer fetches at its wake. The registry keeps a duplicate, as for the program's exports. */
 vmm_status vmm_app_share_export(vmm_app_registry *reg, vmm_phys app, int *fd, uint64_t *size,
 				vmm_error *err);
-/* Ask exporter (a pid) for a new descriptor of its handle exporter_value: 0 and *fd (owned by the
- * caller), or a failure with err filled: VMM_E_NOT_OURS when the exporter has ended (it took the
+/* Ask exporter (a pid) for a new descriptor of its handle exporter_value, giving up at deadline
+ * (vmm_now_s time; 0: the function's own bound): 0 and *fd (owned by the caller), or a failure
+ * with err filled: VMM_E_NOT_OURS when the exporter has ended (it took the
  * memory it released with it: the wake then maps fresh memory there, so that the program's
  * pointers do not fault, and logs that the contents are lost). Set by the shim, which talks to
  * other processes. */
-typedef vmm_status (*vmm_app_refetch_fn)(pid_t exporter, vmm_phys exporter_value, int *fd,
-					 vmm_error *err);
+typedef vmm_status (*vmm_app_refetch_fn)(pid_t exporter, vmm_phys exporter_value,
+					 double deadline, int *fd, vmm_error *err);
 void vmm_app_set_refetch(vmm_app_registry *reg, vmm_app_refetch_fn fn);
 /* While on, a wake leaves the imports a group sleep released asleep (a member that exports and
  * imports wakes its exports first, so that its peers can fetch them, and its imports in a

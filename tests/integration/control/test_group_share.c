@@ -387,6 +387,40 @@ Test(group_share, an_exporter_killed_while_asleep_leaves_its_importer_able_to_wa
 	end_sharing(&ps[1], 1, &observer);
 }
 
+/* After a group sleep the two are woken by hand, each with its own vmmctl, the importer first: its
+ * wake asks an exporter that is still asleep, and asks again (within its deadline) until the
+ * exporter's own wake has brought the memory back. Both wake, with their data, still sharing. An
+ * importer whose exporter stays asleep fails its wake soon, saying why, and stays asleep. */
+Test(group_share, an_importer_woken_before_its_exporter_waits_for_it, .timeout = 120)
+{
+	struct peer ps[2], observer;
+	long long own[2], slot[2];
+	pid_t importer;
+	double t;
+
+	setup_env();
+	peer_start(&observer, env);
+	peer_ok(&observer, "init");
+	start_sharing(ps, 2, NULL, true, own, slot);
+	group("sleep", ps, 2);
+	t = now_s();
+	vmmctl_run(&o, se.run_dir, -1, "--timeout 30 wake %d", (int)ps[1].pid);
+	cr_expect_neq(o.code, 0, "the importer cannot wake alone: %s", o.out);
+	cr_expect(strstr(o.err, "asleep"), "and says why: %s", o.err);
+	cr_expect_lt(now_s() - t, 10.0, "soon, not at its deadline");
+	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)ps[1].pid);
+	cr_expect(strstr(o.out, "\"state\": \"asleep\""), "it stays asleep: %s", o.out);
+	importer = vmmctl_spawn(se.run_dir, "--timeout 30 wake %d", (int)ps[1].pid);
+	cr_assert_gt(importer, 0);
+	usleep(200 * 1000);
+	vmmctl_run(&o, se.run_dir, -1, "--timeout 30 wake %d", (int)ps[0].pid);
+	cr_expect_eq(o.code, 0, "the exporter wakes: %s %s", o.out, o.err);
+	cr_expect_eq(vmmctl_wait(importer, &o, 30000), 0, "the importer, waiting for it, too: %s %s",
+		     o.out, o.err);
+	check_sharing(ps, 2, own, slot, "ok shared-by-0");
+	end_sharing(ps, 2, &observer);
+}
+
 /* NCCL's pattern: each member exports a buffer of its own and imports its peer's. Each sleeps in
  * the first phase (its imports go) and again in the second (its exports are copied out once both
  * have drained); at wake each brings back its exports first and fetches its imports second.
