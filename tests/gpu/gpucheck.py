@@ -1776,6 +1776,67 @@ class Matrix:
             p.finish()
         self.bench_sleep_provisioned()
 
+    def bench_group_one_gpu(self):
+        """Issue 10's group benchmark where only one GPU is lent: two processes on GPU 0, each
+        holding --group-gib GiB, slept and woken as one group (`vmmctl sleep P0 P1`) against
+        each slept and woken alone, one after the other (the same bytes). Both share one link,
+        so the group should cost what its members cost in sequence. The first cycle of each
+        provisions the host backups: the second group cycle is compared with the singles'."""
+        name = "group sleep+wake of 2 processes on 1 GPU vs each alone (s)"
+        if not self.want("bench group"):
+            return
+        if not (self.shim_ok and self.ctl_ok):
+            self.badd(name, "not run", "", "", "", "libvmmshim.so or vmmctl missing")
+            return
+        gib = self.a.group_gib
+        if self.left() < 60 + 4 * gib:
+            self.badd(name, "not run", "", "", "", "out of time")
+            return
+        ps = [self.hold_proc(gib, True, f"group{i}") for i in range(2)]
+        if any(p is None for p in ps):
+            self.badd(name, "hold failed", "", "", "")
+            for p in ps:
+                if p is not None:
+                    p.kill()
+                    p.finish()
+            return
+        pids = [p.pid for p in ps]
+        walls, err, steps = {}, "", []
+        for k, args in (("group_first", pids), ("single_0", pids[:1]), ("single_1", pids[1:]),
+                        ("group", pids), ("single_0b", pids[:1]), ("single_1b", pids[1:])):
+            total = 0.0
+            for verb in ("sleep", "wake"):
+                rc, js, wall, text = self.ctl(verb, *args, timeout=120)
+                if rc != 0:
+                    err = f"{k} {verb} rc {rc}: {pick_str(js, 'message') or text}"
+                    break
+                total += wall
+                if k == "group" and js and js.get("steps"):
+                    steps.append(f"{verb} " + " ".join(f"{n[:-2]} {v * 1e3:.0f}"
+                                                        for n, v in js["steps"].items()))
+            if err:
+                break
+            walls[k] = total
+        if err:
+            for verb in ("wake",):
+                self.ctl(verb, *pids, timeout=60)
+        chk = [self.command(p, "check", r"^CHECK (\w+)", timeout=60) for p in ps]
+        intact = all(c and c.group(1) == "ok" for c in chk)
+        for p in ps:
+            self.command(p, "quit", r"^RESULT hold", timeout=60)
+            p.finish()
+        note = ("contents intact" if intact else "CONTENTS LOST") + (f"; {err}" if err else "")
+        if "group" not in walls:
+            self.badd(name, "failed", "", "", "", note)
+            return
+        single = min(walls["single_0"] + walls["single_1"],
+                     walls.get("single_0b", 1e9) + walls.get("single_1b", 1e9))
+        self.badd(f"group sleep+wake of 2 x {gib} GiB on 1 GPU vs each alone (s)",
+                  fmt(walls["group"]), fmt(single) + " (one after the other)",
+                  ratio(walls["group"], single), "~1x",
+                  f"{note}; vmmctl wall, 2nd group cycle; first {fmt(walls['group_first'])} s; "
+                  f"group steps ms: {'; '.join(steps)}")
+
     def bench_small_handles(self):
         """Issue 12's large case: --small-gib GiB held in many 2-32 MiB allocations left by
         fragmenting frees (hold.cu "small"), so the heap holds them in many small handles. Two
@@ -1987,6 +2048,8 @@ def main():
                     help="passes over the same steps per run; the last is timed (train.py)")
     ap.add_argument("--train-steps", type=int, default=12)
     ap.add_argument("--sleep-sizes", default="1,16,64")
+    ap.add_argument("--group-gib", type=int, default=8,
+                    help="GiB each of the two processes of the one-GPU group benchmark holds")
     ap.add_argument("--small-gib", type=int, default=96,
                     help="GiB of the small-handles sleep/wake row (the backup is on the host)")
     ap.add_argument("--ckpt-gib", type=int, default=16)
@@ -2029,6 +2092,7 @@ def main():
             m.bench_bw()
             m.bench_sleep()
             m.bench_small_handles()
+            m.bench_group_one_gpu()
             m.bench_ipc()
             m.bench_train()
             m.bench_checkpoint()  # an outside anchor: last, it is what a short run drops
