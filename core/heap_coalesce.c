@@ -2,6 +2,7 @@
 #include "heap_coalesce.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "heap_blocks.h"
 #include "heap_phys.h"
@@ -73,6 +74,132 @@ size_t coalesce_runs(struct devheap *dh, struct phandle *const *hs, size_t n,
 		(*runs)[count++] = r;
 	}
 	return count;
+}
+
+static int by_va(const void *a, const void *b)
+{
+	const struct phandle *x = *(struct phandle *const *)a, *y = *(struct phandle *const *)b;
+
+	return x->va < y->va ? -1 : x->va > y->va;
+}
+
+/* The index of the first of hs[0..n) (sorted by address) at or above va; n when none. */
+static size_t first_at_or_above(struct phandle *const *hs, size_t n, vmm_devptr va)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (hs[mid]->va < va)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+/* A hole: free[first..first+n) (address-adjacent), `bytes` in all. */
+struct hole {
+	size_t first, n;
+	size_t bytes;
+};
+
+static int by_bytes(const void *a, const void *b)
+{
+	const struct hole *x = a, *y = b;
+
+	if (x->bytes != y->bytes)
+		return x->bytes < y->bytes ? -1 : 1;
+	return x->first < y->first ? -1 : x->first > y->first;
+}
+
+/* Is free[i..j) (address-adjacent, one arena) a hole between two of live[0..n) that it may
+ * join? */
+static bool is_hole(struct devheap *dh, struct phandle *const *live, size_t n,
+		    struct phandle *const *free_hs, size_t i, size_t j)
+{
+	const struct phandle *h = free_hs[i], *last = free_hs[j - 1];
+	size_t k = first_at_or_above(live, n, h->va);
+	const struct phandle *prev = k ? live[k - 1] : NULL, *next = k < n ? live[k] : NULL;
+
+	return prev && next && prev->va + prev->size == h->va &&
+	       last->va + last->size == next->va && prev->arena == h->arena &&
+	       next->arena == h->arena && may_join(prev) && may_join(next) &&
+	       res_of(dh, prev->va) == res_of(dh, next->va);
+}
+
+/* The holes among free[0..n) (sorted by address): runs of adjacent joinable free handles of one
+ * arena, at most HOLE_MAX_BYTES, between two live handles. Returns how many, in holes. */
+static size_t find_holes(struct devheap *dh, struct phandle *const *live, size_t nlive,
+			 struct phandle *const *free_hs, size_t n, struct hole *holes)
+{
+	size_t nh = 0;
+
+	for (size_t i = 0; i < n;) {
+		size_t j = i + 1, bytes = free_hs[i]->size;
+		bool ok = may_join(free_hs[i]);
+
+		for (; j < n && free_hs[j]->va == free_hs[j - 1]->va + free_hs[j - 1]->size &&
+		       free_hs[j]->arena == free_hs[i]->arena; j++) {
+			ok = ok && may_join(free_hs[j]);
+			bytes += free_hs[j]->size;
+		}
+		if (ok && bytes <= HOLE_MAX_BYTES && is_hole(dh, live, nlive, free_hs, i, j))
+			holes[nh++] = (struct hole){ .first = i, .n = j - i, .bytes = bytes };
+		i = j;
+	}
+	return nh;
+}
+
+uint64_t coalesce_take_holes(struct devheap *dh, struct phandle **live, size_t *nlive,
+			     struct phandle **idle, size_t *nidle)
+{
+	uint64_t live_bytes = 0, taken = 0;
+	struct phandle **free_hs, **take;
+	struct hole *holes;
+	size_t nh, k = 0, ntake = 0, w = 0;
+
+	if (!*nidle || !*nlive)
+		return 0;
+	free_hs = malloc(*nidle * sizeof(*free_hs));
+	take = malloc(*nidle * sizeof(*take));
+	holes = malloc(*nidle * sizeof(*holes));
+	if (!free_hs || !take || !holes) {
+		free(free_hs);
+		free(take);
+		free(holes);
+		return 0;
+	}
+	for (size_t i = 0; i < *nlive; i++)
+		live_bytes += live[i]->size;
+	memcpy(free_hs, idle, *nidle * sizeof(*free_hs));
+	qsort(free_hs, *nidle, sizeof(*free_hs), by_va);
+	nh = find_holes(dh, live, *nlive, free_hs, *nidle, holes);
+	/* Smallest first: each hole taken is one handle fewer at every wake, whatever its size. */
+	qsort(holes, nh, sizeof(*holes), by_bytes);
+	for (; k < nh && taken + holes[k].bytes <= live_bytes >> HOLE_BUDGET_SHIFT; k++) {
+		taken += holes[k].bytes;
+		for (size_t i = 0; i < holes[k].n; i++)
+			take[ntake++] = free_hs[holes[k].first + i];
+	}
+	qsort(take, ntake, sizeof(*take), by_va);
+	for (size_t i = 0; i < *nidle; i++)
+		if (!ntake || !bsearch(&idle[i], take, ntake, sizeof(*take), by_va))
+			idle[w++] = idle[i];
+	*nidle = w;
+	/* Merge from the back: live has the room. */
+	for (size_t i = *nlive, j = ntake, out = *nlive + ntake; j;) {
+		if (i && live[i - 1]->va > take[j - 1]->va)
+			live[--out] = live[--i];
+		else
+			live[--out] = take[--j];
+	}
+	*nlive += ntake;
+	free(free_hs);
+	free(take);
+	free(holes);
+	return taken;
 }
 
 bool run_backup_contiguous(struct phandle *const *hs, const struct handle_run *run)

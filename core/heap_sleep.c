@@ -62,10 +62,23 @@ static vmm_status plan_sleep(struct devheap *dh, const struct filter *f, struct 
 			continue;
 		}
 		p->live[p->nlive++] = h;
-		if (!f->discard && !h->backup.ptr)
-			p->host_need += h->size;
 	}
 	return VMM_OK;
+}
+
+/* The host backup the live handles still need (none for a discarding sleep). */
+static void count_host_need(struct sleep_plan *p, bool discard)
+{
+	p->host_need = 0;
+	for (size_t i = 0; i < p->nlive && !discard; i++)
+		if (!p->live[i]->backup.ptr)
+			p->host_need += p->live[i]->size;
+}
+
+/* Is h one of the live handles (p->live sorted by address)? */
+static bool plan_releases(const struct sleep_plan *p, struct phandle *h)
+{
+	return p->nlive && bsearch(&h, p->live, p->nlive, sizeof(*p->live), compare_handle_va);
 }
 
 /* Host memory is checked before anything is touched. */
@@ -357,7 +370,9 @@ static vmm_status drop_idle(struct devheap *dh, const struct filter *f, struct s
 		vmm_status st;
 
 		next = h->next;
-		if (!arena_sleeps(h->arena, f) || stays(h, f) || !handle_wholly_free(dh, h))
+		/* A hole released with its neighbours (coalesce_take_holes) is not dropped. */
+		if (!arena_sleeps(h->arena, f) || stays(h, f) || !handle_wholly_free(dh, h) ||
+		    plan_releases(p, h))
 			continue;
 		st = handle_drop(dh, h, err);
 		if (st)
@@ -389,6 +404,8 @@ vmm_status heap_sleep_device(struct devheap *dh, const struct filter *f, const v
 	if (st)
 		return st;
 	qsort(p.live, p.nlive, sizeof(*p.live), compare_handle_va);
+	coalesce_take_holes(dh, p.live, &p.nlive, p.idle, &p.nidle);
+	count_host_need(&p, f->discard);
 	nruns = coalesce_runs(dh, p.live, p.nlive, &runs);
 	st = check_host(dh, &p, err);
 	if (!st) {
