@@ -22,6 +22,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MiB (1ull << 20)
 #define GiB (1ull << 30)
@@ -116,6 +117,24 @@ static struct {
 	struct driver_counts c;
 } m = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+static double now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+/* Add the wall time since t0 to the time measured inside calls. */
+static void took(double t0)
+{
+	double us = now_us() - t0;
+
+	pthread_mutex_lock(&m.lock);
+	m.c.call_us += us;
+	pthread_mutex_unlock(&m.lock);
+}
+
 /* The cost of a set access (or unmap) over [va, va+size): per handle mapped there (2 MiB
  * handles in a range of several at the figures of the 512-handle range). */
 static double range_cost(enum op op, vmm_devptr va, size_t size, uint64_t *handles)
@@ -147,8 +166,10 @@ static double range_cost(enum op op, vmm_devptr va, size_t size, uint64_t *handl
 
 static vmm_status w_create(vmm_backend *be, int dev, size_t size, vmm_phys *h, vmm_error *err)
 {
+	double t0 = now_us();
 	vmm_status st = m.create(be, dev, size, h, err);
 
+	took(t0);
 	pthread_mutex_lock(&m.lock);
 	m.c.creates++;
 	m.c.us += cost(OP_CREATE, size);
@@ -161,7 +182,8 @@ static vmm_status w_create(vmm_backend *be, int dev, size_t size, vmm_phys *h, v
 static vmm_status w_release(vmm_backend *be, vmm_phys h, vmm_error *err)
 {
 	uint64_t size;
-	double us;
+	vmm_status st;
+	double us, t0;
 
 	pthread_mutex_lock(&m.lock);
 	size = get(handles, h + 1);
@@ -171,13 +193,18 @@ static vmm_status w_release(vmm_backend *be, vmm_phys h, vmm_error *err)
 	m.c.release_us += us;
 	del(handles, h + 1);
 	pthread_mutex_unlock(&m.lock);
-	return m.release(be, h, err);
+	t0 = now_us();
+	st = m.release(be, h, err);
+	took(t0);
+	return st;
 }
 
 static vmm_status w_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys h, vmm_error *err)
 {
+	double t0 = now_us();
 	vmm_status st = m.map(be, va, size, h, err);
 
+	took(t0);
 	pthread_mutex_lock(&m.lock);
 	m.c.maps++;
 	m.c.us += cost(OP_MAP, size);
@@ -190,12 +217,15 @@ static vmm_status w_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys h,
 static vmm_status w_unmap(vmm_backend *be, vmm_devptr va, size_t size, vmm_error *err)
 {
 	vmm_status st;
+	double t0;
 
 	pthread_mutex_lock(&m.lock);
 	m.c.unmap_calls++;
 	m.c.us += range_cost(OP_UNMAP, va, size, &m.c.unmapped);
 	pthread_mutex_unlock(&m.lock);
+	t0 = now_us();
 	st = m.unmap(be, va, size, err);
+	took(t0);
 	if (!st) {
 		pthread_mutex_lock(&m.lock);
 		for (vmm_devptr p = va; p < va + size;) {
@@ -214,19 +244,33 @@ static vmm_status w_unmap(vmm_backend *be, vmm_devptr va, size_t size, vmm_error
 static vmm_status w_access(vmm_backend *be, int dev, vmm_devptr va, size_t size, const int *peers,
 			   int npeers, vmm_error *err)
 {
+	vmm_status st;
+	double t0;
+
 	pthread_mutex_lock(&m.lock);
 	m.c.access_calls++;
 	m.c.us += range_cost(OP_ACCESS, va, size, &m.c.access_handles);
 	pthread_mutex_unlock(&m.lock);
-	return m.set_access(be, dev, va, size, peers, npeers, err);
+	t0 = now_us();
+	st = m.set_access(be, dev, va, size, peers, npeers, err);
+
+	took(t0);
+	return st;
 }
 
 static vmm_status w_sync(vmm_backend *be, int dev, vmm_error *err)
 {
+	vmm_status st;
+	double t0;
+
 	pthread_mutex_lock(&m.lock);
 	m.c.syncs++;
 	pthread_mutex_unlock(&m.lock);
-	return m.sync(be, dev, err);
+	t0 = now_us();
+	st = m.sync(be, dev, err);
+
+	took(t0);
+	return st;
 }
 
 void driver_model_attach(vmm_backend *be)
@@ -277,5 +321,6 @@ struct driver_counts driver_counts_sub(struct driver_counts b, struct driver_cou
 		.access_handles = b.access_handles - a.access_handles,
 		.releases = b.releases - a.releases, .syncs = b.syncs - a.syncs,
 		.us = b.us - a.us, .release_us = b.release_us - a.release_us,
+		.call_us = b.call_us - a.call_us,
 	};
 }

@@ -14,6 +14,8 @@ struct driver_counts {
 	uint64_t syncs;
 	double us;              /* modelled driver time, every call one after another */
 	double release_us;      /* the part of it spent in releases */
+	double call_us;         /* wall time measured inside the calls here (simdev's, when on it),
+				 * summed over threads: the rest of an operation is the core's own */
 };
 
 /* Wrap be's physical-memory calls (until driver_model_detach); counts start at zero. */
