@@ -2,8 +2,10 @@
  * wake re-creates one handle where it would make two (what a user sees as a faster wake of a
  * fragmented heap), while contents and addresses are kept, a discarded sleep still releases
  * everything, the memory of the hole is usable after the wake, and a hole too large, or too large
- * for what sleeps around it, is still given back and stays out of the wake. */
+ * for what sleeps around it, is still given back and stays out of the wake. Every driver call of
+ * such a cycle may fail: the heap stays consistent with the driver, contents kept. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 
 #include "heap_coalesce.h"
 #include "heap_offload.h"
@@ -124,4 +126,96 @@ Test(heap_wake_holes, a_hole_beyond_the_budget_of_its_neighbours_stays_out)
 	cr_expect_eq(t_stats(&t, 0, NULL).mapped_bytes, SIDE);
 	cr_expect_eq(handles_now(&t), 2);
 	t_close(&t);
+}
+
+/* The heap's mapped bytes are the driver's, and a and b hold their contents (when `contents`). */
+static int consistent(struct tctx *t, vmm_devptr a, vmm_devptr b, bool contents)
+{
+	if (t_stats(t, 0, NULL).mapped_bytes != t_dev_used(t, 0)) {
+		fprintf(stderr, "hole scenario: mapped %llu, driver %llu\n",
+			(unsigned long long)t_stats(t, 0, NULL).mapped_bytes,
+			(unsigned long long)t_dev_used(t, 0));
+		return 1;
+	}
+	if (contents && !(t_check(a, SIDE, 1) && t_check(b, SIDE, 2))) {
+		fprintf(stderr, "hole scenario: contents lost\n");
+		return 1;
+	}
+	return 0;
+}
+
+/* One sleep and wake under an injected failure: a failed sleep leaves the heap awake, a failed
+ * wake leaves it asleep and a later one brings it back. */
+static int faulty_cycle(struct tctx *t, vmm_devptr a, vmm_devptr b, bool discard)
+{
+	vmm_sleep_opts o = all;
+
+	o.discard = discard;
+	if (vmm_sleep(t->core, &o, NULL, NULL)) {
+		if (vmm_is_asleep(t->core, 0, NULL)) {
+			fprintf(stderr, "hole scenario: a failed sleep left the heap asleep\n");
+			return 1;
+		}
+		return consistent(t, a, b, !discard);
+	}
+	for (int k = 0; vmm_wake(t->core, &all, NULL, NULL); k++) {
+		if (k == 2 || !vmm_is_asleep(t->core, 0, NULL)) {
+			fprintf(stderr, "hole scenario: the wake does not recover\n");
+			return 1;
+		}
+	}
+	return consistent(t, a, b, !discard);
+}
+
+static int hole_scenario(void)
+{
+	vmm_devptr a = 0, h = 0, b = 0;
+	int rc = 0;
+	struct tctx t;
+
+	if (t_try_open(&t, NULL, NULL))
+		return 0;
+	/* An injected failure here leaves no hole to test: nothing more to check. */
+	if (!vmm_malloc(t.core, 0, SIDE, 0, NULL, &a, NULL) &&
+	    !vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &h, NULL) &&
+	    !vmm_malloc(t.core, 0, SIDE, 0, NULL, &b, NULL) && h == a + SIDE && b == h + 2 * MiB) {
+		t_fill(a, SIDE, 1);
+		t_fill(b, SIDE, 2);
+		vmm_free(t.core, h, NULL);
+		h = 0;
+		rc = faulty_cycle(&t, a, b, false) || faulty_cycle(&t, a, b, true);
+	}
+	if (a)
+		vmm_free(t.core, a, NULL);
+	if (h)
+		vmm_free(t.core, h, NULL);
+	if (b)
+		vmm_free(t.core, b, NULL);
+	vmm_trim(t.core, -1, NULL);
+	rc = rc || consistent(&t, a, b, false);
+	t_close(&t);
+	return rc;
+}
+
+Test(heap_wake_holes, every_call_of_a_cycle_with_a_hole_can_fail, .timeout = 180)
+{
+	static const char *names[] = { "cuMemUnmap", "cuMemRelease", "cuMemMap", "cuMemCreate",
+				       "cuMemSetAccess" };
+	const char *env[] = { "SIMDEV_MEMORY=256M", NULL, NULL };
+	char fail[96];
+	long long live;
+
+	cr_assert_eq(t_run_child(hole_scenario, env, &live), 0, "the scenario passes without faults");
+	cr_assert_eq(live, 0);
+	env[1] = fail;
+	for (size_t n = 0; n < sizeof(names) / sizeof(names[0]); n++) {
+		for (int k = 1; k <= 8; k++) {
+			int rc;
+
+			snprintf(fail, sizeof(fail), "SIMDEV_FAIL=%s:%d", names[n], k);
+			rc = t_run_child(hole_scenario, env, &live);
+			cr_expect_eq(rc, 0, "%s: the scenario failed (%d)", fail, rc);
+			cr_expect_eq(live, 0, "%s: %lld device bytes leaked", fail, live);
+		}
+	}
 }
