@@ -14,6 +14,7 @@
 #include "../core/mono_wait.h"
 
 #include "protocol/peer_request.h"
+#include "protocol/proc_start.h"
 #include "protocol/protocol.h"
 #include "runtime.h"
 
@@ -60,8 +61,22 @@ static int ms_left(double deadline)
 	return ms > APP_REFETCH_TIMEOUT_MS ? APP_REFETCH_TIMEOUT_MS : ms < 0 ? 0 : (int)ms;
 }
 
-vmm_status shim_app_refetch(pid_t exporter, vmm_phys exporter_value, double deadline, int *fd,
-			    vmm_error *err)
+/* Is pid still the process that exported (its start time as when the group slept)? A process
+ * that reused the pid would hand out memory of its own, or none. */
+static bool same_exporter(pid_t exporter, uint64_t exporter_start)
+{
+	return !exporter_start || proc_start_time(exporter) == exporter_start;
+}
+
+static vmm_status exporter_gone(pid_t exporter, vmm_phys exporter_value, vmm_error *err)
+{
+	return vmm_fail(err, VMM_E_NOT_OURS, 0, "pid %d, which exported the shared handle %#llx, "
+			"has ended (no process of its start time has that pid now)", (int)exporter,
+			(unsigned long long)exporter_value);
+}
+
+vmm_status shim_app_refetch(pid_t exporter, uint64_t exporter_start, vmm_phys exporter_value,
+			    double deadline, int *fd, vmm_error *err)
 {
 	shim_runtime *rt = shim_runtime_peek();
 	double retry_until = vmm_now_s() + APP_REFETCH_ASLEEP_RETRY_S;
@@ -72,6 +87,8 @@ vmm_status shim_app_refetch(pid_t exporter, vmm_phys exporter_value, double dead
 	*fd = -1;
 	if (!rt)
 		return vmm_fail(err, VMM_E_INVALID, 0, "no runtime");
+	if (!same_exporter(exporter, exporter_start))
+		return exporter_gone(exporter, exporter_value, err);
 	snprintf(line, sizeof(line), "%s app_open handle=\"%llu\"\n", PROTO_MAGIC,
 		 (unsigned long long)exporter_value);
 	for (;;) {
@@ -100,6 +117,12 @@ vmm_status shim_app_refetch(pid_t exporter, vmm_phys exporter_value, double dead
 					msg[0] ? msg : "no descriptor came");
 		nanosleep(&(struct timespec){ 0, pause_ms * 1000000L }, NULL);
 		pause_ms = pause_ms * 2 > 200 ? 200 : pause_ms * 2;
+	}
+	/* The pid answered as ours at connect; still of the same start time now, it was the
+	 * exporter all along (a pid is not reused while its process lives). */
+	if (!same_exporter(exporter, exporter_start)) {
+		peer_reply_free(&reply);
+		return exporter_gone(exporter, exporter_value, err);
 	}
 	*fd = reply.fds[0];
 	reply.fds[0] = -1;

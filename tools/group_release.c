@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "proc_start.h"
+
 static int member_of(const client_target *t, int n, pid_t pid)
 {
 	for (int i = 0; i < n; i++)
@@ -36,6 +38,7 @@ static bool candidate(const client_target *t, int n, const struct share *s, int 
 				return false;   /* exported twice: not one memory of one process */
 			out->exporter = who;
 			out->handle = s[k].handle;
+			out->exporter_start = proc_start_time(s[k].pid);
 		} else if (out->nimporters < GROUP_RELEASE_MAX_IMPORTERS) {
 			out->importer[out->nimporters] = who;
 			out->import_handle[out->nimporters++] = s[k].handle;
@@ -131,9 +134,15 @@ void group_release_request(const struct group_release *g, int i, const client_ta
 		for (int j = 0; j < rm->nimporters && !exports; j++) {
 			if (rm->importer[j] != i)
 				continue;
-			snprintf(one, sizeof(one), "%llu:%ld:%llu",
-				 (unsigned long long)rm->import_handle[j], (long)t[rm->exporter].pid,
-				 (unsigned long long)rm->handle);
+			/* The exporter's start time goes with its pid: at wake the importer asks
+			 * that process only, not a later one that reused the pid. */
+			int len = snprintf(one, sizeof(one), "%llu:%ld:%llu",
+					   (unsigned long long)rm->import_handle[j],
+					   (long)t[rm->exporter].pid,
+					   (unsigned long long)rm->handle);
+			if (rm->exporter_start)
+				snprintf(one + len, sizeof(one) - (size_t)len, ":%llu",
+					 (unsigned long long)rm->exporter_start);
 			append(out, cap, one);
 		}
 		if (exports && rm->exporter == i && rm->confirmed) {

@@ -13,6 +13,7 @@
 struct release_memory {
 	int exporter;                        /* member index */
 	uint64_t handle;                     /* the exporter's value */
+	uint64_t exporter_start;             /* its start time, to tell a reused pid (0: unknown) */
 	int importer[GROUP_RELEASE_MAX_IMPORTERS];
 	uint64_t import_handle[GROUP_RELEASE_MAX_IMPORTERS];
 	int nimporters;

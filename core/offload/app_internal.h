@@ -38,6 +38,7 @@ struct app_handle {
 	                          * from its exporter at wake */
 	pid_t exporter;          /* an import: the exporting process and its handle value */
 	vmm_phys exporter_value;
+	uint64_t exporter_start;  /* its start time, to tell a reused pid (0: unchecked) */
 	/* On the registry's sharing list while share_fds holds any (app_share.c). */
 	struct app_handle *share_next, **share_pprev;
 };

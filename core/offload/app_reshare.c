@@ -61,6 +61,7 @@ void vmm_app_group_release(vmm_app_registry *reg, const vmm_app_release *list, s
 		h->group_release = true;
 		h->exporter = list[i].exporter;
 		h->exporter_value = list[i].exporter_value;
+		h->exporter_start = list[i].exporter_start;
 	}
 	pthread_mutex_unlock(&reg->lock);
 	if (bad)
@@ -107,7 +108,8 @@ vmm_status app_share_reimport(vmm_app_registry *reg, struct app_handle *h, vmm_e
 			return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "app handle %#llx: no way to ask "
 					"its exporter for the memory again",
 					(unsigned long long)h->app);
-		st = reg->refetch(h->exporter, h->exporter_value, reg->wake_deadline, &fd, err);
+		st = reg->refetch(h->exporter, h->exporter_start, h->exporter_value,
+				  reg->wake_deadline, &fd, err);
 		if (st == VMM_E_NOT_OURS)
 			return replace_lost(reg, h, err);
 		if (st)

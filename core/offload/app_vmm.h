@@ -88,6 +88,7 @@ typedef struct vmm_app_release {
 	vmm_phys app;             /* the program's value in this process */
 	pid_t exporter;           /* an import: the exporting process, and its value there; 0 for */
 	vmm_phys exporter_value;  /* this process's own export */
+	uint64_t exporter_start;  /* an import: the exporter's start time (0: unknown, unchecked) */
 } vmm_app_release;
 /* Mark the handles of list for the next sleep (a mark replaces the previous ones); those not
  * known, not shared or of the wrong role are skipped and counted in *skipped. */
@@ -101,10 +102,12 @@ vmm_status vmm_app_share_export(vmm_app_registry *reg, vmm_phys app, int *fd, ui
  * (vmm_now_s time; 0: the function's own bound): 0 and *fd (owned by the caller), or a failure
  * with err filled: VMM_E_NOT_OURS when the exporter has ended (it took the
  * memory it released with it: the wake then maps fresh memory there, so that the program's
- * pointers do not fault, and logs that the contents are lost). Set by the shim, which talks to
+ * pointers do not fault, and logs that the contents are lost), also when its pid now names a
+ * process of another start time (exporter_start, when not 0). Set by the shim, which talks to
  * other processes. */
-typedef vmm_status (*vmm_app_refetch_fn)(pid_t exporter, vmm_phys exporter_value,
-					 double deadline, int *fd, vmm_error *err);
+typedef vmm_status (*vmm_app_refetch_fn)(pid_t exporter, uint64_t exporter_start,
+					 vmm_phys exporter_value, double deadline, int *fd,
+					 vmm_error *err);
 void vmm_app_set_refetch(vmm_app_registry *reg, vmm_app_refetch_fn fn);
 /* While on, a wake leaves the imports a group sleep released asleep (a member that exports and
  * imports wakes its exports first, so that its peers can fetch them, and its imports in a

@@ -19,7 +19,7 @@ static vmm_app_registry *cuda_app(void)
 	return rt ? rt->side[SHIM_CUDA].app : NULL;
 }
 
-/* "H,H:PID:XH,..." (checked by the protocol) into out; returns how many. */
+/* "H,H:PID:XH[:START],..." (checked by the protocol) into out; returns how many. */
 static size_t parse_release(const char *s, vmm_app_release *out, size_t max)
 {
 	size_t n = 0;
@@ -31,6 +31,8 @@ static size_t parse_release(const char *s, vmm_app_release *out, size_t max)
 		if (*end == ':') {
 			out[n].exporter = (pid_t)strtol(end + 1, &end, 10);
 			out[n].exporter_value = strtoull(end + 1, &end, 10);
+			if (*end == ':')
+				out[n].exporter_start = strtoull(end + 1, &end, 10);
 		}
 		n++;
 		s = *end == ',' ? end + 1 : end;

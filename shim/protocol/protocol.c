@@ -361,7 +361,7 @@ static bool valid_release_list(const char *s)
 				return false;
 			parts++;
 		}
-		if (parts != 1 && parts != 3)
+		if (parts != 1 && parts != 3 && parts != 4)
 			return false;
 		s += k;
 		if (*s && !*++s)
@@ -435,7 +435,7 @@ static int apply_field(proto_request *req, const proto_field *f, char *why, size
 	} else if (!strcmp(f->key, "app_release")) {
 		if (f->type != PROTO_T_STRING || !valid_release_list(f->value))
 			return why_fail(why, whylen, "app_release must be handle values, each alone or "
-					"as H:PID:H, separated by commas");
+					"as H:PID:H or H:PID:H:START, separated by commas");
 		snprintf(req->app_release, sizeof(req->app_release), "%s", f->value);
 	} else if (!strcmp(f->key, "handle")) {
 		if (f->type != PROTO_T_STRING || !parse_u64(f->value, &req->app_handle) ||

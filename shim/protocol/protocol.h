@@ -32,7 +32,9 @@
  *            are among them: docs/vmmctl.md, "How a group sleeps").
  *            app_release="H,H:PID:XH,..." (sleep only, from a group sleep: the program's own
  *            shared VMM handles, by their values in this process, that the sleep releases too;
- *            H alone: exported here; H:PID:XH: imported from pid PID, whose value is XH).
+ *            H alone: exported here; H:PID:XH: imported from pid PID, whose value is XH;
+ *            H:PID:XH:START: the same, START being PID's start time (proc_start.h), so that
+ *            the wake does not ask a later process that reused the pid).
  *            app_defer=true|false (wake only, from a group wake: leave the imports a group
  *            sleep released asleep and device work held; a second wake brings them back).
  *            app_open (another shimmed process of the same uid asking again, at its wake, for
@@ -157,7 +159,7 @@ typedef struct proto_request {
 	int drain_ms;             /* sleep: 0 = the server's VMMSHIM_SLEEP_TIMEOUT */
 	char reason[PROTO_REASON_MAX]; /* sleep: "" = not a sharing peer's */
 	char share_group[PROTO_SHARE_GROUP_MAX]; /* sleep: "" = not a group's; else "PID,PID" */
-	char app_release[PROTO_VALUE_MAX];       /* sleep: "" = none; "H,H:PID:XH,..." */
+	char app_release[PROTO_VALUE_MAX];       /* sleep: "" = none; "H,H:PID:XH[:START],..." */
 	uint64_t app_handle;      /* app_open: the exporter's handle value (> 0) */
 	bool app_defer;           /* wake: leave group-released imports asleep, work held */
 } proto_request;

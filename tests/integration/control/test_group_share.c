@@ -18,6 +18,7 @@
 #define SHARE_PEER (getenv("CTL_SHARE_PEER"))
 #include "../../simdev/share_util.h"
 #include "harness.h"
+#include "proc_start.h"
 
 TestSuite(group_share, .fini = harness_cleanup);
 
@@ -528,5 +529,92 @@ Test(group_share, a_failure_in_the_second_phase_of_a_mutual_pair_undoes_both, .t
 	cr_expect_geq(group_free(&observer) - before, 2LL * SHARED_BYTES, "released this time");
 	group("wake", ps, 2);
 	check_mutual(ps, mine, theirs);
+	end_sharing(ps, 2, &observer);
+}
+
+/* The program's value of p's one shared handle, from its status (app_share record). */
+static unsigned long long shared_handle_value(struct peer *p)
+{
+	char sock[600], reply[8192];
+	const char *rec, *h;
+
+	snprintf(sock, sizeof(sock), "%s/%d.sock", se.run_dir, (int)p->pid);
+	cr_assert_gt(raw_request(sock, "vmmshim/1 status\n", 17, false, 0, reply, sizeof(reply),
+				 30000), 0);
+	rec = strstr(reply, "\napp_share ");
+	h = rec ? strstr(rec, " handle=") : NULL;
+	cr_assert(h, "no shared handle in: %s", reply);
+	return strtoull(h + 8, NULL, 10);
+}
+
+/* Member 1 sleeps releasing its import of member 0's export, the request naming the exporter by
+ * pid and start time as a group sleep does (app_release "H:PID:XH:START"); then it wakes alone
+ * and fetches the memory from the exporter. With start_skew != 0 the start time names another
+ * process (as when the exporter ended while asleep and its pid was reused). hi: the import's
+ * handle value in member 1, h: the export's in member 0. */
+static void import_sleep_wake(struct peer *ps, unsigned long long hi, unsigned long long h,
+			      uint64_t start_skew)
+{
+	char sock[600], req[256], reply[4096];
+	ssize_t n;
+
+	snprintf(sock, sizeof(sock), "%s/%d.sock", se.run_dir, (int)ps[1].pid);
+	snprintf(req, sizeof(req), "vmmshim/1 sleep app_release=\"%llu:%d:%llu:%llu\"\n", hi,
+		 (int)ps[0].pid, h,
+		 (unsigned long long)(proc_start_time(ps[0].pid) + start_skew));
+	n = raw_request(sock, req, strlen(req), false, 0, reply, sizeof(reply), 30000);
+	cr_assert_gt(n, 0, "no reply to %s", req);
+	cr_assert(!strncmp(reply, "vmmshim/1 ok", 12), "%s: %s", req, reply);
+	vmmctl_run(&o, se.run_dir, -1, "status %d", (int)ps[1].pid);
+	cr_expect(strstr(o.out, "imported; released by a group sleep"), "%s", o.out);
+	vmmctl_run(&o, se.run_dir, -1, "--timeout 30 wake %d", (int)ps[1].pid);
+	cr_assert_eq(o.code, 0, "the importer wakes: %s %s", o.out, o.err);
+}
+
+/* The importer asks for its memory again only the process that exported it: while the start
+ * time it was given matches, it fetches it and the two share one memory again; once the start
+ * time names another process (the pid reused), it does not ask: it maps fresh memory in place
+ * (its pointers do not fault) and the exporter's memory is left alone. */
+Test(group_share, an_importer_does_not_ask_a_process_that_reused_its_exporters_pid,
+     .timeout = 120)
+{
+	struct peer ps[2], observer;
+	long long h, hi, slot[2];
+	unsigned long long values[2];   /* the programs' handle values, as status lists them */
+
+	setup_env();
+	peer_start(&observer, env);
+	peer_ok(&observer, "init");
+	for (int i = 0; i < 2; i++) {
+		peer_start(&ps[i], env);
+		peer_ok(&ps[i], "init");
+	}
+	h = peer_ok(&ps[0], "create %u posix", SHARED_BYTES);
+	slot[0] = peer_ok(&ps[0], "map %lld %u", h, SHARED_BYTES);
+	peer_ok(&ps[0], "write %lld shared-by-0", slot[0]);
+	peer_ok(&ps[0], "export %lld", h);
+	cr_assert_geq(ps[0].fd, 0, "the export carries a descriptor");
+	hi = peer_cmd(&ps[1], ps[0].fd, "import")[0] == 'o' ? atol(ps[1].reply + 2) : -1;
+	close(ps[0].fd);
+	cr_assert_geq(hi, 0, "import: %s", ps[1].reply);
+	slot[1] = peer_ok(&ps[1], "map %lld %u", hi, SHARED_BYTES);
+	values[0] = shared_handle_value(&ps[0]);
+	values[1] = shared_handle_value(&ps[1]);
+
+	import_sleep_wake(ps, values[1], values[0], 0);
+	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", slot[1]), "ok shared-by-0",
+			 "the exporter was asked: the same memory");
+	peer_ok(&ps[1], "write %lld from-importer", slot[1]);
+	cr_expect_str_eq(peer_cmd(&ps[0], -1, "read %lld", slot[0]), "ok from-importer");
+	peer_ok(&ps[0], "write %lld shared-by-0", slot[0]);
+
+	import_sleep_wake(ps, values[1], values[0], 1);
+	cr_expect_str_neq(peer_cmd(&ps[1], -1, "read %lld", slot[1]), "ok shared-by-0",
+			  "another process's memory was not fetched");
+	peer_ok(&ps[1], "write %lld from-importer", slot[1]);
+	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", slot[1]), "ok from-importer",
+			 "fresh memory is mapped where the import was");
+	cr_expect_str_eq(peer_cmd(&ps[0], -1, "read %lld", slot[0]), "ok shared-by-0",
+			 "the exporter's memory is its own");
 	end_sharing(ps, 2, &observer);
 }

@@ -100,6 +100,9 @@ Test(wire, a_group_sleep_names_the_shared_handles_it_releases)
 
 	cr_assert_eq(parse("vmmshim/1 sleep app_release=\"11,12:4101:13\"\n", &r), 0);
 	cr_expect_str_eq(r.app_release, "11,12:4101:13");
+	/* An import may carry its exporter's start time, to tell a reused pid. */
+	cr_assert_eq(parse("vmmshim/1 sleep app_release=\"11,12:4101:13:987654\"\n", &r), 0);
+	cr_expect_str_eq(r.app_release, "11,12:4101:13:987654");
 	memset(&r, 0, sizeof(r));
 	r.verb = PROTO_SLEEP;
 	r.device = -1;
@@ -157,6 +160,8 @@ Test(wire, refusals_say_why)
 		{ "vmmshim/1 sleep app_release=\"1:2\"\n", "app_release" },
 		{ "vmmshim/1 sleep app_release=\"1::2:3\"\n", "app_release" },
 		{ "vmmshim/1 sleep app_release=\"1:2:x\"\n", "app_release" },
+		{ "vmmshim/1 sleep app_release=\"1:2:3:4:5\"\n", "app_release" },
+		{ "vmmshim/1 sleep app_release=\"1:2:3:\"\n", "app_release" },
 		{ "vmmshim/1 app_open\n", "handle" },
 		{ "vmmshim/1 app_open handle=5\n", "handle" },
 		{ "vmmshim/1 app_open handle=\"0\"\n", "handle" },
