@@ -23,6 +23,7 @@
  * (they release what they imported from the group), then the exporters (they release exports all
  * of whose importers sleep); a wake asks the exporters first. Each sleep request names the
  * members whose imports are released (share_group). An abort undoes the second phase first. */
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,8 +48,8 @@ struct member {
 	client_reply reply;
 	client_error e;
 	bool changed;           /* this operation put it in the asked state (answered ok) */
-	uint64_t earlier_released, earlier_copied; /* its first-phase result, when a second
-	                                            * request (its exports) replaced that reply */
+	uint64_t earlier_released, earlier_copied, earlier_imported; /* its first-phase result,
+	                          * when a second request (its exports) replaced that reply */
 	bool undone;            /* ...and it was put back (abort) */
 	bool undo_failed;       /* ...and putting it back failed: it is left as its undo left it */
 	char undo_msg[512];
@@ -247,11 +248,33 @@ static void print_shared(const struct member *ms, int n, const struct group_step
 		group_shares_report(targets_of(ms, n), n, GROUP_SHARES_TIMEOUT_S, json, stdout);
 }
 
+/* The members' results summed: key "released", "copied" or "imported", both phases' replies. */
+static uint64_t total(const struct member *ms, int n, const char *key)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; i < n; i++) {
+		const struct member *m = &ms[i];
+		const proto_record *res = m->rc ? NULL : client_reply_find(&m->reply, "result");
+		uint64_t v;
+
+		if (!res)
+			continue;
+		if (proto_record_u64(res, key, &v))
+			sum += v;
+		sum += !strcmp(key, "released") ? m->earlier_released :
+		       !strcmp(key, "copied")   ? m->earlier_copied : m->earlier_imported;
+	}
+	return sum;
+}
+
 static void print_json(const struct member *ms, int n, const char *verb, bool ok, int attempts,
 		       double secs, const struct group_steps *st)
 {
 	printf("{\"status\": \"%s\", \"operation\": \"%s\", \"attempts\": %d, \"seconds\": %.6f, "
-	       "\"members\": [", ok ? "ok" : "error", verb, attempts, secs);
+	       "\"released\": %" PRIu64 ", \"imported\": %" PRIu64 ", \"copied\": %" PRIu64 ", "
+	       "\"members\": [", ok ? "ok" : "error", verb, attempts, secs,
+	       total(ms, n, "released"), total(ms, n, "imported"), total(ms, n, "copied"));
 	for (int i = 0; i < n; i++) {
 		const struct member *m = &ms[i];
 		const proto_record *res = m->rc ? NULL : client_reply_find(&m->reply, "result");
@@ -284,13 +307,11 @@ static void print_text(const struct member *ms, int n, const char *verb, bool ok
 		       double secs, const struct group_steps *st)
 {
 	bool sleeping = !strcmp(verb, "sleep");
-	uint64_t released = 0, copied = 0;
+	uint64_t released = total(ms, n, "released"), copied = total(ms, n, "copied");
 	char what[32], b1[32], b2[32];
 
 	for (int i = 0; i < n; i++) {
 		const struct member *m = &ms[i];
-		const proto_record *res = m->rc ? NULL : client_reply_find(&m->reply, "result");
-		uint64_t v;
 
 		snprintf(what, sizeof(what), "pid %ld", (long)m->pid);
 		if (m->undo_failed)
@@ -306,14 +327,6 @@ static void print_text(const struct member *ms, int n, const char *verb, bool ok
 				out_safe(m->e.message));
 		else if (ok)
 			out_transfer(stdout, verb, what, &m->reply);
-		if (res && proto_record_u64(res, "released", &v))
-			released += v;
-		if (res && proto_record_u64(res, "copied", &v))
-			copied += v;
-		if (res) {
-			released += m->earlier_released;
-			copied += m->earlier_copied;
-		}
 	}
 	if (ok && sleeping)
 		print_shared(ms, n, st, false);
@@ -508,7 +521,7 @@ static void prepare_requests(struct member *ms, const struct group_plan *g, cons
 		ms[i].req.app_defer = g->verb == PROTO_WAKE && g->first[i] && g->second[i];
 		ms[i].timeout = left;
 		ms[i].changed = ms[i].undone = false;
-		ms[i].earlier_released = ms[i].earlier_copied = 0;
+		ms[i].earlier_released = ms[i].earlier_copied = ms[i].earlier_imported = 0;
 	}
 }
 
@@ -571,6 +584,7 @@ static bool one_attempt(struct member *ms, struct group_plan *g, const vmmctl_ar
 		if (g->first[i] && g->second[i] && res) {   /* its second reply replaces this one */
 			proto_record_u64(res, "released", &ms[i].earlier_released);
 			proto_record_u64(res, "copied", &ms[i].earlier_copied);
+			proto_record_u64(res, "imported", &ms[i].earlier_imported);
 		}
 	}
 	failed = failed || !run_phase(ms, g->n, g->second, code, again);

@@ -369,10 +369,15 @@ void out_transfer(FILE *f, const char *verb, const char *what, const client_repl
 	}
 	proto_record_double(res, "seconds", &secs);
 	proto_record_double(res, "gbps", &gbps);
-	fprintf(f, "%s: %s. %s %s, copied %s in %.3f s (%.2f GB/s)\n", what,
+	fprintf(f, "%s: %s. %s %s, copied %s in %.3f s (%.2f GB/s)", what,
 		sleeping ? "asleep" : "awake", sleeping ? "released" : "re-created",
 		out_bytes(u64(res, "released"), b1, sizeof(b1)),
 		out_bytes(u64(res, "copied"), b2, sizeof(b2)), secs, gbps);
+	/* Another process's memory: its exporter released (or re-created) and counts it. */
+	if (u64(res, "imported"))
+		fprintf(f, "; %s %s imported from another process", sleeping ? "let go" : "mapped",
+			out_bytes(u64(res, "imported"), b1, sizeof(b1)));
+	fputc('\n', f);
 }
 
 void out_list_header(FILE *f)

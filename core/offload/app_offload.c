@@ -473,12 +473,13 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 
 /* The handles an operation covers: selected, releasable, and asleep or not as asked. */
 static struct app_handle **pick(vmm_app_registry *reg, const vmm_sleep_opts *o, bool asleep,
-				size_t *n, uint64_t *bytes, uint64_t *exported_bytes)
+				size_t *n, uint64_t *bytes, uint64_t *imported_bytes,
+				uint64_t *exported_bytes)
 {
 	struct app_handle **v = malloc((reg->nh ? reg->nh : 1) * sizeof(*v));
 
 	*n = 0;
-	*bytes = *exported_bytes = 0;
+	*bytes = *imported_bytes = *exported_bytes = 0;
 	if (!v)
 		return NULL;
 	for (size_t i = 0; i < reg->nh; i++) {
@@ -494,7 +495,7 @@ static struct app_handle **pick(vmm_app_registry *reg, const vmm_sleep_opts *o, 
 			continue;   /* a second wake fetches it, once its exporter is awake */
 		if (h->asleep == asleep) {
 			v[(*n)++] = h;
-			*bytes += h->size;
+			*(h->imported ? imported_bytes : bytes) += h->size;
 		}
 	}
 	return v;
@@ -516,7 +517,7 @@ static uint64_t asleep_bytes(vmm_app_registry *reg, const vmm_sleep_opts *o)
 struct app_op {
 	struct app_handle **hs;
 	size_t n;
-	uint64_t bytes, exported;
+	uint64_t bytes, imported, exported;   /* bytes: of the handles this process created */
 	double t0;
 };
 
@@ -535,7 +536,7 @@ static vmm_status op_begin(vmm_app_registry *reg, const vmm_sleep_opts *o, bool 
 				"the program's own VMM mappings belong to no tag");
 	}
 	pthread_mutex_lock(&reg->lock);
-	op->hs = pick(reg, o, asleep, &op->n, &op->bytes, &op->exported);
+	op->hs = pick(reg, o, asleep, &op->n, &op->bytes, &op->imported, &op->exported);
 	if (!op->hs) {
 		pthread_mutex_unlock(&reg->lock);
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan a %s",
@@ -732,6 +733,7 @@ vmm_status vmm_app_sleep_within(vmm_app_registry *reg, const vmm_sleep_opts *opt
 				   &partial, err);
 		if (!st) {
 			res->bytes_released = op.bytes;
+			res->bytes_imported = op.imported;
 			app_share_released(reg, op.hs, op.n);
 		} else {
 			res->bytes_copied = 0;
@@ -803,10 +805,12 @@ vmm_status vmm_app_wake_within(vmm_app_registry *reg, const vmm_sleep_opts *opts
 				 "waking the program's VMM mappings needs %llu bytes: %s",
 				 (unsigned long long)op.bytes, why);
 		}
-		if (!st)
+		if (!st) {
 			res->bytes_released = op.bytes;
-		else
+			res->bytes_imported = op.imported;
+		} else {
 			res->bytes_copied = 0;
+		}
 	}
 	op_end(reg, &op, res);
 	return st;
@@ -822,7 +826,7 @@ vmm_status vmm_app_provision_backup(vmm_app_registry *reg, const vmm_sleep_opts 
 				    vmm_error *err)
 {
 	struct app_handle **hs;
-	uint64_t bytes, exported, need = 0, avail;
+	uint64_t bytes, imported, exported, need = 0, avail;
 	vmm_status st = VMM_OK;
 	size_t n;
 
@@ -831,7 +835,7 @@ vmm_status vmm_app_provision_backup(vmm_app_registry *reg, const vmm_sleep_opts 
 	if (opts && (opts->device < -1 || opts->device >= VMM_MAX_DEVICES))
 		return vmm_fail(err, VMM_E_INVALID, 0, "no device %d", opts->device);
 	pthread_mutex_lock(&reg->lock);
-	hs = pick(reg, opts, false, &n, &bytes, &exported);
+	hs = pick(reg, opts, false, &n, &bytes, &imported, &exported);
 	if (!hs) {
 		pthread_mutex_unlock(&reg->lock);
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan provisioning");

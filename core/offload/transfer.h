@@ -26,6 +26,10 @@ typedef struct vmm_sleep_opts {
 
 typedef struct vmm_transfer_result {
 	uint64_t bytes_released;   /* physical bytes given back (sleep) or re-created (wake) */
+	/* Memory another process exported that this one let go of (sleep) or mapped again (wake),
+	 * in a group sleep: its exporter gives it back and re-creates it, and counts it; not in
+	 * bytes_released, so that a group's sum is what the driver got back. */
+	uint64_t bytes_imported;
 	uint64_t bytes_copied;     /* bytes copied to or from host */
 	double seconds;
 	bool already;              /* nothing to do: already asleep / awake (VMM_E_ALREADY returned too) */

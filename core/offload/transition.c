@@ -260,6 +260,7 @@ static vmm_status run_parts(const vmm_offload_parts *parts, struct part *p, cons
 			break;
 		done[order[k]] = true;
 		sum->bytes_released += r.bytes_released;
+		sum->bytes_imported += r.bytes_imported;
 		sum->bytes_copied += r.bytes_copied;
 	}
 	*ran = k;

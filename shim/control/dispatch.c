@@ -469,6 +469,7 @@ static void put_result(proto_writer *w, const char *word, const vmm_transfer_res
 	proto_header(w, word);
 	proto_record_begin(w, "result");
 	proto_put_u64(w, "released", r->bytes_released);
+	proto_put_u64(w, "imported", r->bytes_imported);
 	proto_put_u64(w, "copied", r->bytes_copied);
 	proto_put_double(w, "seconds", r->seconds);
 	proto_put_double(w, "gbps", r->seconds > 0 ? r->bytes_copied / r->seconds / 1e9 : 0);

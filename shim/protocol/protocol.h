@@ -79,7 +79,9 @@
  *            released (asleep, released by a group sleep: fds is then empty);
  *            app_shares  count (at most 64 app_share records are listed). The program's own
  *            VMM handles exported or imported as POSIX descriptors, in status replies.
- *   result   released, copied, seconds, gbps, already
+ *   result   released, imported (memory exported by another process that a group sleep let go
+ *            here, or a wake mapped again: its exporter's, so not in released), copied,
+ *            seconds, gbps, already
  *   cancel   operation (sleep | wake | unknown | none), outcome (rolled_back: it stopped and
  *            undid its work | finished: it had done its work before it saw the cancel |
  *            ended: it ended, how is not known (one the program started itself) | running:
