@@ -231,6 +231,8 @@ static void check_undone(struct member *ms, int n, proto_verb verb)
 struct group_steps {
 	double find, plan, phases, undo, pauses, report;
 	const char *shared;        /* the shares report, rendered (NULL: print it directly) */
+	struct share_kept kept[MAX_SHARES];   /* memories too many for the requests */
+	int nkept;
 };
 
 static void print_steps(const struct group_steps *st)
@@ -245,7 +247,8 @@ static void print_shared(const struct member *ms, int n, const struct group_step
 	if (st->shared)
 		fputs(st->shared, stdout);
 	else
-		group_shares_report(targets_of(ms, n), n, GROUP_SHARES_TIMEOUT_S, json, stdout);
+		group_shares_report(targets_of(ms, n), n, GROUP_SHARES_TIMEOUT_S, st->kept,
+				    st->nkept, json, stdout);
 }
 
 /* The members' results summed: key "released", "copied" or "imported", both phases' replies. */
@@ -601,7 +604,8 @@ static bool one_attempt(struct member *ms, struct group_plan *g, const vmmctl_ar
 }
 
 /* The shares report after a sleep, rendered now so that its time is measured apart. */
-static char *render_shared(const struct member *ms, int n, bool json)
+static char *render_shared(const struct member *ms, int n, const struct group_steps *st,
+			   bool json)
 {
 	char *text = NULL;
 	size_t len = 0;
@@ -609,7 +613,8 @@ static char *render_shared(const struct member *ms, int n, bool json)
 
 	if (!f)
 		return NULL;
-	group_shares_report(targets_of(ms, n), n, GROUP_SHARES_TIMEOUT_S, json, f);
+	group_shares_report(targets_of(ms, n), n, GROUP_SHARES_TIMEOUT_S, st->kept, st->nkept,
+			    json, f);
 	if (fclose(f)) {
 		free(text);
 		return NULL;
@@ -625,12 +630,13 @@ int group_run(const vmmctl_args *a)
 	double t, secs;
 	int attempts = 0, code, drain_ms = GROUP_DRAIN_FIRST_MS;
 	const char *what = a->cmd == CMD_SLEEP ? "sleep" : "wake";
-	struct group_steps st = { 0 };
+	static struct group_steps st;
 	char *shared = NULL;
 	bool ok = false, again;
 
 	memset(ms, 0, sizeof(ms));
 	memset(&g, 0, sizeof(g));
+	memset(&st, 0, sizeof(st));
 	g.n = a->npids;
 	g.verb = a->cmd == CMD_SLEEP ? PROTO_SLEEP : PROTO_WAKE;
 	if ((code = find_members(a, ms)))
@@ -661,7 +667,12 @@ int group_run(const vmmctl_args *a)
 	secs = vmm_now_s() - t0;
 	if (ok && g.verb == PROTO_SLEEP) {
 		t = vmm_now_s();
-		st.shared = shared = render_shared(ms, g.n, a->json);
+		for (int i = 0; i < g.rel.nmem; i++)
+			if (g.rel.mem[i].over)
+				st.kept[st.nkept++] = (struct share_kept){
+					.exporter = ms[g.rel.mem[i].exporter].pid,
+					.handle = g.rel.mem[i].handle };
+		st.shared = shared = render_shared(ms, g.n, &st, a->json);
 		st.report = vmm_now_s() - t;
 	}
 	if (a->json)

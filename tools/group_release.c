@@ -52,6 +52,53 @@ static bool candidate(const client_target *t, int n, const struct share *s, int 
 	return out->exporter >= 0 && out->nimporters > 0;
 }
 
+/* Member's entry for import j of rm ("H:PID:XH:START") or, j < 0, for rm's export ("XH"), in
+ * one; returns its length. The exporter's start time goes with its pid: at wake the importer
+ * asks that process only, not a later one that reused the pid. */
+static size_t entry(const struct release_memory *rm, int j, const client_target *t, char *one,
+		    size_t cap)
+{
+	int len;
+
+	if (j < 0)
+		return (size_t)snprintf(one, cap, "%llu", (unsigned long long)rm->handle);
+	len = snprintf(one, cap, "%llu:%ld:%llu", (unsigned long long)rm->import_handle[j],
+		       (long)t[rm->exporter].pid, (unsigned long long)rm->handle);
+	if (rm->exporter_start)
+		len += snprintf(one + len, cap - (size_t)len, ":%llu",
+				(unsigned long long)rm->exporter_start);
+	return (size_t)len;
+}
+
+/* Keep out each memory that some member's app_release has no more room for (imports and
+ * exports are separate requests): it stays resident, and the report says why. */
+static void fit_requests(struct group_release *g, const client_target *t)
+{
+	static size_t imports[VMMCTL_MAX_GROUP], exports[VMMCTL_MAX_GROUP];
+	const size_t cap = PROTO_APP_RELEASE_MAX - 1;
+	char one[96];
+
+	memset(imports, 0, sizeof(imports));
+	memset(exports, 0, sizeof(exports));
+	for (int k = 0; k < g->nmem; k++) {
+		struct release_memory *rm = &g->mem[k];
+		bool fits = true;
+
+		if (rm->dropped)
+			continue;
+		for (int j = 0; j < rm->nimporters && fits; j++)
+			fits = imports[rm->importer[j]] + 1 + entry(rm, j, t, one, sizeof(one)) <= cap;
+		fits = fits && exports[rm->exporter] + 1 + entry(rm, -1, t, one, sizeof(one)) <= cap;
+		if (!fits) {
+			rm->dropped = rm->over = true;
+			continue;
+		}
+		for (int j = 0; j < rm->nimporters; j++)
+			imports[rm->importer[j]] += 1 + entry(rm, j, t, one, sizeof(one));
+		exports[rm->exporter] += 1 + entry(rm, -1, t, one, sizeof(one));
+	}
+}
+
 void group_release_plan(const client_target *t, const client_reply *const *r, int n,
 			const bool *second, struct group_release *g)
 {
@@ -75,9 +122,11 @@ void group_release_plan(const client_target *t, const client_reply *const *r, in
 
 		for (int j = 0; j < rm->nimporters; j++)
 			rm->dropped = rm->dropped || second[rm->importer[j]];
-		if (!rm->dropped)
-			g->exporter[rm->exporter] = true;
 	}
+	fit_requests(g, t);
+	for (int i = 0; i < g->nmem; i++)
+		if (!g->mem[i].dropped)
+			g->exporter[g->mem[i].exporter] = true;
 	for (int i = 0; i < g->nmem; i++)
 		for (int j = 0; !g->mem[i].dropped && j < g->mem[i].nimporters; j++)
 			g->importer[g->mem[i].importer[j]] = true;
@@ -123,7 +172,7 @@ static void append(char *out, size_t cap, const char *one)
 void group_release_request(const struct group_release *g, int i, const client_target *t,
 			   bool exports, char *out, size_t cap)
 {
-	char one[80];
+	char one[96];
 
 	out[0] = '\0';
 	for (int k = 0; k < g->nmem; k++) {
@@ -134,19 +183,11 @@ void group_release_request(const struct group_release *g, int i, const client_ta
 		for (int j = 0; j < rm->nimporters && !exports; j++) {
 			if (rm->importer[j] != i)
 				continue;
-			/* The exporter's start time goes with its pid: at wake the importer asks
-			 * that process only, not a later one that reused the pid. */
-			int len = snprintf(one, sizeof(one), "%llu:%ld:%llu",
-					   (unsigned long long)rm->import_handle[j],
-					   (long)t[rm->exporter].pid,
-					   (unsigned long long)rm->handle);
-			if (rm->exporter_start)
-				snprintf(one + len, sizeof(one) - (size_t)len, ":%llu",
-					 (unsigned long long)rm->exporter_start);
+			entry(rm, j, t, one, sizeof(one));
 			append(out, cap, one);
 		}
 		if (exports && rm->exporter == i && rm->confirmed) {
-			snprintf(one, sizeof(one), "%llu", (unsigned long long)rm->handle);
+			entry(rm, -1, t, one, sizeof(one));
 			append(out, cap, one);
 		}
 	}

@@ -8,7 +8,7 @@
 #include "client.h"
 #include "group_shares.h"
 
-#define GROUP_RELEASE_MAX_IMPORTERS 16   /* per memory; more keep it resident */
+#define GROUP_RELEASE_MAX_IMPORTERS VMMCTL_MAX_GROUP   /* per memory: every other member */
 
 struct release_memory {
 	int exporter;                        /* member index */
@@ -18,6 +18,7 @@ struct release_memory {
 	uint64_t import_handle[GROUP_RELEASE_MAX_IMPORTERS];
 	int nimporters;
 	bool dropped;                        /* stays resident after all */
+	bool over;                           /* ...because a member's request had no room for it */
 	bool confirmed;                      /* this attempt: every importer released it */
 };
 
@@ -33,7 +34,9 @@ struct group_release {
  * no descriptor held open by a program, no process outside the group holding it, and no
  * importer that sleeps only in the second phase (second[i]: it exports legacy-IPC memory, and so
  * drains only then). A member may export one memory and import another (NCCL's ranks): it
- * releases its imports in the first phase and its exports in the second. */
+ * releases its imports in the first phase and its exports in the second. A memory that one of
+ * its members' requests has no more room for (app_release, PROTO_APP_RELEASE_MAX) stays
+ * resident, marked over. */
 void group_release_plan(const client_target *t, const client_reply *const *r, int n,
 			const bool *second, struct group_release *g);
 /* After the first phase: which memories every importer has released (its status lists the
@@ -43,8 +46,7 @@ void group_release_plan(const client_target *t, const client_reply *const *r, in
 void group_release_confirm(struct group_release *g, const client_reply *const *r, int n);
 /* Member i's app_release value for its sleep (into out, "" when it releases nothing): its
  * imports (the first phase), or its exports that group_release_confirm confirmed (exports:
- * the second phase). An entry that
- * does not fit stays out (that memory stays resident; its exporter's is not confirmed). */
+ * the second phase). group_release_plan left out what would not fit. */
 void group_release_request(const struct group_release *g, int i, const client_target *t,
 			   bool exports, char *out, size_t cap);
 

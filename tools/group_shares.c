@@ -248,13 +248,29 @@ int group_shares_match(struct share *s, int ns, struct memory *m)
 	return nm;
 }
 
+/* Did vmmctl keep memory mi out of the release itself (its exporter's share is in kept)? */
+static bool kept_out(const struct share *s, int ns, int mi, const struct share_kept *kept,
+		     int nkept)
+{
+	for (int i = 0; i < ns; i++)
+		for (int k = 0; s[i].memory == mi && s[i].exporter && k < nkept; k++)
+			if (kept[k].exporter == s[i].pid && kept[k].handle == s[i].handle)
+				return true;
+	return false;
+}
+
 /* Why memory m (index mi) stays resident, in words. */
-static void why(const struct share *s, int ns, const struct memory *m, int mi, char *buf,
-		size_t cap)
+static void why(const struct share *s, int ns, const struct memory *m, int mi,
+		const struct share_kept *kept, int nkept, char *buf, size_t cap)
 {
 	size_t len = 0;
 
 	buf[0] = '\0';
+	if (kept_out(s, ns, mi, kept, nkept))
+		len += (size_t)snprintf(buf + len, cap - len, "too many shared handles for one "
+					"sleep request (a member's request names at most %d bytes "
+					"of them, about %d imports): left out",
+					PROTO_APP_RELEASE_MAX - 1, (PROTO_APP_RELEASE_MAX - 1) / 48);
 	if (m->kcmp_errno)
 		len += (size_t)snprintf(buf + len, cap - len, "its holders cannot be matched "
 					"(kcmp: %s)", strerror(m->kcmp_errno));
@@ -272,7 +288,8 @@ static void why(const struct share *s, int ns, const struct memory *m, int mi, c
 			 "already, or that exports memory the group releases, keeps its mapping)");
 }
 
-void group_shares_report(const client_target *t, int n, double timeout, bool json, FILE *out)
+void group_shares_report(const client_target *t, int n, double timeout,
+			 const struct share_kept *kept, int nkept, bool json, FILE *out)
 {
 	static struct share s[MAX_SHARES];
 	static struct memory m[MAX_SHARES];
@@ -308,7 +325,7 @@ void group_shares_report(const client_target *t, int n, double timeout, bool jso
 		for (int k = 0; k < ns; k++)
 			if (s[k].memory == i && s[k].exporter)
 				ex = &s[k];
-		why(s, ns, &m[i], i, reason, sizeof(reason));
+		why(s, ns, &m[i], i, kept, nkept, reason, sizeof(reason));
 		if (json) {
 			fprintf(out, "%s{\"size\": %llu, \"exporter\": %d, \"holders\": [", any ? ", " : "",
 				(unsigned long long)size, ex->exporter ? (int)ex->pid : -1);

@@ -55,6 +55,14 @@ void group_shares_outside(const client_target *t, int n, struct share *s, int ns
 void group_shares_status(const client_target *t, int n, const bool *sel, double timeout,
 			 client_reply *r, bool *answered);
 
-void group_shares_report(const client_target *t, int n, double timeout, bool json, FILE *out);
+/* A memory vmmctl itself kept out of the release (its exporter's pid and value): too many
+ * shared handles for a member's sleep request (group_release.h). */
+struct share_kept {
+	pid_t exporter;
+	uint64_t handle;
+};
+
+void group_shares_report(const client_target *t, int n, double timeout,
+			 const struct share_kept *kept, int nkept, bool json, FILE *out);
 
 #endif

@@ -46,7 +46,8 @@ static vmm_status sleep_releasing(const vmm_offload_parts *parts, const vmm_sele
 				  const vmm_limits *core_lim, const control_limits *lim,
 				  vmm_transfer_result *r, vmm_error *err)
 {
-	static vmm_app_release list[PROTO_VALUE_MAX / 2]; /* the control thread runs one at a time */
+	/* The control thread runs one request at a time. */
+	static vmm_app_release list[PROTO_APP_RELEASE_MAX / 2];
 	vmm_app_registry *app = cuda_app();
 	size_t n = lim && lim->app_release && !sel->tag && sel->device < 0 ?
 			   parse_release(lim->app_release, list, sizeof(list) / sizeof(list[0])) : 0;

@@ -343,11 +343,11 @@ static bool parse_u64(const char *s, uint64_t *out)
 }
 
 /* "H,H:PID:XH,...": digits, each entry one value or three joined by ':'. */
-static bool valid_release_list(const char *s)
+static bool valid_release_list(const char *s, size_t max)
 {
 	size_t len = strlen(s);
 
-	if (!len || len >= PROTO_VALUE_MAX || strspn(s, "0123456789:,") != len)
+	if (!len || len >= max || strspn(s, "0123456789:,") != len)
 		return false;
 	while (*s) {
 		size_t k = strcspn(s, ","), parts = 1;
@@ -370,6 +370,20 @@ static bool valid_release_list(const char *s)
 	return true;
 }
 
+/* 1 for app_release, N for app_releaseN (2..PROTO_APP_RELEASE_KEYS), else 0. */
+static int release_key(const char *key)
+{
+	size_t m = strlen("app_release");
+
+	if (strncmp(key, "app_release", m))
+		return 0;
+	if (!key[m])
+		return 1;
+	if (key[m] >= '2' && key[m] <= '0' + PROTO_APP_RELEASE_KEYS && !key[m + 1])
+		return key[m] - '0';
+	return 0;
+}
+
 /* Which keys each verb accepts. */
 static bool verb_takes(proto_verb v, const char *key)
 {
@@ -385,7 +399,7 @@ static bool verb_takes(proto_verb v, const char *key)
 		return v == PROTO_WAKE;
 	if (!strcmp(key, "export") || !strcmp(key, "base") || !strcmp(key, "keep"))
 		return v == PROTO_SHARE_OPEN;
-	if (!strcmp(key, "reason") || !strcmp(key, "share_group") || !strcmp(key, "app_release"))
+	if (!strcmp(key, "reason") || !strcmp(key, "share_group") || release_key(key))
 		return v == PROTO_SLEEP;
 	if (!strcmp(key, "discard") || !strcmp(key, "autowake"))
 		return v == PROTO_SLEEP;
@@ -432,11 +446,18 @@ static int apply_field(proto_request *req, const proto_field *f, char *why, size
 					"reason must be a string of 1 to %d printable ASCII bytes",
 					PROTO_REASON_MAX - 1);
 		snprintf(req->reason, sizeof(req->reason), "%s", f->value);
-	} else if (!strcmp(f->key, "app_release")) {
-		if (f->type != PROTO_T_STRING || !valid_release_list(f->value))
-			return why_fail(why, whylen, "app_release must be handle values, each alone or "
-					"as H:PID:H or H:PID:H:START, separated by commas");
-		snprintf(req->app_release, sizeof(req->app_release), "%s", f->value);
+	} else if (release_key(f->key)) {
+		size_t len = strlen(req->app_release);
+
+		if (f->type != PROTO_T_STRING || !valid_release_list(f->value, PROTO_VALUE_MAX))
+			return why_fail(why, whylen, "%s must be handle values, each alone or as "
+					"H:PID:H or H:PID:H:START, separated by commas", f->key);
+		if (len + 1 + strlen(f->value) >= sizeof(req->app_release))
+			return why_fail(why, whylen, "app_release lists more than %d bytes in all",
+					PROTO_APP_RELEASE_MAX - 1);
+		/* The parts of one list, in any order: the list is a set. */
+		snprintf(req->app_release + len, sizeof(req->app_release) - len, "%s%s",
+			 len ? "," : "", f->value);
 	} else if (!strcmp(f->key, "handle")) {
 		if (f->type != PROTO_T_STRING || !parse_u64(f->value, &req->app_handle) ||
 		    !req->app_handle)
@@ -562,6 +583,36 @@ static bool put_text(char *buf, size_t cap, size_t *len, const char *fmt, ...)
 	return true;
 }
 
+/* The app_release list (valid), as app_release="..." and, where it is longer than one value,
+ * app_release2="..." and on, each part cut at a comma. */
+static bool put_release(char *buf, size_t cap, size_t *len, const char *list)
+{
+	char part[PROTO_VALUE_MAX];
+
+	for (int key = 1; *list; key++) {
+		size_t n = strlen(list), cut = n;
+
+		if (key > PROTO_APP_RELEASE_KEYS)
+			return false;
+		if (n >= sizeof(part)) {   /* the last comma that leaves a part short enough */
+			cut = 0;
+			for (size_t i = 0; i < sizeof(part); i++)
+				if (list[i] == ',')
+					cut = i;
+			if (!cut)
+				return false;
+		}
+		memcpy(part, list, cut);
+		part[cut] = '\0';
+		if (!(key == 1 ? put_text(buf, cap, len, " app_release=") :
+				 put_text(buf, cap, len, " app_release%d=", key)) ||
+		    !put_quoted(buf, cap, len, part))
+			return false;
+		list += cut + (list[cut] == ',');
+	}
+	return true;
+}
+
 size_t proto_format_request(const proto_request *req, char *buf, size_t cap)
 {
 	size_t len = 0;
@@ -597,9 +648,8 @@ size_t proto_format_request(const proto_request *req, char *buf, size_t cap)
 		ok = put_text(buf, cap, &len, " share_group=") &&
 		     put_quoted(buf, cap, &len, req->share_group);
 	if (ok && req->app_release[0] && verb_takes(req->verb, "app_release"))
-		ok = valid_release_list(req->app_release) &&
-		     put_text(buf, cap, &len, " app_release=") &&
-		     put_quoted(buf, cap, &len, req->app_release);
+		ok = valid_release_list(req->app_release, sizeof(req->app_release)) &&
+		     put_release(buf, cap, &len, req->app_release);
 	if (ok && req->app_defer && verb_takes(req->verb, "app_defer"))
 		ok = put_text(buf, cap, &len, " app_defer=true");
 	if (ok && req->verb == PROTO_APP_OPEN)

@@ -34,7 +34,8 @@
  *            shared VMM handles, by their values in this process, that the sleep releases too;
  *            H alone: exported here; H:PID:XH: imported from pid PID, whose value is XH;
  *            H:PID:XH:START: the same, START being PID's start time (proc_start.h), so that
- *            the wake does not ask a later process that reused the pid).
+ *            the wake does not ask a later process that reused the pid). A list longer than
+ *            one value continues in app_release2 ... app_release8 (PROTO_APP_RELEASE_KEYS).
  *            app_defer=true|false (wake only, from a group wake: leave the imports a group
  *            sleep released asleep and device work held; a second wake brings them back).
  *            app_open (another shimmed process of the same uid asking again, at its wake, for
@@ -147,6 +148,11 @@ typedef enum proto_verb {
 
 #define PROTO_REASON_MAX 128       /* bytes with the NUL */
 #define PROTO_SHARE_GROUP_MAX 768  /* bytes with the NUL: 64 pids and their commas */
+/* app_release: one value is at most PROTO_VALUE_MAX - 1 bytes (about 10 imports), so a longer
+ * list goes in several keys, app_release, app_release2 ... app_release8, each a part of the list
+ * cut at a comma; the request line bounds the whole (about 58 imports with start times). */
+#define PROTO_APP_RELEASE_KEYS 8
+#define PROTO_APP_RELEASE_MAX 2816 /* bytes with the NUL, all keys together */
 
 typedef struct proto_request {
 	proto_verb verb;
@@ -161,7 +167,7 @@ typedef struct proto_request {
 	int drain_ms;             /* sleep: 0 = the server's VMMSHIM_SLEEP_TIMEOUT */
 	char reason[PROTO_REASON_MAX]; /* sleep: "" = not a sharing peer's */
 	char share_group[PROTO_SHARE_GROUP_MAX]; /* sleep: "" = not a group's; else "PID,PID" */
-	char app_release[PROTO_VALUE_MAX];       /* sleep: "" = none; "H,H:PID:XH[:START],..." */
+	char app_release[PROTO_APP_RELEASE_MAX]; /* sleep: "" = none; "H,H:PID:XH[:START],..." */
 	uint64_t app_handle;      /* app_open: the exporter's handle value (> 0) */
 	bool app_defer;           /* wake: leave group-released imports asleep, work held */
 } proto_request;

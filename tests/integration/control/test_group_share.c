@@ -634,3 +634,52 @@ Test(group_share, an_importer_does_not_ask_a_process_that_reused_its_exporters_p
 			 "the exporter's memory is its own");
 	end_sharing(ps, 2, &observer);
 }
+
+#define MANY 32                  /* shared handles one member imports (once: about 10 fit) */
+#define MANY_BYTES (2u << 20)
+
+/* A member that imports many of its peer's handles (MANY, as NCCL's ranks may with many
+ * buffers): the group sleep releases every one of them (the sleep request names them all), and
+ * at wake each comes back with its contents, still shared. */
+Test(group_share, a_member_importing_many_handles_releases_them_all, .timeout = 180)
+{
+	struct peer ps[2], observer;
+	long long slot[2][MANY], before, asleep;
+	char text[64];
+
+	setup_env();
+	peer_start(&observer, env);
+	peer_ok(&observer, "init");
+	for (int i = 0; i < 2; i++) {
+		peer_start(&ps[i], env);
+		peer_ok(&ps[i], "init");
+	}
+	for (int k = 0; k < MANY; k++) {
+		long long h = peer_ok(&ps[0], "create %u posix", MANY_BYTES), hi;
+
+		slot[0][k] = peer_ok(&ps[0], "map %lld %u", h, MANY_BYTES);
+		peer_ok(&ps[0], "write %lld buffer-%d", slot[0][k], k);
+		peer_ok(&ps[0], "export %lld", h);
+		cr_assert_geq(ps[0].fd, 0, "the export carries a descriptor");
+		hi = peer_cmd(&ps[1], ps[0].fd, "import")[0] == 'o' ? atol(ps[1].reply + 2) : -1;
+		close(ps[0].fd);
+		cr_assert_geq(hi, 0, "import %d: %s", k, ps[1].reply);
+		slot[1][k] = peer_ok(&ps[1], "map %lld %u", hi, MANY_BYTES);
+	}
+	before = group_free(&observer);
+	group("sleep", ps, 2);
+	asleep = group_free(&observer);
+	cr_expect_geq(asleep - before, (long long)MANY * MANY_BYTES, "every shared handle "
+		      "released: free %lld before, %lld asleep: %s", before, asleep, o.out);
+	cr_expect(!strstr(o.out, "stays resident"), "%s", o.out);
+	group("wake", ps, 2);
+	cr_expect_eq(group_free(&observer), before, "the memory is back, once");
+	for (int k = 0; k < MANY; k++) {
+		snprintf(text, sizeof(text), "ok buffer-%d", k);
+		cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", slot[1][k]), text);
+	}
+	peer_ok(&ps[1], "write %lld from-importer", slot[1][MANY - 1]);
+	cr_expect_str_eq(peer_cmd(&ps[0], -1, "read %lld", slot[0][MANY - 1]), "ok from-importer",
+			 "still one memory");
+	end_sharing(ps, 2, &observer);
+}

@@ -110,6 +110,19 @@ Test(wire, a_group_sleep_names_the_shared_handles_it_releases)
 	cr_assert_gt(proto_format_request(&r, line, sizeof(line)), 0);
 	cr_assert_eq(parse(line, &back), 0, "%s", line);
 	cr_expect_str_eq(back.app_release, r.app_release);
+	/* A list longer than one value (40 imports with start times) goes in several keys and
+	 * comes back whole. */
+	memset(&r, 0, sizeof(r));
+	r.verb = PROTO_SLEEP;
+	r.device = -1;
+	for (int i = 0, len = 0; i < 40; i++)
+		len += snprintf(r.app_release + len, sizeof(r.app_release) - (size_t)len,
+				"%s%d:4101:%d:987654321", i ? "," : "", 94000000 + i, 95000000 + i);
+	cr_assert_gt(strlen(r.app_release), PROTO_VALUE_MAX);
+	cr_assert_gt(proto_format_request(&r, line, sizeof(line)), 0);
+	cr_expect(strstr(line, " app_release2=\""), "%s", line);
+	cr_assert_eq(parse(line, &back), 0, "%s", line);
+	cr_expect_str_eq(back.app_release, r.app_release);
 	/* app_open names a handle value, which may pass LLONG_MAX (quoted). */
 	memset(&r, 0, sizeof(r));
 	r.verb = PROTO_APP_OPEN;
@@ -162,6 +175,10 @@ Test(wire, refusals_say_why)
 		{ "vmmshim/1 sleep app_release=\"1:2:x\"\n", "app_release" },
 		{ "vmmshim/1 sleep app_release=\"1:2:3:4:5\"\n", "app_release" },
 		{ "vmmshim/1 sleep app_release=\"1:2:3:\"\n", "app_release" },
+		{ "vmmshim/1 sleep app_release2=\"1:2:3:\"\n", "app_release2" },
+		{ "vmmshim/1 sleep app_release9=\"1\"\n", "does not take" },
+		{ "vmmshim/1 sleep app_release1=\"1\"\n", "does not take" },
+		{ "vmmshim/1 sleep app_release=\"1\" app_release=\"2\"\n", "twice" },
 		{ "vmmshim/1 app_open\n", "handle" },
 		{ "vmmshim/1 app_open handle=5\n", "handle" },
 		{ "vmmshim/1 app_open handle=\"0\"\n", "handle" },
