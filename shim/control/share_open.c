@@ -57,33 +57,48 @@ static void put_share(const proto_request *req, long pid, const vmm_share_info *
 		info->size, pid, n);
 }
 
+/* The core whose memory uid's process (pid) may open: NULL when it may not (another uid) or
+ * there is none (no device memory managed yet). answer: write the refusal to w, and log one of
+ * another uid; without, the caller answers (control_share_open_now: the usual way). */
+static vmm_core *share_core(unsigned uid, long pid, bool answer, proto_writer *w)
+{
+	shim_runtime *rt = shim_runtime_peek();
+	char msg[160];
+
+	if (uid != (unsigned)geteuid()) {
+		if (!answer)
+			return NULL;
+		snprintf(msg, sizeof(msg), "uid %u may not map memory of uid %u", uid,
+			 (unsigned)geteuid());
+		vmm_log(VMM_LOG_WARN, "share_open from pid %ld refused: %s", pid, msg);
+		proto_error_response(w, PROTO_ERR_PERMISSION, msg);
+		return NULL;
+	}
+	if (!rt || !rt->side[SHIM_CUDA].core) {
+		if (answer)
+			proto_error_response(w, PROTO_ERR_NOT_READY, "no device memory managed here");
+		return NULL;
+	}
+	return rt->side[SHIM_CUDA].core;
+}
+
 void control_share_open(const proto_request *req, unsigned uid, long pid, proto_writer *w,
 			int *fds, size_t *nfds, bool *exported)
 {
-	shim_runtime *rt = shim_runtime_peek();
+	vmm_core *core = share_core(uid, pid, true, w);
 	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
 	vmm_share_info info;
 	vmm_error err;
 	struct timespec t0, t1;
 	size_t n = 0;
-	char msg[160];
 
 	*nfds = 0;
 	*exported = false;
-	if (uid != (unsigned)geteuid()) {
-		snprintf(msg, sizeof(msg), "uid %u may not map memory of uid %u", uid,
-			 (unsigned)geteuid());
-		vmm_log(VMM_LOG_WARN, "share_open from pid %ld refused: %s", pid, msg);
-		proto_error_response(w, PROTO_ERR_PERMISSION, msg);
+	if (!core)
 		return;
-	}
-	if (!rt || !rt->side[SHIM_CUDA].core) {
-		proto_error_response(w, PROTO_ERR_NOT_READY, "no device memory managed here");
-		return;
-	}
 	vmm_error_clear(&err);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (vmm_share_fds(rt->side[SHIM_CUDA].core, (vmm_devptr)req->share_base, req->share_id,
+	if (vmm_share_fds(core, (vmm_devptr)req->share_base, req->share_id,
 			  &info, pieces, VMM_SHARE_MAX_PIECES, &n, exported, &err)) {
 		vmm_log(VMM_LOG_INFO, "share_open of export %llu from pid %ld: %s",
 			(unsigned long long)req->share_id, pid, err.msg);
@@ -102,7 +117,7 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 bool control_share_open_now(const proto_request *req, unsigned uid, long pid, proto_writer *w,
 			    int *fds, size_t max, size_t *nfds)
 {
-	shim_runtime *rt = shim_runtime_peek();
+	vmm_core *core = share_core(uid, pid, false, w);
 	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
 	vmm_share_info info;
 	vmm_error err;
@@ -112,12 +127,12 @@ bool control_share_open_now(const proto_request *req, unsigned uid, long pid, pr
 	*nfds = 0;
 	if (max > VMM_SHARE_MAX_PIECES)
 		max = VMM_SHARE_MAX_PIECES;
-	if (uid != (unsigned)geteuid() || !rt || !rt->side[SHIM_CUDA].core)
+	if (!core)
 		return false; /* refused the usual way, with its log line */
 	vmm_error_clear(&err);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (vmm_share_fds_now(rt->side[SHIM_CUDA].core, (vmm_devptr)req->share_base,
-			      req->share_id, &info, pieces, max, &n, &err))
+	if (vmm_share_fds_now(core, (vmm_devptr)req->share_base, req->share_id, &info, pieces,
+			      max, &n, &err))
 		return false;
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	put_share(req, pid, &info, pieces, n, vmm_ms_between(&t0, &t1), false, w, fds);

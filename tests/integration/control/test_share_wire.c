@@ -271,6 +271,17 @@ Test(share_wire, share_open_goes_to_the_same_uid_only)
 	cr_expect_eq(n, 0);
 	cr_expect(w.buf && strstr(w.buf, "not_ready"), "%s", w.buf);
 	proto_writer_free(&w);
+	/* The quick path (a kept connection's) refuses the same, answering nothing: the request
+	 * then takes the usual way, which answers. */
+	for (int i = 0; i < 2; i++) {
+		proto_writer_init(&w);
+		n = 7;
+		cr_expect_not(control_share_open_now(&req, (unsigned)geteuid() + (i ? 0 : 1), 1234,
+						     &w, fds, VMM_SHARE_MAX_PIECES, &n));
+		cr_expect_eq(n, 0);
+		cr_expect(!w.len, "nothing answered: %.*s", (int)w.len, w.buf ? w.buf : "");
+		proto_writer_free(&w);
+	}
 }
 
 Test(share_wire, app_open_goes_to_the_same_uid_only)
