@@ -263,29 +263,15 @@ static bool exporter_still_there(pid_t pid, uint64_t start_time)
 static int request_exporter(shim_runtime *rt, const ipc_handle *h, peer_reply *reply,
 			    bool *kept_conn, char *why, size_t whylen)
 {
-	struct open_reply *o; /* large: only to read an error's message */
-	char line[192];
-	bool older;
-	int rc;
+	char line[192], plain[192];
 
 	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu keep=true\n",
 		 PROTO_MAGIC, (unsigned long long)h->id, (unsigned long long)h->base);
-	rc = peer_request_kept(rt->cfg.run_dir, (pid_t)h->pid, h->start_time,
-			       exporter_still_there, line, IPC_OPEN_TIMEOUT_MS, reply, kept_conn,
-			       why, whylen);
-	if (rc || strncmp(reply->text, PROTO_MAGIC " error\n", strlen(PROTO_MAGIC) + 7))
-		return rc;
-	o = malloc(sizeof(*o));
-	older = o && !ipc_open_reply_parse(reply->text, o) && strstr(o->error, "'keep'");
-	free(o);
-	if (!older)
-		return rc;
-	peer_reply_free(reply);
-	*kept_conn = false;
-	snprintf(line, sizeof(line), "%s share_open export=%llu base=%llu\n", PROTO_MAGIC,
+	snprintf(plain, sizeof(plain), "%s share_open export=%llu base=%llu\n", PROTO_MAGIC,
 		 (unsigned long long)h->id, (unsigned long long)h->base);
-	return peer_request(rt->cfg.run_dir, (pid_t)h->pid, line, IPC_OPEN_TIMEOUT_MS, reply, why,
-			    whylen);
+	return peer_request_kept_or_plain(rt->cfg.run_dir, (pid_t)h->pid, h->start_time,
+					  exporter_still_there, line, plain, IPC_OPEN_TIMEOUT_MS,
+					  reply, kept_conn, why, whylen);
 }
 
 /* Ask the exporting process (still the one that made the handle: checked on each new

@@ -157,6 +157,32 @@ int peer_request_kept(const char *run_dir, pid_t pid, uint64_t token, peer_check
 	return 0;
 }
 
+/* Did the server refuse the key `keep`? Its error reply names it in the message ("'share_open'
+ * does not take 'keep'", %-escaped on the wire, the quotes as they are). */
+static bool refused_keep(const peer_reply *r)
+{
+	static const char error[] = "vmmshim/1 error\n";
+
+	return r->text && !strncmp(r->text, error, sizeof(error) - 1) &&
+	       strstr(r->text, "'keep'");
+}
+
+int peer_request_kept_or_plain(const char *run_dir, pid_t pid, uint64_t token,
+			       peer_check_fn check, const char *line, const char *plain_line,
+			       int timeout_ms, peer_reply *out, bool *reused, char *why,
+			       size_t whylen)
+{
+	int rc = peer_request_kept(run_dir, pid, token, check, line, timeout_ms, out, reused, why,
+				   whylen);
+
+	if (rc || !refused_keep(out))
+		return rc;
+	peer_reply_free(out);
+	if (reused)
+		*reused = false;
+	return peer_request(run_dir, pid, plain_line, timeout_ms, out, why, whylen);
+}
+
 int peer_kept_count(void)
 {
 	int n;

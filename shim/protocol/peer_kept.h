@@ -32,6 +32,15 @@ int peer_request_kept(const char *run_dir, pid_t pid, uint64_t token, peer_check
 		      const char *line, int timeout_ms, peer_reply *out, bool *reused, char *why,
 		      size_t whylen);
 
+/* As peer_request_kept, with a server that may be older than kept connections: one that answers
+ * line with an error refusing its key `keep` (its protocol has none) is asked again with
+ * plain_line (the same request without it) over a new connection, not kept; *reused is then
+ * false. Returns as peer_request_kept. */
+int peer_request_kept_or_plain(const char *run_dir, pid_t pid, uint64_t token,
+			       peer_check_fn check, const char *line, const char *plain_line,
+			       int timeout_ms, peer_reply *out, bool *reused, char *why,
+			       size_t whylen);
+
 /* Connections kept now, and closing them all (tests, and what a forked child does first). */
 int peer_kept_count(void);
 void peer_kept_close_all(void);

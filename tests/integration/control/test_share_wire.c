@@ -340,8 +340,14 @@ Test(share_wire, share_open_request_wire_form)
 /* A server at dir/<our pid>.sock that answers every request line on a connection with an ok reply
  * and a pipe's read end, until the client closes; how it treats a connection after a reply:
  * KEEP_OPEN keeps it, KEEP_CLOSE closes it (as a server that keeps none), KEEP_DROP_SECOND closes
- * it on its second request without answering (a kept connection given up meanwhile). */
-enum keep_mode { KEEP_OPEN, KEEP_CLOSE, KEEP_DROP_SECOND };
+ * it on its second request without answering (a kept connection given up meanwhile), KEEP_OLDER
+ * answers a request with keep=true as a server older than kept connections does (an error, the
+ * key refused) and closes every connection after one reply. */
+enum keep_mode { KEEP_OPEN, KEEP_CLOSE, KEEP_DROP_SECOND, KEEP_OLDER };
+
+/* What a server older than the key keep answers a request that has it (protocol.c's refusal). */
+#define OLDER_REFUSAL "vmmshim/1 error\nerror status=\"invalid\" " \
+		      "message=\"'share_open'%20does%20not%20take%20'keep'\"\nend\n"
 
 struct kept_server {
 	int lfd;
@@ -363,18 +369,26 @@ static void *kept_serve_conn(void *arg)
 	int on_conn = 0;
 	char buf[512];
 
-	while (read(k->fd, buf, sizeof(buf)) > 0) {
+	ssize_t n;
+
+	while ((n = read(k->fd, buf, sizeof(buf) - 1)) > 0) {
 		int p[2];
 
+		buf[n] = '\0';
 		__atomic_add_fetch(&s->requests, 1, __ATOMIC_SEQ_CST);
 		if (++on_conn == 2 && s->mode == KEEP_DROP_SECOND)
 			break;
+		if (s->mode == KEEP_OLDER && strstr(buf, "keep=true")) {
+			fd_pass_send(k->fd, OLDER_REFUSAL, strlen(OLDER_REFUSAL), NULL, 0,
+				     fd_pass_now_ms() + 1000);
+			break;
+		}
 		if (pipe(p))
 			break;
 		fd_pass_send(k->fd, "vmmshim/1 ok\nend\n", 17, &p[0], 1, fd_pass_now_ms() + 1000);
 		close(p[0]);
 		close(p[1]);
-		if (s->mode == KEEP_CLOSE)
+		if (s->mode == KEEP_CLOSE || s->mode == KEEP_OLDER)
 			break;
 	}
 	close(k->fd);
@@ -513,6 +527,46 @@ Test(share_wire, a_kept_connection_closed_before_the_reply_is_retried_once, .tim
 	kept_server_stop(&s);
 	cr_expect_eq(s.accepts, 2);
 	cr_expect_eq(s.requests, 3);
+	rmdir(dir);
+}
+
+/* An exporter older than kept connections refuses the key keep: the request is asked again
+ * without it, over a new connection, and answered; nothing is kept of it. A server that knows
+ * the key is asked once. */
+Test(share_wire, an_exporter_older_than_kept_connections_is_asked_the_old_way, .timeout = 20)
+{
+	char dir[] = "/tmp/sharewire-XXXXXX", why[256];
+	struct kept_server s;
+	bool reused = true;
+	peer_reply r;
+
+	cr_assert(mkdtemp(dir));
+	kept_server_start(&s, dir, KEEP_OLDER);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(peer_request_kept_or_plain(dir, getpid(), 7, always,
+							"vmmshim/1 hello keep=true\n",
+							"vmmshim/1 hello\n", 2000, &r, &reused, why,
+							sizeof(why)), 0, "request %d: %s", i + 1, why);
+		cr_expect_str_eq(r.text, "vmmshim/1 ok\nend\n", "request %d", i + 1);
+		cr_expect_eq(r.nfds, 1, "the descriptor came with the old way's reply");
+		cr_expect_not(reused);
+		peer_reply_free(&r);
+	}
+	kept_server_stop(&s);
+	cr_expect_eq(s.requests, 4, "each asked twice: with keep, then without");
+	cr_expect_eq(s.accepts, 4);
+	/* A server that keeps connections: asked once, over the kept one the second time. */
+	kept_server_start(&s, dir, KEEP_OPEN);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(peer_request_kept_or_plain(dir, getpid(), 7, always,
+							"vmmshim/1 hello keep=true\n",
+							"vmmshim/1 hello\n", 2000, &r, &reused, why,
+							sizeof(why)), 0, "%s", why);
+		cr_expect_eq(reused, i == 1);
+		peer_reply_free(&r);
+	}
+	kept_server_stop(&s);
+	cr_expect_eq(s.requests, 2);
 	rmdir(dir);
 }
 
