@@ -44,7 +44,8 @@ run_suites build-sanitize sanitize simdev unit failure-paths
 # allocating through the heap during sleep/wake cycles, vmmctl's concurrent list, and the
 # randomized soak (threads, faults, killed clients, malformed requests against sleep/wake),
 # GPU sharing between processes (waiters, peers' sleeps, the per-GPU lock), and forks while other
-# threads change what a forked child closes (core_fork_stress).
+# threads change what a forked child closes (core_fork_stress), and the connections an importer
+# keeps to its exporters, used by many threads at once (control_peer_kept_threads).
 # Criterion cannot start under TSan, so the test drivers are built without it
 # (tests/integration/control) and what they drive is built with it: libvmmshim.so, ctl_target,
 # soak_target, simdev and vmmctl; simdev's own threaded test and core_fork_stress (no Criterion)
@@ -53,7 +54,7 @@ run_suites build-sanitize sanitize simdev unit failure-paths
 echo "== build with ThreadSanitizer into build-tsan/"
 configure build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false
 tsan_tests=(simdev_race_primary core_fork_stress control_sleep control_cancel control_protocol
-  control_trust control_group control_soak control_share)
+  control_trust control_group control_soak control_share control_peer_kept_threads)
 # What the drivers start is named here: ninja builds only the targets it is given, and the
 # drivers find these through the environment, not as link dependencies.
 ninja -C build-tsan -j "$jobs" tests/simdev/race_primary tests/unit/core/test_core_fork_stress \
@@ -83,6 +84,8 @@ declare -A tsan_filter=(
   # woken by a peer's free or death (inotify, pidfds, the control server), and a sleep between
   # an attempt and the gate. Simdev's group lock is one TSan follows (sim_group.c).
   [control_share]='@(share/two_processes*|share/a_waiting*|share/a_sleep_between*)'
+  # Kept connections to a peer, eight threads at once (not Criterion: no filter).
+  [control_peer_kept_threads]=''
 )
 tsan_ok=0; tsan_bad=0; tsan_failed=(); tsan_flaky=()
 tsan_run() { # test; filter args...
