@@ -6,7 +6,9 @@
 
 #include "control_internal.h"
 
-#define SHARE_RECORDS 64   /* listed in one reply; app_shares gives the total */
+/* Listed in one reply (app_shares gives the total): more than one member's sleep request can
+ * name (about 58 imports), so that vmmctl sees every handle it has to leave out. */
+#define SHARE_RECORDS 128
 
 void control_put_app_shares(proto_writer *w, vmm_app_registry *reg)
 {

@@ -78,7 +78,7 @@
  *            process, for kcmp), program_fds (descriptors the program itself holds open on
  *            them; -1: could not be told), program_fd (the first, or -1), kcmp_errno,
  *            released (asleep, released by a group sleep: fds is then empty);
- *            app_shares  count (at most 64 app_share records are listed). The program's own
+ *            app_shares  count (at most 128 app_share records are listed). The program's own
  *            VMM handles exported or imported as POSIX descriptors, in status replies.
  *   result   released, imported (memory exported by another process that a group sleep let go
  *            here, or a wake mapped again: its exporter's, so not in released), copied,
