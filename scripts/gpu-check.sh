@@ -8,7 +8,8 @@
 # Environment: GPUCHECK_BUDGET_S (default 510: the whole run ends inside 9 minutes),
 #   GPUCHECK_ONLY=row,row (parts of row names), GPUCHECK_SKIP=row,row (rows left out: a matrix
 #   that outgrows one 10-minute call runs in row groups), GPUCHECK_SKIP_BENCH=1, GPUCHECK_BUILD (build dir),
-#   GPUCHECK_TRAIN_ROUNDS (rounds of the PyTorch benchmark, default 5), GPUCHECK_TRAIN_PASSES
+#   GPUCHECK_TRAIN_ROUNDS (rounds of the PyTorch benchmark, default 5), GPUCHECK_TRAIN_ALLOCS
+#   (its allocators, e.g. NO_CACHING,expandable; default all three), GPUCHECK_TRAIN_PASSES
 #   (passes over its steps per run, the last timed, default 2), GPUCHECK_SMALL_GIB (the
 #   small-handles sleep/wake row, default 96), GPUCHECK_JOBS (parallel
 #   compiles, default nproc)
@@ -109,6 +110,7 @@ only=()
 opts=()
 [ -n "${GPUCHECK_SKIP_BENCH:-}" ] && opts=(--skip-bench)
 [ -n "${GPUCHECK_TRAIN_ROUNDS:-}" ] && opts+=(--train-rounds "$GPUCHECK_TRAIN_ROUNDS")
+[ -n "${GPUCHECK_TRAIN_ALLOCS:-}" ] && opts+=(--train-allocs "$GPUCHECK_TRAIN_ALLOCS")
 [ -n "${GPUCHECK_TRAIN_PASSES:-}" ] && opts+=(--train-passes "$GPUCHECK_TRAIN_PASSES")
 [ -n "${GPUCHECK_SMALL_GIB:-}" ] && opts+=(--small-gib "$GPUCHECK_SMALL_GIB")
 limit=$(( budget + 30 - ($(date +%s) - start) ))

@@ -1634,7 +1634,9 @@ class Matrix:
         argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/train.py"), "--mode",
                 "varlen", "--steps", str(self.a.train_steps), "--warmup", "3",
                 "--passes", str(self.a.train_passes)]
-        runs = [(alloc, extra, shim) for alloc, extra in self.TRAIN_CFGS
+        cfgs = [c for c in self.TRAIN_CFGS if not self.a.train_allocs or
+                c[0] in self.a.train_allocs.split(",")]
+        runs = [(alloc, extra, shim) for alloc, extra in cfgs
                 for shim in (False, True) if self.shim_ok or not shim]
         got = []  # one {(alloc, shim): (ms, peak, mean ms)} per round
         self.train_peaks = {}  # (alloc, shim): ["MiB (gap us)", ...] per run, in order
@@ -2044,6 +2046,9 @@ def main():
     ap.add_argument("--skip", default="", help="comma-separated parts of row names to leave out")
     ap.add_argument("--skip-bench", action="store_true")
     ap.add_argument("--train-rounds", type=int, default=5)
+    ap.add_argument("--train-allocs", default="",
+                    help="the PyTorch benchmark's allocators, e.g. NO_CACHING,expandable "
+                         "(default: all three), for a row group that must fit a device call")
     ap.add_argument("--train-passes", type=int, default=2,
                     help="passes over the same steps per run; the last is timed (train.py)")
     ap.add_argument("--train-steps", type=int, default=12)
