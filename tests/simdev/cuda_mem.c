@@ -734,3 +734,13 @@ SIM_API int simdev_current_device(void)
 {
 	return sim_worker_device();
 }
+
+SIM_API void simdev_memory_bytes(size_t *live, size_t *peak)
+{
+	sim_group_bytes(live, peak);
+}
+
+SIM_API void simdev_memory_peak_reset(void)
+{
+	sim_group_peak_reset();
+}

@@ -760,3 +760,13 @@ void sim_group_init(struct sim_config *cfg)
 		private_table(cfg);
 	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
+
+void sim_group_peak_reset(void)
+{
+	if (!G || !glock()) {
+		peak_bytes = 0;
+		return;
+	}
+	peak_bytes = my_live();
+	gunlock();
+}

@@ -87,6 +87,8 @@ void sim_group_hold(const struct sim_key *k, struct sim_objref *out);
 bool sim_group_drop(const struct sim_objref *ref, int fd, const struct sim_key *k);
 /* For SIMDEV_STATS: device bytes this process holds now, and the most it held. */
 void sim_group_bytes(size_t *live, size_t *peak);
+/* The most held starts again from what is held now (simdev_memory_peak_reset). */
+void sim_group_peak_reset(void);
 
 /* ---- where device memory lives: ranges of memory files (sim_store.c) ---- */
 

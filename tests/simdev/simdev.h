@@ -28,6 +28,15 @@ int simdev_check_access(int dev, const void *ptr, size_t size);
  * other thread. */
 int simdev_current_device(void);
 
+/* Physical device memory of this process (all devices; in a SIMDEV_SHARED group, what it holds
+ * alone or shared), counted as the driver counts it: a handle from its creation until it is
+ * released and no mapping uses it, a native allocation rounded up to 2 MiB. *peak: the most held
+ * at any instant (inside a call too) since the process started or the last reset, as
+ * SIMDEV_STATS's peak_bytes. A program that may run on the real driver finds these with dlsym. */
+void simdev_memory_bytes(size_t *live, size_t *peak);
+/* The peak starts again from what is held now. */
+void simdev_memory_peak_reset(void);
+
 #ifdef __cplusplus
 }
 #endif
