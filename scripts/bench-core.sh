@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Benchmark of the core allocator: median ns per malloc/free pair by size, growth cost per GiB,
 # peak mapped / peak live bytes on a fragmenting trace and on a replay of NO_CACHING training
-# (with device syncs and driver calls per step), and discard sleeps of 1 GiB handles and of
+# (with device syncs and driver calls per step; on simdev the physical peak of every instant
+# beside cudaMalloc's worst), and discard sleeps of 1 GiB handles and of
 # 2 MiB pieces, each beside the native driver where that makes sense; driver calls are costed
 # at the H200's figures (tests/bench/driver_model.c). Runs on the real GPU when a driver is installed, otherwise on
 # simdev (its figures are then indicative only). Builds into build/ (or $BUILD_DIR) if needed.

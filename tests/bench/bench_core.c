@@ -4,7 +4,8 @@
  *   2. growth cost per GiB (cold: physical memory created, mapped, access granted), beside a
  *      native cuMemAlloc of the same size;
  *   3. peak mapped and peak live bytes on a fragmenting trace (growing, varying batch shapes).
- *   4. the same on a replay of NO_CACHING training (train_trace.h), with syncs per step.
+ *   4. the same on a replay of NO_CACHING training (train_trace.h), with syncs per step, and on
+ *      simdev the physical peak of every instant beside cudaMalloc's worst (phys_peak.h).
  *   5. discard sleeps and wakes (first and steady) of 1 GiB allocations, of 64 MiB ones, or of
  *      2-32 MiB ones left by fragmenting frees, with the driver calls they make and the time
  *      spent outside them (the core's own work, per handle and per allocation).
@@ -358,6 +359,11 @@ static void sleep_bench(vmm_backend *be, int gib, enum sleep_layout layout)
 	vmm_core_destroy(core);
 }
 
+static double mib(uint64_t bytes)
+{
+	return (double)bytes / (double)MiB;
+}
+
 /* The NO_CACHING training replay (train_trace.h): how close peak mapped stays to peak live, and
  * what that costs in device synchronizations. */
 static void training_trace(vmm_backend *be, size_t budget, enum train_shape shape, int steps,
@@ -390,6 +396,20 @@ static void training_trace(vmm_backend *be, size_t budget, enum train_shape shap
 	       fmt_size(r.peak_mapped, b, sizeof(b)),
 	       r.peak_live ? (double)r.peak_mapped / (double)r.peak_live : 0.0,
 	       r.peak_native ? (double)r.peak_mapped / (double)r.peak_native : 0.0);
+	if (r.phys.known) {
+		const struct phys_peak *ph = &r.phys;
+
+		printf("  physical    %8.0f MiB at the worst instant (simdev, inside calls too; %.0f MiB "
+		       "between calls), cudaMalloc's worst %.0f MiB: %+.0f MiB, %.4fx\n",
+		       mib(ph->peak), mib(ph->sampled), mib(r.peak_native),
+		       mib(ph->peak) - mib(r.peak_native),
+		       r.peak_native ? (double)ph->peak / (double)r.peak_native : 0.0);
+		printf("              between calls at its worst: %.0f MiB mapped (%.0f live, %.0f "
+		       "quarantined, %.0f other free), %.0f not mapped; cudaMalloc held %.0f MiB then\n",
+		       mib(ph->mapped), mib(ph->live_usable), mib(ph->quarantined),
+		       mib(ph->cached - ph->quarantined), mib(ph->sampled) - mib(ph->mapped),
+		       mib(ph->native));
+	}
 	printf("  at the end  %10s   mapped (the driver counts %s in use) in %llu handles\n",
 	       fmt_size(r.end_mapped, a, sizeof(a)), fmt_size(r.end_driver_used, c, sizeof(c)),
 	       (unsigned long long)(r.handles_created - r.handles_released));

@@ -33,6 +33,9 @@ struct run {
 	vmm_devptr ptrs[MAX_T];
 	int nfree_slots, free_slots[MAX_T];
 	int logits, loss;       /* TRAIN_VARLEN: the script's variables, alive across steps */
+	uint64_t quarantined;   /* bytes freed since the heap's last device sync */
+	uint64_t syncs;
+	struct phys_peak phys;
 };
 
 static double now_ns(void)
@@ -47,6 +50,18 @@ static double now_ns(void)
 static uint64_t native_size(size_t n)
 {
 	return n > MiB ? (n + 2 * MiB - 1) & ~(2 * MiB - 1) : (n + 511) & ~511ull;
+}
+
+/* After a call: a sync empties the quarantine; then the physical count is sampled. */
+static void sample(struct run *r)
+{
+	vmm_stats s;
+
+	vmm_stats_get(r->core, 0, NULL, &s, NULL);
+	if (s.syncs != r->syncs)
+		r->quarantined = 0;
+	r->syncs = s.syncs;
+	phys_peak_sample(&r->phys, r->core, 0, r->native, r->quarantined);
 }
 
 /* A tensor is an index into the run's table (-1: the allocation failed). */
@@ -68,20 +83,26 @@ static int t_alloc(struct run *r, size_t n)
 	r->native += native_size(n);
 	if (r->native > r->peak_native)
 		r->peak_native = r->native;
+	sample(r);
 	return id;
 }
 
 static void t_free(struct run *r, int id)
 {
-	double a = now_ns();
+	vmm_alloc_info info = { 0 };
+	double a;
 
 	if (id < 0)
 		return;
+	vmm_lookup(r->core, r->ptrs[id], &info);
+	a = now_ns();
 	vmm_free(r->core, r->ptrs[id], NULL);
 	r->ns += now_ns() - a;
 	r->calls++;
 	r->native -= native_size(r->sizes[id]);
 	r->free_slots[r->nfree_slots++] = id;
+	r->quarantined += info.usable;
+	sample(r);
 }
 
 /* Parameters of one block, in PyTorch's creation order. */
@@ -303,6 +324,7 @@ void train_trace(vmm_core *core, size_t budget, enum train_shape shape, int step
 	memset(out, 0, sizeof(*out));
 	r.core = core;
 	r.logits = r.loss = -1;
+	phys_peak_start(&r.phys);
 	for (int i = 0; i < MAX_T; i++)
 		r.free_slots[r.nfree_slots++] = MAX_T - 1 - i;
 	if (shape == TRAIN_VARLEN)
@@ -357,6 +379,8 @@ void train_trace(vmm_core *core, size_t budget, enum train_shape shape, int step
 			out->allocs_per_step = (r.calls - calls0) / 2;
 	}
 	vmm_stats_get(core, 0, NULL, &s, NULL);
+	phys_peak_finish(&r.phys);
+	out->phys = r.phys;
 	out->steps = steps;
 	out->hidden = m.hidden;
 	out->layers = (size_t)m.layers;

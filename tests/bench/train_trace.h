@@ -10,6 +10,7 @@
 
 #include "driver_model.h"
 #include "heap.h"
+#include "phys_peak.h"
 
 enum train_shape {
 	TRAIN_FIXED_BATCH,      /* a model sized to the budget; 8 sequences of varying length */
@@ -32,6 +33,7 @@ struct train_result {
 	int failed;                /* allocations that failed (0 expected) */
 	struct driver_counts steady; /* driver calls of the second half (driver_model_attach'd) */
 	double worst_step_us;   /* the second half's costliest step in modelled driver time */
+	struct phys_peak phys;  /* the device's physical memory, where the driver says (simdev) */
 };
 
 /* Run `steps` training steps on device 0 of core; TRAIN_FIXED_BATCH sizes the model so that its
