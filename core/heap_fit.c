@@ -276,7 +276,7 @@ vmm_status arena_alloc_small(struct arena *a, size_t size, struct alloc *rec, vm
 		s = slab_new(a, cls, err);
 		if (!s)
 			return err ? err->status : VMM_E_OOM;
-		b = arena_alloc_block(a, a->dh->gran, HEAP_ALIGN, err);
+		b = arena_alloc_block(a, s->bytes, HEAP_ALIGN, err);
 		if (!b) {
 			slab_free_struct(s);
 			return err ? err->status : VMM_E_OOM;

@@ -1,9 +1,18 @@
-/* Small allocations (heap_slab.h): packed by size class into slabs of one granule (2 MiB) carved
- * from the arena like any block, so that a 256-byte allocation costs 256 bytes. Classes step by
- * 256 bytes up to 1 KiB, then four per power of two (at most 25% internal waste). */
+/* Small allocations (heap_slab.h): packed by size class into slabs carved from the arena like any
+ * block, so that a 256-byte allocation costs 256 bytes. Classes step by 256 bytes up to 1 KiB,
+ * then four per power of two (at most 25% internal waste).
+ *
+ * A class's first slab is small (SLAB_MIN), and each further one as large as the class's slabs
+ * together, up to a granule: the room a class holds empty is bounded by what it uses, plus
+ * SLAB_MIN. The driver packs small cudaMallocs of every size into the same 2 MiB pages; one
+ * granule per class cost a program 2 MiB for each size it ever used (PyTorch's NO_CACHING
+ * training touches a dozen or more: +44 MiB of peak on the H200), and slabs of a few slots
+ * also fit into the ends of granules that larger allocations left free. */
 #include "heap_slab.h"
 
 #include <stdlib.h>
+
+#define SLAB_MIN (64u << 10)
 
 int size_class(size_t size, size_t small_max)
 {
@@ -64,13 +73,31 @@ void slab_free_struct(struct slab *s)
 static void slab_destroy(struct devheap *dh, struct slab *s)
 {
 	slab_unlist(s->arena, s);
+	s->arena->slab_bytes[s->cls] -= s->bytes;
 	blk_release(dh, s->blk);
 	slab_free_struct(s);
 }
 
+/* The smallest slab of a class: SLAB_MIN, or one slot. */
+static size_t slab_min(size_t slot)
+{
+	return slot > SLAB_MIN ? slot : SLAB_MIN;
+}
+
+/* The size of the class's next slab (see the top of the file), a whole number of slots. */
+static size_t slab_size(const struct arena *a, int cls, size_t slot)
+{
+	size_t want = a->slab_bytes[cls], gran = a->dh->gran;
+
+	if (want < slab_min(slot))
+		want = slab_min(slot);
+	if (want > gran)
+		want = gran > slot ? gran : slot;
+	return want / slot * slot;
+}
+
 struct slab *slab_new(struct arena *a, int cls, vmm_error *err)
 {
-	size_t bytes = a->dh->gran;
 	struct slab *s = calloc(1, sizeof(*s));
 
 	if (!s)
@@ -78,7 +105,8 @@ struct slab *slab_new(struct arena *a, int cls, vmm_error *err)
 	s->arena = a;
 	s->cls = cls;
 	s->slot_size = class_size(cls);
-	s->nslots = (uint32_t)(bytes / s->slot_size);
+	s->bytes = slab_size(a, cls, s->slot_size);
+	s->nslots = (uint32_t)(s->bytes / s->slot_size);
 	s->free_stack = malloc(s->nslots * sizeof(*s->free_stack));
 	s->slots = calloc(s->nslots, sizeof(*s->slots));
 	if (!s->free_stack || !s->slots)
@@ -100,6 +128,7 @@ void slab_attach(struct slab *s, struct blk *b)
 	s->blk = b;
 	b->state = BLK_SLAB;
 	b->slab = s;
+	s->arena->slab_bytes[s->cls] += s->bytes;
 	slab_list(s->arena, s);
 }
 
@@ -127,9 +156,11 @@ void slab_free_slot(struct devheap *dh, struct alloc *rec)
 	s->free_stack[s->free_top++] = rec->slot;
 	s->nused--;
 	slab_list(a, s);
-	/* Keep one empty slab per class as a cushion; give further ones back to the arena. A frozen
-	 * one goes as soon as it is empty (its memory in a shared handle is retired). */
-	if (!s->nused && (s->frozen || s->prev || s->next))
+	/* Keep one empty slab of the smallest size per class as a cushion (a malloc/free loop of
+	 * one small tensor then makes no slab each time); give further or larger ones back to the
+	 * arena. A frozen one goes as soon as it is empty (its memory in a shared handle is
+	 * retired). */
+	if (!s->nused && (s->frozen || s->prev || s->next || s->bytes > slab_min(s->slot_size)))
 		slab_destroy(dh, s);
 }
 

@@ -1,4 +1,4 @@
-/* Small allocations packed by size class into slabs of one granule (heap_slab.c). A slab's block
+/* Small allocations packed by size class into slabs of 64 KiB to a granule (heap_slab.c). A slab's block
  * comes from the caller (heap_fit.c), so this layer calls only the block layer (heap_blocks.h). */
 #ifndef VMM_HEAP_SLAB_H
 #define VMM_HEAP_SLAB_H

@@ -69,6 +69,7 @@ struct slab {
 	struct arena *arena;
 	int cls;
 	size_t slot_size;
+	size_t bytes;               /* nslots * slot_size: its block's size */
 	uint32_t nslots, nused; /* nused: live + quarantined */
 	uint32_t free_top;
 	uint32_t *free_stack;
@@ -143,6 +144,7 @@ struct arena {
 	struct alloc *quar_head;
 	uint64_t quar_bytes;
 	struct slab *partial[NUM_CLASSES];
+	size_t slab_bytes[NUM_CLASSES]; /* bytes of the class's slabs with a block */
 	bool asleep;
 	bool discarded;         /* asleep without a host copy */
 	bool asleep_in_part;    /* asleep, but a failed sleep's undo left some handles mapped */

@@ -41,7 +41,7 @@ static const struct setting settings[] = {
 	  "allocations of this size or more get new device memory as one handle (copies run faster "
 	  "on it); smaller ones get 2 MiB pieces that move on their own once freed" },
 	{ "VMMSHIM_SMALL_MAX", SET_SIZE, AT(core.small_max), "64K",
-	  "allocations up to this size are packed into shared 2 MiB pages" },
+	  "allocations up to this size are packed by size into slabs of 64 KiB to 2 MiB" },
 	{ "VMMSHIM_RUN_DIR", SET_STRING, AT(run_dir),
 	  "($XDG_RUNTIME_DIR/vmmshim, else /tmp/vmmshim-UID)",
 	  "folder of the control sockets, an absolute path (created with mode 0700)" },
