@@ -236,13 +236,16 @@ static vmm_status plan_create(struct arena *a, struct grow_plan *p, struct large
 	return VMM_OK;
 }
 
-/* Collect handles summing to exactly `want` bytes (see the top of the file). */
+/* Collect handles summing to exactly `want` bytes (see the top of the file). Without may_create,
+ * VMM_E_OOM when the wholly free handles do not add up to it (nothing changed). */
 static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, size_t piece,
-			    struct blk *avoid, vmm_error *err)
+			    bool may_create, struct blk *avoid, vmm_error *err)
 {
 	struct larger l = { 0 };
 	vmm_status st = plan_take_free(a->dh, p, want, avoid, &l, err);
 
+	if (!st && p->total < want && !may_create)
+		st = VMM_E_OOM;
 	/* Rather than add memory while a larger wholly free handle sits idle, give that one back:
 	 * the device's memory does not grow. */
 	if (!st && p->total < want)
@@ -388,7 +391,7 @@ static struct blk *extendable_block(struct arena *a, size_t size, size_t align)
 /* Grow block b in place for the request. VMM_E_OOM may mean only that the memory was not there:
  * the caller tries a fresh range. */
 static vmm_status grow_in_place(struct arena *a, struct blk *b, size_t size, size_t align,
-				struct blk **out, vmm_error *err)
+				bool may_create, struct blk **out, vmm_error *err)
 {
 	struct devheap *dh = a->dh;
 	vmm_devptr start = b->addr, end = b->addr + b->size;
@@ -398,7 +401,7 @@ static vmm_status grow_in_place(struct arena *a, struct blk *b, size_t size, siz
 
 	if (!va_claim_at(dh, end, want))
 		return VMM_E_OOM;
-	st = plan_fill(a, &p, want, piece_for(dh, size), b, err);
+	st = plan_fill(a, &p, want, piece_for(dh, size), may_create, b, err);
 	if (!st) {
 		st = plan_map(a, &p, end, err);
 		if (!st) {
@@ -414,7 +417,8 @@ static vmm_status grow_in_place(struct arena *a, struct blk *b, size_t size, siz
 }
 
 /* A fresh range: granule-aligned, so no padding is needed for any alignment up to a granule. */
-static vmm_status grow_fresh(struct arena *a, size_t size, struct blk **out, vmm_error *err)
+static vmm_status grow_fresh(struct arena *a, size_t size, bool may_create, struct blk **out,
+			     vmm_error *err)
 {
 	struct devheap *dh = a->dh;
 	size_t want = align_up(size, dh->gran);
@@ -422,7 +426,7 @@ static vmm_status grow_fresh(struct arena *a, size_t size, struct blk **out, vmm
 	vmm_devptr va;
 	vmm_status st;
 
-	st = plan_fill(a, &p, want, piece_for(dh, size), NULL, err);
+	st = plan_fill(a, &p, want, piece_for(dh, size), may_create, NULL, err);
 	if (!st)
 		st = va_alloc(dh, p.total, &va, err);
 	if (!st)
@@ -436,18 +440,18 @@ static vmm_status grow_fresh(struct arena *a, size_t size, struct blk **out, vmm
 	return VMM_OK;
 }
 
-vmm_status arena_grow(struct arena *a, size_t size, size_t align, struct blk **out,
-		      vmm_error *err)
+vmm_status arena_grow(struct arena *a, size_t size, size_t align, bool may_create,
+		      struct blk **out, vmm_error *err)
 {
 	struct blk *b = extendable_block(a, size, align);
 
 	if (b) {
-		vmm_status st = grow_in_place(a, b, size, align, out, err);
+		vmm_status st = grow_in_place(a, b, size, align, may_create, out, err);
 
 		if (st != VMM_E_OOM)
 			return st;
 	}
-	return grow_fresh(a, size, out, err);
+	return grow_fresh(a, size, may_create, out, err);
 }
 
 vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_error *err)

@@ -8,9 +8,10 @@
 
 /* Map new memory into arena a so that a free block holds size bytes at align (<= a granule):
  * one of its free blocks grown in place, or a fresh range; *out is that block. VMM_E_OOM when
- * the driver has no memory for it. */
-vmm_status arena_grow(struct arena *a, size_t size, size_t align, struct blk **out,
-		      vmm_error *err);
+ * the driver has no memory for it, or, without may_create, when the device's wholly free
+ * handles are not enough (then nothing changed and no memory was made). */
+vmm_status arena_grow(struct arena *a, size_t size, size_t align, bool may_create,
+		      struct blk **out, vmm_error *err);
 
 /* Whether a request of size bytes owns whole granules and gets new memory in handles of up to
  * max_handle_bytes (else in 2 MiB pieces): at least whole_handle_min, or max_handle_bytes when

@@ -2,6 +2,7 @@
 #include "helpers.h"
 
 #include <criterion/criterion.h>
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,6 +133,29 @@ uint64_t t_dev_used(struct tctx *t, int dev)
 	    t->be->mem_info(t->be, dev, &f, &tot, NULL))
 		return UINT64_MAX;
 	return tot - f;
+}
+
+/* simdev's functions, found in the libcuda.so.1 the backend loaded. */
+static void *simdev_fn(const char *name)
+{
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	void *fn = lib ? dlsym(lib, name) : NULL;
+
+	cr_assert(fn, "simdev's %s not found (open the backend first)", name);
+	return fn;
+}
+
+void t_dev_peak_reset(void)
+{
+	((void (*)(void))simdev_fn("simdev_memory_peak_reset"))();
+}
+
+uint64_t t_dev_peak(void)
+{
+	size_t live = 0, peak = 0;
+
+	((void (*)(size_t *, size_t *))simdev_fn("simdev_memory_bytes"))(&live, &peak);
+	return peak;
 }
 
 uint64_t t_dev_total(struct tctx *t, int dev)

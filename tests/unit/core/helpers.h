@@ -31,6 +31,10 @@ void t_close(struct tctx *t);
 uint64_t t_dev_used(struct tctx *t, int dev);
 uint64_t t_dev_total(struct tctx *t, int dev);
 vmm_stats t_stats(struct tctx *t, int dev, const char *tag);
+/* simdev's count of the process's physical device memory (simdev.h): t_dev_peak is the most held
+ * at any instant, inside calls too, since t_dev_peak_reset (which the test needs first). */
+void t_dev_peak_reset(void);
+uint64_t t_dev_peak(void);
 
 /* Run scenario() in a child process (simdev reads its environment once per process): env holds
  * "NAME=value" settings for it (NULL-ended, or NULL; SIMDEV_FAIL is unset unless given) and
