@@ -1677,13 +1677,15 @@ class Matrix:
                  ("expandable", False), 0, "<= 1.03x", 1.03)
         pair_row("train NO_CACHING shim vs expandable native: mean ms/step", ("NO_CACHING", True),
                  ("expandable", False), 2, "<= 1.03x", 1.03)
+        # Peaks are exact (every run of a configuration reads the same MiB): any MiB above
+        # native is over the goal, however small the ratio looks.
         pair_row("train NO_CACHING shim vs native: peak GiB", ("NO_CACHING", True),
-                 ("NO_CACHING", False), 1, "<= 1.00x", 1.001)
+                 ("NO_CACHING", False), 1, "<= 1.00x", 1.0)
         for alloc in ("default", "expandable"):
             pair_row(f"train {alloc} shim vs native: ms/step", (alloc, True), (alloc, False), 0,
                      "<= 1.02x", 1.02)
             pair_row(f"train {alloc} shim vs native: peak GiB", (alloc, True), (alloc, False),
-                     1, "<= 1.00x", 1.001)
+                     1, "<= 1.00x", 1.0)
 
     def hold_proc(self, gib, shim, tag, extra=None):
         """gib: "N" (in 1 GiB allocations) or "N small" (hold.cu's fragmenting mode)."""
