@@ -178,6 +178,13 @@ vmm_stats t_stats(struct tctx *t, int dev, const char *tag)
 	return s;
 }
 
+uint64_t t_handles_held(struct tctx *t, int dev)
+{
+	vmm_stats s = t_stats(t, dev, NULL);
+
+	return s.handles_created - s.handles_released;
+}
+
 static uint64_t mix(uint64_t x)
 {
 	x ^= x >> 33;

@@ -31,6 +31,8 @@ void t_close(struct tctx *t);
 uint64_t t_dev_used(struct tctx *t, int dev);
 uint64_t t_dev_total(struct tctx *t, int dev);
 vmm_stats t_stats(struct tctx *t, int dev, const char *tag);
+/* Driver handles the heap holds on dev now (created and not yet released). */
+uint64_t t_handles_held(struct tctx *t, int dev);
 /* simdev's count of the process's physical device memory (simdev.h): t_dev_peak is the most held
  * at any instant, inside calls too, since t_dev_peak_reset (which the test needs first). */
 void t_dev_peak_reset(void);

@@ -11,13 +11,6 @@
 
 static const vmm_sleep_opts all = { .device = -1 };
 
-static uint64_t handles_now(struct tctx *t)
-{
-	vmm_stats s = t_stats(t, 0, NULL);
-
-	return s.handles_created - s.handles_released;
-}
-
 static void cycle(struct tctx *t, bool discard, uint64_t *created_by_wake)
 {
 	vmm_sleep_opts o = all;
@@ -48,10 +41,10 @@ Test(heap_coalesce, pieces_of_one_allocation_come_back_as_one_handle)
 	t_fill(a, 20 * MiB, 1);
 	t_fill(b, 3 * MiB + 5, 2);
 	t_fill(c, 7 * MiB, 3);
-	before = handles_now(&t);
+	before = t_handles_held(&t, 0);
 	cr_assert_geq(before, 15, "a alone is 10 pieces of 2 MiB");
 	cycle(&t, false, &created);
-	cr_expect_eq(handles_now(&t), created);
+	cr_expect_eq(t_handles_held(&t, 0), created);
 	/* a's ten pieces are one handle now (joined with its neighbours' too). */
 	cr_expect_leq(created, before - 9, "%llu handles re-created of %llu",
 		      (unsigned long long)created, (unsigned long long)before);
@@ -59,7 +52,7 @@ Test(heap_coalesce, pieces_of_one_allocation_come_back_as_one_handle)
 		  "contents at the same addresses");
 	/* The next cycle re-creates just as many: nothing grows back. */
 	cycle(&t, false, &created);
-	cr_expect_eq(handles_now(&t), created);
+	cr_expect_eq(t_handles_held(&t, 0), created);
 	cr_expect(t_check(a, 20 * MiB, 1) && t_check(b, 3 * MiB + 5, 2) && t_check(c, 7 * MiB, 3));
 	t_close(&t);
 }

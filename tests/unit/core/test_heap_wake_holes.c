@@ -15,13 +15,6 @@
 
 static const vmm_sleep_opts all = { .device = -1 };
 
-static uint64_t handles_now(struct tctx *t)
-{
-	vmm_stats s = t_stats(t, 0, NULL);
-
-	return s.handles_created - s.handles_released;
-}
-
 static void sleep_wake(struct tctx *t, bool discard)
 {
 	vmm_sleep_opts o = all;
@@ -60,8 +53,8 @@ Test(heap_wake_holes, a_small_hole_wakes_in_one_handle_with_its_neighbours)
 	mapped_before = t_stats(&t, 0, NULL).mapped_bytes;
 	for (int cycle = 0; cycle < 2; cycle++) {
 		sleep_wake(&t, false);
-		cr_expect_eq(handles_now(&t), 1, "cycle %d: %llu handles after the wake", cycle,
-			     (unsigned long long)handles_now(&t));
+		cr_expect_eq(t_handles_held(&t, 0), 1, "cycle %d: %llu handles after the wake", cycle,
+			     (unsigned long long)t_handles_held(&t, 0));
 		cr_expect(t_check(a, SIDE, 1) && t_check(b, SIDE, 2),
 			  "cycle %d: contents at the same addresses", cycle);
 		cr_expect_eq(t_stats(&t, 0, NULL).mapped_bytes, 2 * SIDE + 2 * MiB,
@@ -71,7 +64,7 @@ Test(heap_wake_holes, a_small_hole_wakes_in_one_handle_with_its_neighbours)
 	/* The hole's memory is free in its arena: a request of its size is served there. */
 	cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &c, NULL), VMM_OK);
 	cr_expect_eq(c, a + SIDE, "the hole is reused in place");
-	cr_expect_eq(handles_now(&t), 1, "without a new handle");
+	cr_expect_eq(t_handles_held(&t, 0), 1, "without a new handle");
 	t_fill(c, 2 * MiB, 3);
 	cr_expect(t_check(c, 2 * MiB, 3) && t_check(a, SIDE, 1) && t_check(b, SIDE, 2));
 	t_close(&t);
@@ -87,8 +80,8 @@ Test(heap_wake_holes, a_discarded_sleep_releases_the_hole_and_the_wake_is_usable
 	hole_between(&t, SIDE, 2 * MiB, &a, &b);
 	for (int cycle = 0; cycle < 2; cycle++) {
 		sleep_wake(&t, true);
-		cr_expect_eq(handles_now(&t), 1, "cycle %d: %llu handles", cycle,
-			     (unsigned long long)handles_now(&t));
+		cr_expect_eq(t_handles_held(&t, 0), 1, "cycle %d: %llu handles", cycle,
+			     (unsigned long long)t_handles_held(&t, 0));
 		t_fill(a, SIDE, 10 + (uint64_t)cycle);
 		t_fill(b, SIDE, 20 + (uint64_t)cycle);
 		cr_expect(t_check(a, SIDE, 10 + (uint64_t)cycle) &&
@@ -108,7 +101,7 @@ Test(heap_wake_holes, a_hole_above_the_limit_is_given_back_and_stays_out)
 	sleep_wake(&t, false);
 	cr_expect_eq(t_stats(&t, 0, NULL).mapped_bytes, 16 * HOLE_MAX_BYTES,
 		     "only the live neighbours came back");
-	cr_expect_eq(handles_now(&t), 2);
+	cr_expect_eq(t_handles_held(&t, 0), 2);
 	cr_expect(t_check(a, 8 * HOLE_MAX_BYTES, 1) && t_check(b, 8 * HOLE_MAX_BYTES, 2));
 	t_close(&t);
 }
@@ -124,7 +117,7 @@ Test(heap_wake_holes, a_hole_beyond_the_budget_of_its_neighbours_stays_out)
 	hole_between(&t, SIDE / 2, 2 * MiB, &a, &b);
 	sleep_wake(&t, true);
 	cr_expect_eq(t_stats(&t, 0, NULL).mapped_bytes, SIDE);
-	cr_expect_eq(handles_now(&t), 2);
+	cr_expect_eq(t_handles_held(&t, 0), 2);
 	t_close(&t);
 }
 

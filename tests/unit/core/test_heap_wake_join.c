@@ -15,13 +15,6 @@
 
 static const vmm_sleep_opts all = { .device = -1 };
 
-static uint64_t handles_now(struct tctx *t)
-{
-	vmm_stats s = t_stats(t, 0, NULL);
-
-	return s.handles_created - s.handles_released;
-}
-
 static void sleep_all(struct tctx *t, bool discard)
 {
 	vmm_sleep_opts o = all;
@@ -68,7 +61,7 @@ Test(heap_wake_join, small_allocations_wake_in_a_few_handles_with_their_contents
 	t_simdev_env("1G", NULL, NULL);
 	t_open(&t, NULL);
 	alloc_small(&t, p, NSMALL, 100);
-	before = handles_now(&t);
+	before = t_handles_held(&t, 0);
 	cr_assert_geq(before, NSMALL, "each allocation lies in its own pieces (%llu handles)",
 		      (unsigned long long)before);
 	for (int cycle = 0; cycle < 2; cycle++) {
@@ -76,8 +69,8 @@ Test(heap_wake_join, small_allocations_wake_in_a_few_handles_with_their_contents
 		cr_assert_eq(t_dev_used(&t, 0), 0, "asleep, nothing is held on the device");
 		wake_all(&t);
 		/* ~290 MiB of adjacent allocations: a handle of at most 1 GiB holds them. */
-		cr_expect_leq(handles_now(&t), 2, "cycle %d: %llu handles after the wake (%llu "
-			      "before the first sleep)", cycle, (unsigned long long)handles_now(&t),
+		cr_expect_leq(t_handles_held(&t, 0), 2, "cycle %d: %llu handles after the wake (%llu "
+			      "before the first sleep)", cycle, (unsigned long long)t_handles_held(&t, 0),
 			      (unsigned long long)before);
 		cr_expect(all_intact(p, NSMALL, 100), "cycle %d: contents at the same addresses",
 			  cycle);
@@ -99,8 +92,8 @@ Test(heap_wake_join, a_discard_sleep_releases_every_byte_and_the_wake_is_usable)
 			     (unsigned long long)t_dev_used(&t, 0));
 		cr_expect_eq(t_stats(&t, 0, NULL).mapped_bytes, 0);
 		wake_all(&t);
-		cr_expect_leq(handles_now(&t), 2, "cycle %d: %llu handles", cycle,
-			      (unsigned long long)handles_now(&t));
+		cr_expect_leq(t_handles_held(&t, 0), 2, "cycle %d: %llu handles", cycle,
+			      (unsigned long long)t_handles_held(&t, 0));
 		for (int i = 0; i < NSMALL; i++)
 			t_fill(p[i], SMALL, 300 + (uint64_t)(cycle * NSMALL + i));
 		for (int i = 0; i < NSMALL; i++)
@@ -185,8 +178,8 @@ Test(heap_wake_join, no_joined_handle_exceeds_the_configured_largest)
 	sleep_all(&t, false);
 	wake_all(&t);
 	/* ~290 MiB in handles of at most 16 MiB: at least 19. */
-	cr_expect_geq(handles_now(&t), 19, "%llu handles", (unsigned long long)handles_now(&t));
-	cr_expect_leq(handles_now(&t), 24, "%llu handles", (unsigned long long)handles_now(&t));
+	cr_expect_geq(t_handles_held(&t, 0), 19, "%llu handles", (unsigned long long)t_handles_held(&t, 0));
+	cr_expect_leq(t_handles_held(&t, 0), 24, "%llu handles", (unsigned long long)t_handles_held(&t, 0));
 	cr_expect(all_intact(p, NSMALL, 600));
 	t_close(&t);
 }
@@ -215,8 +208,8 @@ Test(heap_wake_join, an_exported_allocation_keeps_its_handles)
 	cr_expect_eq(after.span, before.span);
 	cr_expect_eq(after.span_size, before.span_size);
 	/* The others joined around it: on each side a few handles. */
-	cr_expect_leq(handles_now(&t), 2 + sb / (2 * MiB), "%llu handles",
-		      (unsigned long long)handles_now(&t));
+	cr_expect_leq(t_handles_held(&t, 0), 2 + sb / (2 * MiB), "%llu handles",
+		      (unsigned long long)t_handles_held(&t, 0));
 	cr_expect(all_intact(p, NSMALL, 700));
 	t_close(&t);
 }
@@ -237,7 +230,7 @@ Test(heap_wake_join, an_allocation_in_a_joined_handle_can_get_a_handle_of_its_ow
 	alloc_small(&t, p + NSMALL / 2, NSMALL / 2, 800 + NSMALL / 2);
 	sleep_all(&t, false);
 	wake_all(&t);
-	cr_assert_leq(handles_now(&t), 2, "it lies in a joined handle");
+	cr_assert_leq(t_handles_held(&t, 0), 2, "it lies in a joined handle");
 	cr_assert_eq(vmm_share_own(t.core, seg, &si, &err), VMM_OK, "%s", err.msg);
 	cr_expect(si.own_handle);
 	cr_expect_eq(si.span, seg);
@@ -268,7 +261,7 @@ Test(heap_wake_join, a_failed_cut_leaves_everything_as_it_was)
 	alloc_small(&t, p + NSMALL / 2, NSMALL / 2, 1000 + NSMALL / 2);
 	sleep_all(&t, false);
 	wake_all(&t);
-	cr_assert_leq(handles_now(&t), 2, "it lies in a joined handle");
+	cr_assert_leq(t_handles_held(&t, 0), 2, "it lies in a joined handle");
 	used = t_dev_used(&t, 0);
 	cr_expect_neq(vmm_share_own(t.core, seg, &si, &err), VMM_OK, "the copy was made to fail");
 	cr_expect_eq(t_dev_used(&t, 0), used, "the new handles went back");
