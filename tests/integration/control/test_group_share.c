@@ -38,6 +38,15 @@ static void setup_env(void)
 	cr_assert(shared_env_setup(&se, "grpshare"));
 }
 
+/* The run folder, and a process of the simdev group that only looks (its free memory is the
+ * group's, as an awake member sees it). */
+static void start_observer(struct peer *observer)
+{
+	setup_env();
+	peer_start(observer, env);
+	peer_ok(observer, "init");
+}
+
 static long long status_num(struct peer *p, const char *section, const char *key)
 {
 	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)p->pid);
@@ -136,9 +145,7 @@ static void shared_group(int n)
 	long long own[3], slot[3], before, asleep;
 	char text[64];
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
+	start_observer(&observer);
 	start_sharing(ps, n, NULL, true, own, slot);
 	before = group_free(&observer);
 	/* Twice: the second sleep matches the memory that the first wake re-shared. */
@@ -209,9 +216,7 @@ Test(group_share, a_failure_half_way_through_the_sleep_leaves_every_member_as_it
 	long long own[3], slot[3], before;
 	char pids[64];
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
+	start_observer(&observer);
 	/* The exporter has no memory of its own, so its first release is the shared handle's. */
 	start_sharing(ps, 3, envs, false, own, slot);
 	before = group_free(&observer);
@@ -248,9 +253,7 @@ Test(group_share, a_failure_half_way_through_the_wake_keeps_every_member_with_it
 	long long own[2], slot[2], before;
 	char pids[64];
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
+	start_observer(&observer);
 	start_sharing(ps, 2, envs, true, own, slot);
 	before = group_free(&observer);
 	group("sleep", ps, 2);
@@ -336,9 +339,7 @@ Test(group_share, shared_memory_is_freed_when_the_programs_let_it_go, .timeout =
 	long long slot[2], hs[2], before, mapped, after;
 	char cmd[128];
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
+	start_observer(&observer);
 	for (int i = 0; i < 2; i++) {
 		peer_start(&ps[i], env);
 		peer_ok(&ps[i], "init");
@@ -389,9 +390,7 @@ Test(group_share, an_exporter_killed_while_asleep_leaves_its_importer_able_to_wa
 	long long own[2], slot[2];
 	char text[32];
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
+	start_observer(&observer);
 	start_sharing(ps, 2, NULL, true, own, slot);
 	group("sleep", ps, 2);
 	peer_kill(&ps[0]);
@@ -415,9 +414,7 @@ Test(group_share, an_importer_woken_before_its_exporter_waits_for_it, .timeout =
 	pid_t importer;
 	double t;
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
+	start_observer(&observer);
 	start_sharing(ps, 2, NULL, true, own, slot);
 	group("sleep", ps, 2);
 	t = now_s();
@@ -494,9 +491,7 @@ Test(group_share, members_that_export_and_import_each_other_release_both, .timeo
 	struct peer ps[2], observer;
 	long long mine[2], theirs[2], before, asleep;
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
+	start_observer(&observer);
 	start_mutual(ps, NULL, mine, theirs);
 	before = group_free(&observer);
 	for (int cycle = 0; cycle < 2; cycle++) {
@@ -526,9 +521,7 @@ Test(group_share, a_failure_in_the_second_phase_of_a_mutual_pair_undoes_both, .t
 	long long mine[2], theirs[2], before;
 	char pids[64];
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
+	start_observer(&observer);
 	start_mutual(ps, envs, mine, theirs);
 	before = group_free(&observer);
 	snprintf(pids, sizeof(pids), "%d %d", (int)ps[0].pid, (int)ps[1].pid);
@@ -598,9 +591,7 @@ Test(group_share, an_importer_does_not_ask_a_process_that_reused_its_exporters_p
 	long long h, hi, slot[2];
 	unsigned long long values[2];   /* the programs' handle values, as status lists them */
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
+	start_observer(&observer);
 	for (int i = 0; i < 2; i++) {
 		peer_start(&ps[i], env);
 		peer_ok(&ps[i], "init");
@@ -684,9 +675,7 @@ Test(group_share, a_member_importing_many_handles_releases_them_all, .timeout = 
 	struct peer ps[2], observer;
 	long long before, asleep;
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
+	start_observer(&observer);
 	share_many(ps, MANY, slot);
 	before = group_free(&observer);
 	group("sleep", ps, 2);
@@ -709,9 +698,7 @@ Test(group_share, imports_beyond_a_requests_room_stay_resident_and_are_named, .t
 	long long before, asleep;
 	int released = 0, left_out = 0;
 
-	setup_env();
-	peer_start(&observer, env);
-	peer_ok(&observer, "init");
+	start_observer(&observer);
 	share_many(ps, TOO_MANY, slot);
 	before = group_free(&observer);
 	group("sleep", ps, 2);
