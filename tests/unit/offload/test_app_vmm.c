@@ -772,29 +772,39 @@ Test(app, fail_copy_in_wake, .fini = teardown)
 	faulty_cycle("cuMemcpyHtoDAsync:6", false, VMM_E_DRIVER);
 }
 
+/* A wake that fails (faults: the injected failure `what`, and two refused unmaps of H1's
+ * mapping in the unwind): it stays asleep, the driver still holds H1's 8 MiB (kept: where), and
+ * the next wake maps the same addresses, with the scene intact and nothing more held than before
+ * the sleep. */
+static void wake_failure_keeps_what_will_not_unmap(const char *faults, const char *what,
+						   const char *kept_where)
+{
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	uint64_t used0, kept;
+
+	open_with("1G", "1", faults);
+	build_scene();
+	used0 = t_dev_used(&td, 0);
+	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
+	cr_assert_neq(do_wake(&res, &err), VMM_OK, "the injected %s failure", what);
+	cr_expect(vmm_app_is_asleep(reg, 0), "the failed wake stays asleep");
+	kept = t_dev_used(&td, 0) - (used0 - 22 * MiB);
+	cr_expect_eq(kept, 8 * MiB, "the driver still holds H1 (%llu bytes), %s",
+		     (unsigned long long)kept, kept_where);
+	cr_assert_eq(do_wake(&res, &err), VMM_OK, "the next wake maps the same addresses: %s",
+		     err.msg);
+	expect_scene_intact();
+	cr_expect_eq(t_dev_used(&td, 0), used0, "and holds what it held before the sleep");
+}
+
 /* The wake's copy back fails (H2D copy 6) after every handle is mapped, and the unwind's unmap of
  * the first handle's (H1's) first mapping is refused twice (unmap 1 is the scene's, 2-7 the sleep's, 8
  * the wake's temporary mapping of H3): that handle is not released under its mappings but kept,
  * and the next wake unmaps and releases it before it maps the same addresses again. */
 Test(app, a_wake_unwind_keeps_a_handle_that_will_not_unmap, .fini = teardown)
 {
-	vmm_transfer_result res;
-	vmm_error err = { 0 };
-	uint64_t used0, kept;
-
-	open_with("1G", "1", "cuMemcpyHtoDAsync:6,cuMemUnmap:9,cuMemUnmap:10");
-	build_scene();
-	used0 = t_dev_used(&td, 0);
-	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
-	cr_assert_neq(do_wake(&res, &err), VMM_OK, "the injected copy failure");
-	cr_expect(vmm_app_is_asleep(reg, 0), "the failed wake stays asleep");
-	kept = t_dev_used(&td, 0) - (used0 - 22 * MiB);
-	cr_expect_eq(kept, 8 * MiB, "the driver still holds H1 (%llu bytes), which would not unmap",
-		     (unsigned long long)kept);
-	cr_assert_eq(do_wake(&res, &err), VMM_OK, "the next wake maps the same addresses: %s",
-		     err.msg);
-	expect_scene_intact();
-	cr_expect_eq(t_dev_used(&td, 0), used0, "and holds what it held before the sleep");
+	wake_failure_keeps_what_will_not_unmap("cuMemcpyHtoDAsync:6,cuMemUnmap:9,cuMemUnmap:10", "copy", "which would not unmap");
 }
 
 /* The wake's second map fails (map 9: H1 at va2, after va1), and its rollback's unmap of va1 is
@@ -802,23 +812,7 @@ Test(app, a_wake_unwind_keeps_a_handle_that_will_not_unmap, .fini = teardown)
  * under that mapping but kept, and the next wake unmaps it and maps the same addresses again. */
 Test(app, a_wake_map_rollback_keeps_a_mapping_that_will_not_unmap, .fini = teardown)
 {
-	vmm_transfer_result res;
-	vmm_error err = { 0 };
-	uint64_t used0, kept;
-
-	open_with("1G", "1", "cuMemMap:9,cuMemUnmap:8,cuMemUnmap:9");
-	build_scene();
-	used0 = t_dev_used(&td, 0);
-	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
-	cr_assert_neq(do_wake(&res, &err), VMM_OK, "the injected map failure");
-	cr_expect(vmm_app_is_asleep(reg, 0), "the failed wake stays asleep");
-	kept = t_dev_used(&td, 0) - (used0 - 22 * MiB);
-	cr_expect_eq(kept, 8 * MiB, "the driver still holds H1 (%llu bytes), mapped at va1",
-		     (unsigned long long)kept);
-	cr_assert_eq(do_wake(&res, &err), VMM_OK, "the next wake maps the same addresses: %s",
-		     err.msg);
-	expect_scene_intact();
-	cr_expect_eq(t_dev_used(&td, 0), used0, "and holds what it held before the sleep");
+	wake_failure_keeps_what_will_not_unmap("cuMemMap:9,cuMemUnmap:8,cuMemUnmap:9", "map", "mapped at va1");
 }
 
 /* The wake's grant of H1 at va2 fails (grant 8: 5 are the scene's, 6 the sleep's temporary
@@ -826,23 +820,7 @@ Test(app, a_wake_map_rollback_keeps_a_mapping_that_will_not_unmap, .fini = teard
  * the mapping is kept and the next wake undoes it. */
 Test(app, a_wake_grant_failure_keeps_a_mapping_that_will_not_unmap, .fini = teardown)
 {
-	vmm_transfer_result res;
-	vmm_error err = { 0 };
-	uint64_t used0, kept;
-
-	open_with("1G", "1", "cuMemSetAccess:8,cuMemUnmap:8,cuMemUnmap:9");
-	build_scene();
-	used0 = t_dev_used(&td, 0);
-	cr_assert_eq(do_sleep(false, &res, &err), VMM_OK, "%s", err.msg);
-	cr_assert_neq(do_wake(&res, &err), VMM_OK, "the injected grant failure");
-	cr_expect(vmm_app_is_asleep(reg, 0), "the failed wake stays asleep");
-	kept = t_dev_used(&td, 0) - (used0 - 22 * MiB);
-	cr_expect_eq(kept, 8 * MiB, "the driver still holds H1 (%llu bytes), mapped at va1",
-		     (unsigned long long)kept);
-	cr_assert_eq(do_wake(&res, &err), VMM_OK, "the next wake maps the same addresses: %s",
-		     err.msg);
-	expect_scene_intact();
-	cr_expect_eq(t_dev_used(&td, 0), used0, "and holds what it held before the sleep");
+	wake_failure_keeps_what_will_not_unmap("cuMemSetAccess:8,cuMemUnmap:8,cuMemUnmap:9", "grant", "mapped at va1");
 }
 
 /* Each recorder owns its own stretch of one address range reserved for the test, so that no two
