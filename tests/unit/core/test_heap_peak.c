@@ -103,6 +103,48 @@ Test(heap_peak, pieces_of_a_freed_request_move_past_a_small_allocation)
 	t_close(&t);
 }
 
+static int by_address(const void *a, const void *b)
+{
+	vmm_devptr x = *(const vmm_devptr *)a, y = *(const vmm_devptr *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+Test(heap_peak, a_small_request_fills_the_lowest_hole_so_higher_granules_empty_out)
+{
+	struct tctx t;
+	vmm_devptr x[3], y[3], c;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, NULL);
+	/* Three granules, each 1.5 MiB + 0.5 MiB, in address order. */
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(vmm_malloc(t.core, 0, 3 * MiB / 2, 0, NULL, &x[i], NULL), VMM_OK);
+		cr_assert_eq(vmm_malloc(t.core, 0, MiB / 2, 0, NULL, &y[i], NULL), VMM_OK);
+		cr_assert_eq(y[i], x[i] + 3 * MiB / 2, "the pair shares a granule");
+	}
+	qsort(x, 3, sizeof(x[0]), by_address);
+	for (int i = 0; i < 3; i++)
+		y[i] = x[i] + 3 * MiB / 2;
+	cr_assert_eq(t_dev_used(&t, 0), 6 * MiB);
+	/* A 1.5 MiB hole low, a 0.5 MiB one high; both reusable after the trim's sync. */
+	cr_assert_eq(vmm_free(t.core, x[0], NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, y[2], NULL), VMM_OK);
+	cr_assert_eq(vmm_trim(t.core, 0, NULL), VMM_OK);
+	/* A tight fit would take the high hole and pin the top granule; the low one leaves the
+	 * top granule to empty out wholly when its other allocation goes. */
+	cr_assert_eq(vmm_malloc(t.core, 0, MiB / 2, 0, NULL, &c, NULL), VMM_OK);
+	cr_assert(c >= x[0] && c < x[0] + 2 * MiB, "0x%llx is not in the lowest granule",
+		  (unsigned long long)c);
+	t_fill(c, MiB / 2, 3);
+	cr_assert_eq(vmm_free(t.core, x[2], NULL), VMM_OK);
+	cr_assert_eq(vmm_trim(t.core, 0, NULL), VMM_OK);
+	cr_assert_eq(t_dev_used(&t, 0), 4 * MiB, "used %llu KiB",
+		     (unsigned long long)(t_dev_used(&t, 0) / KiB));
+	cr_assert(t_check(c, MiB / 2, 3));
+	t_close(&t);
+}
+
 Test(heap_peak, free_space_around_a_live_allocation_moves_to_a_larger_request)
 {
 	struct tctx t;
