@@ -30,6 +30,7 @@ typedef struct shim_config {
 	double share_slice_s;      /* VMMSHIM_SHARE_SLICE */
 	double share_residency_s;  /* VMMSHIM_SHARE_RESIDENCY */
 	double share_wait_s;       /* VMMSHIM_SHARE_WAIT */
+	char alloc_trace[SHIM_RUN_DIR_MAX]; /* VMMSHIM_ALLOC_TRACE: "" = none (alloc_trace.h) */
 } shim_config;
 
 /* Fill cfg from the environment (defaults for what is unset or invalid). Sets the log level first,

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "../core/log.h"
+#include "alloc_trace.h"
 #include "hooks_common.h"
 #include "share/share.h"
 
@@ -56,6 +57,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 		/* share_malloc: vmm_malloc, and with VMMSHIM_SHARE=1 room made by sleeping peers. */
 		if (!share_malloc(rt->side[SHIM_CUDA].core, dev, bytesize, 0, shim_thread_tag(), &p, &err)) {
 			*dptr = (CUdeviceptr)p;
+			alloc_trace_malloc(bytesize, p, false, 0);
 			gate_leave();
 			return CUDA_SUCCESS;
 		}
@@ -80,7 +82,8 @@ static CUresult core_free(CUdeviceptr ptr, bool *done, bool on_stream, CUstream 
 	vmm_error_clear(&err);
 	/* In a capture the free would belong to the graph; a plain free waits for the next device
 	 * synchronization before the memory is reused, which is safe whenever the graph runs. */
-	if (on_stream && !hook_stream_capturing(s, ptsz))
+	on_stream = on_stream && !hook_stream_capturing(s, ptsz);
+	if (on_stream)
 		st = vmm_free_on_stream(core, (vmm_devptr)ptr, hook_stream(s, ptsz), &err);
 	else
 		st = vmm_free(core, (vmm_devptr)ptr, &err);
@@ -94,8 +97,10 @@ static CUresult core_free(CUdeviceptr ptr, bool *done, bool on_stream, CUstream 
 	if (st)
 		vmm_log(VMM_LOG_WARN, "free of 0x%llx failed: %s", (unsigned long long)ptr,
 			err.msg);
-	else
+	else {
+		alloc_trace_free(ptr, on_stream);
 		share_note_freed(); /* a sharing process waiting for memory looks again */
+	}
 	return hook_cu_status(st, &err);
 }
 
@@ -144,6 +149,7 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wi
 					  shim_thread_tag(), &p, &err)) {
 				*dptr = (CUdeviceptr)p;
 				*pPitch = pitch;
+				alloc_trace_malloc(bytes, p, false, 0);
 				gate_leave();
 				return CUDA_SUCCESS;
 			}
@@ -190,6 +196,7 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 		return false;
 	}
 	*dptr = (CUdeviceptr)p;
+	alloc_trace_malloc(bytes, p, true, (uint64_t)(uintptr_t)hook_stream(s, ptsz));
 	return true;
 }
 

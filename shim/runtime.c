@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "../core/log.h"
+#include "alloc_trace.h"
 #include "app_refetch.h"
 #include "control/control.h"
 #include "ipc_keep.h"
@@ -193,6 +194,7 @@ static int create_side_locked(int id)
 		s->be = NULL;
 		return SIDE_UNAVAILABLE;
 	}
+	alloc_trace_open(rt.cfg.alloc_trace);
 	if (!k->track_app) {
 		vmm_log(VMM_LOG_INFO, "serving %s device memory", k->label);
 		return SIDE_READY;

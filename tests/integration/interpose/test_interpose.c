@@ -3,6 +3,9 @@
  * and not the program's cuMemAlloc_v2), that its data stayed intact (the program checks every byte
  * and exits non-zero otherwise), and that every byte went back to the device at exit. */
 #include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 
 #include "run_util.h"
@@ -86,6 +89,51 @@ Test(interpose, lcuda_program_and_queries)
 	cr_expect_eq(run_stat(r, "cuMemFreeAsync"), 0);
 	/* Legacy IPC on the shim's memory gives a handle (test_ipc.c opens such handles). */
 	cr_expect(strstr(r->out, "cuIpcGetMemHandle -> 0"), "%s", r->out);
+	run_free(r);
+}
+
+/* VMMSHIM_ALLOC_TRACE: every allocation the core served, in order, each freed once, with the
+ * size asked for and the address the program got. */
+Test(interpose, allocation_trace_records_what_was_served)
+{
+	char path[] = "/tmp/vmmshim-trace-XXXXXX", env[64], line[128];
+	unsigned long long size, ptr, addr[64] = { 0 };
+	int fd = mkstemp(path), nalloc = 0, nfree = 0, ok_sizes = 0;
+	struct run *r;
+	FILE *f;
+
+	cr_assert(fd >= 0);
+	close(fd);
+	snprintf(env, sizeof(env), "VMMSHIM_ALLOC_TRACE=%s", path);
+	r = run_program(shim_path(), ARGV(bin_path("prog_driver")), ENV(env));
+	expect_ok(r, "prog_driver: ok");
+	f = fopen(path, "r");
+	cr_assert(f, "no trace at %s", path);
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "a %llu %llx", &size, &ptr) == 2 ||
+		    sscanf(line, "A %llu %llx", &size, &ptr) == 2) {
+			/* prog_driver's first sixteen: (i + 1) * 4096 + 100 bytes. */
+			if (nalloc < 16 && size == (unsigned long long)(nalloc + 1) * 4096 + 100)
+				ok_sizes++;
+			cr_assert_lt(nalloc, 64);
+			addr[nalloc++] = ptr;
+		} else if (sscanf(line, "f %llx", &ptr) == 1 || sscanf(line, "F %llx", &ptr) == 1) {
+			int k = 0;
+
+			while (k < nalloc && addr[k] != ptr)
+				k++;
+			cr_assert_lt(k, nalloc, "free of 0x%llx, never allocated: %s", ptr, line);
+			addr[k] = 0; /* freed once */
+			nfree++;
+		} else {
+			cr_assert_fail("a line that is not a trace line: %s", line);
+		}
+	}
+	fclose(f);
+	unlink(path);
+	cr_expect_eq(ok_sizes, 16, "the first sixteen sizes, in order");
+	cr_expect_geq(nalloc, 18, "the plain, pitched and stream-ordered allocations");
+	cr_expect_eq(nfree, nalloc, "every allocation freed once");
 	run_free(r);
 }
 
