@@ -7,8 +7,9 @@
 # at the H200's figures (tests/bench/driver_model.c). Runs on the real GPU when a driver is installed, otherwise on
 # simdev (its figures are then indicative only). Builds into build/ (or $BUILD_DIR) if needed.
 # Usage: scripts/bench-core.sh [--quick] | --train [STEPS] [--varlen] [--seed N]
-#        | --sleep GIB [--pieces | --small] | --demo
-# (--train --varlen replays the H200's PyTorch benchmark instead: simdev then gets 141G)
+#        | --sleep GIB [--pieces | --small] | --replay TRACE | --demo
+# (--train --varlen replays the H200's PyTorch benchmark instead, --replay a trace recorded with
+# VMMSHIM_ALLOC_TRACE: simdev then gets 141G)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -26,6 +27,7 @@ fi
 echo "no GPU driver found: running on simdev (figures are indicative only)"
 default_memory=16G
 [ "${1:-}" = --train ] && [[ " $* " == *" --varlen "* ]] && default_memory=141G
+[ "${1:-}" = --replay ] && default_memory=141G # a recorded program's whole peak must fit
 export SIMDEV_MEMORY=${SIMDEV_MEMORY:-$default_memory}
 LD_LIBRARY_PATH="$build/tests/simdev${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
 	exec "$build/tests/bench/bench_core" "$@"

@@ -10,11 +10,14 @@
  *      2-32 MiB ones left by fragmenting frees, with the driver calls they make and the time
  *      spent outside them (the core's own work, per handle and per allocation).
  * Driver calls are counted and costed at the H200's figures (driver_model.c).
+ *   6. --replay FILE: an allocation trace a program recorded under the shim
+ *      (VMMSHIM_ALLOC_TRACE), replayed: its peaks and the driver calls they cost.
  * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N]
- *        | --sleep GIB [--pieces | --small] | --demo
+ *        | --sleep GIB [--pieces | --small] | --replay FILE | --demo
  * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
  * --seed: other shapes, for figures over several draws) */
 #include <cuda.h>
+#include <errno.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +27,7 @@
 #include "driver_model.h"
 #include "heap.h"
 #include "heap_offload.h"
+#include "trace_replay.h"
 #include "train_trace.h"
 
 #define KiB (1ull << 10)
@@ -535,6 +539,49 @@ static int demo(vmm_backend *be)
 	return 0;
 }
 
+/* A recorded trace replayed (trace_replay.h): the physical peak beside cudaMalloc's, what the
+ * heap held at its worst, and the syncs and driver calls that cost. */
+static int replay_trace(vmm_backend *be, const char *path)
+{
+	vmm_core *core = open_core(be);
+	struct trace_result r;
+	const struct phys_peak *ph = &r.phys;
+
+	driver_model_attach(be);
+	if (trace_replay(core, path, &r)) {
+		fprintf(stderr, "bench_core: %s: %s\n", path, strerror(errno));
+		driver_model_detach(be);
+		vmm_core_destroy(core);
+		return 1;
+	}
+	r.calls = driver_model_get();
+	driver_model_detach(be);
+	printf("replay of %s: %llu mallocs, %llu frees, %llu lines skipped%s\n", path,
+	       (unsigned long long)r.mallocs, (unsigned long long)r.frees,
+	       (unsigned long long)r.skipped, r.failed ? "; SOME ALLOCATIONS FAILED" : "");
+	printf("  peak live   %8.1f MiB   cudaMalloc would hold %.1f MiB\n", mib(r.peak_live),
+	       mib(r.peak_native));
+	printf("  peak mapped %8.1f MiB   mapped/live %.4f, mapped/cudaMalloc %.4f\n",
+	       mib(r.peak_mapped), r.peak_live ? (double)r.peak_mapped / (double)r.peak_live : 0.0,
+	       r.peak_native ? (double)r.peak_mapped / (double)r.peak_native : 0.0);
+	if (ph->known) {
+		printf("  physical    %8.1f MiB at the worst instant (%+.1f MiB over cudaMalloc's "
+		       "worst)\n", mib(ph->peak), mib(ph->peak) - mib(r.peak_native));
+		printf("              between calls at its worst: %.1f MiB mapped (%.1f live, %.1f "
+		       "quarantined, %.1f other free); cudaMalloc held %.1f MiB then\n",
+		       mib(ph->mapped), mib(ph->live_usable), mib(ph->quarantined),
+		       mib(ph->cached - ph->quarantined), mib(ph->native));
+	}
+	printf("  syncs %llu; driver: %llu creates, %llu maps, %llu unmap calls, %llu access calls, "
+	       "%llu releases: %.1f ms on the H200 (model); %.0f ns per call here\n",
+	       (unsigned long long)r.syncs, (unsigned long long)r.calls.creates,
+	       (unsigned long long)r.calls.maps, (unsigned long long)r.calls.unmap_calls,
+	       (unsigned long long)r.calls.access_calls, (unsigned long long)r.calls.releases,
+	       r.calls.us / 1e3, r.ns_per_call);
+	vmm_core_destroy(core);
+	return r.failed || r.skipped || !r.mallocs ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	static const size_t sizes[] = { 256, 4 * KiB, 64 * KiB, MiB, 2 * MiB, 64 * MiB, GiB };
@@ -560,6 +607,17 @@ int main(int argc, char **argv)
 		printf("vmmshim core at work: device 0, %s (%s)\n", fmt_size(total_b, c1, sizeof(c1)),
 		       getenv("SIMDEV_MEMORY") ? "simulated device" : "libcuda.so.1");
 		rc = demo(be);
+		be->close(be);
+		return rc;
+	}
+	if (argc > 1 && !strcmp(argv[1], "--replay")) {
+		int rc;
+
+		if (argc != 3) {
+			fprintf(stderr, "bench_core: --replay wants one trace file\n");
+			return 2;
+		}
+		rc = replay_trace(be, argv[2]);
 		be->close(be);
 		return rc;
 	}

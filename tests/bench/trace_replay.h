@@ -1,0 +1,30 @@
+/* A recorded allocation trace (VMMSHIM_ALLOC_TRACE, README "Settings") replayed on the core:
+ * the same mallocs and frees in the same order, so that a program's peak and the heap's work
+ * can be studied on simdev without the program or its GPU. */
+#ifndef VMM_BENCH_TRACE_REPLAY_H
+#define VMM_BENCH_TRACE_REPLAY_H
+
+#include <stdint.h>
+
+#include "driver_model.h"
+#include "heap.h"
+#include "phys_peak.h"
+
+struct trace_result {
+	uint64_t mallocs, frees;
+	uint64_t skipped;          /* lines not understood, or frees of addresses never allocated */
+	uint64_t failed;           /* mallocs the core refused */
+	uint64_t peak_live;        /* bytes asked for, as the core counts them */
+	uint64_t peak_native;      /* what cudaMalloc would hold at peak (2 MiB pages, 512 B below) */
+	uint64_t peak_mapped;
+	uint64_t syncs;
+	double ns_per_call;        /* mean host ns of one malloc or free */
+	struct driver_counts calls; /* the driver calls of the whole replay (driver_model_attach'd) */
+	struct phys_peak phys;     /* the device's physical memory, where the driver says (simdev) */
+};
+
+/* Replay the trace at path on device 0 of core; frees what is still live at the end. Returns 0,
+ * or -1 with errno when the file cannot be read. */
+int trace_replay(vmm_core *core, const char *path, struct trace_result *out);
+
+#endif
