@@ -9,7 +9,7 @@
  * (e.g. during stream capture) leaves the block quarantined and the heap takes fresh memory
  * instead. vmm_free_on_stream() makes the block reusable at once by vmm_malloc_on_stream() on the
  * same stream (stream order protects it) and by everyone else after the next synchronization.
- * When the heap synchronizes (a miss with 64 MiB in quarantine, a same-size block waiting while a
+ * When the heap synchronizes (a miss with 256 MiB in quarantine, a same-size block waiting while a
  * large free range would be cut, before new memory is made while 8 MiB or more wait, memory
  * running short) is heap_fit.c's policy. Physical memory
  * comes in 2 MiB pieces for requests below max_handle_bytes, so that free memory moves to

@@ -46,7 +46,15 @@ vmm_status heap_reclaim_capped(struct devheap *dh, struct arena *who, vmm_error 
  *    (~50 us per 2 MiB on the H200). In bench_core's NO_CACHING replay this took the memory moved
  *    from ~280 to ~15 pieces per step, for ~8 syncs per step instead of ~2.4.
  * Which blocks a sync makes reusable never depends on these rules (see heap_records.c). */
-#define QUARANTINE_MIN (64ull << 20)
+/* 256 MiB rather than 64: each sync drains the GPU's queue, and a program that keeps the GPU
+ * busy from a queue of kernels loses time at each. On the H200, PyTorch's varlen benchmark
+ * without its cache synced ~17 times per warm step at 64 MiB and ~7 at 256 MiB (the replay of
+ * its recorded trace), and ran 0.90x expandable segments' ms/step against 1.06x (median of 4
+ * interleaved pairs, one run); the misses in between move wholly free handles instead, which
+ * the replays (recorded trace; bench_core --train --varlen, seeds 0-2) put at the same driver
+ * time per warm step (2.6 -> 3.0, 7.8 -> 6.7, 6.4 -> 6.2 ms). 1 GiB synced less again but
+ * moved more (up to 11.4 ms per step). */
+#define QUARANTINE_MIN (256ull << 20)
 #define REUSE_MIN (1ull << 20)
 #define REUSE_SPREAD 4
 #define REUSE_SCAN 64
