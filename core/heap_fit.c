@@ -302,21 +302,6 @@ struct blk *arena_alloc_block(struct arena *a, size_t size, size_t align, vmm_er
 	return b;
 }
 
-/* A slab's block: right after the newest slab when the free space there holds it, so that small
- * allocations share granules with each other, as the driver's own pages hold them, rather than
- * pin granules scattered among the large ones, whose free space around them nothing can use or
- * move (bench_core --train --varlen: slabs in 5 granules, 8 MiB free around them, at the
- * peak); else wherever a block fits. */
-static struct blk *slab_block(struct arena *a, size_t bytes, vmm_error *err)
-{
-	struct blk *t = a->slab_tail, *b = t && t->state == BLK_SLAB ? t->next : NULL;
-
-	if (b && b->state == BLK_FREE && b->arena == a && b->size >= bytes &&
-	    !shared_edge(a->dh, b->addr, bytes))
-		return carve(a, b, bytes, HEAP_ALIGN, err);
-	return arena_alloc_block(a, bytes, HEAP_ALIGN, err);
-}
-
 vmm_status arena_alloc_small(struct arena *a, size_t size, struct alloc *rec, vmm_error *err)
 {
 	int cls = size_class(size, a->dh->core->cfg.small_max);
@@ -328,7 +313,9 @@ vmm_status arena_alloc_small(struct arena *a, size_t size, struct alloc *rec, vm
 		s = slab_new(a, cls, err);
 		if (!s)
 			return err ? err->status : VMM_E_OOM;
-		b = slab_block(a, s->bytes, err);
+		/* Wherever a block fits: a slab is smaller than a granule, so it takes the lowest hole
+		 * (heap_blocks.c: low_fit) and packs with the other small allocations there. */
+		b = arena_alloc_block(a, s->bytes, HEAP_ALIGN, err);
 		if (!b) {
 			slab_free_struct(s);
 			return err ? err->status : VMM_E_OOM;

@@ -74,8 +74,6 @@ static void slab_destroy(struct devheap *dh, struct slab *s)
 {
 	slab_unlist(s->arena, s);
 	s->arena->slab_bytes[s->cls] -= s->bytes;
-	if (s->arena->slab_tail == s->blk)
-		s->arena->slab_tail = NULL;
 	blk_release(dh, s->blk);
 	slab_free_struct(s);
 }
@@ -131,7 +129,6 @@ void slab_attach(struct slab *s, struct blk *b)
 	b->state = BLK_SLAB;
 	b->slab = s;
 	s->arena->slab_bytes[s->cls] += s->bytes;
-	s->arena->slab_tail = b;
 	slab_list(s->arena, s);
 }
 

@@ -145,7 +145,6 @@ struct arena {
 	uint64_t quar_bytes;
 	struct slab *partial[NUM_CLASSES];
 	size_t slab_bytes[NUM_CLASSES]; /* bytes of the class's slabs with a block */
-	struct blk *slab_tail;          /* the newest slab's block (heap_fit.c: the next goes after) */
 	bool asleep;
 	bool discarded;         /* asleep without a host copy */
 	bool asleep_in_part;    /* asleep, but a failed sleep's undo left some handles mapped */
