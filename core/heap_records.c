@@ -184,16 +184,50 @@ static void alloc_finish_free(struct devheap *dh, struct alloc *r)
 	alloc_put(dh, r);
 }
 
+/* Reuse without a synchronization. Every allocation in the quarantine was freed after the last
+ * reclaim, and so after the last successful synchronization here, S, began (the lock is held
+ * from before S until its reclaim). Work that may touch one was submitted before its free, by a call whose
+ * count (made after the driver accepted the work: shim/hooks_submit.c) happens before the free,
+ * and so before this read. When the count read now equals the one read just before S began,
+ * each of those counts came before that earlier read, and so did its work: S drained it. The
+ * count only grows, so one submission anywhere since then means a synchronization. Release on
+ * the increment, acquire on the read: the work's submission happens before the read that sees
+ * its count, which is what the argument needs (and costs no more than relaxed on x86).
+ * The shim's own device work (the sleep's and wake's copies, a copy into a handle of its own) is
+ * not counted: each is waited for (its streams synchronized) before the heap's lock that it runs
+ * under is released, and copies that could not be confirmed finished write only to memory parked
+ * mapped, never to the heap's (heap_wake.c). So none is in flight when this runs. A failed
+ * synchronization, or a backend that cannot count (NULL), means no skip. */
+static bool idle_since_sync(struct devheap *dh, vmm_backend *be, uint64_t *now)
+{
+	if (!be->submitted)
+		return false;
+	*now = be->submitted(be);
+	return dh->synced_known && *now == dh->synced_submissions;
+}
+
 vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
+	uint64_t before = 0;
 	vmm_status st;
 
 	if (!dh->quar_total)
 		return VMM_OK;
+	if (idle_since_sync(dh, be, &before)) {
+		if (who)
+			who->st.syncs_skipped++;
+		heap_reclaim_synced(dh);
+		return VMM_OK;
+	}
+	/* before was read ahead of the synchronization: a submission between the two moves the
+	 * count past it, so it is never taken as drained. */
+	dh->synced_known = false;
 	st = be->synchronize(be, dh->dev, err);
 	if (st)
 		return st;
+	dh->synced_submissions = before;
+	dh->synced_known = be->submitted != NULL;
 	if (who)
 		who->st.syncs++;
 	heap_reclaim_synced(dh);

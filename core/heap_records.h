@@ -24,7 +24,9 @@ void account_free(struct arena *a, struct alloc *r);
 void quarantine_put(struct alloc *r, bool on_stream, vmm_stream stream);
 void quarantine_take(struct alloc *r);
 /* Synchronize the device, then every quarantined allocation becomes free memory (who, if any, is
- * counted as having made the sync). A failed sync changes nothing. */
+ * counted as having made the sync). No synchronization when the backend counts submissions and
+ * none was made since the last one began (counted as skipped). A failed sync changes nothing
+ * but that: the next reclaim synchronizes. */
 vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err);
 /* The quarantine becomes free memory. Only right after a successful device sync made with the
  * heap's lock held since before (so that it began after every free in the quarantine). */

@@ -186,6 +186,10 @@ struct devheap {
 	struct alloc *alloc_pool;
 	uint64_t quar_total;
 	uint64_t cut_since_sync;        /* bytes cut from large free blocks (heap_fit.c) */
+	/* The backend's submission count read just before the last successful reclaim's
+	 * synchronization began (heap_records.c); valid only when synced_known. */
+	uint64_t synced_submissions;
+	bool synced_known;
 	struct grow_tally tally;
 	/* Host backups of the handles, carved from the offload engine's pool (created with the
 	 * first backup). The hooks keep the allocator free of a link-time dependency on it. */

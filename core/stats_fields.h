@@ -43,8 +43,10 @@
 	X(handles_released, ARENA, "handles_released", VMM_STAT_DEVICE, PRIVATE)               \
 	/* released, but the driver would not take them back: tried again at every give-back */ \
 	X(release_pending_bytes, OWN, "release_pending", VMM_STAT_DEVICE, PRIVATE)             \
-	/* device synchronizations made to reuse quarantined memory */                         \
-	X(syncs, ARENA, "", 0, PRIVATE)                                                        \
+	/* device synchronizations made to reuse quarantined memory, and the reuses that needed \
+	 * none because no device work was submitted since the last one (heap_records.c) */     \
+	X(syncs, ARENA, "syncs", VMM_STAT_DEVICE, PRIVATE)                                     \
+	X(syncs_skipped, ARENA, "syncs_skipped", VMM_STAT_DEVICE, PRIVATE)                     \
 	/* legacy IPC (heap_share.c): bytes in handles another process may map (they stay      \
 	 * resident), and of those the bytes freed but not reusable; the status reply carries   \
 	 * them for the sides with legacy IPC only (dispatch.c, put_shared) */                 \

@@ -64,6 +64,12 @@ struct vmm_backend {
 	 * primary context's synchronization covers), every context the program made itself
 	 * (reported with vmm_*_context_created below) and the calling thread's own context. */
 	vmm_status (*synchronize)(vmm_backend *be, int dev, vmm_error *err);
+	/* Optional (NULL: unknown): how many calls that submit device work the program has made,
+	 * each counted after the driver accepted it (its call returned), read with acquire order.
+	 * Set by whoever sees the program's calls (the shim), not by the backend: while it has not
+	 * moved since a synchronization began, that synchronization still covers all the work there
+	 * is, and the heap reuses freed memory without another one (heap_records.c). */
+	uint64_t (*submitted)(vmm_backend *be);
 
 	/* Host memory and copies, for the offload engine. */
 	vmm_status (*host_alloc_pinned)(vmm_backend *be, size_t size, void **ptr, vmm_error *err);
