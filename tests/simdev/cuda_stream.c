@@ -331,6 +331,23 @@ static CUresult graph_add(struct CUgraph_st *g, const struct sim_op *op)
 	return CUDA_SUCCESS;
 }
 
+/* Work queued or captured so far (simdev_submissions). */
+static _Atomic unsigned long long submissions;
+
+SIM_API unsigned long long simdev_submissions(void)
+{
+	return atomic_load_explicit(&submissions, memory_order_acquire);
+}
+
+/* Counted once the work is queued, where any synchronization that begins later waits for it,
+ * as the shim counts a call once the driver returned it (release: pairs with the acquire). */
+static CUresult counted(CUresult r)
+{
+	if (r == CUDA_SUCCESS)
+		atomic_fetch_add_explicit(&submissions, 1, memory_order_release);
+	return r;
+}
+
 CUresult sim_enqueue(struct CUstream_st *s, const struct sim_op *op)
 {
 	CUresult r = CUDA_SUCCESS;
@@ -340,7 +357,7 @@ CUresult sim_enqueue(struct CUstream_st *s, const struct sim_op *op)
 		if (op->kind != OP_RECORD && op->kind != OP_WAIT)
 			r = graph_add(s->capture, op);
 		pthread_mutex_unlock(&sim_sched_lock);
-		return r;
+		return counted(r);
 	}
 	/* Legacy stream semantics: the NULL stream and blocking streams wait for each other. */
 	if (s->legacy) {
@@ -359,7 +376,7 @@ CUresult sim_enqueue(struct CUstream_st *s, const struct sim_op *op)
 	}
 	pthread_cond_broadcast(&work);
 	pthread_mutex_unlock(&sim_sched_lock);
-	return r;
+	return counted(r);
 }
 
 static void wait_seq(struct CUstream_st *s, uint64_t seq)

@@ -37,6 +37,13 @@ void simdev_memory_bytes(size_t *live, size_t *peak);
 /* The peak starts again from what is held now. */
 void simdev_memory_peak_reset(void);
 
+/* Device work this process has queued or captured so far (kernels, host functions, copies,
+ * memsets, event records and waits, stream-ordered frees, each op of a graph launch), counted
+ * once it is queued, so that a synchronization that begins afterwards waits for it: the count
+ * the shim keeps of the program's submitting calls (vmm_backend.submitted), for tests of the
+ * core that run without the shim. Read with acquire order. */
+unsigned long long simdev_submissions(void);
+
 #ifdef __cplusplus
 }
 #endif
