@@ -12,6 +12,7 @@
 #include "alloc_trace.h"
 #include "hooks_common.h"
 #include "share/share.h"
+#include "submit_count.h"
 
 DRIVER_EXTRA_SLOT(cuDeviceGetAttribute);
 DRIVER_EXTRA_SLOT(cuDeviceGetDefaultMemPool);
@@ -75,14 +76,20 @@ static CUresult core_free(CUdeviceptr ptr, bool *done, bool on_stream, CUstream 
 	vmm_alloc_info info;
 	vmm_error err;
 	vmm_status st;
+	bool captured;
 
 	*done = false;
 	if (!core || !ptr)
 		return CUDA_SUCCESS;
 	vmm_error_clear(&err);
 	/* In a capture the free would belong to the graph; a plain free waits for the next device
-	 * synchronization before the memory is reused, which is safe whenever the graph runs. */
-	on_stream = on_stream && !hook_stream_capturing(s, ptsz);
+	 * synchronization before the memory is reused, which is safe whenever the graph runs. It
+	 * counts as a submission (the graph's free node), so that its memory is never reused on the
+	 * strength of a synchronization made while that graph was being captured. */
+	captured = on_stream && hook_stream_capturing(s, ptsz);
+	if (captured)
+		submit_count_note();
+	on_stream = on_stream && !captured;
 	if (on_stream)
 		st = vmm_free_on_stream(core, (vmm_devptr)ptr, hook_stream(s, ptsz), &err);
 	else

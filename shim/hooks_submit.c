@@ -1,8 +1,11 @@
 /* Every entry point that submits device work (launches, graph launches, host functions, copies,
  * memsets, stream memory operations, in all their _ptsz/_ptds forms) passes the submission gate,
- * so that nothing reaches the device while sleep changes its memory. The wrappers are generated
- * from driver_list.h: enter the gate, call the driver, leave. */
+ * so that nothing reaches the device while sleep changes its memory, and is counted once the
+ * driver has it (submit_count.h), so that the heap knows when no work came since its last
+ * synchronization. The wrappers are generated from driver_list.h: enter the gate, call the
+ * driver, count, leave. */
 #include "hooks_common.h"
+#include "submit_count.h"
 
 #define DRIVER_GATED(name, params, args)            \
 	CUresult CUDAAPI name params                \
@@ -10,6 +13,7 @@
 		CUresult r;                         \
 		gate_enter();                       \
 		r = CALL_REAL(name, args);          \
+		submit_count_note();                \
 		gate_leave();                       \
 		return r;                           \
 	}

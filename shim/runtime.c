@@ -19,6 +19,7 @@
 #include "ipc_registry.h"
 #include "share/share.h"
 #include "shim_internal.h"
+#include "submit_count.h"
 
 enum side_state { SIDE_UNTRIED = 0, SIDE_READY, SIDE_UNAVAILABLE };
 
@@ -29,9 +30,12 @@ static const struct side_kind {
 	const char *driver;  /* in the log: what could not be loaded */
 	vmm_status (*open)(vmm_backend **out, vmm_error *err);
 	bool track_app;      /* the hooks see the program's own VMM calls (hooks_vmm.c) */
+	/* the backend's count of the program's submissions: the CUDA hooks count them
+	 * (hooks_submit.c); the ACL hooks do not, so its heap always synchronizes */
+	uint64_t (*submitted)(vmm_backend *be);
 } kinds[SHIM_NSIDES] = {
-	[SHIM_CUDA] = { "CUDA", "CUDA driver", vmm_backend_cuda_open, true },
-	[SHIM_ACL] = { "ACL", "ACL runtime", vmm_backend_acl_open, false },
+	[SHIM_CUDA] = { "CUDA", "CUDA driver", vmm_backend_cuda_open, true, submit_count_read },
+	[SHIM_ACL] = { "ACL", "ACL runtime", vmm_backend_acl_open, false, NULL },
 };
 
 static shim_runtime rt = {
@@ -187,6 +191,7 @@ static int create_side_locked(int id)
 		vmm_log(VMM_LOG_INFO, "%s not usable, passing through: %s", k->driver, err.msg);
 		return SIDE_UNAVAILABLE;
 	}
+	s->be->submitted = k->submitted;
 	if (vmm_core_create(s->be, &rt.cfg.core, &s->core, &err)) {
 		vmm_log(VMM_LOG_WARN, "cannot create the %s heap, passing through: %s", k->label,
 			err.msg);
