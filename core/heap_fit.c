@@ -98,7 +98,9 @@ static struct blk *find_or_reclaim(struct arena *a, size_t size, size_t align)
 {
 	struct blk *b = find_fit(a, size, align);
 
-	if ((b ? reuse_syncs(a, b, size) : miss_syncs(a->dh)) &&
+	/* A reclaim that needs no sync (heap_reclaim_free) is taken at any miss: it is cheaper than
+	 * any growth. */
+	if ((b ? reuse_syncs(a, b, size) : miss_syncs(a->dh) || heap_reclaim_free(a->dh)) &&
 	    heap_reclaim_capped(a->dh, a, NULL) == VMM_OK)
 		b = find_fit(a, size, align);
 	return b;

@@ -206,6 +206,13 @@ static bool idle_since_sync(struct devheap *dh, vmm_backend *be, uint64_t *now)
 	return dh->synced_known && *now == dh->synced_submissions;
 }
 
+bool heap_reclaim_free(struct devheap *dh)
+{
+	uint64_t now;
+
+	return dh->quar_total && idle_since_sync(dh, dh->core->be, &now);
+}
+
 vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;

@@ -28,6 +28,10 @@ void quarantine_take(struct alloc *r);
  * none was made since the last one began (counted as skipped). A failed sync changes nothing
  * but that: the next reclaim synchronizes. */
 vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err);
+/* Would heap_reclaim make the quarantine reusable without a synchronization (something waits
+ * there and no work was submitted since the last one began)? Then it costs no more than a
+ * lookup, and the heap takes it before it grows. */
+bool heap_reclaim_free(struct devheap *dh);
 /* The quarantine becomes free memory. Only right after a successful device sync made with the
  * heap's lock held since before (so that it began after every free in the quarantine). */
 void heap_reclaim_synced(struct devheap *dh);
