@@ -43,6 +43,24 @@ void phys_peak_sample(struct phys_peak *p, vmm_core *core, int dev, uint64_t nat
 	p->live_usable = s.mapped_bytes - s.cached_bytes;
 }
 
+uint64_t native_size(uint64_t n)
+{
+	const uint64_t mib = 1ull << 20;
+
+	return n > mib ? (n + 2 * mib - 1) & ~(2 * mib - 1) : (n + 511) & ~511ull;
+}
+
+void phys_peak_after_call(struct phys_peak *p, vmm_core *core, struct replay_count *c)
+{
+	vmm_stats s;
+
+	vmm_stats_get(core, 0, NULL, &s, NULL);
+	if (s.syncs != c->syncs)
+		c->quarantined = 0;
+	c->syncs = s.syncs;
+	phys_peak_sample(p, core, 0, c->native, c->quarantined);
+}
+
 void phys_peak_finish(struct phys_peak *p)
 {
 	size_t live = 0, peak = 0;

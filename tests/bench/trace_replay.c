@@ -11,7 +11,6 @@
 #include <string.h>
 #include <time.h>
 
-#define MiB (1ull << 20)
 
 struct live_alloc {
 	uint64_t key;           /* the recorded PTR; 0: an empty slot */
@@ -59,12 +58,6 @@ static int table_grow(struct live_table *t)
 	return 0;
 }
 
-/* cudaMalloc's own rounding: 2 MiB pages for large tensors, 512-byte slots for small ones. */
-static uint64_t native_size(uint64_t n)
-{
-	return n > MiB ? (n + 2 * MiB - 1) & ~(2 * MiB - 1) : (n + 511) & ~511ull;
-}
-
 static double now_ns(void)
 {
 	struct timespec ts;
@@ -77,19 +70,13 @@ struct replay {
 	vmm_core *core;
 	struct live_table t;
 	struct trace_result *out;
-	uint64_t native, quarantined, syncs_seen;
+	struct replay_count count;
 	double ns;
 };
 
 static void sample(struct replay *r)
 {
-	vmm_stats s;
-
-	vmm_stats_get(r->core, 0, NULL, &s, NULL);
-	if (s.syncs != r->syncs_seen)
-		r->quarantined = 0;
-	r->syncs_seen = s.syncs;
-	phys_peak_sample(&r->out->phys, r->core, 0, r->native, r->quarantined);
+	phys_peak_after_call(&r->out->phys, r->core, &r->count);
 }
 
 static void replay_malloc(struct replay *r, uint64_t size, uint64_t key, bool on_stream,
@@ -117,9 +104,9 @@ static void replay_malloc(struct replay *r, uint64_t size, uint64_t key, bool on
 		r->t.used++;
 	*s = (struct live_alloc){ .key = key, .ptr = p, .size = size,
 				    .stream = on_stream ? (vmm_stream)stream : NULL };
-	r->native += native_size(size);
-	if (r->native > r->out->peak_native)
-		r->out->peak_native = r->native;
+	r->count.native += native_size(size);
+	if (r->count.native > r->out->peak_native)
+		r->out->peak_native = r->count.native;
 	sample(r);
 }
 
@@ -141,9 +128,9 @@ static void replay_free(struct replay *r, uint64_t key, bool on_stream)
 		vmm_free(r->core, s->ptr, NULL);
 	r->ns += now_ns() - a;
 	r->out->frees++;
-	r->native -= native_size(s->size);
+	r->count.native -= native_size(s->size);
 	if (!on_stream)
-		r->quarantined += info.usable;
+		r->count.quarantined += info.usable;
 	s->dead = true;
 	sample(r);
 }

@@ -13,7 +13,6 @@
 #include <string.h>
 #include <time.h>
 
-#define MiB (1ull << 20)
 #define MAX_T 4096              /* tensors alive at once, at most */
 #define VARLEN_SHAPES 15        /* train.py --warmup 3 --steps 12, as gpucheck runs it */
 
@@ -25,7 +24,8 @@ struct model {
 
 struct run {
 	vmm_core *core;
-	uint64_t native, peak_native;
+	struct replay_count count;
+	uint64_t peak_native;
 	uint64_t calls;
 	double ns;
 	int failed;
@@ -33,8 +33,6 @@ struct run {
 	vmm_devptr ptrs[MAX_T];
 	int nfree_slots, free_slots[MAX_T];
 	int logits, loss;       /* TRAIN_VARLEN: the script's variables, alive across steps */
-	uint64_t quarantined;   /* bytes freed since the heap's last device sync */
-	uint64_t syncs;
 	struct phys_peak phys;
 };
 
@@ -46,22 +44,10 @@ static double now_ns(void)
 	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* cudaMalloc's own rounding: 2 MiB pages for large tensors, 512-byte slots for small ones. */
-static uint64_t native_size(size_t n)
-{
-	return n > MiB ? (n + 2 * MiB - 1) & ~(2 * MiB - 1) : (n + 511) & ~511ull;
-}
-
 /* After a call: a sync empties the quarantine; then the physical count is sampled. */
 static void sample(struct run *r)
 {
-	vmm_stats s;
-
-	vmm_stats_get(r->core, 0, NULL, &s, NULL);
-	if (s.syncs != r->syncs)
-		r->quarantined = 0;
-	r->syncs = s.syncs;
-	phys_peak_sample(&r->phys, r->core, 0, r->native, r->quarantined);
+	phys_peak_after_call(&r->phys, r->core, &r->count);
 }
 
 /* A tensor is an index into the run's table (-1: the allocation failed). */
@@ -80,9 +66,9 @@ static int t_alloc(struct run *r, size_t n)
 	id = r->free_slots[--r->nfree_slots];
 	r->ptrs[id] = p;
 	r->sizes[id] = n;
-	r->native += native_size(n);
-	if (r->native > r->peak_native)
-		r->peak_native = r->native;
+	r->count.native += native_size(n);
+	if (r->count.native > r->peak_native)
+		r->peak_native = r->count.native;
 	sample(r);
 	return id;
 }
@@ -99,9 +85,9 @@ static void t_free(struct run *r, int id)
 	vmm_free(r->core, r->ptrs[id], NULL);
 	r->ns += now_ns() - a;
 	r->calls++;
-	r->native -= native_size(r->sizes[id]);
+	r->count.native -= native_size(r->sizes[id]);
 	r->free_slots[r->nfree_slots++] = id;
-	r->quarantined += info.usable;
+	r->count.quarantined += info.usable;
 	sample(r);
 }
 
