@@ -13,6 +13,7 @@
 #include "backend/backend.h"
 #include "helpers.h"
 #include "simdev.h"
+#include "slow_writer.h"
 
 /* The pre-12.5 export (CUDA 13's cuda.h declares only cuCtxCreate_v4). */
 CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
@@ -22,36 +23,6 @@ CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice de
 static void sleep_ms(int ms)
 {
 	nanosleep(&(struct timespec){ ms / 1000, (long)(ms % 1000) * 1000000 }, NULL);
-}
-
-/* A kernel that fills [ptr, ptr+size) with `value` in 16 slices over `ms` milliseconds, checking
- * the device's access before each slice as a GPU would fault. */
-struct writer {
-	void *ptr;
-	size_t size;
-	int value, ms;
-	atomic_bool done;
-	atomic_int fault;
-	struct writer *self;  /* the kernel's one argument ... */
-	void *params[1];      /* ... and its parameter array, alive as long as the writer */
-};
-
-static void slow_write(void **params)
-{
-	struct writer *w = *(struct writer **)params[0];
-	size_t slice = w->size / 16;
-
-	for (int i = 0; i < 16; i++) {
-		char *p = (char *)w->ptr + (size_t)i * slice;
-
-		sleep_ms(w->ms / 16);
-		if (simdev_check_access(simdev_current_device(), p, slice)) {
-			atomic_store(&w->fault, 1);
-			break;
-		}
-		memset(p, w->value, slice);
-	}
-	atomic_store(&w->done, true);
 }
 
 /* A created context on dev, reported as the shim reports it, with a stream; not left current
@@ -72,10 +43,8 @@ static void launch(CUcontext c, CUstream s, struct writer *w)
 {
 	CUcontext popped;
 
-	w->self = w;
-	w->params[0] = &w->self;
 	CU_OK(cuCtxPushCurrent_v2(c));
-	CU_OK(cuLaunchKernel(SIMDEV_KERNEL(slow_write), 1, 1, 1, 1, 1, 1, 0, s, w->params,
+	CU_OK(cuLaunchKernel(SIMDEV_KERNEL(slow_write), 1, 1, 1, 1, 1, 1, 0, s, writer_params(w),
 			     NULL));
 	CU_OK(cuCtxPopCurrent_v2(&popped));
 }

@@ -12,6 +12,7 @@
 #include "backend/backend.h"
 #include "helpers.h"
 #include "simdev.h"
+#include "slow_writer.h"
 
 #define CU_OK(call) cr_assert_eq((call), CUDA_SUCCESS, "%s failed", #call)
 #define BIG (64 * MiB)
@@ -20,28 +21,6 @@ static uint64_t simdev_count(vmm_backend *be)
 {
 	(void)be;
 	return simdev_submissions();
-}
-
-/* A kernel that fills [ptr, ptr+size) with `value` in 16 slices over `ms` milliseconds. */
-struct writer {
-	vmm_devptr ptr;
-	size_t size;
-	int value, ms;
-	atomic_bool done;
-	struct writer *self; /* the kernel's one argument ... */
-	void *params[1];     /* ... and its parameter array, alive as long as the writer */
-};
-
-static void slow_write(void **params)
-{
-	struct writer *w = *(struct writer **)params[0];
-	size_t slice = w->size / 16;
-
-	for (int i = 0; i < 16; i++) {
-		nanosleep(&(struct timespec){ 0, (long)w->ms * 1000000 / 16 }, NULL);
-		memset((char *)(uintptr_t)w->ptr + (size_t)i * slice, w->value, slice);
-	}
-	atomic_store(&w->done, true);
 }
 
 static CUstream stream;
@@ -61,10 +40,8 @@ static void open_counted(struct tctx *t)
 
 static void launch(struct writer *w)
 {
-	w->self = w;
-	w->params[0] = &w->self;
-	CU_OK(cuLaunchKernel(SIMDEV_KERNEL(slow_write), 1, 1, 1, 1, 1, 1, 0, stream, w->params,
-			     NULL));
+	CU_OK(cuLaunchKernel(SIMDEV_KERNEL(slow_write), 1, 1, 1, 1, 1, 1, 0, stream,
+			     writer_params(w), NULL));
 }
 
 static vmm_devptr big(struct tctx *t)
@@ -139,7 +116,7 @@ Test(idle_sync, a_kernel_before_the_free_is_waited_for)
 	drop(&t, big(&t)); /* the first synchronization: the count is known from here */
 	for (int i = 0; i < 4; i++) {
 		vmm_devptr p = big(&t), q;
-		struct writer w = { .ptr = p, .size = BIG, .value = 0x5a, .ms = 80 };
+		struct writer w = { .ptr = (void *)(uintptr_t)p, .size = BIG, .value = 0x5a, .ms = 80 };
 
 		launch(&w);
 		drop(&t, p);
@@ -195,7 +172,7 @@ Test(idle_sync, a_launch_during_the_synchronization_is_not_taken_as_drained)
 	wrap_sync(&t);
 	x = big(&t);
 	drop(&t, big(&t));
-	struct writer w = { .ptr = x, .size = BIG, .value = 0x6b, .ms = 300 };
+	struct writer w = { .ptr = (void *)(uintptr_t)x, .size = BIG, .value = 0x6b, .ms = 300 };
 
 	launch_after = &w;
 	b = big(&t); /* reuses the freed block: a synchronization, then the launch */
@@ -223,7 +200,7 @@ Test(idle_sync, a_launch_between_the_read_and_the_synchronization_is_counted)
 	struct writer w = { .size = 4096, .value = 1, .ms = 1 };
 	static char target[4096];
 
-	w.ptr = (vmm_devptr)(uintptr_t)target;
+	w.ptr = target;
 	open_counted(&t);
 	wrap_sync(&t);
 	drop(&t, big(&t));
@@ -262,7 +239,7 @@ Test(idle_sync, a_failed_synchronization_is_not_trusted)
 	struct writer w = { .size = 4096, .value = 1, .ms = 1 };
 	static char target[4096];
 
-	w.ptr = (vmm_devptr)(uintptr_t)target;
+	w.ptr = target;
 	launch(&w);
 	CU_OK(cuStreamSynchronize(stream));
 	drop(&t, big(&t)); /* work since: the sync fails, the heap takes fresh memory */

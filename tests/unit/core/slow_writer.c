@@ -1,0 +1,33 @@
+/* The slow writing kernel (slow_writer.h). */
+#include "slow_writer.h"
+
+#include <string.h>
+#include <time.h>
+
+#include "simdev.h"
+
+void slow_write(void **params)
+{
+	struct writer *w = *(struct writer **)params[0];
+	size_t slice = w->size / 16;
+	long step_ns = (long)w->ms * 1000000 / 16;
+
+	for (int i = 0; i < 16; i++) {
+		char *p = (char *)w->ptr + (size_t)i * slice;
+
+		nanosleep(&(struct timespec){ step_ns / 1000000000, step_ns % 1000000000 }, NULL);
+		if (simdev_check_access(simdev_current_device(), p, slice)) {
+			atomic_store(&w->fault, 1);
+			break;
+		}
+		memset(p, w->value, slice);
+	}
+	atomic_store(&w->done, true);
+}
+
+void **writer_params(struct writer *w)
+{
+	w->self = w;
+	w->params[0] = &w->self;
+	return w->params;
+}
