@@ -112,15 +112,22 @@ Test(contexts, destroy_waits_for_its_own_work_only)
 	cr_expect(atomic_load(&ga.done));
 }
 
+struct destroyed_use {
+	CUcontext ctx;
+	atomic_bool current; /* set once ctx is current on the thread */
+};
+
 static void *use_destroyed(void *arg)
 {
-	CUcontext c = arg;
+	struct destroyed_use *u = arg;
 	CUdevice d;
 	CUresult r;
 
-	cuCtxSetCurrent(c);
+	if (cuCtxSetCurrent(u->ctx) != CUDA_SUCCESS)
+		return (void *)(intptr_t)CUDA_ERROR_UNKNOWN;
+	atomic_store(&u->current, true);
 	/* Wait for the main thread's cuCtxDestroy, then use the context still current here. */
-	for (int i = 0; i < 2000; i++) {
+	for (int i = 0; i < 5000; i++) {
 		r = cuCtxGetDevice(&d);
 		if (r != CUDA_SUCCESS)
 			break;
@@ -131,15 +138,19 @@ static void *use_destroyed(void *arg)
 
 Test(contexts, a_context_destroyed_elsewhere_says_so)
 {
-	CUcontext a;
+	struct destroyed_use u = { 0 };
 	pthread_t t;
 	void *rc;
 
 	CU_OK(cuInit(0));
-	CU_OK(cuCtxCreate_v2(&a, 0, 0));
-	cr_assert_eq(pthread_create(&t, NULL, use_destroyed, a), 0);
-	nanosleep(&(struct timespec){ 0, 20000000 }, NULL);
-	CU_OK(cuCtxDestroy_v2(a));
+	CU_OK(cuCtxCreate_v2(&u.ctx, 0, 0));
+	cr_assert_eq(pthread_create(&t, NULL, use_destroyed, &u), 0);
+	/* Destroy only once the thread holds the context: under load the thread may start late,
+	 * and setting a destroyed context current is a different error. */
+	for (int i = 0; i < 10000 && !atomic_load(&u.current); i++)
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	cr_assert(atomic_load(&u.current), "the thread made the context current");
+	CU_OK(cuCtxDestroy_v2(u.ctx));
 	pthread_join(t, &rc);
 	cr_expect_eq((CUresult)(intptr_t)rc, CUDA_ERROR_CONTEXT_IS_DESTROYED);
 }
