@@ -36,10 +36,14 @@ typedef struct vmm_config {
 	                            * wholly free handles are released. 0 = default (see heap.c). SIZE_MAX = keep all. */
 	size_t reserve_bytes;      /* VA reserved per device at first use; 0 = 4 x device memory */
 	size_t max_handle_bytes;   /* largest physical handle created; 0 = default (no limit) */
-	size_t whole_handle_min;   /* requests of this size or more (or of max_handle_bytes, when
-	                            * smaller) own whole granules, and new memory for them comes in
-	                            * handles of up to max_handle_bytes; smaller requests get 2 MiB
-	                            * pieces; 0 = default (32 MiB) */
+	size_t whole_handle_min;   /* new memory for requests of this size or more (or of
+	                            * max_handle_bytes, when smaller) comes in handles of up to
+	                            * max_handle_bytes; smaller requests get 2 MiB pieces;
+	                            * 0 = default (32 MiB) */
+	size_t granule_start_min;  /* requests of this size or more start a granule and own whole
+	                            * granules (a retain can then give any of them a handle of its
+	                            * own); 0 = default (never: only sizes of whole granules start
+	                            * one) */
 	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
 } vmm_config;
 

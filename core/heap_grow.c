@@ -47,6 +47,7 @@ struct grow_plan {
 	bool *fresh;
 	size_t n, cap;
 	size_t total;
+	struct phandle *tail;   /* taken for the last granule already (plan_fill_request) */
 };
 
 /* Wholly free handles too large for what was still wanted when they were met. */
@@ -145,7 +146,7 @@ static bool take_from_block(struct devheap *dh, struct grow_plan *p, struct blk 
 
 		if (!h || h->asleep)
 			break;
-		if (h->va >= lo && h->va + h->size <= hi) {
+		if (h != p->tail && h->va >= lo && h->va + h->size <= hi) {
 			if (h->size <= want - p->total ? !plan_add(p, h, false) : !larger_add(l, h))
 				return false;
 		}
@@ -254,6 +255,66 @@ static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, s
 		st = plan_create(a, p, &l, want, piece, err);
 	free(l.h);
 	return st;
+}
+
+/* The last granule of a plan for a request that ends inside it: a piece of its own, so that the
+ * allocations that will share that granule never share a large handle with it (a large handle
+ * holds one allocation, see the top of the file). A wholly free piece from anywhere, else a new
+ * one when may_create allows (else VMM_E_OOM, nothing changed: the caller syncs and asks again
+ * with may_create). When the driver will not make one, *taken stays false and the plan goes on
+ * without it: an allocation is worth more than the layout. */
+static vmm_status plan_take_tail(struct arena *a, struct grow_plan *p, bool may_create,
+				 struct blk *avoid, bool *taken)
+{
+	struct devheap *dh = a->dh;
+	struct larger l = { 0 };
+	struct phandle *h = NULL;
+	vmm_status st = plan_take_free(dh, p, dh->gran, avoid, &l, NULL);
+
+	free(l.h);
+	*taken = false;
+	if (st && !p->n)
+		return VMM_OK;
+	if (!p->n && !may_create)
+		return VMM_E_OOM;
+	if (!p->n && create_handle(a, dh->gran, &h, NULL) == VMM_OK && !plan_add(p, h, true)) {
+		phys_release(dh, h->h, h->size);
+		a->st.handles_released++;
+		free(h);
+	}
+	if (p->n == 1) {
+		p->tail = p->hs[0];
+		*taken = true;
+	}
+	return VMM_OK;
+}
+
+/* The handles for a growth of want bytes whose request ends at end_off bytes into it: as
+ * plan_fill, with the last granule a piece of its own when the request ends inside it and the
+ * rest would come in larger handles. */
+static vmm_status plan_fill_request(struct arena *a, struct grow_plan *p, size_t want,
+				    size_t end_off, size_t piece, bool may_create,
+				    struct blk *avoid, vmm_error *err)
+{
+	size_t gran = a->dh->gran;
+	bool taken = false, fresh;
+	vmm_status st;
+
+	if (piece > gran && want > gran && (end_off & (gran - 1))) {
+		st = plan_take_tail(a, p, may_create, avoid, &taken);
+		if (st)
+			return st;
+	}
+	st = plan_fill(a, p, want, piece, may_create, avoid, err);
+	if (st || !taken)
+		return st;
+	/* The piece was taken first (so nothing else could take it twice): it goes last. */
+	fresh = p->fresh[0];
+	memmove(p->hs, p->hs + 1, (p->n - 1) * sizeof(*p->hs));
+	memmove(p->fresh, p->fresh + 1, (p->n - 1) * sizeof(*p->fresh));
+	p->hs[p->n - 1] = p->tail;
+	p->fresh[p->n - 1] = fresh;
+	return VMM_OK;
 }
 
 /* Map the plan's handles one after another at va (moved ones are detached from where they were
@@ -401,7 +462,8 @@ static vmm_status grow_in_place(struct arena *a, struct blk *b, size_t size, siz
 
 	if (!va_claim_at(dh, end, want))
 		return VMM_E_OOM;
-	st = plan_fill(a, &p, want, piece_for(dh, size), may_create, b, err);
+	st = plan_fill_request(a, &p, want, need_in(b, size, align) - b->size, piece_for(dh, size),
+			       may_create, b, err);
 	if (!st) {
 		st = plan_map(a, &p, end, err);
 		if (!st) {
@@ -426,7 +488,7 @@ static vmm_status grow_fresh(struct arena *a, size_t size, bool may_create, stru
 	vmm_devptr va;
 	vmm_status st;
 
-	st = plan_fill(a, &p, want, piece_for(dh, size), may_create, NULL, err);
+	st = plan_fill_request(a, &p, want, size, piece_for(dh, size), may_create, NULL, err);
 	if (!st)
 		st = va_alloc(dh, p.total, &va, err);
 	if (!st)

@@ -13,9 +13,8 @@
 vmm_status arena_grow(struct arena *a, size_t size, size_t align, bool may_create,
 		      struct blk **out, vmm_error *err);
 
-/* Whether a request of size bytes owns whole granules and gets new memory in handles of up to
- * max_handle_bytes (else in 2 MiB pieces): at least whole_handle_min, or max_handle_bytes when
- * that is smaller. */
+/* Whether a request of size bytes gets new memory in handles of up to max_handle_bytes (else in
+ * 2 MiB pieces): at least whole_handle_min, or max_handle_bytes when that is smaller. */
 bool heap_wants_whole(const struct devheap *dh, size_t size);
 
 /* Re-create a wholly free, mapped handle larger than a granule as granule-sized pieces (as

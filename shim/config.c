@@ -40,6 +40,11 @@ static const struct setting settings[] = {
 	{ "VMMSHIM_WHOLE_HANDLE_MIN", SET_SIZE, AT(core.whole_handle_min), "32M",
 	  "allocations of this size or more get new device memory as one handle (copies run faster "
 	  "on it); smaller ones get 2 MiB pieces that move on their own once freed" },
+	{ "VMMSHIM_GRANULE_START_MIN", SET_SIZE, AT(core.granule_start_min), "unlimited",
+	  "allocations of this size or more start a 2 MiB granule and are rounded up to whole "
+	  "granules (as cudaMalloc does), so that cuMemRetainAllocationHandle (NCCL's "
+	  "ncclCommRegister) works on any of them; others share their edge granules with their "
+	  "neighbours" },
 	{ "VMMSHIM_SMALL_MAX", SET_SIZE, AT(core.small_max), "64K",
 	  "allocations up to this size are packed by size into slabs of 64 KiB to 2 MiB" },
 	{ "VMMSHIM_RUN_DIR", SET_STRING, AT(run_dir),

@@ -107,6 +107,46 @@ Test(heap_own, whole_granules_anywhere)
 	own_and_check(6 * MiB, NULL);
 }
 
+Test(heap_own, large_buffer_in_a_handle_and_its_last_granule)
+{
+	own_and_check(40 * MiB + 4096, "own");
+}
+
+/* A large allocation placed after other memory starts inside a granule (it packs with its
+ * neighbours) and cannot be retained; granule_start_min (VMMSHIM_GRANULE_START_MIN) starts it
+ * at a granule, so that it can. */
+static vmm_status retain_large_after_other_memory(size_t granule_start_min, vmm_devptr *a)
+{
+	vmm_config cfg = { .granule_start_min = granule_start_min };
+	vmm_devptr first;
+	vmm_share_info si;
+	struct tctx t;
+	vmm_error err;
+	vmm_status st;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, &cfg);
+	cr_assert_eq(vmm_malloc(t.core, 0, MiB + 3, 0, NULL, &first, &err), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 40 * MiB + 4096, 0, NULL, a, &err), VMM_OK);
+	t_fill(*a, 40 * MiB + 4096, 5);
+	st = vmm_share_own(t.core, *a, &si, &err);
+	if (!st)
+		cr_expect(si.own_handle);
+	cr_expect(t_check(*a, 40 * MiB + 4096, 5));
+	t_close(&t);
+	return st;
+}
+
+Test(heap_own, large_buffers_start_a_granule_when_asked)
+{
+	vmm_devptr a;
+
+	cr_expect_eq(retain_large_after_other_memory(0, &a), VMM_E_UNSUPPORTED);
+	cr_expect_neq(a % GRAN, 0, "packed after the first allocation");
+	cr_expect_eq(retain_large_after_other_memory(32 * MiB, &a), VMM_OK);
+	cr_expect_eq(a % GRAN, 0, "starts a granule");
+}
+
 Test(heap_own, refused_when_no_handle_can_hold_it)
 {
 	vmm_devptr odd[8] = { 0 }, legacy;

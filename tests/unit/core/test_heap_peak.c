@@ -145,6 +145,51 @@ Test(heap_peak, a_small_request_fills_the_lowest_hole_so_higher_granules_empty_o
 	t_close(&t);
 }
 
+#define BIG (41 * MiB + 256 * KiB)
+
+Test(heap_peak, large_allocations_pack_end_to_end_where_cudamalloc_rounds_each)
+{
+	struct tctx t;
+	vmm_devptr x[4], s;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, NULL);
+	/* Four of 41.25 MiB: cudaMalloc holds 4 x 42 MiB; packed end to end they take 165 MiB, in
+	 * 83 granules. */
+	for (int i = 0; i < 4; i++) {
+		cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &x[i], NULL), VMM_OK);
+		t_fill(x[i], BIG, 10 + i);
+	}
+	cr_assert_eq(t_dev_used(&t, 0), 166 * MiB, "used %llu MiB",
+		     (unsigned long long)(t_dev_used(&t, 0) / MiB));
+	/* Each growth is one handle for the granules the allocation fills and a piece for the one
+	 * it ends in (that one is shared): no large handle is made and then cut. */
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_created, 8, "%llu handles",
+		     (unsigned long long)t_stats(&t, 0, NULL).handles_created);
+	for (int i = 1; i < 4; i++)
+		cr_assert(x[i] % (2 * MiB), "the allocation at 0x%llx starts inside a granule",
+			  (unsigned long long)x[i]);
+	/* A small allocation in the last one's tail... */
+	cr_assert_eq(vmm_malloc(t.core, 0, 512 * KiB, 0, NULL, &s, NULL), VMM_OK);
+	cr_assert(s >= x[3] + BIG && s < x[3] + BIG + MiB, "0x%llx is not in the tail",
+		  (unsigned long long)s);
+	t_fill(s, 512 * KiB, 20);
+	cr_assert_eq(t_dev_used(&t, 0), 166 * MiB);
+	for (int i = 0; i < 4; i++)
+		cr_assert(t_check(x[i], BIG, 10 + i));
+	/* ...shares no large handle with it: once the large ones are freed, all of their memory
+	 * but the small one's granule can be given back. */
+	for (int i = 0; i < 4; i++)
+		cr_assert_eq(vmm_free(t.core, x[i], NULL), VMM_OK);
+	cr_assert_eq(vmm_trim(t.core, 0, NULL), VMM_OK);
+	cr_assert_eq(t_dev_used(&t, 0), 2 * MiB, "used %llu MiB",
+		     (unsigned long long)(t_dev_used(&t, 0) / MiB));
+	cr_assert(t_check(s, 512 * KiB, 20));
+	t_close(&t);
+}
+
+#undef BIG
+
 Test(heap_peak, free_space_around_a_live_allocation_moves_to_a_larger_request)
 {
 	struct tctx t;
