@@ -422,4 +422,53 @@ DRIVER_GATED(cuStreamBatchMemOp_v2_ptsz,
 	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int
 	flags),
 	(stream, count, paramArray, flags))
+/* The stream memory operations' first ABI (CUDA 8 to 11 headers; the driver still exports it,
+ * with the same arguments but the first layout of the batch's parameters), host callbacks and
+ * the decompression engine's batches (it writes device memory). */
+DRIVER_GATED(cuStreamWriteValue32,
+	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWriteValue32_ptsz,
+	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWriteValue64,
+	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWriteValue64_ptsz,
+	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue32,
+	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue32_ptsz,
+	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue64,
+	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamWaitValue64_ptsz,
+	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
+	(stream, addr, value, flags))
+DRIVER_GATED(cuStreamBatchMemOp,
+	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams_v1 *paramArray,
+	unsigned int flags),
+	(stream, count, paramArray, flags))
+DRIVER_GATED(cuStreamBatchMemOp_ptsz,
+	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams_v1 *paramArray,
+	unsigned int flags),
+	(stream, count, paramArray, flags))
+DRIVER_GATED(cuStreamAddCallback,
+	(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags),
+	(hStream, callback, userData, flags))
+DRIVER_GATED(cuStreamAddCallback_ptsz,
+	(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags),
+	(hStream, callback, userData, flags))
+DRIVER_GATED(cuMemBatchDecompressAsync,
+	(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex,
+	CUstream stream),
+	(paramsArray, count, flags, errorIndex, stream))
+DRIVER_GATED(cuMemBatchDecompressAsync_ptsz,
+	(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex,
+	CUstream stream),
+	(paramsArray, count, flags, errorIndex, stream))
 #endif

@@ -144,5 +144,19 @@
 #undef cuStreamWaitValue64_v2_ptsz
 #undef cuStreamBatchMemOp_v2
 #undef cuStreamBatchMemOp_v2_ptsz
+#undef cuStreamWriteValue32
+#undef cuStreamWriteValue32_ptsz
+#undef cuStreamWriteValue64
+#undef cuStreamWriteValue64_ptsz
+#undef cuStreamWaitValue32
+#undef cuStreamWaitValue32_ptsz
+#undef cuStreamWaitValue64
+#undef cuStreamWaitValue64_ptsz
+#undef cuStreamBatchMemOp
+#undef cuStreamBatchMemOp_ptsz
+#undef cuStreamAddCallback
+#undef cuStreamAddCallback_ptsz
+#undef cuMemBatchDecompressAsync
+#undef cuMemBatchDecompressAsync_ptsz
 
 #endif

@@ -1,5 +1,7 @@
-/* Every entry point that submits device work (launches, graph launches, host functions, copies,
- * memsets, stream memory operations, in all their _ptsz/_ptds forms) passes the submission gate,
+/* Every entry point that submits device work (launches, graph launches, host functions and
+ * callbacks, copies, memsets, stream memory operations in both ABIs, decompression batches, in all
+ * their _ptsz/_ptds forms; tests/integration/interpose/submit_entry_points.sh checks the driver's
+ * exports against ours) passes the submission gate,
  * so that nothing reaches the device while sleep changes its memory, and is counted once the
  * driver has it (submit_count.h), so that the heap knows when no work came since its last
  * synchronization. The wrappers are generated from driver_list.h: enter the gate, call the
