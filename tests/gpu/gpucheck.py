@@ -8,6 +8,7 @@ Usage: gpucheck.py --root REPO --bin DIR --shim LIB --vmmctl EXE --log DIR --dea
                    [--only ROW,ROW] [--skip ROW,ROW] [--skip-bench]
 """
 import argparse
+import gzip
 import json
 import os
 import queue
@@ -1592,6 +1593,44 @@ class Matrix:
             self.badd(f"bandwidth {k.replace('_', ' ')} (GB/s)", fmt(ms), f"cudaMalloc {fmt(mn)}",
                       ratio(ms, mn), goal, note.strip())
 
+    def bench_replay(self):
+        """The PyTorch benchmark's recorded allocations (tests/bench/traces, NO_CACHING) replayed
+        by trace_replay with cuMemAlloc/cuMemFree, natively and under the shim, twice each,
+        interleaved: the device's peak for the same requests with nothing else in the process
+        but a context. Peaks are exact; goal: the shim's at most the driver's."""
+        if not self.want("bench replay"):
+            return
+        trace = os.path.join(self.a.root, "tests/bench/traces/h200-varlen-nocaching.trace.gz")
+        if self.left() < 60 or not os.path.exists(trace):
+            self.badd("trace replay peak (MiB)", "not run", "", "", "",
+                      "out of time" if os.path.exists(trace) else "no trace")
+            return
+        plain = os.path.join(self.log, "replay.trace")
+        with gzip.open(trace, "rb") as src, open(plain, "wb") as dst:
+            shutil.copyfileobj(src, dst)
+        peaks = {False: [], True: []}
+        for rnd in range(2):
+            for shim in (False, True) if rnd == 0 else (True, False):
+                if shim and not self.shim_ok:
+                    continue
+                time.sleep(0.3)
+                base = device_used()
+                name = f"bench_replay.{'shim' if shim else 'native'}.{rnd}"
+                meter = PeakMeter(f"{self.a.bin}/peak_meter", self.log, name + ".meter")
+                p = Proc(name, [f"{self.a.bin}/trace_replay", plain], self.env(shim), self.log,
+                         self.timeout(90))
+                rc = p.finish()
+                top, _ = meter.stop()
+                if rc == 0 and top is not None and base is not None:
+                    peaks[shim].append((top - base) / MIB)
+        os.unlink(plain)
+        s = min(peaks[True]) if peaks[True] else None
+        n = min(peaks[False]) if peaks[False] else None
+        self.badd("trace replay peak (MiB)", fmt(s), f"cudaMalloc {fmt(n)}", ratio(s, n),
+                  "<= 1.00x", verdict(s and n, s is not None and n is not None and s <= n) +
+                  f"; runs MiB: shim {', '.join(f'{x:.0f}' for x in peaks[True])}, native "
+                  f"{', '.join(f'{x:.0f}' for x in peaks[False])}")
+
     # The allocator configurations of the PyTorch benchmark, each natively and under the shim.
     TRAIN_CFGS = (("NO_CACHING", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
                   ("expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
@@ -2101,6 +2140,7 @@ def main():
             m.bench_small_handles()
             m.bench_group_one_gpu()
             m.bench_ipc()
+            m.bench_replay()
             m.bench_train()
             m.bench_checkpoint()  # an outside anchor: last, it is what a short run drops
     finally:
