@@ -53,16 +53,20 @@ static int consistent(struct tctx *t, struct live *l, int nl)
 	return 0;
 }
 
-/* Allocations of every kind, frees, a growth that must reuse free handles, trim, peer access. */
+/* Allocations of every kind, frees, a growth that must reuse free handles, trim, peer access.
+ * 5 MiB + 4 KiB is a "large" request here (whole_handle_min lowered to 5 MiB, to keep the
+ * device small): one handle for its whole granules and a piece of its own for its last. */
 static int scenario(void)
 {
-	static const size_t sizes[] = { 256, 5000, 300 * KiB, 3 * MiB, 6 * MiB, 2 * MiB, 100 };
+	static const size_t sizes[] = { 256, 5000, 300 * KiB, 3 * MiB, 6 * MiB, 2 * MiB, 100,
+					5 * MiB + 4 * KiB };
+	vmm_config cfg = { .whole_handle_min = 5 * MiB };
 	struct live l[MAX_LIVE];
 	struct tctx t;
 	vmm_error err;
 	int nl = 0;
 
-	if (t_try_open(&t, NULL, &err))
+	if (t_try_open(&t, &cfg, &err))
 		return 0; /* a failed open is a clean outcome: nothing was created */
 	for (int round = 0; round < 3; round++) {
 		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
