@@ -588,6 +588,16 @@ static int replay_trace(vmm_backend *be, const char *path)
 	       (unsigned long long)r.calls.maps, (unsigned long long)r.calls.unmap_calls,
 	       (unsigned long long)r.calls.access_calls, (unsigned long long)r.calls.releases,
 	       r.calls.us / 1e3, r.ns_per_call);
+	printf("  costliest mallocs on the H200 (model):\n");
+	for (int i = 0; i < REPLAY_COSTLIEST && r.costliest[i].calls.us > 0; i++) {
+		const struct costly_request *c = &r.costliest[i];
+
+		printf("    line %-7llu %8.1f MiB  %6.1f ms: %llu creates, %llu maps, %llu handles "
+		       "unmapped, %llu releases, %llu syncs\n", (unsigned long long)c->line,
+		       mib(c->size), c->calls.us / 1e3, (unsigned long long)c->calls.creates,
+		       (unsigned long long)c->calls.maps, (unsigned long long)c->calls.unmapped,
+		       (unsigned long long)c->calls.releases, (unsigned long long)c->calls.syncs);
+	}
 	vmm_core_destroy(core);
 	return r.failed || r.skipped || !r.mallocs ? 1 : 0;
 }

@@ -72,7 +72,22 @@ struct replay {
 	struct trace_result *out;
 	struct replay_count count;
 	double ns;
+	uint64_t line;
 };
+
+/* Keep the malloc among the costliest when its driver calls cost more than the last kept. */
+static void note_cost(struct trace_result *out, uint64_t size, uint64_t line,
+		      struct driver_counts calls)
+{
+	struct costly_request *c = out->costliest;
+	int i = REPLAY_COSTLIEST - 1;
+
+	if (calls.us <= c[i].calls.us)
+		return;
+	for (; i > 0 && calls.us > c[i - 1].calls.us; i--)
+		c[i] = c[i - 1];
+	c[i] = (struct costly_request){ .size = size, .line = line, .calls = calls };
+}
 
 static void sample(struct replay *r)
 {
@@ -82,6 +97,7 @@ static void sample(struct replay *r)
 static void replay_malloc(struct replay *r, uint64_t size, uint64_t key, bool on_stream,
 			  uint64_t stream)
 {
+	struct driver_counts d0 = driver_model_get();
 	struct live_alloc *s;
 	vmm_devptr p;
 	vmm_status st;
@@ -94,6 +110,7 @@ static void replay_malloc(struct replay *r, uint64_t size, uint64_t key, bool on
 	st = on_stream ? vmm_malloc_on_stream(r->core, 0, size, NULL, (vmm_stream)stream, &p, NULL)
 		       : vmm_malloc(r->core, 0, size, 0, NULL, &p, NULL);
 	r->ns += now_ns() - a;
+	note_cost(r->out, size, r->line, driver_counts_sub(driver_model_get(), d0));
 	if (st) {
 		r->out->failed++;
 		return;
@@ -155,6 +172,7 @@ int trace_replay(vmm_core *core, const char *path, struct trace_result *out)
 	}
 	phys_peak_start(&out->phys);
 	while (fgets(line, sizeof(line), f)) {
+		r.line++;
 		if (line[0] == 'a' && sscanf(line + 1, "%llu %llx", &size, &key) == 2 && key)
 			replay_malloc(&r, size, key, false, 0);
 		else if (line[0] == 'A' && sscanf(line + 1, "%llu %llx %llx", &size, &key,

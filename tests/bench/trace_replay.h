@@ -10,6 +10,15 @@
 #include "heap.h"
 #include "phys_peak.h"
 
+/* One malloc of the replay and the driver calls it made (see trace_result.costliest). */
+struct costly_request {
+	uint64_t size;
+	uint64_t line;             /* its line in the trace, from 1 */
+	struct driver_counts calls;
+};
+
+#define REPLAY_COSTLIEST 5
+
 struct trace_result {
 	uint64_t mallocs, frees;
 	uint64_t skipped;          /* lines not understood, or frees of addresses never allocated */
@@ -21,6 +30,10 @@ struct trace_result {
 	double ns_per_call;        /* mean host ns of one malloc or free */
 	struct driver_counts calls; /* the driver calls of the whole replay (driver_model_attach'd) */
 	struct phys_peak phys;     /* the device's physical memory, where the driver says (simdev) */
+	/* The mallocs whose driver calls would cost most on the H200 (driver_model.h), costliest
+	 * first: where a program's allocation time goes (e.g. free pieces moved to a large
+	 * request). Empty unless the model is attached. */
+	struct costly_request costliest[REPLAY_COSTLIEST];
 };
 
 /* Replay the trace at path on device 0 of core; frees what is still live at the end. Returns 0,
