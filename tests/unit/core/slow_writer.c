@@ -16,6 +16,8 @@ void slow_write(void **params)
 		char *p = (char *)w->ptr + (size_t)i * slice;
 
 		nanosleep(&(struct timespec){ step_ns / 1000000000, step_ns % 1000000000 }, NULL);
+		for (int ms = 0; i == 15 && w->hold && atomic_load(w->hold) && ms < 10000; ms++)
+			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 		if (simdev_check_access(simdev_current_device(), p, slice)) {
 			atomic_store(&w->fault, 1);
 			break;

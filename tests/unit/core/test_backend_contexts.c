@@ -85,7 +85,11 @@ Test(backend_contexts, synchronize_waits_for_every_created_context)
 Test(backend_contexts, another_device_s_contexts_are_not_waited_for)
 {
 	static char out[1 << 20];
-	struct writer w = { .ptr = out, .size = sizeof(out), .value = 1, .ms = 600 };
+	/* Held until device 0's synchronize returned: a 600 ms kernel alone could end while a loaded
+	 * machine keeps this thread off the CPU, and a synchronize that waits for it would then wait
+	 * for the hold's 10 s bound and find it done. */
+	static atomic_bool hold = true;
+	struct writer w = { .ptr = out, .size = sizeof(out), .value = 1, .ms = 600, .hold = &hold };
 	CUstream s;
 	struct tctx t;
 
@@ -95,6 +99,7 @@ Test(backend_contexts, another_device_s_contexts_are_not_waited_for)
 	launch(c, s, &w);
 	cr_assert_eq(t.be->synchronize(t.be, 0, NULL), VMM_OK);
 	cr_expect_not(atomic_load(&w.done), "device 0's synchronize waited for device 1");
+	atomic_store(&hold, false);
 	cr_assert_eq(t.be->synchronize(t.be, 1, NULL), VMM_OK);
 	cr_expect(atomic_load(&w.done));
 	destroy(c);
