@@ -5,6 +5,7 @@
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -288,6 +289,7 @@ struct keep_run {
 	vmm_share_info si;
 	vmm_status st;
 	bool kept;
+	atomic_bool calling; /* set just before the keep is called */
 };
 
 static void *keep_thread(void *arg)
@@ -296,6 +298,7 @@ static void *keep_thread(void *arg)
 	vmm_error err;
 
 	vmm_error_clear(&err);
+	atomic_store(&k->calling, true);
 	k->st = vmm_share_keep(k->t->core, k->si.base, k->si.id, &k->kept, &err);
 	return NULL;
 }
@@ -308,7 +311,7 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* The export takes 150 ms per piece (SIMDEV_DELAY): meanwhile the program allocates and frees,
+/* The export takes 1 s per piece (SIMDEV_DELAY): meanwhile the program allocates and frees,
  * and frees and trims the very allocation being exported, without waiting for it. The handles
  * stay while the export uses them; the export that lost its allocation keeps nothing, leaves no
  * descriptor open, and releases them as it ends. */
@@ -323,7 +326,7 @@ Test(heap_keep, a_free_races_the_export_ahead_without_waiting_for_it)
 	double t0, alloc_ms, free_ms;
 	int before;
 
-	setenv("SIMDEV_DELAY", "cuMemExportToShareableHandle:150", 1);
+	setenv("SIMDEV_DELAY", "cuMemExportToShareableHandle:1000", 1);
 	t_simdev_env("2G", NULL, NULL);
 	t_open(&t, NULL);
 	used = t_dev_used(&t, 0);
@@ -331,6 +334,11 @@ Test(heap_keep, a_free_races_the_export_ahead_without_waiting_for_it)
 	k.si = exported(&t, 8 * MiB, 7);
 	before = open_fds();
 	cr_assert_eq(pthread_create(&thr, NULL, keep_thread, &k), 0);
+	/* Under load the thread may start late: wait until it calls the keep, then give it 100 ms
+	 * to reach the export, well inside the export's 1 s. */
+	for (int i = 0; i < 10000 && !atomic_load(&k.calling); i++)
+		usleep(1000);
+	cr_assert(atomic_load(&k.calling), "the keep thread started");
 	usleep(100 * 1000);   /* the export is under way */
 	t0 = now_ms();
 	cr_assert_eq(vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &other, &err), VMM_OK, "%s", err.msg);
@@ -346,8 +354,10 @@ Test(heap_keep, a_free_races_the_export_ahead_without_waiting_for_it)
 	pthread_join(thr, NULL);
 	cr_expect_eq(t_stats(&t, 0, NULL).shared_bytes, 0,
 		     "the freed export's handles were released once the export ended");
-	cr_expect_lt(alloc_ms, 100, "an allocation waited %.0f ms for the export", alloc_ms);
-	cr_expect_lt(free_ms, 100, "the free and trim waited %.0f ms for the export", free_ms);
+	/* Waiting for the export would take 900 ms at least (the rest of its first piece); half
+	 * that leaves room for a loaded machine. */
+	cr_expect_lt(alloc_ms, 450, "an allocation waited %.0f ms for the export", alloc_ms);
+	cr_expect_lt(free_ms, 450, "the free and trim waited %.0f ms for the export", free_ms);
 	cr_expect_eq(k.st, VMM_E_NOT_OURS, "the export lost its allocation: %s",
 		     vmm_status_name(k.st));
 	cr_expect_not(k.kept);
