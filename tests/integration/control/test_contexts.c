@@ -50,6 +50,19 @@ static void *sleep_in_background(void *arg)
 	return NULL;
 }
 
+/* Whether t's state turned "changing" (a sleep under way) within 10 s. */
+static bool sleep_started(struct target *t)
+{
+	char s[32];
+
+	for (double end = now_s() + 10; now_s() < end; usleep(10000)) {
+		vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
+		if (json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "changing"))
+			return true;
+	}
+	return false;
+}
+
 Test(contexts, a_context_destroyed_during_a_sleep, .timeout = 60)
 {
 	struct target *t = start_under_shim(NULL);
@@ -59,7 +72,9 @@ Test(contexts, a_context_destroyed_during_a_sleep, .timeout = 60)
 	cmd_ok_within(t, "kernel 1000", "launched", 5000);
 	cmd_ok_within(t, "kernel2 1500", "launched", 5000);
 	cr_assert_eq(pthread_create(&th, NULL, sleep_in_background, &b), 0);
-	usleep(300 * 1000); /* the sleep is synchronizing the contexts now */
+	/* Destroy only once the sleep has begun (it then drains the contexts for the 1.5 s kernel):
+	 * a fixed pause could end before a loaded machine even started vmmctl. */
+	cr_assert(sleep_started(t), "the sleep did not start: %s %s", o.out, o.err);
 	/* The program destroys B while the sleep runs: the driver's destroy waits for B's kernel,
 	 * and the sleep neither crashes nor fails on it. */
 	cmd_ok_within(t, "destroy", "destroyed 0", 20000);
