@@ -141,7 +141,7 @@ Test(backend_contexts, reused_memory_is_not_written_by_the_old_owner_s_kernel)
 struct sync_run {
 	vmm_backend *be;
 	vmm_status st;
-	atomic_bool finished;
+	atomic_bool calling, finished;
 	vmm_error err;
 };
 
@@ -149,9 +149,19 @@ static void *run_sync(void *arg)
 {
 	struct sync_run *r = arg;
 
+	atomic_store(&r->calling, true);
 	r->st = r->be->synchronize(r->be, 0, &r->err);
 	atomic_store(&r->finished, true);
 	return NULL;
+}
+
+/* Wait (10 s at most) until r's thread has started and is about to synchronize: a thread may
+ * start late on a loaded machine, and the pauses after this are counted from its call. */
+static void wait_calling(struct sync_run *r)
+{
+	for (int i = 0; i < 10000 && !atomic_load(&r->calling); i++)
+		sleep_ms(1);
+	cr_assert(atomic_load(&r->calling), "the thread started");
 }
 
 Test(backend_contexts, a_context_destroyed_during_synchronize)
@@ -168,6 +178,7 @@ Test(backend_contexts, a_context_destroyed_during_synchronize)
 	launch(c, s, &w);
 	r.be = t.be;
 	cr_assert_eq(pthread_create(&th, NULL, run_sync, &r), 0);
+	wait_calling(&r);
 	sleep_ms(50); /* the synchronization is waiting on c now */
 	CU_OK(cuStreamDestroy_v2(s));
 	destroy(c);
@@ -194,6 +205,7 @@ Test(backend_contexts, a_synchronization_waits_for_a_destroy_in_progress)
 	vmm_context_destroy_begin(VMM_CTX_CUDA, c);
 	r.be = t.be;
 	cr_assert_eq(pthread_create(&th, NULL, run_sync, &r), 0);
+	wait_calling(&r);
 	sleep_ms(150);
 	cr_expect_not(atomic_load(&r.finished), "returned while a destroy was under way");
 	CU_OK(cuCtxDestroy_v2(c)); /* waits for the kernel */
