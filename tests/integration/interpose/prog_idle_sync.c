@@ -9,6 +9,7 @@
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <time.h>
 
 #include "prog_common.h"
@@ -64,11 +65,13 @@ static int pairs(int n, int work)
 
 static CUdeviceptr target;
 static void *target_params[1] = { &target };
+static atomic_bool launching; /* set just before the launch enters the driver */
 
 static void *late_launch(void *arg)
 {
 	(void)arg;
 	CHECK_CU(cuCtxSetCurrent(ctx));
+	atomic_store(&launching, true);
 	CHECK_CU(cuLaunchKernel(SIMDEV_KERNEL(slow_write), 1, 1, 1, 1, 1, 1, 0, stream,
 				target_params, NULL));
 	return NULL;
@@ -85,6 +88,12 @@ static int launch_late(void)
 	/* The launch enters the driver (which holds it SIMDEV_DELAY ms) before the reuse below
 	 * synchronizes, and queues its kernel after that synchronization. */
 	pthread_create(&t, NULL, late_launch, NULL);
+	/* Counted from the launch's own call, not the thread's creation: a thread that starts late
+	 * on a loaded machine would otherwise launch after the reuse and test nothing. */
+	for (int i = 0; i < 10000 && !atomic_load(&launching); i++)
+		sleep_ms(1);
+	if (!atomic_load(&launching))
+		FAIL("the launching thread did not start within 10 s");
 	sleep_ms(100);
 	CHECK_CU(cuMemAlloc(&b, BIG));
 	pthread_join(t, NULL);
