@@ -192,8 +192,13 @@ try:
     # A held device call is counted.
     target.stdin.write("touch\n")  # answered after the wake, below
     target.stdin.flush()
-    time.sleep(0.3)
-    fams = parse(vmmctl("metrics").stdout)
+    # Until the program has reached its call (late on a loaded machine), 10 s at most.
+    deadline = time.time() + 10
+    while True:
+        fams = parse(vmmctl("metrics").stdout)
+        if one(fams, "vmmshim_held_calls_total", pid) >= 1 or time.time() > deadline:
+            break
+        time.sleep(0.05)
     if one(fams, "vmmshim_held_calls_total", pid) < 1:
         fail("a device call held by the sleep was not counted")
 
@@ -229,7 +234,10 @@ try:
     # SIGINT ends a watch cleanly.
     w = subprocess.Popen([VMMCTL, "metrics", "--watch", "--interval", "0.2"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(0.7)
+    # Its first output says it is watching (its handler is set before): a fixed pause could
+    # end before a loaded machine has even started it, and SIGINT would then kill it.
+    w.stdout.readline()
+    time.sleep(0.3)
     w.send_signal(signal.SIGINT)
     try:
         w.communicate(timeout=10)
