@@ -79,9 +79,17 @@ grep -q "DATA LOST" "$t/out" || fail "demo_app did not see its data lost"
 
 # 3. A TERM sent to vmmctl run reaches the program after a wake: it ends its loop, checks all
 # its data (which needs its memory back) and exits 0.
-"$vmmctl" run --cycle 0.1 --min-cycles 0 -- "$app" --mib 8 >"$t/out" 2>"$t/err" &
+"$vmmctl" run --cycle 0.1 --min-cycles 0 -- "$app" --mib 8 --ready "$t/ready" \
+	>"$t/out" 2>"$t/err" &
 runner=$!
-sleep 1.5
+# Once the program has filled its memory (vmmctl's handlers are set before it starts): a fixed
+# pause could end before a loaded machine had started either. 10 s at most, then a few cycles.
+for i in $(seq 100); do
+	[ -s "$t/ready" ] && break
+	sleep 0.1
+done
+[ -s "$t/ready" ] || fail "TERM to vmmctl run: the program was not ready within 10 s"
+sleep 0.5
 kill -TERM $runner
 wait $runner
 got=$?
