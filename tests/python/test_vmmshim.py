@@ -282,5 +282,7 @@ def test_progress_is_seen_from_another_thread_during_a_sleep():
                 "assert seen and all(0 <= p.bytes_done <= p.bytes_total for p in seen)\n"
                 "assert any(p.bytes_done > 0 for p in seen) and seen[0].operation == 'sleep'\n"
                 "assert vmmshim.progress() is None\n" % os.path.dirname(os.path.abspath(__file__)),
-                preload=True, extra_env={"SIMDEV_DELAY": "cuMemcpyDtoHAsync:30"})
+                # 250 ms a copy: the polling thread must be scheduled within the sleep even
+                # on a loaded machine (at 30 ms it could miss the whole sleep).
+                preload=True, extra_env={"SIMDEV_DELAY": "cuMemcpyDtoHAsync:250"})
     assert r.returncode == 0, r.stdout + r.stderr
