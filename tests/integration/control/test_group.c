@@ -236,8 +236,11 @@ Test(group, an_undo_that_fails_leaves_the_member_asleep_and_named, .timeout = 12
  * all within the deadline, where a single sleep would wait its whole drain timeout and fail. */
 Test(group, a_drain_held_by_a_gated_launch_is_retried_not_deadlocked, .timeout = 120)
 {
-	struct target *ts[2] = { member(NULL), member(NULL) };
-	char reply[64], pids[64], s[32];
+	/* Member 0 logs at debug level: its log says when its gate is closed. */
+	struct target *ts[2] = { member("VMMSHIM_LOG=debug"), member(NULL) };
+	static char log[65536];
+	char reply[64], pids[64];
+	bool closed = false;
 	pid_t ctl;
 
 	for (int i = 0; i < 2; i++)
@@ -246,13 +249,14 @@ Test(group, a_drain_held_by_a_gated_launch_is_retried_not_deadlocked, .timeout =
 	snprintf(pids, sizeof(pids), "%d %d", (int)ts[0]->pid, (int)ts[1]->pid);
 	ctl = vmmctl_spawn(ts[0]->run_dir, "--json --timeout 60 sleep %s", pids);
 	cr_assert_gt(ctl, 0);
-	/* Once member 0's sleep runs (its gate closes first thing), its host thread copies. */
-	for (double end = now_s() + 20; now_s() < end; usleep(5000)) {
-		vmmctl_run(&o, ts[0]->run_dir, -1, "--json status %d", (int)ts[0]->pid);
-		if (json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "changing"))
-			break;
+	/* Once member 0's gate is closed, its host thread copies (and meets it). Seeing the state
+	 * "changing" and pausing was not enough: on a loaded machine the copy could still pass
+	 * before the gate closed, the kernel end, and the first attempt succeed. */
+	for (double end = now_s() + 20; !closed && now_s() < end; usleep(5000)) {
+		target_log(ts[0], log, sizeof(log));
+		closed = strstr(log, "sleep: device work is held") != NULL;
 	}
-	usleep(50000);
+	cr_assert(closed, "member 0's sleep never closed its gate:\n%s", log);
 	cr_assert_eq(target_send(ts[0], "setflag"), 0);
 	cr_assert_eq(vmmctl_wait(ctl, &o, 60000), 0, "the group slept: %s %s", o.out, o.err);
 	cr_expect_geq(json_num(o.out, NULL, "attempts"), 2, "after a retry: %s", o.out);
