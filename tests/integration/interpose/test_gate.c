@@ -30,9 +30,12 @@ static void *hold_100ms(void *arg)
 	return NULL;
 }
 
+static atomic_int entering; /* set just before enter_once enters */
+
 static void *enter_once(void *arg)
 {
 	(void)arg;
+	atomic_store(&entering, 1);
 	gate_enter();
 	atomic_fetch_add(&entered, 1);
 	gate_leave();
@@ -78,6 +81,8 @@ Test(gate, closed_gate_holds_new_calls_until_open)
 
 	cr_assert_eq(gate_close(1000, NULL), VMM_OK);
 	pthread_create(&t, NULL, enter_once, NULL);
+	/* 100 ms from the thread's call, not its creation: one started late would not have tried. */
+	wait_for(&entering);
 	usleep(100 * 1000);
 	cr_assert_eq(atomic_load(&entered), 0, "a call passed a closed gate");
 	gate_open();
