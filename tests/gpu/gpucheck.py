@@ -1643,7 +1643,8 @@ class Matrix:
 
     def train_run(self, argv, alloc, extra, shim, rnd):
         """One varlen run: (median ms/step, peak device GiB above the idle device or None when
-        it could not be measured, mean ms/step or None) or None."""
+        it could not be measured, mean ms/step or None, {"STEP:BxT": ms} of the timed steps) or
+        None."""
         time.sleep(0.3)
         base = device_used()
         name = f"bench_train.{alloc}.{'shim' if shim else 'native'}.{rnd}"
@@ -1661,7 +1662,13 @@ class Matrix:
             "?" if top is None else
             f"{(top - base) / MIB:.0f}" + (f" (gap {gap} us)" if gap is not None else ""))
         peak = None if top is None else (top - base) / GIB
-        return float(v["ms_step"]), peak, float(v.get("ms_mean", 0)) or None
+        # The timed steps (lines without "(untimed pass)", past the 3 warm-up steps), by shape.
+        steps = {}
+        for _, line in p.lines:
+            m = re.match(r"STEP (\d+) (\S+) ([\d.]+) ms loss \S+$", line)
+            if m and int(m.group(1)) >= 3:
+                steps[f"{m.group(1)}:{m.group(2)}"] = float(m.group(3))
+        return float(v["ms_step"]), peak, float(v.get("ms_mean", 0)) or None, steps
 
     def bench_train(self):
         """The varlen PyTorch benchmark (issue 12's method): each allocator natively and under
@@ -1721,6 +1728,7 @@ class Matrix:
                  ("expandable", False), 0, "<= 1.03x", 1.03)
         pair_row("train NO_CACHING shim vs expandable native: mean ms/step", ("NO_CACHING", True),
                  ("expandable", False), 2, "<= 1.03x", 1.03)
+        self.train_shapes(got, ("NO_CACHING", True), ("expandable", False))
         # Peaks are exact (every run of a configuration reads the same MiB): any MiB above
         # native is over the goal, however small the ratio looks.
         pair_row("train NO_CACHING shim vs native: peak GiB", ("NO_CACHING", True),
@@ -1730,6 +1738,28 @@ class Matrix:
                      "<= 1.02x", 1.02)
             pair_row(f"train {alloc} shim vs native: peak GiB", (alloc, True), (alloc, False),
                      1, "<= 1.00x", 1.0)
+
+    def train_shapes(self, got, a, b):
+        """Where a configuration's time goes against its anchor: each timed step's median over
+        the runs, shim config a over anchor b. The per-run median of a dozen steps of different
+        sizes moves by ~10% between runs; per shape, the steps that cost the time stand out."""
+        runs_a = [r[a][3] for r in got if a in r]
+        runs_b = [r[b][3] for r in got if b in r]
+        keys = sorted(set().union(*runs_a) & set().union(*runs_b) if runs_a and runs_b else (),
+                      key=lambda k: int(k.split(":")[0]))
+        if not keys:
+            return
+        rows = []
+        for k in keys:
+            ma = statistics.median(x[k] for x in runs_a if k in x)
+            mb = statistics.median(x[k] for x in runs_b if k in x)
+            rows.append((k.split(":")[1], ma, mb))
+        q = sorted(ma / mb for _, ma, mb in rows)
+        slow = [f"{shape} {ma:.0f}/{mb:.0f} ms" for shape, ma, mb in rows if ma > 1.10 * mb]
+        self.badd(f"train {a[0]} shim vs {b[0]} native: per shape", f"{len(rows)} shapes", "",
+                  f"{q[0]:.2f}-{q[-1]:.2f}x", "",
+                  f"medians over {len(runs_a)}/{len(runs_b)} runs; over 1.10x: "
+                  f"{', '.join(slow) if slow else 'none'}; the median shape {statistics.median(q):.2f}x")
 
     def hold_proc(self, gib, shim, tag, extra=None):
         """gib: "N" (in 1 GiB allocations) or "N small" (hold.cu's fragmenting mode)."""
