@@ -229,7 +229,7 @@ static vmm_status plan_provisioning(vmm_copy_engine *ce, const vmm_copy_range *r
 			hb_settle(recs[i], segs[i], HB_RAW);
 	} else if (nc) {
 		if (!ce->pool)
-			ce->pool = prov_pool_create(prov_default_threads());
+			ce->pool = prov_pool_create(hb_default_threads());
 		if (!ce->pool || !prov_pool_submit(ce->pool, recs, segs, nc)) {
 			/* No workers: provision here, serially (correct, only slower). */
 			double t0 = vmm_now_s();

@@ -40,6 +40,15 @@ static pthread_cond_t tab_cond = PTHREAD_COND_INITIALIZER;
 static struct hb_rec **tab;   /* sorted by base */
 static size_t tab_n, tab_cap;
 
+int hb_default_threads(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (n < 1)
+		n = 1;
+	return n > HB_THREADS_MAX ? HB_THREADS_MAX : (int)n;
+}
+
 int hb_thread_create(pthread_t *th, void *(*fn)(void *), void *arg)
 {
 	sigset_t all, old;
@@ -338,7 +347,7 @@ static void *now_worker(void *a)
 static void provision_segments(struct hb_rec *r, size_t first, size_t end)
 {
 	size_t lo = end, hi = first, pieces;
-	int nt = prov_default_threads(), started = 0;
+	int nt = hb_default_threads(), started = 0;
 	pthread_t th[NOW_MAX_THREADS];
 	struct now_arg na = { .r = r };
 	bool *mine = calloc(end - first, sizeof(*mine));

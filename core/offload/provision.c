@@ -4,12 +4,11 @@
  * finishes a segment's last piece registers it while the others already touch the next one. */
 #include <pthread.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "offload_internal.h"
 
 #define PIECE_BYTES ((size_t)8 << 20)
-#define MAX_THREADS 16
+#define MAX_THREADS HB_THREADS_MAX
 
 struct prov_item {
 	struct hb_rec *r;
@@ -29,15 +28,6 @@ struct prov_pool {
 	size_t nsettled;
 	double busy_since, busy;
 };
-
-int prov_default_threads(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-	if (n < 1)
-		n = 1;
-	return n > MAX_THREADS ? MAX_THREADS : (int)n;
-}
 
 /* Take the next piece under the lock; false when the pool is stopping and idle. */
 static bool take_piece(struct prov_pool *p, size_t *idx, unsigned *piece)
