@@ -1,13 +1,16 @@
 /* What moving free 2 MiB pieces costs on the real driver, and what the alternatives cost: the
  * heap serves a large request from scattered free pieces by unmapping each and mapping it into
  * the request's range, one access grant over the range (core/heap_grow.c), and on the H200 the
- * largest requests of the PyTorch benchmark move ~1800 pieces at once.
+ * largest requests of the PyTorch benchmark move ~1800 pieces at once. probe_unmap.c already
+ * showed that unmap, release and create+map run no faster on several threads and that one unmap
+ * may span whole mappings; this one times a move's parts together, the access grant (the largest
+ * part) per piece, per run and again, a whole move spread over 2, 4 and 8 threads (the grant on
+ * threads is what probe_unmap did not try), and releasing the pieces for one new handle instead.
  *
  * For N pieces (argument, default 512), each phase timed on its own:
- *   - create, map, one access grant over the range; unmap one by one; unmap in one call over the
- *     whole range (does the driver take a range of several mappings, and is it cheaper?);
- *   - a move (unmap at A, map at B, one grant over B), then the same move spread over 2, 4 and 8
- *     threads (each a slice: does the driver run these calls side by side?);
+ *   - create, map, one access grant over the range; unmap one by one;
+ *   - a move (unmap at A, map at B, one grant over B), then the same move spread over 2, 4 and
+ *     8 threads, each a slice of the pieces;
  *   - access granted per piece and in runs of 64 against one call; granted again where it is;
  *   - releasing the pieces and making one handle instead; moving one handle of the same size.
  * Prints one line per phase. Results: tests/gpu/PROBE.md.
@@ -103,7 +106,6 @@ int main(int argc, char **argv)
 	CUdeviceptr a, b;
 	CUdevice dev;
 	double t0, t1, t2;
-	CUresult r;
 
 	if (n < 8 || n > 65536) {
 		fprintf(stderr, "usage: probe_moves [N], 8 <= N <= 65536\n");
@@ -130,14 +132,6 @@ int main(int argc, char **argv)
 	t0 = now_ms();
 	unmap_each(a, n);
 	printf("unmap one by one %.2f ms\n", now_ms() - t0);
-
-	map_all(a, h, n);
-	CHECK(cuMemSetAccess(a, PIECE * n, &rw, 1));
-	t0 = now_ms();
-	r = cuMemUnmap(a, PIECE * n);
-	printf("unmap of the whole range in one call: error %d, %.2f ms\n", r, now_ms() - t0);
-	if (r)
-		unmap_each(a, n);
 
 	map_all(a, h, n);
 	CHECK(cuMemSetAccess(a, PIECE * n, &rw, 1));
