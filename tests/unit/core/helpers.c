@@ -236,3 +236,10 @@ bool t_check(vmm_devptr p, size_t n, uint64_t seed)
 			return false;
 	return true;
 }
+
+void t_wait_flag(atomic_bool *flag, const char *what)
+{
+	for (int i = 0; i < 10000 && !atomic_load(flag); i++)
+		usleep(1000);
+	cr_assert(atomic_load(flag), "%s", what);
+}

@@ -3,6 +3,7 @@
 #ifndef VMM_TEST_CORE_HELPERS_H
 #define VMM_TEST_CORE_HELPERS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -55,5 +56,10 @@ void t_import_drop(struct tctx *t, const vmm_share_info *want, vmm_devptr view);
  * t_check answers whether it is still there. */
 void t_fill(vmm_devptr p, size_t n, uint64_t seed);
 bool t_check(vmm_devptr p, size_t n, uint64_t seed);
+
+/* Wait until another thread sets *flag, 10 s at most (a thread may start late on a loaded
+ * machine: pauses a test makes after this count from that thread's own step); fails the test
+ * naming `what` when it never is. */
+void t_wait_flag(atomic_bool *flag, const char *what);
 
 #endif

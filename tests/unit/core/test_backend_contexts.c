@@ -155,15 +155,6 @@ static void *run_sync(void *arg)
 	return NULL;
 }
 
-/* Wait (10 s at most) until r's thread has started and is about to synchronize: a thread may
- * start late on a loaded machine, and the pauses after this are counted from its call. */
-static void wait_calling(struct sync_run *r)
-{
-	for (int i = 0; i < 10000 && !atomic_load(&r->calling); i++)
-		sleep_ms(1);
-	cr_assert(atomic_load(&r->calling), "the thread started");
-}
-
 Test(backend_contexts, a_context_destroyed_during_synchronize)
 {
 	static char out[1 << 20];
@@ -178,7 +169,7 @@ Test(backend_contexts, a_context_destroyed_during_synchronize)
 	launch(c, s, &w);
 	r.be = t.be;
 	cr_assert_eq(pthread_create(&th, NULL, run_sync, &r), 0);
-	wait_calling(&r);
+	t_wait_flag(&r.calling, "the synchronizing thread started");
 	sleep_ms(50); /* the synchronization is waiting on c now */
 	CU_OK(cuStreamDestroy_v2(s));
 	destroy(c);
@@ -205,7 +196,7 @@ Test(backend_contexts, a_synchronization_waits_for_a_destroy_in_progress)
 	vmm_context_destroy_begin(VMM_CTX_CUDA, c);
 	r.be = t.be;
 	cr_assert_eq(pthread_create(&th, NULL, run_sync, &r), 0);
-	wait_calling(&r);
+	t_wait_flag(&r.calling, "the synchronizing thread started");
 	sleep_ms(150);
 	cr_expect_not(atomic_load(&r.finished), "returned while a destroy was under way");
 	CU_OK(cuCtxDestroy_v2(c)); /* waits for the kernel */

@@ -336,9 +336,7 @@ Test(heap_keep, a_free_races_the_export_ahead_without_waiting_for_it)
 	cr_assert_eq(pthread_create(&thr, NULL, keep_thread, &k), 0);
 	/* Under load the thread may start late: wait until it calls the keep, then give it 100 ms
 	 * to reach the export, well inside the export's 1 s. */
-	for (int i = 0; i < 10000 && !atomic_load(&k.calling); i++)
-		usleep(1000);
-	cr_assert(atomic_load(&k.calling), "the keep thread started");
+	t_wait_flag(&k.calling, "the keep thread started");
 	usleep(100 * 1000);   /* the export is under way */
 	t0 = now_ms();
 	cr_assert_eq(vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &other, &err), VMM_OK, "%s", err.msg);
