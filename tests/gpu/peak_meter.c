@@ -10,7 +10,6 @@
  *   PEAK <bytes> SAMPLES <n> SECONDS <s> MAXGAP_US <us>
  * NVML is loaded at run time (the toolkit ships no nvml.h here); needs only the driver.
  * Build: cc -O2 peak_meter.c -o peak_meter -ldl -lpthread */
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -18,15 +17,10 @@
 #include <stdlib.h>
 #include <time.h>
 
-/* The three NVML calls used, as NVML declares them (nvmlMemory_t is version 1). */
-typedef struct { unsigned long long total, free, used; } nvml_memory;
-typedef void *nvml_device;
-typedef int (*nvml_init_fn)(void);
-typedef int (*nvml_handle_fn)(unsigned, nvml_device *);
-typedef int (*nvml_meminfo_fn)(nvml_device, nvml_memory *);
+#include "nvml_mem.h"
 
 static nvml_meminfo_fn meminfo;
-static nvml_device device;
+static void *device;
 static long period_us = 100;
 static atomic_bool stop;
 static unsigned long long peak, samples;
@@ -67,23 +61,14 @@ static void *sample(void *arg)
 int main(int argc, char **argv)
 {
 	unsigned index = argc > 1 ? (unsigned)atoi(argv[1]) : 0;
-	void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
-	nvml_init_fn init;
-	nvml_handle_fn handle;
 	pthread_t t;
 	char line[64];
 
 	if (argc > 2)
 		period_us = atol(argv[2]);
-	if (!lib) {
-		fprintf(stderr, "peak_meter: cannot load NVML: %s\n", dlerror());
-		return 1;
-	}
-	init = (nvml_init_fn)dlsym(lib, "nvmlInit_v2");
-	handle = (nvml_handle_fn)dlsym(lib, "nvmlDeviceGetHandleByIndex_v2");
-	meminfo = (nvml_meminfo_fn)dlsym(lib, "nvmlDeviceGetMemoryInfo");
-	if (!init || !handle || !meminfo || init() != 0 || handle(index, &device) != 0) {
-		fprintf(stderr, "peak_meter: NVML has no device %u\n", index);
+	meminfo = nvml_mem_open(NULL, index, &device);
+	if (!meminfo) {
+		fprintf(stderr, "peak_meter: NVML cannot be loaded or has no device %u\n", index);
 		return 1;
 	}
 	if (pthread_create(&t, NULL, sample, NULL)) {

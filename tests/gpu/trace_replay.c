@@ -13,11 +13,12 @@
  *
  * Usage: trace_replay TRACE */
 #include <cuda.h>
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "nvml_mem.h"
 
 /* The trace's pointer -> (our pointer, size), open addressing. */
 struct slot {
@@ -47,28 +48,16 @@ static struct slot *find(unsigned long long key, int for_insert)
 	}
 }
 
-/* NVML's memory query, loaded at run time (the toolkit here ships no nvml.h); version 1 of
- * nvmlMemory_t. */
-typedef struct { unsigned long long total, free, used; } nvml_memory;
-typedef int (*nvml_meminfo_fn)(void *, nvml_memory *);
 static nvml_meminfo_fn nvml_meminfo;
 static void *nvml_device;
 
-/* The NVML device of CUDA device dev, matched by PCI bus id (NVML's order can differ). */
+/* NVML's view of CUDA device dev, matched by PCI bus id (NVML's order can differ). */
 static void nvml_open(CUdevice dev)
 {
-	void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW);
-	int (*init)(void);
-	int (*by_bus)(const char *, void **);
 	char bus[32];
 
-	if (!lib || cuDeviceGetPCIBusId(bus, sizeof(bus), dev))
-		return;
-	init = (int (*)(void))dlsym(lib, "nvmlInit_v2");
-	by_bus = (int (*)(const char *, void **))dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
-	nvml_meminfo = (nvml_meminfo_fn)dlsym(lib, "nvmlDeviceGetMemoryInfo");
-	if (!init || !by_bus || !nvml_meminfo || init() || by_bus(bus, &nvml_device))
-		nvml_meminfo = NULL;
+	if (!cuDeviceGetPCIBusId(bus, sizeof(bus), dev))
+		nvml_meminfo = nvml_mem_open(bus, 0, &nvml_device);
 }
 
 /* The device's used bytes now, or 0 when NVML cannot say. */
