@@ -6,17 +6,21 @@
 
 #include "simdev.h"
 
+#define SLICES 16
+
 void slow_write(void **params)
 {
 	struct writer *w = *(struct writer **)params[0];
-	size_t slice = w->size / 16;
-	long step_ns = (long)w->ms * 1000000 / 16;
+	size_t slice = w->size / SLICES;
+	long step_ns = (long)w->ms * 1000000 / SLICES;
 
-	for (int i = 0; i < 16; i++) {
+	for (int i = 0; i < SLICES; i++) {
 		char *p = (char *)w->ptr + (size_t)i * slice;
 
 		nanosleep(&(struct timespec){ step_ns / 1000000000, step_ns % 1000000000 }, NULL);
-		for (int ms = 0; i == 15 && w->hold && atomic_load(w->hold) && ms < 10000; ms++)
+		/* The last slice waits while held (10 s at most). */
+		for (int ms = 0; i == SLICES - 1 && w->hold && atomic_load(w->hold) && ms < 10000;
+		     ms++)
 			nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 		if (simdev_check_access(simdev_current_device(), p, slice)) {
 			atomic_store(&w->fault, 1);
