@@ -526,10 +526,12 @@ SIM_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
 }
 
 /* cuCtxSynchronize: the context's own work (its streams; for a primary context also the green
- * contexts made on its device, as cuda.h documents), not the rest of the device. */
+ * contexts made on its device, as cuda.h documents), not the rest of the device. While a stream
+ * of the context is being captured it fails and breaks that capture, from any thread and in any
+ * capture mode (the H200, driver 580: tests/gpu/probe_bgsync.cu). */
 static CUresult ctx_synchronize(struct CUctx_st *c)
 {
-	if (sim_ctx_capturing(c))
+	if (sim_ctx_invalidate_captures(c))
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	return sim_ctx_sync(c);
 }

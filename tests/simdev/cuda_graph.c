@@ -94,6 +94,7 @@ static CUresult begin_capture(CUstream h, bool ptsz, CUstreamCaptureMode mode)
 		r = CUDA_ERROR_ILLEGAL_STATE;
 	} else {
 		s->capture = graph_new();
+		s->capture_invalid = false;
 		if (!s->capture)
 			r = CUDA_ERROR_OUT_OF_MEMORY;
 		else
@@ -115,9 +116,13 @@ SIM_API CUresult cuStreamBeginCapture_v2_ptsz(CUstream h, CUstreamCaptureMode mo
 	return begin_capture(h, true, mode);
 }
 
+/* A broken capture ends without a graph (what it recorded is dropped, its memory freed). */
 static CUresult end_capture(CUstream h, bool ptsz, CUgraph *pg)
 {
 	struct CUstream_st *s;
+	struct CUgraph_st *broken = NULL;
+	uintptr_t *owned = NULL;
+	size_t n = 0;
 	CUresult r = sim_stream_resolve(h, ptsz, &s);
 	if (r)
 		return r;
@@ -126,11 +131,21 @@ static CUresult end_capture(CUstream h, bool ptsz, CUgraph *pg)
 	pthread_mutex_lock(&sim_sched_lock);
 	if (!s->capture) {
 		r = CUDA_ERROR_ILLEGAL_STATE;
+	} else if (s->capture_invalid) {
+		broken = s->capture;
+		graph_put(broken, &owned, &n);
+		*pg = NULL;
+		r = CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
 	} else {
 		*pg = s->capture;
+	}
+	if (s->capture) {
 		s->capture = NULL;
+		s->capture_invalid = false;
 	}
 	pthread_mutex_unlock(&sim_sched_lock);
+	if (broken)
+		graph_free_memory(broken, owned, n);
 	return r;
 }
 
@@ -156,7 +171,9 @@ static CUresult capture_info(CUstream h, bool ptsz, CUstreamCaptureStatus *statu
 	if (!status)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim_sched_lock);
-	*status = s->capture ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+	*status = !s->capture	     ? CU_STREAM_CAPTURE_STATUS_NONE
+		  : s->capture_invalid ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+				       : CU_STREAM_CAPTURE_STATUS_ACTIVE;
 	if (id && s->capture)
 		*id = s->capture_id;
 	if (graph)

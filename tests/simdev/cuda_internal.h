@@ -54,6 +54,7 @@ struct CUstream_st {
 	bool started;
 	pthread_t worker;
 	struct CUgraph_st *capture; /* non-NULL while capturing */
+	bool capture_invalid;       /* a context synchronization broke the capture */
 	unsigned long long capture_id;
 };
 
@@ -110,7 +111,7 @@ CUresult sim_device_sync(int dev);
 /* Wait for the work of one context, as cuCtxSynchronize does: its own streams, and for a primary
  * context also those of the green contexts on its device. */
 CUresult sim_ctx_sync(struct CUctx_st *ctx);
-bool sim_ctx_capturing(struct CUctx_st *ctx);
+bool sim_ctx_invalidate_captures(struct CUctx_st *ctx);
 struct CUstream_st *sim_stream_new(struct CUctx_st *ctx, unsigned flags, int priority, bool legacy);
 struct CUmemPoolHandle_st *sim_default_pool(int dev);
 bool sim_pool_valid(const struct CUmemPoolHandle_st *pool); /* one of the default pools */

@@ -354,6 +354,10 @@ CUresult sim_enqueue(struct CUstream_st *s, const struct sim_op *op)
 	pthread_mutex_lock(&sim_sched_lock);
 	if (s->capture) {
 		/* Event records and waits are not graph nodes here: a capture is one stream. */
+		if (s->capture_invalid) {
+			pthread_mutex_unlock(&sim_sched_lock);
+			return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+		}
 		if (op->kind != OP_RECORD && op->kind != OP_WAIT)
 			r = graph_add(s->capture, op);
 		pthread_mutex_unlock(&sim_sched_lock);
@@ -429,12 +433,15 @@ CUresult sim_ctx_sync(struct CUctx_st *c)
 	return CUDA_SUCCESS;
 }
 
-bool sim_ctx_capturing(struct CUctx_st *ctx)
+bool sim_ctx_invalidate_captures(struct CUctx_st *ctx)
 {
 	bool any = false;
 	pthread_mutex_lock(&sim_sched_lock);
-	for (size_t i = 0; i < nstreams && !any; i++)
-		any = streams[i]->ctx == ctx && streams[i]->capture;
+	for (size_t i = 0; i < nstreams; i++)
+		if (streams[i]->ctx == ctx && streams[i]->capture) {
+			streams[i]->capture_invalid = true;
+			any = true;
+		}
 	pthread_mutex_unlock(&sim_sched_lock);
 	return any;
 }

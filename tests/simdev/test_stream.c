@@ -199,7 +199,6 @@ Test(stream, capture_records_and_graph_replays)
 	CUstreamCaptureStatus st;
 	CU_OK(cuStreamIsCapturing(s, &st));
 	cr_expect_eq(st, CU_STREAM_CAPTURE_STATUS_ACTIVE);
-	cr_expect_eq(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
 	CUdeviceptr d;
 	CU_OK(cuMemAllocAsync(&d, 4096, s));
 	memset((void *)d, 0, 4096); /* simdev: memory allocated in a capture exists at once */
@@ -226,6 +225,49 @@ Test(stream, capture_records_and_graph_replays)
 	cr_expect_eq(cuGraphDestroy(g), CUDA_ERROR_INVALID_VALUE);
 	cr_expect_eq(cuStreamBeginCapture(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_GLOBAL),
 		     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+}
+
+static void *sync_context(void *arg)
+{
+	CU_OK(cuCtxSetCurrent((CUcontext)arg));
+	return (void *)(intptr_t)cuCtxSynchronize();
+}
+
+/* As on the H200 (tests/gpu/probe_bgsync.cu): a context synchronization while one of its streams
+ * is captured fails and breaks the capture, made on another thread as on the capturing one. */
+Test(stream, context_sync_during_capture_breaks_it)
+{
+	su_ctx(0);
+	CUcontext ctx;
+	CU_OK(cuCtxGetCurrent(&ctx));
+	CUstream s;
+	CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	int counter = 0;
+	for (int other_thread = 0; other_thread < 2; other_thread++) {
+		CU_OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+		CU_OK(cuLaunchHostFunc(s, bump, &counter));
+		void *rc;
+		pthread_t t;
+		if (other_thread) {
+			cr_assert_eq(pthread_create(&t, NULL, sync_context, ctx), 0);
+			pthread_join(t, &rc);
+		} else {
+			rc = sync_context(ctx);
+		}
+		cr_expect_eq((CUresult)(intptr_t)rc, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+		CUstreamCaptureStatus st;
+		CU_OK(cuStreamIsCapturing(s, &st));
+		cr_expect_eq(st, CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+		cr_expect_eq(cuLaunchHostFunc(s, bump, &counter), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+		CUgraph g = (CUgraph)1;
+		cr_expect_eq(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+		cr_expect_null(g, "a broken capture gives no graph");
+		CU_OK(cuStreamIsCapturing(s, &st));
+		cr_expect_eq(st, CU_STREAM_CAPTURE_STATUS_NONE, "the capture is over");
+	}
+	CU_OK(cuCtxSynchronize());
+	cr_expect_eq(counter, 0, "captured work never runs");
+	CU_OK(cuStreamDestroy(s));
 }
 
 Test(stream, per_thread_default_stream_is_per_thread)
