@@ -108,6 +108,20 @@ DRIVER_HOOK(cuArrayCreate_v2,
 DRIVER_HOOK(cuArray3DCreate_v2,
 	(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray),
 	(pHandle, pAllocateArray))
+DRIVER_HOOK(cuStreamBeginCapture_v2, (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode))
+DRIVER_HOOK(cuStreamBeginCapture_v2_ptsz,
+	(CUstream hStream, CUstreamCaptureMode mode),
+	(hStream, mode))
+DRIVER_HOOK(cuStreamBeginCaptureToGraph,
+	(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData
+	*dependencyData, size_t numDependencies, CUstreamCaptureMode mode),
+	(hStream, hGraph, dependencies, dependencyData, numDependencies, mode))
+DRIVER_HOOK(cuStreamBeginCaptureToGraph_ptsz,
+	(CUstream hStream, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData
+	*dependencyData, size_t numDependencies, CUstreamCaptureMode mode),
+	(hStream, hGraph, dependencies, dependencyData, numDependencies, mode))
+DRIVER_HOOK(cuStreamEndCapture, (CUstream hStream, CUgraph *phGraph), (hStream, phGraph))
+DRIVER_HOOK(cuStreamEndCapture_ptsz, (CUstream hStream, CUgraph *phGraph), (hStream, phGraph))
 #endif
 #ifdef DRIVER_GATED
 DRIVER_GATED(cuLaunchKernel,

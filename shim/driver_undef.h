@@ -40,6 +40,12 @@
 #undef cuMemHostAlloc
 #undef cuArrayCreate_v2
 #undef cuArray3DCreate_v2
+#undef cuStreamBeginCapture_v2
+#undef cuStreamBeginCapture_v2_ptsz
+#undef cuStreamBeginCaptureToGraph
+#undef cuStreamBeginCaptureToGraph_ptsz
+#undef cuStreamEndCapture
+#undef cuStreamEndCapture_ptsz
 #undef cuLaunchKernel
 #undef cuLaunchKernel_ptsz
 #undef cuLaunchKernelEx

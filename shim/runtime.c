@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "../core/backend/backend.h"
 #include "../core/log.h"
 #include "alloc_trace.h"
 #include "app_refetch.h"
@@ -126,6 +127,7 @@ static void in_child(void)
 	atomic_store(&forked_child, true);
 	pthread_mutex_init(&create_lock, NULL);
 	gate_reset_after_fork();
+	vmm_captures_after_fork();
 	ipc_registry_after_fork();
 	/* The child must not hold the parent's memory through kept export descriptors. */
 	ipc_keep_after_fork(rt.side[SHIM_CUDA].core);

@@ -134,4 +134,16 @@ int vmm_context_created(vmm_ctx_kind kind, void *ctx, int dev);
 void vmm_context_destroy_begin(vmm_ctx_kind kind, void *ctx);
 void vmm_context_destroy_end(vmm_ctx_kind kind, void *ctx, bool destroyed);
 
+/* Stream captures against device synchronizations (captures.c): a synchronization while the
+ * program captures a stream breaks the capture. The shim brackets each capture (begin before
+ * the driver's begin, which waits for the synchronizations in progress; end once the driver
+ * ended one, or refused to begin it); a backend's synchronize runs between vmm_sync_begin, false
+ * while any capture is in progress (do not synchronize then), and vmm_sync_end. Process-wide;
+ * a forked child starts with none (vmm_captures_after_fork). */
+void vmm_capture_begin(void);
+void vmm_capture_end(void);
+bool vmm_sync_begin(void);
+void vmm_sync_end(void);
+void vmm_captures_after_fork(void);
+
 #endif

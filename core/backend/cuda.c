@@ -534,16 +534,13 @@ static vmm_status sync_program_context(void *ctx, void *arg, vmm_error *err)
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuCtxSynchronize");
 }
 
-static vmm_status cu_synchronize(vmm_backend *be, int dev, vmm_error *err)
+static vmm_status sync_device(struct cuda_impl *ci, int dev, vmm_error *err)
 {
-	struct cuda_impl *ci = impl_of(be);
 	CUcontext cur = NULL, prim;
 	CUdevice cur_dev;
 	vmm_status st;
 	CUresult rc;
 
-	if (check_dev(ci, dev, err))
-		return VMM_E_INVALID;
 	st = primary_ctx(ci, dev, &prim, err);
 	if (st)
 		return st;
@@ -565,6 +562,24 @@ static vmm_status cu_synchronize(vmm_backend *be, int dev, vmm_error *err)
 			return drv_fail(ci, err, rc, "cuCtxSynchronize");
 	}
 	return VMM_OK;
+}
+
+/* Never while the program captures a stream: the synchronization would break its capture
+ * (captures.c). The caller then does without (the heap takes fresh memory, a sleep fails). */
+static vmm_status cu_synchronize(vmm_backend *be, int dev, vmm_error *err)
+{
+	struct cuda_impl *ci = impl_of(be);
+	vmm_status st;
+
+	if (check_dev(ci, dev, err))
+		return VMM_E_INVALID;
+	if (!vmm_sync_begin())
+		return vmm_fail(err, VMM_E_BUSY, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,
+				"device %d not synchronized: the program is capturing a stream, which "
+				"a synchronization would break", dev);
+	st = sync_device(ci, dev, err);
+	vmm_sync_end();
+	return st;
 }
 
 #define NEED_OPTIONAL(ci, fn, err)                                                        \

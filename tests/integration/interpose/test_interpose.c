@@ -212,6 +212,20 @@ Test(interpose, stream_capture_keeps_graph_memory_nodes)
 	run_free(r);
 }
 
+/* A heap synchronization during a capture would break it (H200: tests/gpu/PROBE.md (e)): none
+ * is made while one is in progress; the heap takes fresh memory instead, and synchronizes again
+ * once the captures ended. */
+Test(interpose, allocations_during_a_capture_do_not_break_it)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_capture_sync")), NULL);
+
+	expect_ok(r, "prog_capture_sync: ok");
+	expect_served(r);
+	cr_expect_gt(run_stat(r, "cuCtxSynchronize_v2"), 0, "no synchronization after the captures\n%s",
+		     r->stats);
+	run_free(r);
+}
+
 Test(interpose, many_threads)
 {
 	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_threads")), NULL);
