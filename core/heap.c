@@ -1,6 +1,7 @@
 /* The core allocator's public API (heap.h): the core, allocation and free (with quarantine and
  * stream-ordered reuse), lookup, trim, peer access and statistics. The work is done by the
  * layers listed in heap_internal.h. */
+#include "heap_ahead.h"
 #include "heap_internal.h"
 #include "heap_keep.h"
 #include "heap_share.h"
@@ -21,6 +22,7 @@ void vmm_config_defaults(vmm_config *cfg)
 	cfg->whole_handle_min = DEFAULT_WHOLE_HANDLE_MIN;
 	cfg->granule_start_min = SIZE_MAX;
 	cfg->small_max = DEFAULT_SMALL_MAX;
+	cfg->sync_ahead_min = 0;       /* the program's own thread synchronizes (the shim sets it) */
 }
 
 vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **out, vmm_error *err)
@@ -47,6 +49,7 @@ vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **ou
 			c->cfg.small_max = cfg->small_max;
 		if (cfg->granule_start_min)
 			c->cfg.granule_start_min = cfg->granule_start_min;
+		c->cfg.sync_ahead_min = cfg->sync_ahead_min;
 	}
 	st = be->device_count(be, &c->ndev, err);
 	if (st) {
@@ -61,6 +64,12 @@ vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **ou
 	return VMM_OK;
 }
 
+void vmm_core_after_fork(vmm_core *core)
+{
+	if (core)
+		ahead_after_fork(core);
+}
+
 vmm_backend *vmm_core_backend(vmm_core *core)
 {
 	return core->be;
@@ -69,6 +78,9 @@ vmm_backend *vmm_core_backend(vmm_core *core)
 void vmm_core_destroy(vmm_core *core)
 {
 	if (!core)
+		return;
+	/* A thread still waiting for a device would then touch freed heaps. */
+	if (!ahead_stop(core))
 		return;
 	for (int d = 0; d < VMM_MAX_DEVICES; d++)
 		if (core->heaps[d])
@@ -197,6 +209,7 @@ static vmm_status free_common(vmm_core *core, vmm_devptr ptr, vmm_stream stream,
 	/* Quarantine: reused only after a device sync that began after this free, or at once on
 	 * the same stream for stream-ordered frees. */
 	quarantine_put(r, on_stream, stream);
+	ahead_kick(dh);
 	pthread_mutex_unlock(&dh->lock);
 	keep_close(core, kept);
 	return VMM_OK;

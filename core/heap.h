@@ -45,6 +45,8 @@ typedef struct vmm_config {
 	                            * own); 0 = default (never: only sizes of whole granules start
 	                            * one) */
 	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
+	size_t sync_ahead_min;     /* a thread synchronizes the device once this many freed bytes
+	                            * wait in its quarantine (CUDA only; heap_ahead.h); 0 = never */
 } vmm_config;
 
 /* The configuration's defaults, filled in. */
@@ -53,6 +55,8 @@ void vmm_config_defaults(vmm_config *cfg);
 vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **out, vmm_error *err);
 /* Unmaps and releases every handle and reservation the core holds. Live allocations die with it. */
 void vmm_core_destroy(vmm_core *core);
+/* In a forked child (pthread_atfork): the parent's helper threads are not there. */
+void vmm_core_after_fork(vmm_core *core);
 vmm_backend *vmm_core_backend(vmm_core *core);
 
 /* Allocate `size` bytes (size 0 gets a distinct 256-byte block) aligned to max(align, 256) on dev,

@@ -153,9 +153,10 @@ void quarantine_put(struct alloc *r, bool on_stream, vmm_stream stream)
 	a->quar_head = r;
 	a->quar_bytes += r->usable;
 	a->dh->quar_total += r->usable;
+	r->qseq = ++a->dh->quar_seq;
 }
 
-void quarantine_take(struct alloc *r)
+static void quarantine_unlink(struct alloc *r)
 {
 	struct arena *a = r->arena;
 
@@ -167,6 +168,11 @@ void quarantine_take(struct alloc *r)
 		r->qnext->qprev = r->qprev;
 	a->quar_bytes -= r->usable;
 	a->dh->quar_total -= r->usable;
+}
+
+void quarantine_take(struct alloc *r)
+{
+	quarantine_unlink(r);
 	r->quarantined = false;
 	r->stream_ordered = false;
 	r->stream = NULL;
@@ -239,6 +245,21 @@ vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 		who->st.syncs++;
 	heap_reclaim_synced(dh);
 	return VMM_OK;
+}
+
+void heap_reclaim_upto(struct devheap *dh, uint64_t seq)
+{
+	for (int i = 0; i < dh->narenas; i++) {
+		struct alloc *r = dh->arenas[i]->quar_head, *next;
+
+		for (; r; r = next) {
+			next = r->qnext;
+			if (r->qseq <= seq) {
+				quarantine_unlink(r);
+				alloc_finish_free(dh, r);
+			}
+		}
+	}
 }
 
 void heap_reclaim_synced(struct devheap *dh)

@@ -62,6 +62,7 @@ struct alloc {
 	vmm_stream stream;
 	struct alloc *hnext;    /* hash chain */
 	struct alloc *qprev, *qnext;
+	uint64_t qseq;          /* quarantine order (devheap.quar_seq when it was freed) */
 };
 
 struct slab {
@@ -190,6 +191,12 @@ struct devheap {
 	 * synchronization began (heap_records.c); valid only when synced_known. */
 	uint64_t synced_submissions;
 	bool synced_known;
+	/* Syncing ahead (heap_ahead.c): the last free's quarantine number; a sync in flight on the
+	 * core's thread for the quarantine up to ahead_upto, with the submission count read
+	 * before it began. */
+	uint64_t quar_seq;
+	bool ahead_running;
+	uint64_t ahead_upto, ahead_before;
 	struct grow_tally tally;
 	/* Host backups of the handles, carved from the offload engine's pool (created with the
 	 * first backup). The hooks keep the allocator free of a link-time dependency on it. */
@@ -219,6 +226,8 @@ struct vmm_core {
 	int ndev;
 	_Atomic uint64_t last_share_id;
 	_Atomic size_t kept_fds;        /* descriptors kept by all heaps (heap_keep.c) */
+	struct ahead *_Atomic ahead;    /* the sync-ahead thread (heap_ahead.c), from its first use */
+	bool ahead_failed;              /* no thread could be had: not tried again */
 };
 
 static inline size_t align_up(size_t v, size_t a)

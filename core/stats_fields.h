@@ -47,6 +47,8 @@
 	 * none because no device work was submitted since the last one (heap_records.c) */     \
 	X(syncs, ARENA, "syncs", VMM_STAT_DEVICE, PRIVATE)                                     \
 	X(syncs_skipped, ARENA, "syncs_skipped", VMM_STAT_DEVICE, PRIVATE)                     \
+	/* made on the core's thread ahead of need (heap_ahead.c; not in syncs) */              \
+	X(syncs_ahead, ARENA, "syncs_ahead", VMM_STAT_DEVICE, PRIVATE)                         \
 	/* legacy IPC (heap_share.c): bytes in handles another process may map (they stay      \
 	 * resident), and of those the bytes freed but not reusable; the status reply carries   \
 	 * them for the sides with legacy IPC only (dispatch.c, put_shared) */                 \

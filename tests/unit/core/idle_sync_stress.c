@@ -5,7 +5,9 @@
  * pattern is still there. A kernel that reached memory reused after its free is a failure, as is
  * a run in which no reuse skipped its synchronization (the rule then went untested). The count
  * is simdev's (simdev_submissions). Not Criterion, so that it also runs under TSan.
- * IDLE_SYNC_ROUNDS sets the rounds of each thread (400). */
+ * IDLE_SYNC_ROUNDS sets the rounds of each thread (400); IDLE_SYNC_AHEAD=N turns on syncing ahead
+ * (heap_ahead.c) at N MiB of quarantine, whose thread then reclaims beside the two (it must
+ * have, once at least). */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -137,31 +139,36 @@ static void *reuse_and_check(void *arg)
 }
 
 /* The heap's synchronizations on device 0: made (syncs) or skipped. */
-static void sync_counts(uint64_t *made, uint64_t *skipped)
+static void sync_counts(uint64_t *made, uint64_t *skipped, uint64_t *ahead)
 {
 	vmm_stats st = { 0 };
 
 	vmm_stats_get(core, 0, NULL, &st, NULL);
 	*made = st.syncs;
 	*skipped = st.syncs_skipped;
+	*ahead = st.syncs_ahead;
 }
 
 int main(void)
 {
-	const char *env = getenv("IDLE_SYNC_ROUNDS");
+	const char *env = getenv("IDLE_SYNC_ROUNDS"), *ahead_env = getenv("IDLE_SYNC_AHEAD");
+	vmm_config cfg;
 	vmm_backend *be;
 	vmm_error err = { 0 };
 	pthread_t tl, tr;
 	void *rl, *rr;
-	uint64_t made_busy, skipped_busy, made_idle, skipped_idle;
+	uint64_t made_busy, skipped_busy, made_idle, skipped_idle, ahead, ahead_idle;
 
 	if (env)
 		rounds = atoi(env);
+	vmm_config_defaults(&cfg);
+	if (ahead_env)
+		cfg.sync_ahead_min = (size_t)atoi(ahead_env) * MiB;
 	setenv("SIMDEV_MEMORY", "2G", 1);
 	if (vmm_backend_cuda_open(&be, &err))
 		return fprintf(stderr, "idle_sync_stress: opening on simdev: %s\n", err.msg), 1;
 	be->submitted = simdev_count;
-	if (vmm_core_create(be, NULL, &core, &err))
+	if (vmm_core_create(be, &cfg, &core, &err))
 		return fprintf(stderr, "idle_sync_stress: the core: %s\n", err.msg), 1;
 	if (cuDevicePrimaryCtxRetain(&ctx, 0))
 		return fprintf(stderr, "idle_sync_stress: no primary context\n"), 1;
@@ -172,7 +179,7 @@ int main(void)
 	pthread_join(tr, &rr);
 	if (rl || rr)
 		return fprintf(stderr, "idle_sync_stress: %s\n", rl ? (char *)rl : (char *)rr), 1;
-	sync_counts(&made_busy, &skipped_busy);
+	sync_counts(&made_busy, &skipped_busy, &ahead);
 	/* With the launches over, reuses skip: the rule was exercised, not only avoided. */
 	for (int i = 0; i < 40; i++) {
 		vmm_devptr p;
@@ -181,19 +188,23 @@ int main(void)
 			return fprintf(stderr, "idle_sync_stress: no memory at the end\n"), 1;
 		vmm_free(core, p, NULL);
 	}
-	sync_counts(&made_idle, &skipped_idle);
+	sync_counts(&made_idle, &skipped_idle, &ahead_idle);
 	made_idle -= made_busy;
 	skipped_idle -= skipped_busy;
 	printf("idle_sync_stress: %d rounds each, %u launches, %u damaged; reuses while launching: "
-	       "%llu synchronized, %llu skipped; after: %llu synchronized, %llu skipped\n",
+	       "%llu synchronized, %llu skipped, %llu syncs ahead; after: %llu synchronized, "
+	       "%llu skipped\n",
 	       rounds, atomic_load(&launched), atomic_load(&damaged),
 	       (unsigned long long)made_busy, (unsigned long long)skipped_busy,
-	       (unsigned long long)made_idle, (unsigned long long)skipped_idle);
+	       (unsigned long long)ahead, (unsigned long long)made_idle,
+	       (unsigned long long)skipped_idle);
 	vmm_core_destroy(core);
 	be->close(be);
 	if (atomic_load(&damaged))
 		return fprintf(stderr, "idle_sync_stress: a kernel wrote into reused memory\n"), 1;
 	if (made_idle > 1 || !skipped_idle)
 		return fprintf(stderr, "idle_sync_stress: idle reuses still synchronized\n"), 1;
+	if (ahead_env && !ahead)
+		return fprintf(stderr, "idle_sync_stress: no sync ahead was made\n"), 1;
 	return 0;
 }

@@ -1,0 +1,196 @@
+/* Syncing ahead (heap_ahead.h).
+ *
+ * A free that leaves sync_ahead_min bytes or more in the quarantine posts a sync for its device
+ * (at most one in flight per device): the quarantine's sequence number and the backend's
+ * submission count are read then, under the heap's lock. The core's thread synchronizes the
+ * device without the lock (on the H200 a synchronization on another thread waits only for the
+ * work queued before it, and the program's launches go on meanwhile: tests/gpu/PROBE.md (e)),
+ * then, with the lock, makes free every allocation quarantined up to that sequence number: each
+ * was freed before the synchronization began, so the work that may touch it was submitted
+ * before too, and has ended. The count read before it began becomes the heap's last synced
+ * count (heap_records.c's reuse without a sync), when it is newer than the one there.
+ *
+ * The program's thread never waits for the thread: its rules (heap_fit.c) see only what the
+ * quarantine holds when it allocates, and synchronize themselves as before when they must. No
+ * synchronization runs while the program captures a stream (the backend refuses it). */
+#include "heap_ahead.h"
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+
+#include "heap_records.h"
+#include "log.h"
+#include "mono_wait.h"
+
+#define STOP_WAIT_MS 5000
+
+struct ahead {
+	pthread_mutex_t lock;   /* taken after a devheap's lock, never before */
+	pthread_cond_t posted;  /* a device was posted, or stop */
+	pthread_cond_t exited;
+	unsigned pending;       /* bit d: device d has a sync posted */
+	bool stop, gone;
+};
+
+static void finish(struct devheap *dh, bool synced)
+{
+	vmm_backend *be = dh->core->be;
+
+	if (synced) {
+		heap_reclaim_upto(dh, dh->ahead_upto);
+		if (be->submitted && (!dh->synced_known ||
+				      dh->ahead_before > dh->synced_submissions)) {
+			dh->synced_submissions = dh->ahead_before;
+			dh->synced_known = true;
+		}
+		dh->cut_since_sync = 0;
+		if (dh->narenas)
+			dh->arenas[0]->st.syncs_ahead++;
+	}
+	dh->ahead_running = false;
+	/* What was freed meanwhile may be enough for the next one. */
+	ahead_kick(dh);
+}
+
+static void *ahead_main(void *arg)
+{
+	struct vmm_core *core = arg;
+	struct ahead *ah = core->ahead;
+
+	pthread_mutex_lock(&ah->lock);
+	for (;;) {
+		struct devheap *dh;
+		vmm_status st;
+		int dev;
+
+		/* Idle until a free posts a device: nothing waits on this thread meanwhile. */
+		while (!ah->pending && !ah->stop)
+			pthread_cond_wait(&ah->posted, &ah->lock);
+		if (ah->stop)
+			break;
+		dev = __builtin_ctz(ah->pending);
+		ah->pending &= ~(1u << dev);
+		pthread_mutex_unlock(&ah->lock);
+		dh = atomic_load_explicit(&core->heaps[dev], memory_order_acquire);
+		st = core->be->synchronize(core->be, dev, NULL);
+		pthread_mutex_lock(&dh->lock);
+		finish(dh, st == VMM_OK);
+		pthread_mutex_unlock(&dh->lock);
+		pthread_mutex_lock(&ah->lock);
+	}
+	ah->gone = true;
+	pthread_cond_broadcast(&ah->exited);
+	pthread_mutex_unlock(&ah->lock);
+	return NULL;
+}
+
+/* The core's thread, started at the first post (dh's lock held, which serializes this per
+ * device; the core's init_lock serializes devices). NULL when it cannot be had: the core then
+ * stops syncing ahead and keeps its own rules. */
+static struct ahead *ahead_get(struct vmm_core *core)
+{
+	struct ahead *ah;
+	sigset_t all, old;
+	pthread_t th;
+	int rc;
+
+	ah = atomic_load_explicit(&core->ahead, memory_order_acquire);
+	if (ah)
+		return ah;
+	pthread_mutex_lock(&core->init_lock);
+	ah = core->ahead;
+	if (ah || core->ahead_failed) {
+		pthread_mutex_unlock(&core->init_lock);
+		return ah;
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (ah) {
+		pthread_mutex_init(&ah->lock, NULL);
+		pthread_cond_init(&ah->posted, NULL);
+		vmm_cond_init_monotonic(&ah->exited);
+		core->ahead = ah;
+		/* The program's signals stay with the program's threads. */
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);
+		rc = pthread_create(&th, NULL, ahead_main, core);
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (rc) {
+			core->ahead = NULL;
+			free(ah);
+			ah = NULL;
+		} else {
+			pthread_detach(th);
+			pthread_setname_np(th, "vmmshim-ahead");
+		}
+	}
+	if (!ah) {
+		core->ahead_failed = true;
+		vmm_log(VMM_LOG_WARN, "no thread to synchronize ahead: freed memory is reused "
+			"after the program's own synchronizations only");
+	}
+	pthread_mutex_unlock(&core->init_lock);
+	return ah;
+}
+
+void ahead_kick(struct devheap *dh)
+{
+	struct vmm_core *core = dh->core;
+	vmm_backend *be = core->be;
+	struct ahead *ah;
+
+	if (!core->cfg.sync_ahead_min || dh->ahead_running || !be->submitted ||
+	    dh->quar_total < core->cfg.sync_ahead_min || heap_reclaim_free(dh))
+		return;
+	ah = ahead_get(core);
+	if (!ah)
+		return;
+	dh->ahead_running = true;
+	dh->ahead_upto = dh->quar_seq;
+	/* Read before the synchronization begins (it begins after this post). */
+	dh->ahead_before = be->submitted(be);
+	pthread_mutex_lock(&ah->lock);
+	ah->pending |= 1u << dh->dev;
+	pthread_cond_signal(&ah->posted);
+	pthread_mutex_unlock(&ah->lock);
+}
+
+bool ahead_stop(struct vmm_core *core)
+{
+	struct ahead *ah = core->ahead;
+	struct timespec deadline;
+	bool gone;
+
+	if (!ah)
+		return true;
+	vmm_deadline_ms(&deadline, STOP_WAIT_MS);
+	pthread_mutex_lock(&ah->lock);
+	ah->stop = true;
+	pthread_cond_signal(&ah->posted);
+	while (!ah->gone)
+		if (pthread_cond_timedwait(&ah->exited, &ah->lock, &deadline))
+			break;
+	gone = ah->gone;
+	pthread_mutex_unlock(&ah->lock);
+	if (!gone) {
+		vmm_log(VMM_LOG_WARN, "the sync-ahead thread is still waiting for a device after "
+			"%d s: the core is left to the end of the process", STOP_WAIT_MS / 1000);
+		return false;
+	}
+	pthread_mutex_destroy(&ah->lock);
+	pthread_cond_destroy(&ah->posted);
+	pthread_cond_destroy(&ah->exited);
+	free(ah);
+	core->ahead = NULL;
+	return true;
+}
+
+void ahead_after_fork(struct vmm_core *core)
+{
+	/* The parent's state is the parent's (its lock may have been held at the fork). */
+	core->ahead = NULL;
+	core->ahead_failed = false;
+	for (int d = 0; d < VMM_MAX_DEVICES; d++)
+		if (core->heaps[d])
+			core->heaps[d]->ahead_running = false;
+}

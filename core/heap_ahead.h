@@ -1,0 +1,25 @@
+/* Syncing ahead (heap_ahead.c): once enough freed memory waits in a device's quarantine, a
+ * thread of the core synchronizes the device while the program goes on, and the memory freed
+ * before that synchronization began becomes free. The program's own thread then seldom has to
+ * synchronize at an allocation (each such wait drains the GPU's queue and leaves the GPU idle
+ * while the program refills it). */
+#ifndef VMM_HEAP_AHEAD_H
+#define VMM_HEAP_AHEAD_H
+
+#include <stdbool.h>
+
+#include "heap_types.h"
+
+/* After a free (dh's lock held): post a sync ahead when the quarantine holds
+ * cfg.sync_ahead_min bytes or more, none is in flight for dh, and the backend counts
+ * submissions. Starts the core's thread at the first post. */
+void ahead_kick(struct devheap *dh);
+
+/* Stop the core's thread (before the core is freed): false when it did not stop within 5 s
+ * (it is waiting for the device), and then the core must not be freed. */
+bool ahead_stop(struct vmm_core *core);
+
+/* In a forked child: the parent's thread is not there; nothing is in flight. */
+void ahead_after_fork(struct vmm_core *core);
+
+#endif

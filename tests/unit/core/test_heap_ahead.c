@@ -1,0 +1,150 @@
+/* Syncing ahead (heap_ahead.c): once enough freed memory waits in the quarantine, the core's
+ * thread synchronizes the device and makes it free, so that the program's next allocation reuses
+ * it without waiting for the device itself; never before the work that may touch it ended, and
+ * never while the program captures a stream. Kernels are simdev's slow writers; the submission
+ * count is simdev's, as the shim gives the backend its own. */
+#include <criterion/criterion.h>
+#include <cuda.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#include "backend/backend.h"
+#include "helpers.h"
+#include "simdev.h"
+#include "slow_writer.h"
+
+#define CU_OK(call) cr_assert_eq((call), CUDA_SUCCESS, "%s failed", #call)
+#define BIG (64 * MiB)
+
+static uint64_t simdev_count(vmm_backend *be)
+{
+	(void)be;
+	return simdev_submissions();
+}
+
+static CUstream stream;
+
+static void open_ahead(struct tctx *t)
+{
+	vmm_config cfg;
+	CUcontext c;
+
+	vmm_config_defaults(&cfg);
+	cfg.sync_ahead_min = 8 * MiB;
+	t_open(t, &cfg);
+	t->be->submitted = simdev_count;
+	CU_OK(cuDevicePrimaryCtxRetain(&c, 0));
+	CU_OK(cuCtxSetCurrent(c));
+	CU_OK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+}
+
+static void launch(struct writer *w)
+{
+	CU_OK(cuLaunchKernel(SIMDEV_KERNEL(slow_write), 1, 1, 1, 1, 1, 1, 0, stream,
+			     writer_params(w), NULL));
+}
+
+/* Wait until the core's thread made n syncs ahead (10 s at most). */
+static bool ahead_reached(struct tctx *t, uint64_t n)
+{
+	for (int i = 0; i < 2000; i++) {
+		if (t_stats(t, 0, NULL).syncs_ahead >= n)
+			return true;
+		nanosleep(&(struct timespec){ 0, 5 * 1000000 }, NULL);
+	}
+	return false;
+}
+
+Test(heap_ahead, freed_memory_is_reused_without_the_program_synchronizing)
+{
+	struct writer w = { .size = BIG, .value = 0xab, .ms = 200 };
+	vmm_devptr x, y;
+	struct tctx t;
+
+	t_simdev_env("1G", NULL, NULL);
+	open_ahead(&t);
+	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
+	w.ptr = (void *)(uintptr_t)x;
+	launch(&w);
+	cr_assert_eq(vmm_free(t.core, x, NULL), VMM_OK); /* while the kernel still writes */
+	cr_assert(ahead_reached(&t, 1), "no sync ahead within 10 s");
+	cr_expect(atomic_load(&w.done), "the sync ahead ended before the kernel did");
+	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &y, NULL), VMM_OK);
+	cr_expect_eq(y, x, "the freed block is not the one reused");
+	cr_expect_eq(t_stats(&t, 0, NULL).syncs, 0, "the program's allocation synchronized");
+	t_fill(y, BIG, 5);
+	CU_OK(cuStreamSynchronize(stream));
+	cr_expect(t_check(y, BIG, 5), "the old kernel wrote into the reused block");
+	cr_assert_eq(vmm_free(t.core, y, NULL), VMM_OK);
+	t_close(&t);
+}
+
+Test(heap_ahead, nothing_below_the_threshold)
+{
+	struct writer w = { .size = 4 * MiB, .value = 1, .ms = 10 };
+	vmm_devptr x;
+	struct tctx t;
+
+	t_simdev_env("1G", NULL, NULL);
+	open_ahead(&t);
+	cr_assert_eq(vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &x, NULL), VMM_OK);
+	w.ptr = (void *)(uintptr_t)x;
+	launch(&w);
+	cr_assert_eq(vmm_free(t.core, x, NULL), VMM_OK); /* 4 MiB wait: below 8 */
+	CU_OK(cuStreamSynchronize(stream));
+	nanosleep(&(struct timespec){ 0, 50 * 1000000 }, NULL);
+	cr_expect_eq(t_stats(&t, 0, NULL).syncs_ahead, 0);
+	t_close(&t);
+}
+
+Test(heap_ahead, no_sync_ahead_while_the_program_captures_a_stream)
+{
+	struct writer w = { .size = BIG, .value = 2, .ms = 20 };
+	vmm_devptr x, y;
+	CUstream cs;
+	CUgraph g = NULL;
+	struct tctx t;
+
+	t_simdev_env("1G", NULL, NULL);
+	open_ahead(&t);
+	CU_OK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
+	w.ptr = (void *)(uintptr_t)x;
+	launch(&w);
+	vmm_capture_begin(); /* as the shim brackets cuStreamBeginCapture */
+	CU_OK(cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED));
+	cr_assert_eq(vmm_free(t.core, x, NULL), VMM_OK);
+	nanosleep(&(struct timespec){ 0, 100 * 1000000 }, NULL);
+	CU_OK(cuStreamEndCapture(cs, &g));
+	cr_expect_not_null(g, "the sync ahead broke the program's capture");
+	vmm_capture_end();
+	cr_expect_eq(t_stats(&t, 0, NULL).syncs_ahead, 0, "a sync ahead ran during the capture");
+	/* Once the capture ended the next free syncs ahead again. */
+	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &y, NULL), VMM_OK);
+	launch(&(struct writer){ .ptr = (void *)(uintptr_t)y, .size = MiB, .value = 3, .ms = 1 });
+	cr_assert_eq(vmm_free(t.core, y, NULL), VMM_OK);
+	cr_expect(ahead_reached(&t, 1), "no sync ahead after the capture");
+	CU_OK(cuGraphDestroy(g));
+	CU_OK(cuStreamDestroy(cs));
+	t_close(&t);
+}
+
+Test(heap_ahead, the_core_is_destroyed_while_a_sync_ahead_waits)
+{
+	struct writer w = { .size = BIG, .value = 4, .ms = 300 };
+	vmm_devptr x;
+	struct tctx t;
+
+	t_simdev_env("1G", NULL, NULL);
+	open_ahead(&t);
+	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
+	w.ptr = (void *)(uintptr_t)x;
+	launch(&w);
+	cr_assert_eq(vmm_free(t.core, x, NULL), VMM_OK);
+	nanosleep(&(struct timespec){ 0, 50 * 1000000 }, NULL);
+	/* The thread waits for the 300 ms kernel now; the destroy waits for the thread, which
+	 * would otherwise take the lock of a freed heap (a crash here, a report under ASan). */
+	t_close(&t);
+	CU_OK(cuStreamSynchronize(stream));
+	cr_expect(atomic_load(&w.done));
+}
