@@ -47,6 +47,10 @@ static const struct setting settings[] = {
 	  "neighbours" },
 	{ "VMMSHIM_SMALL_MAX", SET_SIZE, AT(core.small_max), "64K",
 	  "allocations up to this size are packed by size into slabs of 64 KiB to 2 MiB" },
+	{ "VMMSHIM_SYNC_AHEAD", SET_SIZE, AT(core.sync_ahead_min), "16M",
+	  "once this much freed memory waits to be reused on a CUDA device, a thread of the shim "
+	  "synchronizes the device while the program goes on, so that the program's allocations "
+	  "seldom wait for the GPU themselves; 0: never (the program's thread synchronizes)" },
 	{ "VMMSHIM_RUN_DIR", SET_STRING, AT(run_dir),
 	  "($XDG_RUNTIME_DIR/vmmshim, else /tmp/vmmshim-UID)",
 	  "folder of the control sockets, an absolute path (created with mode 0700)" },

@@ -131,8 +131,10 @@ static void in_child(void)
 	ipc_registry_after_fork();
 	/* The child must not hold the parent's memory through kept export descriptors. */
 	ipc_keep_after_fork(rt.side[SHIM_CUDA].core);
-	for (int i = 0; i < SHIM_NSIDES; i++)
+	for (int i = 0; i < SHIM_NSIDES; i++) {
+		vmm_core_after_fork(rt.side[i].core);
 		vmm_app_share_after_fork(rt.side[i].app);
+	}
 }
 
 /* Called with create_lock held, once a side is ready. */
