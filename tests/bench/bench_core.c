@@ -12,10 +12,13 @@
  * Driver calls are counted and costed at the H200's figures (driver_model.c).
  *   6. --replay FILE: an allocation trace a program recorded under the shim
  *      (VMMSHIM_ALLOC_TRACE), replayed: its peaks and the driver calls they cost.
- * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N]
- *        | --sleep GIB [--pieces | --small] | --replay FILE | --demo
+ * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N] [--sync-ahead MIB]
+ *        | --sleep GIB [--pieces | --small] | --replay FILE [--sync-ahead MIB] | --demo
  * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
- * --seed: other shapes, for figures over several draws) */
+ * --seed: other shapes, for figures over several draws; --sync-ahead: the core's thread syncs
+ * ahead at MIB of quarantine, as under the shim (VMMSHIM_SYNC_AHEAD), with device work counted
+ * between every two calls; simdev's syncs end at once, so this is syncing ahead with no GPU lag,
+ * the most it can give, and its figures vary a little from run to run with the thread's timing) */
 #include <cuda.h>
 #include <errno.h>
 #include <dlfcn.h>
@@ -171,12 +174,28 @@ static uint64_t simdev_submitted(vmm_backend *be)
 	return simdev_count();
 }
 
+/* --sync-ahead: MiB of quarantine (0: off), and the submission count that moves at every call. */
+static size_t sync_ahead_mib;
+static _Atomic uint64_t calls_counted;
+
+static uint64_t every_call_submits(vmm_backend *be)
+{
+	(void)be;
+	return ++calls_counted;
+}
+
 static vmm_core *open_core(vmm_backend *be)
 {
 	vmm_core *core = NULL;
 	vmm_error err;
+	vmm_config cfg;
 
-	if (vmm_core_create(be, NULL, &core, &err)) {
+	vmm_config_defaults(&cfg);
+	if (sync_ahead_mib) {
+		cfg.sync_ahead_min = sync_ahead_mib * MiB;
+		be->submitted = every_call_submits;
+	}
+	if (vmm_core_create(be, &cfg, &core, &err)) {
 		fprintf(stderr, "bench_core: %s\n", err.msg);
 		exit(1);
 	}
@@ -427,9 +446,10 @@ static void training_trace(vmm_backend *be, size_t budget, enum train_shape shap
 	printf("  at the end  %10s   mapped (the driver counts %s in use) in %llu handles\n",
 	       fmt_size(r.end_mapped, a, sizeof(a)), fmt_size(r.end_driver_used, c, sizeof(c)),
 	       (unsigned long long)(r.handles_created - r.handles_released));
-	printf("  syncs       %10.2f per step (second half %.2f); handles created %llu, released "
-	       "%llu; %.0f ns per call%s\n",
+	printf("  syncs       %10.2f per step (second half %.2f; %.2f ahead); handles created %llu, "
+	       "released %llu; %.0f ns per call%s\n",
 	       (double)r.syncs / r.steps, (double)r.syncs_steady / half,
+	       (double)r.syncs_ahead / r.steps,
 	       (unsigned long long)r.handles_created, (unsigned long long)r.handles_released,
 	       r.ns_per_call, r.failed ? "; SOME ALLOCATIONS FAILED" : "");
 	printf("  driver calls per step, second half: %.1f creates, %.1f maps, %.1f handles unmapped "
@@ -582,9 +602,11 @@ static int replay_trace(vmm_backend *be, const char *path)
 		       mib(ph->mapped), mib(ph->live_usable), mib(ph->quarantined),
 		       mib(ph->cached - ph->quarantined), mib(ph->native));
 	}
-	printf("  syncs %llu; driver: %llu creates, %llu maps, %llu unmap calls, %llu access calls, "
-	       "%llu releases: %.1f ms on the H200 (model); %.0f ns per call here\n",
-	       (unsigned long long)r.syncs, (unsigned long long)r.calls.creates,
+	printf("  syncs %llu (and %llu ahead); driver: %llu creates, %llu maps, %llu unmap calls, "
+	       "%llu access calls, %llu releases: %.1f ms on the H200 (model); %.0f ns per call "
+	       "here\n",
+	       (unsigned long long)r.syncs, (unsigned long long)r.syncs_ahead,
+	       (unsigned long long)r.calls.creates,
 	       (unsigned long long)r.calls.maps, (unsigned long long)r.calls.unmap_calls,
 	       (unsigned long long)r.calls.access_calls, (unsigned long long)r.calls.releases,
 	       r.calls.us / 1e3, r.ns_per_call);
@@ -630,6 +652,11 @@ int main(int argc, char **argv)
 		be->close(be);
 		return rc;
 	}
+	for (int i = 2; i + 1 < argc; i++)
+		if (!strcmp(argv[i], "--sync-ahead")) {
+			sync_ahead_mib = (size_t)atoi(argv[i + 1]);
+			argc = i; /* the option comes last */
+		}
 	if (argc > 1 && !strcmp(argv[1], "--replay")) {
 		int rc;
 

@@ -189,6 +189,7 @@ int trace_replay(vmm_core *core, const char *path, struct trace_result *out)
 	out->peak_live = s.peak_live_bytes;
 	out->peak_mapped = s.peak_mapped_bytes;
 	out->syncs = s.syncs;
+	out->syncs_ahead = s.syncs_ahead;
 	out->ns_per_call = out->mallocs + out->frees ?
 		r.ns / (double)(out->mallocs + out->frees) : 0;
 	for (size_t i = 0; i <= r.t.mask; i++)

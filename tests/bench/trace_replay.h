@@ -26,7 +26,8 @@ struct trace_result {
 	uint64_t peak_live;        /* bytes asked for, as the core counts them */
 	uint64_t peak_native;      /* what cudaMalloc would hold at peak (2 MiB pages, 512 B below) */
 	uint64_t peak_mapped;
-	uint64_t syncs;
+	uint64_t syncs;            /* made by the replay's own calls */
+	uint64_t syncs_ahead;      /* made by the core's thread (--sync-ahead) */
 	double ns_per_call;        /* mean host ns of one malloc or free */
 	struct driver_counts calls; /* the driver calls of the whole replay (driver_model_attach'd) */
 	struct phys_peak phys;     /* the device's physical memory, where the driver says (simdev) */

@@ -386,6 +386,7 @@ void train_trace(vmm_core *core, size_t budget, enum train_shape shape, int step
 	}
 	out->syncs = s.syncs;
 	out->syncs_steady = s.syncs - syncs_half;
+	out->syncs_ahead = s.syncs_ahead;
 	out->handles_created = s.handles_created;
 	out->handles_released = s.handles_released;
 	out->ns_per_call = r.calls ? r.ns / (double)r.calls : 0;

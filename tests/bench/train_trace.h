@@ -27,6 +27,7 @@ struct train_result {
 	uint64_t end_mapped;
 	uint64_t end_driver_used;  /* total - free as the driver reports it, at the end */
 	uint64_t syncs, syncs_steady;  /* all steps; the second half only */
+	uint64_t syncs_ahead;          /* made by the core's thread (--sync-ahead), all steps */
 	uint64_t handles_created, handles_released;
 	uint64_t allocs_per_step;
 	double ns_per_call;        /* mean ns of one malloc or free (host side) */
