@@ -1639,7 +1639,12 @@ class Matrix:
     # The allocator configurations of the PyTorch benchmark, each natively and under the shim.
     TRAIN_CFGS = (("NO_CACHING", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}),
                   ("expandable", {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}),
-                  ("default", {}))
+                  ("default", {}),
+                  # Under the shim only, and only when GPUCHECK_TRAIN_ALLOCS names it: the
+                  # shim without its sync-ahead thread, for an A/B in the same rounds.
+                  ("NO_CACHING-noahead", {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1",
+                                          "VMMSHIM_SYNC_AHEAD": "0"}))
+    SHIM_ONLY = ("NO_CACHING-noahead",)
 
     def train_run(self, argv, alloc, extra, shim, rnd):
         """One varlen run: (median ms/step, peak device GiB above the idle device or None when
@@ -1685,10 +1690,11 @@ class Matrix:
         argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/train.py"), "--mode",
                 "varlen", "--steps", str(self.a.train_steps), "--warmup", "3",
                 "--passes", str(self.a.train_passes)]
-        cfgs = [c for c in self.TRAIN_CFGS if not self.a.train_allocs or
-                c[0] in self.a.train_allocs.split(",")]
+        cfgs = [c for c in self.TRAIN_CFGS if c[0] in self.a.train_allocs.split(",")
+                or not self.a.train_allocs and c[0] not in self.SHIM_ONLY]
         runs = [(alloc, extra, shim) for alloc, extra in cfgs
-                for shim in (False, True) if self.shim_ok or not shim]
+                for shim in (False, True) if (self.shim_ok or not shim)
+                and (shim or alloc not in self.SHIM_ONLY)]
         got = []  # one {(alloc, shim): (ms, peak, mean ms)} per round
         self.train_peaks = {}  # (alloc, shim): ["MiB (gap us)", ...] per run, in order
         for rnd in range(self.a.train_rounds):
@@ -1728,6 +1734,11 @@ class Matrix:
                  ("expandable", False), 0, "<= 1.03x", 1.03)
         pair_row("train NO_CACHING shim vs expandable native: mean ms/step", ("NO_CACHING", True),
                  ("expandable", False), 2, "<= 1.03x", 1.03)
+        if any(("NO_CACHING-noahead", True) in r for r in got):
+            pair_row("train NO_CACHING shim, sync ahead vs none: ms/step", ("NO_CACHING", True),
+                     ("NO_CACHING-noahead", True), 0, "< 1.00x", 0.9999)
+            pair_row("train NO_CACHING shim without sync ahead vs expandable native: ms/step",
+                     ("NO_CACHING-noahead", True), ("expandable", False), 0, "<= 1.03x", 1.03)
         self.train_shapes(got, ("NO_CACHING", True), ("expandable", False))
         # Peaks are exact (every run of a configuration reads the same MiB): any MiB above
         # native is over the goal, however small the ratio looks.
