@@ -11,37 +11,40 @@
 #include "backend/backend.h"
 #include "helpers.h"
 #include "simdev.h"
+#include "counted_heap.h"
 #include "slow_writer.h"
 
 #define CU_OK(call) cr_assert_eq((call), CUDA_SUCCESS, "%s failed", #call)
 #define BIG (64 * MiB)
 
-static uint64_t simdev_count(vmm_backend *be)
-{
-	(void)be;
-	return simdev_submissions();
-}
-
 static CUstream stream;
 
+/* Syncing ahead at 8 MiB of quarantine (t_simdev_env first). */
 static void open_ahead(struct tctx *t)
 {
 	vmm_config cfg;
-	CUcontext c;
 
 	vmm_config_defaults(&cfg);
 	cfg.sync_ahead_min = 8 * MiB;
-	t_open(t, &cfg);
-	t->be->submitted = simdev_count;
-	CU_OK(cuDevicePrimaryCtxRetain(&c, 0));
-	CU_OK(cuCtxSetCurrent(c));
-	CU_OK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+	stream = t_open_counted(t, &cfg);
 }
 
 static void launch(struct writer *w)
 {
-	CU_OK(cuLaunchKernel(SIMDEV_KERNEL(slow_write), 1, 1, 1, 1, 1, 1, 0, stream,
-			     writer_params(w), NULL));
+	t_launch_writer(stream, w);
+}
+
+/* A block of BIG that w writes over w->ms, freed while it does; its address. */
+static vmm_devptr freed_while_written(struct tctx *t, struct writer *w)
+{
+	vmm_devptr x;
+
+	cr_assert_eq(vmm_malloc(t->core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
+	w->ptr = (void *)(uintptr_t)x;
+	w->size = BIG;
+	launch(w);
+	cr_assert_eq(vmm_free(t->core, x, NULL), VMM_OK);
+	return x;
 }
 
 /* Wait until the core's thread made n syncs ahead (10 s at most). */
@@ -57,16 +60,13 @@ static bool ahead_reached(struct tctx *t, uint64_t n)
 
 Test(heap_ahead, freed_memory_is_reused_without_the_program_synchronizing)
 {
-	struct writer w = { .size = BIG, .value = 0xab, .ms = 200 };
+	struct writer w = { .value = 0xab, .ms = 200 };
 	vmm_devptr x, y;
 	struct tctx t;
 
 	t_simdev_env("1G", NULL, NULL);
 	open_ahead(&t);
-	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
-	w.ptr = (void *)(uintptr_t)x;
-	launch(&w);
-	cr_assert_eq(vmm_free(t.core, x, NULL), VMM_OK); /* while the kernel still writes */
+	x = freed_while_written(&t, &w);
 	cr_assert(ahead_reached(&t, 1), "no sync ahead within 10 s");
 	cr_expect(atomic_load(&w.done), "the sync ahead ended before the kernel did");
 	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &y, NULL), VMM_OK);
@@ -131,16 +131,12 @@ Test(heap_ahead, no_sync_ahead_while_the_program_captures_a_stream)
 
 Test(heap_ahead, the_core_is_destroyed_while_a_sync_ahead_waits)
 {
-	struct writer w = { .size = BIG, .value = 4, .ms = 300 };
-	vmm_devptr x;
+	struct writer w = { .value = 4, .ms = 300 };
 	struct tctx t;
 
 	t_simdev_env("1G", NULL, NULL);
 	open_ahead(&t);
-	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
-	w.ptr = (void *)(uintptr_t)x;
-	launch(&w);
-	cr_assert_eq(vmm_free(t.core, x, NULL), VMM_OK);
+	freed_while_written(&t, &w);
 	nanosleep(&(struct timespec){ 0, 50 * 1000000 }, NULL);
 	/* The thread waits for the 300 ms kernel now; the destroy waits for the thread, which
 	 * would otherwise take the lock of a freed heap (a crash here, a report under ASan). */

@@ -12,36 +12,22 @@
 #include "backend/backend.h"
 #include "helpers.h"
 #include "simdev.h"
+#include "counted_heap.h"
 #include "slow_writer.h"
 
 #define CU_OK(call) cr_assert_eq((call), CUDA_SUCCESS, "%s failed", #call)
 #define BIG (64 * MiB)
 
-static uint64_t simdev_count(vmm_backend *be)
-{
-	(void)be;
-	return simdev_submissions();
-}
-
 static CUstream stream;
 
-/* The heap over simdev with its submission count, and a stream of device 0's primary context
- * current on this thread for the test's kernels. */
 static void open_counted(struct tctx *t)
 {
-	CUcontext c;
-
-	t_open(t, NULL);
-	t->be->submitted = simdev_count;
-	CU_OK(cuDevicePrimaryCtxRetain(&c, 0));
-	CU_OK(cuCtxSetCurrent(c));
-	CU_OK(cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+	stream = t_open_counted(t, NULL);
 }
 
 static void launch(struct writer *w)
 {
-	CU_OK(cuLaunchKernel(SIMDEV_KERNEL(slow_write), 1, 1, 1, 1, 1, 1, 0, stream,
-			     writer_params(w), NULL));
+	t_launch_writer(stream, w);
 }
 
 static vmm_devptr big(struct tctx *t)
