@@ -264,19 +264,6 @@ void heap_reclaim_upto(struct devheap *dh, uint64_t seq)
 
 void heap_reclaim_synced(struct devheap *dh)
 {
-	for (int i = 0; i < dh->narenas; i++) {
-		struct arena *a = dh->arenas[i];
-
-		while (a->quar_head) {
-			struct alloc *r = a->quar_head;
-
-			a->quar_head = r->qnext;
-			if (a->quar_head)
-				a->quar_head->qprev = NULL;
-			alloc_finish_free(dh, r);
-		}
-		a->quar_bytes = 0;
-	}
-	dh->quar_total = 0;
+	heap_reclaim_upto(dh, dh->quar_seq); /* every free so far */
 	dh->cut_since_sync = 0;
 }
