@@ -15,11 +15,11 @@
  * synchronization runs while the program captures a stream (the backend refuses it). */
 #include "heap_ahead.h"
 
-#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 
 #include "heap_records.h"
+#include "lib_thread.h"
 #include "log.h"
 #include "mono_wait.h"
 
@@ -91,9 +91,7 @@ static void *ahead_main(void *arg)
 static struct ahead *ahead_get(struct vmm_core *core)
 {
 	struct ahead *ah;
-	sigset_t all, old;
 	pthread_t th;
-	int rc;
 
 	ah = atomic_load_explicit(&core->ahead, memory_order_acquire);
 	if (ah)
@@ -110,12 +108,7 @@ static struct ahead *ahead_get(struct vmm_core *core)
 		pthread_cond_init(&ah->posted, NULL);
 		vmm_cond_init_monotonic(&ah->exited);
 		core->ahead = ah;
-		/* The program's signals stay with the program's threads. */
-		sigfillset(&all);
-		pthread_sigmask(SIG_SETMASK, &all, &old);
-		rc = pthread_create(&th, NULL, ahead_main, core);
-		pthread_sigmask(SIG_SETMASK, &old, NULL);
-		if (rc) {
+		if (vmm_thread_create(&th, NULL, ahead_main, core)) {
 			core->ahead = NULL;
 			free(ah);
 			ah = NULL;

@@ -3,9 +3,9 @@
 #include "ipc_keep.h"
 
 #include <pthread.h>
-#include <signal.h>
 #include <string.h>
 
+#include "../core/lib_thread.h"
 #include "../core/log.h"
 #include "../core/mono_wait.h"
 #include "../core/vmm_share.h"
@@ -72,7 +72,6 @@ static void *worker_main(void *arg)
 /* With lock held: start the thread once. false when it cannot be started. */
 static bool start_locked(void)
 {
-	sigset_t all, old;
 	pthread_attr_t attr;
 	pthread_t t;
 	int rc;
@@ -80,13 +79,10 @@ static bool start_locked(void)
 	if (started)
 		return true;
 	pthread_once(&idle_once, idle_init);
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&t, &attr, worker_main, NULL);
+	rc = vmm_thread_create(&t, &attr, worker_main, NULL);
 	pthread_attr_destroy(&attr);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc) {
 		vmm_log(VMM_LOG_WARN, "IPC: cannot start the thread that exports ahead (%s); each "
 			"open exports", strerror(rc));

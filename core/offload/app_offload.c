@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../lib_thread.h"
 #include "../log.h"
 #include "app_internal.h"
 #include "drain.h"
@@ -205,7 +206,7 @@ static vmm_status copy_handles(vmm_app_registry *reg, struct app_handle **hs, si
 	for (int d = 0; d < VMM_MAX_DEVICES && !st; d++) {
 		if (!dc[d].b.n)
 			continue;
-		if (hb_thread_create(&th[d], dev_copy_run, &dc[d]) == 0)
+		if (vmm_thread_create(&th[d], NULL, dev_copy_run, &dc[d]) == 0)
 			started[d] = true;
 		else
 			dev_copy_run(&dc[d]);

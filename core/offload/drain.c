@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <time.h>
 
+#include "../lib_thread.h"
 #include "../mono_wait.h"
 #include "offload_internal.h"
 
@@ -103,7 +104,7 @@ static bool helper_locked(void)
 
 	if (helper_started)
 		return true;
-	if (hb_thread_create(&th, helper_main, NULL))
+	if (vmm_thread_create(&th, NULL, helper_main, NULL))
 		return false;
 	pthread_detach(th);
 	pthread_setname_np(th, "vmmshim-drain");

@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 #include <unistd.h>
 
 #include "copy_engine.h"
+#include "../lib_thread.h"
 #include "../log.h"
 #include "offload_internal.h"
 
@@ -47,18 +47,6 @@ int hb_default_threads(void)
 	if (n < 1)
 		n = 1;
 	return n > HB_THREADS_MAX ? HB_THREADS_MAX : (int)n;
-}
-
-int hb_thread_create(pthread_t *th, void *(*fn)(void *), void *arg)
-{
-	sigset_t all, old;
-	int rc;
-
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = pthread_create(th, NULL, fn, arg);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
-	return rc;
 }
 
 static bool read_u64(const char *path, uint64_t *v)
@@ -377,7 +365,7 @@ static void provision_segments(struct hb_rec *r, size_t first, size_t end)
 			nt = NOW_MAX_THREADS;
 		pthread_mutex_init(&na.lock, NULL);
 		for (int i = 1; i < nt; i++)
-			if (hb_thread_create(&th[started], now_worker, &na) == 0)
+			if (vmm_thread_create(&th[started], NULL, now_worker, &na) == 0)
 				started++;
 		now_worker(&na);
 		for (int i = 0; i < started; i++)

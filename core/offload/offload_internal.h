@@ -70,9 +70,6 @@ bool prov_pool_submit(struct prov_pool *p, struct hb_rec *const *r, const size_t
  * last call. */
 double prov_pool_drain(struct prov_pool *p);
 
-/* pthread_create with every signal blocked in the new thread: the program's signal handlers
- * must never run on the library's workers. */
-int hb_thread_create(pthread_t *th, void *(*fn)(void *), void *arg);
 /* Threads that touch host memory side by side: one per online CPU, at most HB_THREADS_MAX (the
  * provisioning pool's and provision_now's default). */
 #define HB_THREADS_MAX 16

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "../lib_thread.h"
 #include "offload_internal.h"
 
 #define PIECE_BYTES ((size_t)8 << 20)
@@ -91,7 +92,7 @@ struct prov_pool *prov_pool_create(int threads)
 	pthread_cond_init(&p->work, NULL);
 	pthread_cond_init(&p->settled, NULL);
 	for (int i = 0; i < threads; i++)
-		if (hb_thread_create(&p->th[p->nthreads], worker, p) == 0)
+		if (vmm_thread_create(&p->th[p->nthreads], NULL, worker, p) == 0)
 			p->nthreads++;
 	if (!p->nthreads) {
 		prov_pool_destroy(p);

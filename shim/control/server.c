@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../core/lib_thread.h"
 #include "../../core/log.h"
 #include "../../core/mono_wait.h"
 #include "control.h"
@@ -685,7 +686,6 @@ static vmm_status bind_socket(const char *path, int *out, vmm_error *err)
 vmm_status shim_control_start(shim_runtime *rt, vmm_error *err)
 {
 	char dir[SHIM_RUN_DIR_MAX], why[256], path[sizeof(sock_path)];
-	sigset_t all, old;
 	pthread_attr_t attr;
 	pthread_t thread;
 	vmm_status s = VMM_OK;
@@ -717,13 +717,10 @@ vmm_status shim_control_start(shim_runtime *rt, vmm_error *err)
 			strerror(errno));
 
 	/* The server thread (and the workers it starts) block every signal. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	rc = pthread_create(&thread, &attr, server_main, (void *)(intptr_t)fd);
+	rc = vmm_thread_create(&thread, &attr, server_main, (void *)(intptr_t)fd);
 	pthread_attr_destroy(&attr);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (rc) {
 		close(fd);
 		unlink(path);

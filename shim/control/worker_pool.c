@@ -5,12 +5,12 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "../../core/lib_thread.h"
 #include "../../core/log.h"
 #include "../../core/mono_wait.h"
 
@@ -96,19 +96,15 @@ static void *pool_main(void *unused)
 /* Start one more thread (lock held). */
 static int start_thread_locked(void)
 {
-	sigset_t all, old;
 	pthread_attr_t attr;
 	pthread_t t;
 	int rc;
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
 	pthread_attr_init(&attr);
 	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
 	pthread_attr_setstacksize(&attr, POOL_STACK);
-	rc = pthread_create(&t, &attr, pool_main, NULL);
+	rc = vmm_thread_create(&t, &attr, pool_main, NULL);
 	pthread_attr_destroy(&attr);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (!rc) {
 		threads++;
 		pthread_setname_np(t, "vmmshim-ans");
