@@ -9,8 +9,8 @@
 #   GPUCHECK_ONLY=row,row (parts of row names), GPUCHECK_SKIP=row,row (rows left out: a matrix
 #   that outgrows one 10-minute call runs in row groups), GPUCHECK_SKIP_BENCH=1, GPUCHECK_BUILD (build dir),
 #   GPUCHECK_TRAIN_ROUNDS (rounds of the PyTorch benchmark, default 5), GPUCHECK_TRAIN_ALLOCS
-#   (its allocators, e.g. NO_CACHING,expandable; default all three; NO_CACHING-noahead adds
-#   NO_CACHING under the shim without its sync-ahead thread, an A/B), GPUCHECK_TRAIN_PASSES
+#   (its allocators, e.g. NO_CACHING,expandable; default all three; NO_CACHING+VAR=VAL adds
+#   NO_CACHING under the shim with that setting, an A/B), GPUCHECK_TRAIN_PASSES
 #   (passes over its steps per run, the last timed, default 2), GPUCHECK_SMALL_GIB (the
 #   small-handles sleep/wake row, default 96), GPUCHECK_JOBS (parallel
 #   compiles, default nproc)
