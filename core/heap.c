@@ -377,6 +377,7 @@ static void stats_add(vmm_stats *o, const struct arena *a)
 #undef SUM_ARENA
 	if (!a->asleep)
 		o->cached_bytes += s->mapped_bytes - s->live_usable;
+	o->quarantined_bytes += a->quar_bytes;
 }
 
 vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *out, vmm_error *err)

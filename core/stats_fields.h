@@ -29,6 +29,9 @@
 	X(mapped_bytes, ARENA, "mapped", VMM_STAT_BOTH, PUBLIC)                                \
 	/* mapped but not used by a live allocation (incl. quarantined) */                     \
 	X(cached_bytes, OWN, "cached", VMM_STAT_BOTH, PUBLIC)                                  \
+	/* of those, freed by the program and waiting for a device synchronization before they \
+	 * are reused (heap_records.c's quarantine; usable bytes) */                           \
+	X(quarantined_bytes, OWN, "quarantined", VMM_STAT_BOTH, PRIVATE)                       \
 	/* virtual address space reserved */                                                   \
 	X(reserved_bytes, OWN, "reserved", VMM_STAT_DEVICE, PUBLIC)                            \
 	/* physical memory released by sleep, to be re-created at wake */                      \

@@ -23,8 +23,7 @@ void phys_peak_start(struct phys_peak *p)
 	p->known = true;
 }
 
-void phys_peak_sample(struct phys_peak *p, vmm_core *core, int dev, uint64_t native,
-		      uint64_t quarantined)
+void phys_peak_sample(struct phys_peak *p, vmm_core *core, int dev, uint64_t native)
 {
 	size_t live = 0, peak = 0;
 	vmm_stats s;
@@ -37,7 +36,7 @@ void phys_peak_sample(struct phys_peak *p, vmm_core *core, int dev, uint64_t nat
 	vmm_stats_get(core, dev, NULL, &s, NULL);
 	p->sampled = live;
 	p->native = native;
-	p->quarantined = quarantined;
+	p->quarantined = s.quarantined_bytes;
 	p->cached = s.cached_bytes;
 	p->mapped = s.mapped_bytes;
 	p->live_usable = s.mapped_bytes - s.cached_bytes;
@@ -52,13 +51,7 @@ uint64_t native_size(uint64_t n)
 
 void phys_peak_after_call(struct phys_peak *p, vmm_core *core, struct replay_count *c)
 {
-	vmm_stats s;
-
-	vmm_stats_get(core, 0, NULL, &s, NULL);
-	if (s.syncs != c->syncs)
-		c->quarantined = 0;
-	c->syncs = s.syncs;
-	phys_peak_sample(p, core, 0, c->native, c->quarantined);
+	phys_peak_sample(p, core, 0, c->native);
 }
 
 void phys_peak_finish(struct phys_peak *p)

@@ -25,23 +25,21 @@ struct phys_peak {
 
 /* Start counting from what the process holds now. */
 void phys_peak_start(struct phys_peak *p);
-/* After a malloc or free: the count now, with what native cudaMalloc would hold and the bytes
- * in quarantine (the replay knows both). */
-void phys_peak_sample(struct phys_peak *p, vmm_core *core, int dev, uint64_t native,
-		      uint64_t quarantined);
+/* After a malloc or free: the count now, with what native cudaMalloc would hold (the replay
+ * knows it) and the heap's figures. */
+void phys_peak_sample(struct phys_peak *p, vmm_core *core, int dev, uint64_t native);
 /* The peak of every instant, inside calls too. */
 void phys_peak_finish(struct phys_peak *p);
 
-/* What the replays know of a run between calls: cudaMalloc's holding, the bytes freed since the
- * heap's last sync, and the sync count seen last. */
+/* What the replays know of a run between calls: cudaMalloc's holding. */
 struct replay_count {
-	uint64_t native, quarantined, syncs;
+	uint64_t native;
 };
 
 /* cudaMalloc's own rounding of an n-byte request: 2 MiB pages for large tensors, 512-byte slots
  * for small ones (the model every replay compares with). */
 uint64_t native_size(uint64_t n);
-/* After a replayed call: a sync since the last one emptied the quarantine; then sample. */
+/* After a replayed call: sample. */
 void phys_peak_after_call(struct phys_peak *p, vmm_core *core, struct replay_count *c);
 
 #endif

@@ -130,14 +130,12 @@ static void replay_malloc(struct replay *r, uint64_t size, uint64_t key, bool on
 static void replay_free(struct replay *r, uint64_t key, bool on_stream)
 {
 	struct live_alloc *s = table_find(&r->t, key, false);
-	vmm_alloc_info info = { 0 };
 	double a;
 
 	if (!s) {
 		r->out->skipped++;
 		return;
 	}
-	vmm_lookup(r->core, s->ptr, &info);
 	a = now_ns();
 	if (on_stream)
 		vmm_free_on_stream(r->core, s->ptr, s->stream, NULL);
@@ -146,8 +144,6 @@ static void replay_free(struct replay *r, uint64_t key, bool on_stream)
 	r->ns += now_ns() - a;
 	r->out->frees++;
 	r->count.native -= native_size(s->size);
-	if (!on_stream)
-		r->count.quarantined += info.usable;
 	s->dead = true;
 	sample(r);
 }

@@ -75,19 +75,16 @@ static int t_alloc(struct run *r, size_t n)
 
 static void t_free(struct run *r, int id)
 {
-	vmm_alloc_info info = { 0 };
 	double a;
 
 	if (id < 0)
 		return;
-	vmm_lookup(r->core, r->ptrs[id], &info);
 	a = now_ns();
 	vmm_free(r->core, r->ptrs[id], NULL);
 	r->ns += now_ns() - a;
 	r->calls++;
 	r->count.native -= native_size(r->sizes[id]);
 	r->free_slots[r->nfree_slots++] = id;
-	r->count.quarantined += info.usable;
 	sample(r);
 }
 

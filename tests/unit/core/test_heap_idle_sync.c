@@ -106,8 +106,12 @@ Test(idle_sync, a_kernel_before_the_free_is_waited_for)
 
 		launch(&w);
 		drop(&t, p);
+		/* What status shows while the kernel may still write there. */
+		cr_expect_eq(t_stats(&t, 0, NULL).quarantined_bytes, BIG,
+			     "the freed block is not counted as waiting for a synchronization");
 		q = big(&t);
 		cr_assert_eq(q, p, "the freed block was not reused");
+		cr_expect_eq(t_stats(&t, 0, NULL).quarantined_bytes, 0);
 		t_fill(q, BIG, 7 + (uint64_t)i);
 		CU_OK(cuStreamSynchronize(stream));
 		cr_assert(atomic_load(&w.done));
