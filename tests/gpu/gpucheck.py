@@ -1855,13 +1855,13 @@ class Matrix:
                           f"{fmt(statistics.median(outs[1:]) if len(outs) > 1 else None)}",
                           f"pinned D2H {fmt(d2h)}",
                           ratio(statistics.median(outs[1:]) if len(outs) > 1 else None, d2h),
-                          "steady >= 0.8x, first >= 15 GB/s", sleep_note)
+                          "steady >= 0.95x, first >= 15 GB/s", sleep_note)
             if ins:
                 self.badd(f"wake {gib} GiB GB/s first / steady", f"{ins[0]:.1f} / "
                           f"{fmt(statistics.median(ins[1:]) if len(ins) > 1 else None)}",
                           f"pinned H2D {fmt(h2d)}",
                           ratio(statistics.median(ins[1:]) if len(ins) > 1 else None, h2d),
-                          "steady >= 0.8x", wake_note)
+                          "steady >= 0.95x", wake_note)
             if not outs:
                 self.badd(f"sleep/wake {gib} GiB", "failed", "", "", "", note)
             if gib == max(self.a.sleep_sizes) and not err and self.left() > 40:
