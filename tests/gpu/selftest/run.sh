@@ -38,7 +38,15 @@ FAKE_GPUS=2 python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" \
 	--deadline $(( $(date +%s) + 240 )) --only "(x2)" --skip-bench --x2-hold-gib 1 \
 	--timeout-scale 0.1 >"$t/out2.txt" 2>&1 && rc2=0 || rc2=$?
 grep -E '^gpucheck: (PASS|FAIL|SKIP)' "$t/out2.txt"
-python3 - "$t/log/results.json" "$rc" "$t/log2/results.json" "$rc2" "$t/out.txt" <<'PY'
+# The train benchmark alone with a shim-only variant and a name that is no configuration.
+mkdir -p "$t/log3"
+python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmmshim.so" \
+	--vmmctl "$here/fake_vmmctl.py" --log "$t/log3" --deadline $(( $(date +%s) + 240 )) \
+	--only "bench train" --train-rounds 1 --timeout-scale 0.1 \
+	--train-allocs "NO_CACHING,expandable,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,bogus" \
+	>"$t/out3.txt" 2>&1 || true
+python3 - "$t/log/results.json" "$rc" "$t/log2/results.json" "$rc2" "$t/out.txt" \
+	"$t/log3/results.json" "$t/out3.txt" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
 rows = {x["row"]: x["ok"] for x in r["rows"]}
@@ -100,6 +108,19 @@ if "plain VMM: one handle 1.00x, 2 MiB pieces 0.90x" not in \
     bad.append("bandwidth rows do not carry the plain VMM anchors")
 if any(m.startswith("train ") and "+" in m for m in bench):
     bad.append("a shim-only A/B variant ran without GPUCHECK_TRAIN_ALLOCS naming it")
+variant = {b["metric"]: b for b in json.load(open(sys.argv[6]))["bench"]}
+v = "train NO_CACHING+VMMSHIM_SYNC_AHEAD=0"
+for metric in (f"{v} shim: ms/step, peak GiB", f"{v} shim vs NO_CACHING shim: ms/step",
+               f"{v} shim vs expandable native: ms/step",
+               f"{v} shim vs NO_CACHING native: peak GiB"):
+    if metric not in variant:
+        bad.append(f"no variant row {metric!r}")
+if f"{v} native: ms/step, peak GiB" in variant:
+    bad.append("the shim-only variant ran natively too")
+if variant.get(f"{v} shim vs NO_CACHING shim: ms/step", {}).get("ratio") != "1.000x":
+    bad.append("the variant is not paired with its base under the shim")
+if "'bogus' is not BASE" not in open(sys.argv[7]).read():
+    bad.append("a train configuration that is none was not reported")
 if bench.get("train NO_CACHING shim vs expandable native: ms/step", {}).get("ratio") != "1.100x":
     bad.append("the pairs' ratio of ms/step is not 110/100")
 for prefix in ("sleep 1 GiB", "wake 2 GiB", "discard sleep / wake 2 GiB",
