@@ -49,11 +49,6 @@ uint64_t native_size(uint64_t n)
 	return n > mib ? (n + 2 * mib - 1) & ~(2 * mib - 1) : (n + 511) & ~511ull;
 }
 
-void phys_peak_after_call(struct phys_peak *p, vmm_core *core, struct replay_count *c)
-{
-	phys_peak_sample(p, core, 0, c->native);
-}
-
 void phys_peak_finish(struct phys_peak *p)
 {
 	size_t live = 0, peak = 0;

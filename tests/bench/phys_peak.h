@@ -31,15 +31,8 @@ void phys_peak_sample(struct phys_peak *p, vmm_core *core, int dev, uint64_t nat
 /* The peak of every instant, inside calls too. */
 void phys_peak_finish(struct phys_peak *p);
 
-/* What the replays know of a run between calls: cudaMalloc's holding. */
-struct replay_count {
-	uint64_t native;
-};
-
 /* cudaMalloc's own rounding of an n-byte request: 2 MiB pages for large tensors, 512-byte slots
  * for small ones (the model every replay compares with). */
 uint64_t native_size(uint64_t n);
-/* After a replayed call: sample. */
-void phys_peak_after_call(struct phys_peak *p, vmm_core *core, struct replay_count *c);
 
 #endif

@@ -70,7 +70,7 @@ struct replay {
 	vmm_core *core;
 	struct live_table t;
 	struct trace_result *out;
-	struct replay_count count;
+	uint64_t native;        /* what cudaMalloc would hold now */
 	double ns;
 	uint64_t line;
 };
@@ -91,7 +91,7 @@ static void note_cost(struct trace_result *out, uint64_t size, uint64_t line,
 
 static void sample(struct replay *r)
 {
-	phys_peak_after_call(&r->out->phys, r->core, &r->count);
+	phys_peak_sample(&r->out->phys, r->core, 0, r->native);
 }
 
 static void replay_malloc(struct replay *r, uint64_t size, uint64_t key, bool on_stream,
@@ -121,9 +121,9 @@ static void replay_malloc(struct replay *r, uint64_t size, uint64_t key, bool on
 		r->t.used++;
 	*s = (struct live_alloc){ .key = key, .ptr = p, .size = size,
 				    .stream = on_stream ? (vmm_stream)stream : NULL };
-	r->count.native += native_size(size);
-	if (r->count.native > r->out->peak_native)
-		r->out->peak_native = r->count.native;
+	r->native += native_size(size);
+	if (r->native > r->out->peak_native)
+		r->out->peak_native = r->native;
 	sample(r);
 }
 
@@ -143,7 +143,7 @@ static void replay_free(struct replay *r, uint64_t key, bool on_stream)
 		vmm_free(r->core, s->ptr, NULL);
 	r->ns += now_ns() - a;
 	r->out->frees++;
-	r->count.native -= native_size(s->size);
+	r->native -= native_size(s->size);
 	s->dead = true;
 	sample(r);
 }

@@ -24,7 +24,7 @@ struct model {
 
 struct run {
 	vmm_core *core;
-	struct replay_count count;
+	uint64_t native;        /* what cudaMalloc would hold now */
 	uint64_t peak_native;
 	uint64_t calls;
 	double ns;
@@ -44,10 +44,10 @@ static double now_ns(void)
 	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-/* After a call: a sync empties the quarantine; then the physical count is sampled. */
+/* After a call: the physical count is sampled. */
 static void sample(struct run *r)
 {
-	phys_peak_after_call(&r->phys, r->core, &r->count);
+	phys_peak_sample(&r->phys, r->core, 0, r->native);
 }
 
 /* A tensor is an index into the run's table (-1: the allocation failed). */
@@ -66,9 +66,9 @@ static int t_alloc(struct run *r, size_t n)
 	id = r->free_slots[--r->nfree_slots];
 	r->ptrs[id] = p;
 	r->sizes[id] = n;
-	r->count.native += native_size(n);
-	if (r->count.native > r->peak_native)
-		r->peak_native = r->count.native;
+	r->native += native_size(n);
+	if (r->native > r->peak_native)
+		r->peak_native = r->native;
 	sample(r);
 	return id;
 }
@@ -83,7 +83,7 @@ static void t_free(struct run *r, int id)
 	vmm_free(r->core, r->ptrs[id], NULL);
 	r->ns += now_ns() - a;
 	r->calls++;
-	r->count.native -= native_size(r->sizes[id]);
+	r->native -= native_size(r->sizes[id]);
 	r->free_slots[r->nfree_slots++] = id;
 	sample(r);
 }
