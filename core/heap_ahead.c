@@ -35,16 +35,8 @@ struct ahead {
 
 static void finish(struct devheap *dh, bool synced)
 {
-	vmm_backend *be = dh->core->be;
-
 	if (synced) {
-		heap_reclaim_upto(dh, dh->ahead_upto);
-		if (be->submitted && (!dh->synced_known ||
-				      dh->ahead_before > dh->synced_submissions)) {
-			dh->synced_submissions = dh->ahead_before;
-			dh->synced_known = true;
-		}
-		dh->cut_since_sync = 0;
+		heap_synced_upto(dh, dh->ahead_upto, dh->ahead_before);
 		if (dh->narenas)
 			dh->arenas[0]->st.syncs_ahead++;
 	}

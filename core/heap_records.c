@@ -239,15 +239,13 @@ vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 	st = be->synchronize(be, dh->dev, err);
 	if (st)
 		return st;
-	dh->synced_submissions = before;
-	dh->synced_known = be->submitted != NULL;
 	if (who)
 		who->st.syncs++;
-	heap_reclaim_synced(dh);
+	heap_synced_upto(dh, dh->quar_seq, before);
 	return VMM_OK;
 }
 
-void heap_reclaim_upto(struct devheap *dh, uint64_t seq)
+static void reclaim_upto(struct devheap *dh, uint64_t seq)
 {
 	for (int i = 0; i < dh->narenas; i++) {
 		struct alloc *r = dh->arenas[i]->quar_head, *next;
@@ -264,6 +262,16 @@ void heap_reclaim_upto(struct devheap *dh, uint64_t seq)
 
 void heap_reclaim_synced(struct devheap *dh)
 {
-	heap_reclaim_upto(dh, dh->quar_seq); /* every free so far */
+	reclaim_upto(dh, dh->quar_seq); /* every free so far */
+	dh->cut_since_sync = 0;
+}
+
+void heap_synced_upto(struct devheap *dh, uint64_t seq, uint64_t before)
+{
+	reclaim_upto(dh, seq);
+	if (dh->core->be->submitted && (!dh->synced_known || before > dh->synced_submissions)) {
+		dh->synced_submissions = before;
+		dh->synced_known = true;
+	}
 	dh->cut_since_sync = 0;
 }

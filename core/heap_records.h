@@ -35,8 +35,10 @@ bool heap_reclaim_free(struct devheap *dh);
 /* The quarantine becomes free memory. Only right after a successful device sync made with the
  * heap's lock held since before (so that it began after every free in the quarantine). */
 void heap_reclaim_synced(struct devheap *dh);
-/* Only the allocations quarantined up to number seq (devheap.quar_seq) become free memory: after
- * a successful sync that began after the free numbered seq (heap_ahead.c). */
-void heap_reclaim_upto(struct devheap *dh, uint64_t seq);
+/* After a successful sync that began after the free numbered seq (devheap.quar_seq) and after
+ * the backend's submission count `before` was read (on any thread; heap_ahead.c's too): the
+ * allocations quarantined up to seq become free memory, and `before` the last synced count when
+ * it is newer than the one there. */
+void heap_synced_upto(struct devheap *dh, uint64_t seq, uint64_t before);
 
 #endif
