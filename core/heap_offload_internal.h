@@ -57,9 +57,10 @@ vmm_status heap_wake_device(struct devheap *dh, const struct filter *f, const vm
 /* Does the device have the memory to wake what is selected? VMM_E_OOM when not. */
 vmm_status heap_wake_fits(struct devheap *dh, const struct filter *f, vmm_error *err);
 /* Re-create, map, grant and (unless no_copy) fill the released handles hs[0..n), adding the bytes
- * copied to *copied; on failure they are released again, their host copies untouched. */
+ * copied and the copy's time to *res; on failure they are released again, their host copies
+ * untouched. */
 vmm_status heap_restore_handles(struct devheap *dh, struct phandle **hs, size_t n, bool no_copy,
-				uint64_t *copied, vmm_error *err);
+				vmm_transfer_result *res, vmm_error *err);
 
 /* heap_backups.c. The live ranges of h with their places in its backup, appended to *r. */
 vmm_status heap_live_ranges(struct devheap *dh, struct phandle *h, vmm_copy_range **r,

@@ -270,6 +270,7 @@ static vmm_status copy_out_and_release(struct devheap *dh, struct sleep_plan *p,
 			cst = vmm_copy_end(dh->ce, &cs, st ? NULL : err);
 			if (!st && !cst)
 				res->bytes_copied += cs.bytes;
+			res->copy_seconds += cs.seconds;
 			st = st ? st : cst;
 		}
 		/* From here on the host holds the batch: a failure later keeps it. */
@@ -316,8 +317,7 @@ static bool arena_has_resident(struct devheap *dh, const struct arena *a)
  * allocation, completed by a wake or by the next sleep. Returns the bytes left asleep. */
 static uint64_t undo_release(struct devheap *dh, struct sleep_plan *p, const struct filter *f)
 {
-	vmm_transfer_result kept = { 0 };
-	uint64_t ignored = 0;
+	vmm_transfer_result kept = { 0 }, ignored = { 0 };
 	vmm_error e;
 
 	if (!p->released)
@@ -389,9 +389,11 @@ vmm_status heap_sleep_device(struct devheap *dh, const struct filter *f, const v
 	struct handle_run *runs = NULL;
 	struct sleep_plan p;
 	size_t nruns;
+	double t0 = vmm_now_s();
 	vmm_status st;
 
 	st = vmm_drain(dh->core->be, dh->dev, lim, err);
+	res->drain_seconds += vmm_now_s() - t0;
 	if (st)
 		return st;
 	/* That drain began after every free in the quarantine (the lock is held): no second one. */

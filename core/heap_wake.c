@@ -73,7 +73,7 @@ static vmm_status restore_batch(struct restore *rs, size_t i, size_t j, bool no_
  * for, the handles are released again and stay asleep; the host copies are untouched. A new
  * handle that will not unmap is parked still mapped (its address stays the asleep handle's). */
 vmm_status heap_restore_handles(struct devheap *dh, struct phandle **hs, size_t n, bool no_copy,
-				uint64_t *copied, vmm_error *err)
+				vmm_transfer_result *res, vmm_error *err)
 {
 	struct restore rs = { .dh = dh, .hs = hs };
 	uint64_t batch = UINT64_MAX;
@@ -100,7 +100,8 @@ vmm_status heap_restore_handles(struct devheap *dh, struct phandle **hs, size_t 
 	if (rs.copying) {
 		cst = vmm_copy_end(dh->ce, &cs, st ? NULL : err);
 		if (!st && !cst)
-			*copied += cs.bytes;
+			res->bytes_copied += cs.bytes;
+		res->copy_seconds += cs.seconds;
 		st = st ? st : cst;
 	}
 	free(rs.r);
@@ -185,7 +186,7 @@ vmm_status heap_wake_device(struct devheap *dh, const struct filter *f, const vm
 	for (struct phandle *h = dh->handles; h; h = h->next)
 		if (h->asleep && arena_selected(h->arena, f))
 			hs[n++] = h;
-	st = heap_restore_handles(dh, hs, n, false, &res->bytes_copied, err);
+	st = heap_restore_handles(dh, hs, n, false, res, err);
 	if (!st) {
 		commit_awake(hs, n, res);
 		for (int i = 0; i < dh->narenas; i++) {

@@ -186,11 +186,12 @@ static void *dev_copy_run(void *arg)
  * context: the driver checks an async copy against the current context, not the stream's, and
  * fails it when they differ (NVIDIA/cccl#9615); the caller may have another device's current. */
 static vmm_status copy_handles(vmm_app_registry *reg, struct app_handle **hs, size_t n, bool out,
-			       uint64_t *copied, vmm_error *err)
+			       vmm_transfer_result *res, vmm_error *err)
 {
 	struct dev_copy *dc = calloc(VMM_MAX_DEVICES, sizeof(*dc));
 	pthread_t th[VMM_MAX_DEVICES];
 	bool started[VMM_MAX_DEVICES] = { false };
+	double t0 = vmm_now_s();
 	vmm_status st = VMM_OK;
 
 	if (!dc)
@@ -219,9 +220,10 @@ static vmm_status copy_handles(vmm_app_registry *reg, struct app_handle **hs, si
 			if (err)
 				*err = dc[d].err;
 		}
-		*copied += dc[d].bytes;
+		res->bytes_copied += dc[d].bytes;
 		free(dc[d].b.r);
 	}
+	res->copy_seconds += vmm_now_s() - t0;
 	if (!st || !copies_unsettled(reg))
 		temp_unmap_all(reg, hs, n);
 	free(dc);
@@ -338,7 +340,7 @@ static vmm_status create_like(vmm_app_registry *reg, struct app_handle *h, vmm_e
 
 /* Copy back the contents of those of hs[0..n) that have a backup. */
 static vmm_status copy_back(vmm_app_registry *reg, struct app_handle **hs, size_t n,
-			    uint64_t *copied, vmm_error *err)
+			    vmm_transfer_result *res, vmm_error *err)
 {
 	struct app_handle **with = malloc((n ? n : 1) * sizeof(*with));
 	size_t nw = 0;
@@ -349,7 +351,7 @@ static vmm_status copy_back(vmm_app_registry *reg, struct app_handle **hs, size_
 	for (size_t i = 0; i < n; i++)
 		if (hs[i]->has_backup)
 			with[nw++] = hs[i];
-	st = copy_handles(reg, with, nw, false, copied, err);
+	st = copy_handles(reg, with, nw, false, res, err);
 	free(with);
 	return st;
 }
@@ -422,7 +424,7 @@ static vmm_status settle_stale(vmm_app_registry *reg, struct app_handle *h, vmm_
  * create, map, grant, copy back (when they have a backup and `copy`). All or nothing: on failure
  * they stay asleep, host copies intact. */
 static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t n, bool copy,
-			  uint64_t *copied, vmm_error *err)
+			  vmm_transfer_result *res, vmm_error *err)
 {
 	vmm_backend *be = reg->be;
 	size_t created = 0, mapped = 0;
@@ -440,7 +442,7 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 	bool copy_ran = !st && copy;
 
 	if (copy_ran)
-		st = copy_back(reg, hs, n, copied, err);
+		st = copy_back(reg, hs, n, res, err);
 	if (st && copy_ran && copies_unsettled(reg)) {
 		/* Unmapping what copies may still write to would fault: kept for the next wake,
 		 * which unmaps it once the copy streams synchronize again (settle_stale). */
@@ -571,7 +573,7 @@ static vmm_status drain_devices(vmm_app_registry *reg, struct app_handle **hs, s
 
 /* Copy hs[0..n) to their host backups, made first where missing (after a host memory check). */
 static vmm_status back_up(vmm_app_registry *reg, struct app_handle **hs, size_t n,
-			  uint64_t *copied, vmm_error *err)
+			  vmm_transfer_result *res, vmm_error *err)
 {
 	uint64_t need = 0, avail;
 	vmm_status st;
@@ -591,7 +593,7 @@ static vmm_status back_up(vmm_app_registry *reg, struct app_handle **hs, size_t 
 		if (st)
 			return st;   /* buffers made so far are kept for the next try */
 	}
-	return copy_handles(reg, hs, n, true, copied, err);
+	return copy_handles(reg, hs, n, true, res, err);
 }
 
 /* Unmap and release h, which is then asleep. When the release fails its mappings are put back;
@@ -637,7 +639,7 @@ static vmm_status release_one(vmm_app_registry *reg, struct app_handle *h, bool 
  * that import from each other never wait for each other. When an import fails, the handles
  * brought back first go asleep again (their backups still hold the contents: nothing ran). */
 static vmm_status restore_in_order(vmm_app_registry *reg, struct app_handle **hs, size_t n,
-				   uint64_t *copied, vmm_error *err)
+				   vmm_transfer_result *res, vmm_error *err)
 {
 	struct app_handle **v = malloc((n ? n : 1) * sizeof(*v));
 	size_t own = 0, k = 0;
@@ -652,8 +654,8 @@ static vmm_status restore_in_order(vmm_app_registry *reg, struct app_handle **hs
 	for (size_t i = 0; i < n; i++)
 		if (hs[i]->imported)
 			v[k++] = hs[i];
-	st = restore(reg, v, own, true, copied, err);
-	if (!st && n > own && (st = restore(reg, v + own, n - own, true, copied, err))) {
+	st = restore(reg, v, own, true, res, err);
+	if (!st && n > own && (st = restore(reg, v + own, n - own, true, res, err))) {
 		for (size_t i = 0; i < own; i++) {
 			app_share_unpublish(reg, v[i]->app);
 			if (release_one(reg, v[i], false, NULL)) {
@@ -673,16 +675,18 @@ static vmm_status restore_in_order(vmm_app_registry *reg, struct app_handle **hs
 /* Back up (unless discard) and release hs[0..n). On failure those released are brought back;
  * where that fails they stay asleep with their host copy (*partial set). */
 static vmm_status sleep_handles(vmm_app_registry *reg, struct app_handle **hs, size_t n,
-				bool discard, const vmm_limits *lim, uint64_t *copied,
+				bool discard, const vmm_limits *lim, vmm_transfer_result *res,
 				bool *partial, vmm_error *err)
 {
+	double t0 = vmm_now_s();
 	size_t done = 0;
 	vmm_status st;
 
 	*partial = false;
 	st = drain_devices(reg, hs, n, lim, err);
+	res->drain_seconds += vmm_now_s() - t0;
 	if (!st && !discard)
-		st = back_up(reg, hs, n, copied, err);
+		st = back_up(reg, hs, n, res, err);
 	if (!st)
 		st = vmm_limits_check(lim, "releasing the program's VMM handles", err);
 	if (st)
@@ -698,7 +702,7 @@ static vmm_status sleep_handles(vmm_app_registry *reg, struct app_handle **hs, s
 		done++;   /* released in effect: it comes back with the others */
 	if (done) {
 		vmm_error rerr;
-		uint64_t ignored = 0;
+		vmm_transfer_result ignored = { 0 };
 
 		vmm_error_clear(&rerr);
 		if (restore_in_order(reg, hs, done, &ignored, &rerr)) {
@@ -730,7 +734,7 @@ vmm_status vmm_app_sleep_within(vmm_app_registry *reg, const vmm_sleep_opts *opt
 					    "");
 		res->already = true;
 	} else {
-		st = sleep_handles(reg, op.hs, op.n, opts && opts->discard, lim, &res->bytes_copied,
+		st = sleep_handles(reg, op.hs, op.n, opts && opts->discard, lim, res,
 				   &partial, err);
 		if (!st) {
 			res->bytes_released = op.bytes;
@@ -796,7 +800,7 @@ vmm_status vmm_app_wake_within(vmm_app_registry *reg, const vmm_sleep_opts *opts
 		st = wake_fits(reg, op.hs, op.n, err);
 	if (!st) {
 		reg->wake_deadline = lim ? lim->deadline : 0;   /* imports fetched within it */
-		st = restore_in_order(reg, op.hs, op.n, &res->bytes_copied, err);
+		st = restore_in_order(reg, op.hs, op.n, res, err);
 		reg->wake_deadline = 0;
 		if (st == VMM_E_OOM && err) {
 			char why[sizeof(err->msg)];

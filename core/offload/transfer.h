@@ -32,6 +32,11 @@ typedef struct vmm_transfer_result {
 	uint64_t bytes_imported;
 	uint64_t bytes_copied;     /* bytes copied to or from host */
 	double seconds;
+	/* Where the seconds went, for a caller asking why a transition is slower than its copy:
+	 * holding the program's new work (the gate, sleep only), waiting for its work in flight
+	 * (the drain) and copying (first copy issued to last one done, setup overlapped with it
+	 * included). The rest of `seconds` is setting memory up or giving it back around them. */
+	double gate_seconds, drain_seconds, copy_seconds;
 	bool already;              /* nothing to do: already asleep / awake (VMM_E_ALREADY returned too) */
 	/* Only with a failure whose undo failed too: the bytes that stay asleep with their host copy
 	 * beside resident memory (the partial state above); 0 otherwise. */

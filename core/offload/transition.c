@@ -262,6 +262,8 @@ static vmm_status run_parts(const vmm_offload_parts *parts, struct part *p, cons
 		sum->bytes_released += r.bytes_released;
 		sum->bytes_imported += r.bytes_imported;
 		sum->bytes_copied += r.bytes_copied;
+		sum->drain_seconds += r.drain_seconds;
+		sum->copy_seconds += r.copy_seconds;
 	}
 	*ran = k;
 	return st;

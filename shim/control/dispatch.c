@@ -473,6 +473,9 @@ static void put_result(proto_writer *w, const char *word, const vmm_transfer_res
 	proto_put_u64(w, "copied", r->bytes_copied);
 	proto_put_double(w, "seconds", r->seconds);
 	proto_put_double(w, "gbps", r->seconds > 0 ? r->bytes_copied / r->seconds / 1e9 : 0);
+	proto_put_double(w, "gate_seconds", r->gate_seconds);
+	proto_put_double(w, "drain_seconds", r->drain_seconds);
+	proto_put_double(w, "copy_seconds", r->copy_seconds);
 	proto_put_bool(w, "already", r->already);
 	proto_record_end(w);
 	proto_end(w);

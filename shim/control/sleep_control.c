@@ -287,12 +287,15 @@ static vmm_status sleep_step(const struct transition *t, struct op *op,
 {
 	vmm_selection sel = selection_of(t->opts);
 	bool was_held = atomic_load(&held);
+	double t0 = vmm_now_s(), gate_s;
 	vmm_status s;
 
 	if (!was_held && (s = gate_close_within(op->gate_ms, op_stop, op, err)))
 		return s;
+	gate_s = vmm_now_s() - t0;
 	vmm_log(VMM_LOG_DEBUG, "sleep: device work is held; offloading");
 	s = control_group_sleep(parts, &sel, &op->core_lim, op->lim, r, err);
+	r->gate_seconds = gate_s;
 	note_partial(parts, t->opts, s, r);
 	if (!s && t->hold_after) {
 		hold(t->opts, t->autowake);

@@ -546,6 +546,13 @@ long long json_num(const char *json, const char *section, const char *key)
 	return p && ((*p >= '0' && *p <= '9') || *p == '-') ? strtoll(p, NULL, 10) : -1;
 }
 
+double json_double(const char *json, const char *section, const char *key)
+{
+	const char *p = find_key(json, section, key);
+
+	return p && ((*p >= '0' && *p <= '9') || *p == '-') ? strtod(p, NULL) : -1;
+}
+
 bool json_str(const char *json, const char *section, const char *key, char *buf, size_t cap)
 {
 	const char *p = find_key(json, section, key);

@@ -83,6 +83,8 @@ void fake_stop(struct fake *f);
 /* The number after "key": in json, looking from the first occurrence of section (NULL: from
  * the start). -1 when absent. */
 long long json_num(const char *json, const char *section, const char *key);
+/* The same for a number with a fraction (seconds). */
+double json_double(const char *json, const char *section, const char *key);
 /* The string after "key": (copied into buf); false when absent. */
 bool json_str(const char *json, const char *section, const char *key, char *buf, size_t cap);
 

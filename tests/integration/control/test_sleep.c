@@ -104,6 +104,42 @@ Test(sleep, releases_memory_and_restores_every_byte, .timeout = 60)
 	finish(t);
 }
 
+/* A transition's seconds, and the parts of them it reports: the drain waits for work the program
+ * had submitted (a 300 ms busy stream), the copies run on a slow copy engine (SIMDEV_COPY_DELAY:
+ * 40 ms a copy), and the parts never add up to more than the whole. */
+static void expect_parts(const char *verb, double drain_min, double copy_min)
+{
+	double secs = json_double(o.out, "\"result\"", "seconds");
+	double gate = json_double(o.out, "\"result\"", "gate_seconds");
+	double drain = json_double(o.out, "\"result\"", "drain_seconds");
+	double copy = json_double(o.out, "\"result\"", "copy_seconds");
+
+	cr_expect(gate >= 0 && drain >= drain_min && copy >= copy_min, "%s: %s", verb, o.out);
+	cr_expect_leq(gate + drain + copy, secs + 1e-6, "%s: the parts exceed the whole: %s", verb,
+		      o.out);
+}
+
+Test(sleep, the_result_says_where_the_time_went, .timeout = 60)
+{
+	const char *env[] = { "SIMDEV_COPY_DELAY=40", NULL };
+	struct target *t = start_under_shim(env);
+	char cmd[64];
+
+	cmd_ok(t, "alloc 2 3000000", "ok");
+	cmd_ok(t, "busy 300", "busy launched");
+	snprintf(cmd, sizeof(cmd), "sleep %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	expect_parts("sleep", 0.25, 0.035);
+	snprintf(cmd, sizeof(cmd), "wake %d", (int)t->pid);
+	ctl_ok(t, cmd);
+	/* A wake holds nothing and drains nothing: its own copies are the work. */
+	cr_expect_eq(json_double(o.out, "\"result\"", "gate_seconds"), 0, "%s", o.out);
+	cr_expect_eq(json_double(o.out, "\"result\"", "drain_seconds"), 0, "%s", o.out);
+	expect_parts("wake", 0, 0.035);
+	cmd_ok(t, "check", "ok 2");
+	finish(t);
+}
+
 Test(sleep, two_hundred_cycles_keep_every_byte, .timeout = 120)
 {
 	struct target *t = start_under_shim(NULL);
