@@ -12,8 +12,8 @@
 #   (its allocators, e.g. NO_CACHING,expandable; default all three; NO_CACHING+VAR=VAL adds
 #   NO_CACHING under the shim with that setting, an A/B), GPUCHECK_TRAIN_PASSES
 #   (passes over its steps per run, the last timed, default 2), GPUCHECK_SMALL_GIB (the
-#   small-handles sleep/wake row, default 96), GPUCHECK_JOBS (parallel
-#   compiles, default nproc)
+#   small-handles sleep/wake row, default 96), GPUCHECK_SLEEP_SIZES (GiB held by the
+#   sleep/wake rows, default 1,16,64), GPUCHECK_JOBS (parallel compiles, default nproc)
 # LOGDIR receives summary.txt, results.json and gpu-check-logs.tgz (every program's output,
 # vmmctl's answers, the build log): few files, as the device tool brings back at most 8.
 set -u
@@ -115,6 +115,7 @@ opts=()
 [ -n "${GPUCHECK_TRAIN_ALLOCS:-}" ] && opts+=(--train-allocs "$GPUCHECK_TRAIN_ALLOCS")
 [ -n "${GPUCHECK_TRAIN_PASSES:-}" ] && opts+=(--train-passes "$GPUCHECK_TRAIN_PASSES")
 [ -n "${GPUCHECK_SMALL_GIB:-}" ] && opts+=(--small-gib "$GPUCHECK_SMALL_GIB")
+[ -n "${GPUCHECK_SLEEP_SIZES:-}" ] && opts+=(--sleep-sizes "$GPUCHECK_SLEEP_SIZES")
 limit=$(( budget + 30 - ($(date +%s) - start) ))
 [ $limit -ge 30 ] || limit=30
 GPUCHECK_LOGS=$out/gpu-check-logs.tgz timeout $limit \

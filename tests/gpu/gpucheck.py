@@ -419,6 +419,26 @@ def seconds_of(js, wall):
     return s if s else wall
 
 
+def time_parts(js):
+    """(seconds, gate, drain, copy) of a sleep's or wake's answer; None where it has none."""
+    if js is None:
+        return None
+    got = [pick(js, {k}) for k in ("seconds", "gate_seconds", "drain_seconds", "copy_seconds")]
+    return None if any(v is None for v in got) else tuple(got)
+
+
+def parts_ms(parts):
+    """Where the steady transitions' time went, medians in ms: the copy, the gate and drain,
+    and the rest (memory set up or given back outside the copy)."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return ""
+    med = [statistics.median(p[i] for p in parts) * 1e3 for i in range(4)]
+    rest = statistics.median((p[0] - p[1] - p[2] - p[3]) * 1e3 for p in parts)
+    return (f"; steady ms: all {med[0]:.2f} = copy {med[3]:.2f} + gate {med[1]:.2f} + "
+            f"drain {med[2]:.2f} + rest {rest:.2f}")
+
+
 # ---------------------------------------------------------------------------------------------
 # The matrix
 
@@ -1822,7 +1842,9 @@ class Matrix:
             m = self.command(p, "pinned", r"^PINNED (\S+) (\S+) (\d+)")
             d2h, h2d = (float(m.group(1)), float(m.group(2))) if m else (None, None)
             outs, ins, err, walls, cut = [], [], "", [], ""
-            for cycle in range(3):
+            parts = {"sleep": [], "wake": []}  # where each steady transition's time went
+            # Small sizes take milliseconds a cycle: more of them steady the median.
+            for cycle in range(6 if gib <= 4 else 3):
                 # A slow engine must not eat the rest of the run: one more cycle only if it
                 # fits comfortably (rate so far, or 5 GB/s before the first).
                 rate = min(outs + ins) if outs else 5.0
@@ -1835,12 +1857,14 @@ class Matrix:
                     break
                 outs.append(gib * GIB / seconds_of(sj, wall) / 1e9)
                 walls.append(wall)
+                parts["sleep"].append(time_parts(sj))
                 rc, wj, wall, text = self.ctl("wake", p.pid, timeout=120)
                 if rc != 0:
                     err = f"wake rc {rc}: {pick_str(wj, 'message') or text}"
                     break
                 ins.append(gib * GIB / seconds_of(wj, wall) / 1e9)
                 walls.append(wall)
+                parts["wake"].append(time_parts(wj))
             if err:  # make sure it is awake (a failed sleep should have rolled back)
                 self.ctl("wake", p.pid, timeout=30)
             chk = self.command(p, "check", r"^CHECK (\w+)", timeout=60 if err else 120)
@@ -1849,7 +1873,8 @@ class Matrix:
             note = (err or intact) + (f"; {cut}" if cut else "")
             def walls_ms(ws):
                 return "; vmmctl wall ms " + "/".join(f"{w * 1e3:.0f}" for w in ws) if ws else ""
-            sleep_note, wake_note = note + walls_ms(walls[0::2]), note + walls_ms(walls[1::2])
+            sleep_note = note + walls_ms(walls[0::2]) + parts_ms(parts["sleep"][1:])
+            wake_note = note + walls_ms(walls[1::2]) + parts_ms(parts["wake"][1:])
             if outs:
                 self.badd(f"sleep {gib} GiB GB/s first / steady", f"{outs[0]:.1f} / "
                           f"{fmt(statistics.median(outs[1:]) if len(outs) > 1 else None)}",
