@@ -15,7 +15,10 @@
  * what else the driver or the GPU is doing; calls made on several threads at once (the core
  * releases on up to 4) cost as much as one after another (`us`), or, at best, the releases are
  * spread evenly (us - release_us * 3/4). Synchronizations are counted, not costed: on an idle
- * context one costs 0.5 us, during training it costs whatever work is queued. */
+ * context one costs 0.5 us, during training it costs whatever work is queued. Measured beside
+ * running kernels (tests/gpu/PROBE.md (f)), moves and re-creations cost 1.2-1.5x these figures
+ * and do not slow the kernels; the model leaves that factor out because it scales every policy
+ * alike. */
 #include "driver_model.h"
 
 #include <math.h>
