@@ -3,6 +3,8 @@
 //   pair_<size>: median of cudaMalloc + cudaFree of one size, repeated (served from cache
 //                under the shim); async_pair_<size>: cudaMallocAsync + cudaFreeAsync, warm pool
 //   grow_64x1g: 64 GiB allocated in 1 GiB cudaMalloc calls (total ms), then freed
+//   launch: host time of one empty kernel launch (median over batches of 500, each batch
+//           issued back to back and drained untimed): what the shim adds to every launch
 // Usage: bench_alloc [grow_GiB]
 #include <algorithm>
 #include <vector>
@@ -56,6 +58,24 @@ static void async_pair(size_t size, const char *name, int reps)
 	printf("BENCH async_pair_%s %.3f us\n", name, median(t) * 1e6);
 }
 
+__global__ void empty_kernel(void) {}
+
+static void launch(int batches)
+{
+	std::vector<double> t;
+	empty_kernel<<<1, 1>>>(); // the module loads on the first launch
+	CK(cudaDeviceSynchronize());
+	for (int b = 0; b < batches; b++) {
+		double t0 = now_s();
+		for (int i = 0; i < 500; i++)
+			empty_kernel<<<1, 1>>>();
+		t.push_back((now_s() - t0) / 500);
+		CK(cudaDeviceSynchronize());
+	}
+	CK(cudaGetLastError());
+	printf("BENCH launch %.3f us\n", median(t) * 1e6);
+}
+
 int main(int argc, char **argv)
 {
 	size_t grow = argc > 1 ? strtoull(argv[1], NULL, 10) : 64;
@@ -88,6 +108,7 @@ int main(int argc, char **argv)
 	pair(256, "256B", 2000);
 	pair(MIB, "1MiB", 2000);
 	pair(64 * MIB, "64MiB", 500);
+	launch(40);
 	async_pair(256, "256B", 2000);
 	async_pair(MIB, "1MiB", 2000);
 	async_pair(64 * MIB, "64MiB", 500);

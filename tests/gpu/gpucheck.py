@@ -1573,6 +1573,11 @@ class Matrix:
                 self.bench[-1]["note"] += f"; {'shim' if shim else 'native'} run rc {rc}"
         s, n = shm.get("free_64x1g"), nat.get("free_64x1g")
         self.badd("free those 64 GiB (ms)", fmt(s), fmt(n), ratio(s, n), "-")
+        # What the shim adds to each launch (its gate counts submissions): the part of its
+        # cost under PyTorch's own allocators that whole training runs are too noisy to show.
+        s, n = shm.get("launch"), nat.get("launch")
+        self.badd("empty kernel launch, host time (us)", fmt(s), fmt(n), ratio(s, n), "-",
+                  f"adds {s - n:.3f} us a launch" if s is not None and n is not None else "")
 
     def bench_bw(self):
         """Copy and kernel bandwidth on the shim's memory vs cudaMalloc memory: bench_bw run

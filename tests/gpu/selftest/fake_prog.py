@@ -197,6 +197,7 @@ elif name == "hold":
     print("RESULT hold failures=0")
 elif name == "bench_alloc":
     print(f"BENCH grow_64x1g {6.0 if shim else 5.0} ms")
+    print(f"BENCH launch {2.2 if shim else 2.0} us")
     for s in ("256B", "1MiB", "64MiB"):
         print(f"BENCH pair_{s} {0.5 if shim else 60} us\nBENCH async_pair_{s} 0.8 us")
 elif name == "ctx_sleep":

@@ -75,4 +75,6 @@ elif cmd in ("sleep", "wake"):
     os.kill(pid, signal.SIGSTOP if cmd == "sleep" else signal.SIGCONT)
     with open(state, "w") as f:
         f.write("500" if cmd == "sleep" else str(4096 + 500))
-    print(json.dumps({"status": "ok", "result": {"released": 4 << 30, "seconds": 0.05}}))
+    print(json.dumps({"status": "ok", "result": {
+        "released": 4 << 30, "seconds": 0.05, "gate_seconds": 0.001 if cmd == "sleep" else 0,
+        "drain_seconds": 0.002 if cmd == "sleep" else 0, "copy_seconds": 0.045}}))

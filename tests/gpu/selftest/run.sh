@@ -129,6 +129,12 @@ for prefix in ("sleep 1 GiB", "wake 2 GiB", "discard sleep / wake 2 GiB",
                "discard sleep / wake 1 GiB small handles"):
     if not any(m.startswith(prefix) for m in bench):
         bad.append(f"no benchmark row {prefix!r}")
+if "adds 0.200 us a launch" not in \
+        bench.get("empty kernel launch, host time (us)", {}).get("note", ""):
+    bad.append("no launch row saying what the shim adds a launch")
+sleep_note = next((b["note"] for m, b in bench.items() if m.startswith("sleep 1 GiB GB/s")), "")
+if "steady ms: all 50.00 = copy 45.00 + gate 1.00 + drain 2.00 + rest 2.00" not in sleep_note:
+    bad.append(f"the sleep row does not split its steady time: {sleep_note!r}")
 peak = bench.get("train default native: ms/step, peak GiB", {}).get("shim", "")
 if not peak.startswith("100, 4.4"):
     bad.append(f"train default native ms/step and peak: {peak!r}, expected '100, 4.49'")
