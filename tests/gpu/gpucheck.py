@@ -2001,6 +2001,7 @@ class Matrix:
         gone = pick(st, {"handles_released"}) if rc == 0 and st else None
         handles = made - (gone or 0) if made is not None else None  # the heap's live handles
         secs, err = {"sleep": [], "wake": []}, ""
+        parts = {"sleep": [], "wake": []}
         for cycle in range(2):
             for op in ("sleep", "wake"):
                 rc, j, wall, text = self.ctl(op, p.pid, timeout=180)
@@ -2008,6 +2009,7 @@ class Matrix:
                     err = f"{op} rc {rc}: {pick_str(j, 'message') or text}"
                     break
                 secs[op].append(seconds_of(j, wall))
+                parts[op].append(time_parts(j))
             if err:
                 break
         if err:
@@ -2029,7 +2031,7 @@ class Matrix:
                       f"pinned {'D2H' if op == 'sleep' else 'H2D'} {fmt(anchor)}",
                       ratio(steady, anchor), ">= 0.95x; <= 3 s at 128 GiB",
                       note + "; s first/steady " + "/".join(f"{t:.2f}" for t in ts)
-                      + f", at 128 GiB {ts[-1] * to128:.2f} s")
+                      + f", at 128 GiB {ts[-1] * to128:.2f} s" + parts_ms(parts[op][1:]))
         if not err and self.left() > 40:
             rc, sj, wall, text = self.ctl("sleep", p.pid, "--discard", timeout=60)
             rc2, wj, wall2, text2 = self.ctl("wake", p.pid, timeout=60) if rc == 0 else (
