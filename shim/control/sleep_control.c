@@ -23,7 +23,9 @@
 #include "control_internal.h"
 #include "../share/share.h"
 
-static pthread_mutex_t ctl_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Exclusive: the sleep or wake in progress, or a change of its settings. Shared: a look at the
+ * state (control_state_get), so that looks at once never take each other for an operation. */
+static pthread_rwlock_t ctl_lock = PTHREAD_RWLOCK_INITIALIZER;
 
 /* Written under ctl_lock, read by control_state_get and the operation's stop test without it. */
 static atomic_bool held;          /* the gate is closed by a sleep until the matching wake */
@@ -173,7 +175,7 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 	memset(op, 0, sizeof(*op));
 	op->lim = lim;
 	op->t0 = vmm_now_s();
-	while (pthread_mutex_trylock(&ctl_lock)) {
+	while (pthread_rwlock_trywrlock(&ctl_lock)) {
 		struct timespec pause = { 0, 20 * 1000000L };
 
 		if ((t && vmm_now_s() - op->t0 >= t / 1000.0) || op_stop(op))
@@ -181,14 +183,14 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 		nanosleep(&pause, NULL);
 	}
 	if (atomic_load(&shut_down) || forked_child) {
-		pthread_mutex_unlock(&ctl_lock);
+		pthread_rwlock_unlock(&ctl_lock);
 		return vmm_fail(err, forked_child ? VMM_E_UNSUPPORTED : VMM_E_BUSY, 0, "%s",
 				forked_child ? "not available in a forked child" :
 					       "the process is exiting");
 	}
 	*rt = shim_runtime_peek();
 	if (!*rt || !shim_runtime_serves(*rt)) {
-		pthread_mutex_unlock(&ctl_lock);
+		pthread_rwlock_unlock(&ctl_lock);
 		return vmm_fail(err, VMM_E_INVALID, 0,
 				"no device memory is managed by vmmshim in this process yet");
 	}
@@ -216,7 +218,7 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 static void op_end(void)
 {
 	atomic_store(&running_op, 0);
-	pthread_mutex_unlock(&ctl_lock);
+	pthread_rwlock_unlock(&ctl_lock);
 }
 
 /* The partial flag follows the outcome: set by a failure that left the process partly asleep,
@@ -377,7 +379,7 @@ void control_state_get(control_state *out)
 	out->partial = atomic_load(&partial);
 	/* A sleep or wake in progress (an in-process one can run beside the server) is reported,
 	 * not waited for. */
-	if (pthread_mutex_trylock(&ctl_lock)) {
+	if (pthread_rwlock_tryrdlock(&ctl_lock)) {
 		out->changing = true;
 		out->autowake = atomic_load(&held_autowake);
 		return;
@@ -395,18 +397,18 @@ void control_state_get(control_state *out)
 			asleep += vmm_app_is_asleep(parts.app, -1);
 		}
 	}
-	pthread_mutex_unlock(&ctl_lock);
+	pthread_rwlock_unlock(&ctl_lock);
 	out->any_asleep = asleep > 0;
 	out->all_asleep = out->held || (n > 0 && asleep == n);
 }
 
 void control_set_autowake_default(bool on)
 {
-	pthread_mutex_lock(&ctl_lock);
+	pthread_rwlock_wrlock(&ctl_lock);
 	atomic_store(&autowake_default, on);
 	if (!atomic_load(&held))
 		gate_set_autowake(on, on ? autowake_fn : NULL);
-	pthread_mutex_unlock(&ctl_lock);
+	pthread_rwlock_unlock(&ctl_lock);
 }
 
 static pthread_once_t exit_once = PTHREAD_ONCE_INIT;
@@ -425,7 +427,7 @@ bool control_sleep_shutdown(void)
 	/* The operation in progress sees this between its steps and rolls back. */
 	atomic_store(&shut_down, true);
 	pthread_once(&exit_once, exit_begin);
-	while (!(locked = !pthread_mutex_trylock(&ctl_lock)) && vmm_now_s() < exit_until)
+	while (!(locked = !pthread_rwlock_trywrlock(&ctl_lock)) && vmm_now_s() < exit_until)
 		nanosleep(&pause, NULL);
 	if (!locked) {
 		vmm_log(VMM_LOG_WARN, "exit: a sleep or wake is still running after %d ms: its memory "
@@ -436,7 +438,7 @@ bool control_sleep_shutdown(void)
 		vmm_log(VMM_LOG_INFO, "exit while asleep: the host copy is freed with the process");
 		nheld = 0; /* said once */
 	}
-	pthread_mutex_unlock(&ctl_lock);
+	pthread_rwlock_unlock(&ctl_lock);
 	/* A drain that was given up may still be inside the driver with a backend pointer. */
 	if (!vmm_drain_wait_idle(vmm_now_s() + (exit_until - vmm_now_s()))) {
 		vmm_log(VMM_LOG_WARN, "exit: a device drain that was given up is still running: "
@@ -449,7 +451,7 @@ bool control_sleep_shutdown(void)
 void control_sleep_after_fork(void)
 {
 	/* The parent's server thread may have held the lock at fork time. */
-	pthread_mutex_init(&ctl_lock, NULL);
+	pthread_rwlock_init(&ctl_lock, NULL);
 	forked_child = true;
 	atomic_store(&held, false);
 	atomic_store(&partial, false);
