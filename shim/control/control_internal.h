@@ -57,6 +57,11 @@ typedef struct control_state {
 	                   * with host copies, until a wake completes it */
 } control_state;
 void control_state_get(control_state *out);
+/* The same, and when no sleep or wake runs (true), none starts, from a client or the program,
+ * until control_state_release: what the core's figures say meanwhile is what the state says.
+ * false: one runs (changing); nothing to release. Never waits. */
+bool control_state_hold(control_state *out);
+void control_state_release(void);
 
 /* VMMSHIM_AUTOWAKE=1: autowake is on for every sleep. */
 void control_set_autowake_default(bool on);

@@ -5,7 +5,8 @@
  * one at a time (the tracker below, `op`); a wake that covers the sleep in progress cancels it.
  * hello and status never wait for one: while a sleep or wake runs, the core's figures are being
  * changed under its locks, so they answer with what can be said without them (state changing,
- * which operation, for how long). */
+ * which operation, for how long). A full status reads the figures holding the state
+ * (control_state_hold): no sleep or wake, the program's own included, starts meanwhile. */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -49,9 +50,6 @@ static struct {
 } op;
 /* The operation number asked to stop (read by its gone() without op_lock). */
 static unsigned long cancel_gen;
-/* A full status reads the core's figures under this lock (shared); an operation takes it
- * (exclusive) once before it starts, so that no full status is still reading when it begins. */
-static pthread_rwlock_t figures_lock = PTHREAD_RWLOCK_INITIALIZER;
 
 static void op_cond_init(void)
 {
@@ -428,6 +426,21 @@ static void put_figures(const proto_request *req, proto_writer *w, shim_runtime 
 		control_put_app_shares(w, rt->side[SHIM_CUDA].app);
 }
 
+/* The sleep or wake from a client in progress: its verb and how long it has run. */
+static bool client_op_running(const char **operation, long long *ms)
+{
+	bool running;
+
+	lock_op();
+	running = op.running;
+	if (running) {
+		*operation = proto_verb_name(op.verb);
+		*ms = vmm_now_ms() - op.started_ms;
+	}
+	pthread_mutex_unlock(&op_lock);
+	return running;
+}
+
 /* hello and status: the figures when no sleep or wake runs, else what can be said without
  * waiting for it. */
 static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
@@ -437,24 +450,15 @@ static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
 	control_state cs;
 
 	proto_header(w, "ok");
-	if (pthread_rwlock_tryrdlock(&figures_lock)) {
-		operation = "unknown"; /* an operation is starting */
-	} else {
-		lock_op();
-		if (op.running) {
-			operation = proto_verb_name(op.verb);
-			ms = vmm_now_ms() - op.started_ms;
-		}
-		pthread_mutex_unlock(&op_lock);
-		control_state_get(&cs);
-		if (!operation && cs.changing)
-			operation = "unknown"; /* one the program started itself */
-		if (!operation) {
+	if (!client_op_running(&operation, &ms)) {
+		if (control_state_hold(&cs)) {
 			put_info(w, rt, &cs);
 			if (req->verb == PROTO_STATUS)
 				put_figures(req, w, rt);
+			control_state_release();
+		} else if (!client_op_running(&operation, &ms)) {
+			operation = "unknown"; /* one the program started itself */
 		}
-		pthread_rwlock_unlock(&figures_lock);
 	}
 	if (operation) {
 		put_info_changing(w, operation, ms);
@@ -616,10 +620,6 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 	}
 	if (!take_op_slot(req, client, deadline, &ow, w))
 		return;
-	/* No full status may still be reading the figures the operation changes. */
-	pthread_rwlock_wrlock(&figures_lock);
-	pthread_rwlock_unlock(&figures_lock);
-
 	lim.timeout_ms = deadline ? (int)(deadline - vmm_now_ms()) : 0;
 	lim.drain_ms = req->drain_ms;
 	lim.share_group = req->share_group[0] ? req->share_group : NULL;
@@ -767,6 +767,5 @@ void control_dispatch_after_fork(void)
 	pthread_mutex_init(&op_lock, NULL);
 	op_cond_init();
 	pthread_once(&op_cond_once, op_cond_init); /* done: not again over it later */
-	pthread_rwlock_init(&figures_lock, NULL);
 	op.running = false;
 }

@@ -24,7 +24,8 @@
 #include "../share/share.h"
 
 /* Exclusive: the sleep or wake in progress, or a change of its settings. Shared: a look at the
- * state (control_state_get), so that looks at once never take each other for an operation. */
+ * state (control_state_get), so that looks at once never take each other for an operation, and a
+ * full status while it reads the figures (control_state_hold). */
 static pthread_rwlock_t ctl_lock = PTHREAD_RWLOCK_INITIALIZER;
 
 /* Written under ctl_lock, read by control_state_get and the operation's stop test without it. */
@@ -176,7 +177,8 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 	op->lim = lim;
 	op->t0 = vmm_now_s();
 	while (pthread_rwlock_trywrlock(&ctl_lock)) {
-		struct timespec pause = { 0, 20 * 1000000L };
+		/* Held by another operation, or shared by a look at the state: that one ends soon. */
+		struct timespec pause = { 0, (atomic_load(&running_op) ? 20 : 1) * 1000000L };
 
 		if ((t && vmm_now_s() - op->t0 >= t / 1000.0) || op_stop(op))
 			return vmm_fail(err, VMM_E_BUSY, 0, "another sleep or wake is in progress");
@@ -368,7 +370,9 @@ vmm_status shim_wake(const vmm_sleep_opts *opts, vmm_transfer_result *res, vmm_e
 	return control_wake(opts, NULL, res, err);
 }
 
-void control_state_get(control_state *out)
+/* The state; keep: when no operation runs, hold ctl_lock (shared) on return, so that none starts
+ * until control_state_release. false: one runs (changing), nothing is held. */
+static bool state_get(control_state *out, bool keep)
 {
 	vmm_offload_parts parts;
 	shim_runtime *rt;
@@ -382,7 +386,7 @@ void control_state_get(control_state *out)
 	if (pthread_rwlock_tryrdlock(&ctl_lock)) {
 		out->changing = true;
 		out->autowake = atomic_load(&held_autowake);
-		return;
+		return false;
 	}
 	out->held = atomic_load(&held);
 	out->partial = atomic_load(&partial);
@@ -397,9 +401,26 @@ void control_state_get(control_state *out)
 			asleep += vmm_app_is_asleep(parts.app, -1);
 		}
 	}
-	pthread_rwlock_unlock(&ctl_lock);
+	if (!keep)
+		pthread_rwlock_unlock(&ctl_lock);
 	out->any_asleep = asleep > 0;
 	out->all_asleep = out->held || (n > 0 && asleep == n);
+	return true;
+}
+
+void control_state_get(control_state *out)
+{
+	state_get(out, false);
+}
+
+bool control_state_hold(control_state *out)
+{
+	return state_get(out, true);
+}
+
+void control_state_release(void)
+{
+	pthread_rwlock_unlock(&ctl_lock);
 }
 
 void control_set_autowake_default(bool on)
