@@ -1,0 +1,159 @@
+/* Status under many clients at once, while sleeps start and run: every status is answered at
+ * once, says "changing" only while a sleep or wake runs, and never comes back stale. Run alone
+ * (--jobs 1): the clients keep both cores busy, and the bounds are on time.
+ *
+ * A long sleep is made with ctl_target's `busy MS`: work on a stream that the sleep's drain waits
+ * for. */
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness_assert.h"
+
+TestSuite(status, .fini = harness_cleanup);
+
+static struct ctl_out o, bg;
+
+static struct target *start(void)
+{
+	struct target *t = target_start(NULL);
+	char line[64];
+
+	cr_assert(t, "ctl_target did not start under the shim");
+	cr_assert_eq(target_cmd(t, "alloc 4 1000000", line, sizeof(line), 20000), 0);
+	cr_assert_str_eq(line, "ok");
+	return t;
+}
+
+static void finish(struct target *t)
+{
+	cr_expect_eq(target_stop(t, 10000), 0, "the program did not exit cleanly");
+	target_free(t);
+}
+
+/* Statuses from several clients at once, each asking as fast as the server answers (raw
+ * requests): none waits for another or for a sleep, a client's or the program's own, and none
+ * says "changing" while nothing changes. */
+#define RAW_ASKERS 4
+
+static struct raw_asker {
+	char sock[400];
+	char reply[1 << 16];
+	char failure[512];
+	long n, changing, failed;
+	double worst;
+} raw_askers[RAW_ASKERS];
+static atomic_bool asking;
+
+static void *ask_raw(void *arg)
+{
+	struct raw_asker *k = arg;
+	const char *req = "vmmshim/1 status\n";
+
+	while (atomic_load(&asking)) {
+		double t0 = now_s(), took;
+		ssize_t n = raw_request(k->sock, req, strlen(req), true, 0, k->reply,
+					sizeof(k->reply), 5000);
+
+		took = now_s() - t0;
+		k->n++;
+		if (n <= 0 || strncmp(k->reply, "vmmshim/1 ok\n", 13)) {
+			if (!k->failed++)
+				snprintf(k->failure, sizeof(k->failure), "%zd after %.3f s: %.400s", n,
+					 took, n > 0 ? k->reply : "");
+		} else if (strstr(k->reply, "state=\"changing\"")) {
+			k->changing++;
+		}
+		if (took > k->worst)
+			k->worst = took;
+	}
+	return NULL;
+}
+
+static void raw_asking_begin(struct target *t, pthread_t *th)
+{
+	atomic_store(&asking, true);
+	for (int i = 0; i < RAW_ASKERS; i++) {
+		struct raw_asker *k = &raw_askers[i];
+
+		target_socket(t, k->sock, sizeof(k->sock));
+		k->n = k->changing = k->failed = 0;
+		k->worst = 0;
+		cr_assert_eq(pthread_create(&th[i], NULL, ask_raw, k), 0);
+	}
+}
+
+/* Stop asking; every answer came within bound. Returns how many said "changing". */
+static long raw_asking_end(pthread_t *th, double bound, const char *during)
+{
+	long n = 0, changing = 0;
+
+	atomic_store(&asking, false);
+	for (int i = 0; i < RAW_ASKERS; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < RAW_ASKERS; i++) {
+		const struct raw_asker *k = &raw_askers[i];
+
+		cr_assert_eq(k->failed, 0, "%s: %ld of %ld statuses failed; the first: %s", during,
+			     k->failed, k->n, k->failure);
+		cr_assert_lt(k->worst, bound, "%s: a status waited %.3f s", during, k->worst);
+		n += k->n;
+		changing += k->changing;
+	}
+	cr_assert_gt(n, 0, "%s: no status was answered", during);
+	return changing;
+}
+
+Test(status, statuses_at_once_never_wait_nor_see_a_sleep_that_is_not_there, .timeout = 120)
+{
+	struct target *t = start();
+	/* A sleep's drain lasts 500 ms (busy), a status at most bound. */
+	double bound = 0.2 * ctl_slow();
+	pthread_t th[RAW_ASKERS];
+	char cmd[32], reply[256], s[32];
+	pid_t sl;
+
+	/* Tags: a status reads the figures of each, which takes longer. */
+	for (int g = 0; g < 32; g++) {
+		snprintf(cmd, sizeof(cmd), "tag t%d", g);
+		cmd_ok(t, cmd, "rc=0");
+		cmd_ok(t, "alloc 1 65536", "ok");
+	}
+	/* Nothing changes: no status may say otherwise because another is being answered. */
+	raw_asking_begin(t, th);
+	usleep((useconds_t)(500000 * ctl_slow()));
+	cr_expect_eq(raw_asking_end(th, bound, "no sleep"), 0,
+		     "statuses said changing while nothing changed");
+	/* The program's own sleeps: one may begin while a status reads the figures. */
+	snprintf(cmd, sizeof(cmd), "busy %d", (int)(500 * ctl_slow()));
+	for (int round = 0; round < 12; round++) {
+		cmd_ok(t, cmd, "busy launched");
+		raw_asking_begin(t, th);
+		usleep(20000);
+		cmd_ok(t, "bgsleep all", "bgsleep started");
+		cr_assert_eq(target_read(t, reply, sizeof(reply), 10000), 0, "no end of bgsleep");
+		raw_asking_end(th, bound, "an in-process sleep");
+		cr_assert(!strncmp(reply, "bgsleep rc=0", 12), "%s", reply);
+		cmd_ok(t, "waketag all", "rc=0");
+	}
+	/* A client's sleep. */
+	cmd_ok(t, cmd, "busy launched");
+	raw_asking_begin(t, th);
+	usleep(20000);
+	sl = vmmctl_spawn(t->run_dir, "--json sleep %d", (int)t->pid);
+	cr_assert_gt(sl, 0);
+	cr_expect_eq(vmmctl_wait(sl, &bg, 30000), 0, "%s %s", bg.out, bg.err);
+	cr_expect_gt(raw_asking_end(th, bound, "a sleep from vmmctl"), 0,
+		     "no status saw the sleep under way");
+	vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
+	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "asleep"),
+		  "%s", o.out);
+	vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
+	cr_expect_eq(o.code, 0, "%s %s", o.out, o.err);
+	cmd_ok(t, "check", "ok 36");
+	finish(t);
+}
