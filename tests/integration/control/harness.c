@@ -304,7 +304,9 @@ int vmmctl_run(struct ctl_out *o, const char *run_dir, int as_uid, const char *f
 	va_end(ap);
 	split_args(args, argv, 32);
 	memset(o, 0, sizeof(*o));
-	if (pipe(out) || pipe(err)) {
+	/* Close-on-exec: a vmmctl that another thread starts meanwhile (a sleep, for seconds) must
+	 * not keep this one's pipes open, or reading them to the end waits for it. */
+	if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC)) {
 		o->code = -1;
 		return -1;
 	}

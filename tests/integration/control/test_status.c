@@ -157,3 +157,99 @@ Test(status, statuses_at_once_never_wait_nor_see_a_sleep_that_is_not_there, .tim
 	cmd_ok(t, "check", "ok 36");
 	finish(t);
 }
+
+/* Statuses asked with vmmctl on several threads while another thread starts vmmctl sleeps, as a
+ * test does: the first sleeps the process, the others wait for it and then find it asleep. No
+ * status waits for the sleep, and none that comes back once it has ended says "awake". */
+#define ASKERS 6
+#define ASKS_MAX 4096
+#define SLEEPERS 6
+
+struct answer {
+	double asked, answered;
+	int code;
+	char state[16];
+};
+
+static struct asker {
+	struct target *t;
+	struct ctl_out out;
+	struct answer a[ASKS_MAX];
+	atomic_int n;
+} askers[ASKERS]; /* large: static */
+
+static void *ask_with_vmmctl(void *arg)
+{
+	struct asker *k = arg;
+
+	while (atomic_load(&asking) && atomic_load(&k->n) < ASKS_MAX) {
+		struct answer *a = &k->a[atomic_load(&k->n)];
+
+		a->asked = now_s();
+		a->code = vmmctl_run(&k->out, k->t->run_dir, -1, "--json status %d",
+				     (int)k->t->pid);
+		a->answered = now_s();
+		if (!json_str(k->out.out, "\"info\"", "state", a->state, sizeof(a->state)))
+			snprintf(a->state, sizeof(a->state), "(none)");
+		atomic_fetch_add(&k->n, 1);
+	}
+	return NULL;
+}
+
+Test(status, vmmctl_status_on_other_threads_never_waits_for_the_sleep, .timeout = 120)
+{
+	struct target *t = start();
+	double bound = 1.0 * ctl_slow(), warm_until = now_s() + 10 * ctl_slow(), ended;
+	pid_t sleepers[SLEEPERS];
+	pthread_t th[ASKERS];
+	int changing = 0;
+	char cmd[32];
+
+	snprintf(cmd, sizeof(cmd), "busy %d", (int)(3000 * ctl_slow()));
+	cmd_ok(t, cmd, "busy launched");
+	atomic_store(&asking, true);
+	for (int i = 0; i < ASKERS; i++) {
+		askers[i].t = t;
+		cr_assert_eq(pthread_create(&th[i], NULL, ask_with_vmmctl, &askers[i]), 0);
+	}
+	/* Every asker under way: the sleeps' vmmctls start among theirs. */
+	for (int i = 0; i < ASKERS; i++)
+		while (!atomic_load(&askers[i].n) && now_s() < warm_until)
+			usleep(1000);
+	for (int i = 0; i < SLEEPERS; i++) {
+		sleepers[i] = vmmctl_spawn(t->run_dir, "--json sleep %d", (int)t->pid);
+		cr_assert_gt(sleepers[i], 0);
+		usleep(20000);
+	}
+	for (int i = 0; i < SLEEPERS; i++)
+		cr_expect_eq(vmmctl_wait(sleepers[i], &bg, 60000), 0, "sleep %d: %s %s", i, bg.out,
+			     bg.err);
+	ended = now_s();
+	usleep(200000); /* a few statuses more, asked once the sleep had ended */
+	atomic_store(&asking, false);
+	for (int i = 0; i < ASKERS; i++)
+		pthread_join(th[i], NULL);
+	for (int i = 0; i < ASKERS; i++) {
+		for (int k = 0; k < atomic_load(&askers[i].n); k++) {
+			const struct answer *a = &askers[i].a[k];
+
+			cr_assert_eq(a->code, 0, "status %d.%d: exit %d", i, k, a->code);
+			cr_assert_lt(a->answered - a->asked, bound, "status %d.%d waited %.2f s (%s)",
+				     i, k, a->answered - a->asked, a->state);
+			/* The sleep lasted 3 s, a status less than bound: one that came back after
+			 * the sleep had ended was asked while it ran, or after. */
+			cr_assert(a->answered < ended || strcmp(a->state, "awake"),
+				  "status %d.%d, back %.3f s after the sleep ended, said awake", i, k,
+				  a->answered - ended);
+			cr_assert(a->asked < ended || !strcmp(a->state, "asleep"),
+				  "status %d.%d, asked %.3f s after the sleep ended, said %s", i, k,
+				  a->asked - ended, a->state);
+			changing += !strcmp(a->state, "changing");
+		}
+	}
+	cr_expect_gt(changing, 0, "no status saw the sleep under way");
+	vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
+	cr_expect_eq(o.code, 0, "%s %s", o.out, o.err);
+	cmd_ok(t, "check", "ok 4");
+	finish(t);
+}
