@@ -1,7 +1,7 @@
 // What the heap's driver calls cost a program whose kernels are running: the replay model
 // (tests/bench/driver_model.c) costs each call on its own, but a policy that released and
 // re-created memory more often ran its middle steps 15-45 ms slower on the H200 than the model
-// said (README, "Runs of 2026-12-02 (day)"). Here one thread keeps a stream full of short
+// said (docs/h200-runs.md, "2026-12-02 day"). Here one thread keeps a stream full of short
 // memory-bound kernels on a buffer of their own while another churns 2 MiB VMM pieces that the
 // kernels never touch, in four ways:
 //   none     nothing (the anchor)
