@@ -5,6 +5,7 @@
 #define CTL_HARNESS_ASSERT_H
 
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "harness.h"
@@ -18,6 +19,26 @@ static inline struct target *start_under_shim(const char *const *env)
 
 	cr_assert(t, "the target did not start under the shim");
 	return t;
+}
+
+/* A target under the shim holding n buffers of `bytes` each, written by ctl_target's alloc. */
+static inline struct target *start_holding(const char *const *env, int n, size_t bytes)
+{
+	struct target *t = target_start(env);
+	char cmd[64], line[64];
+
+	cr_assert(t, "ctl_target did not start under the shim");
+	snprintf(cmd, sizeof(cmd), "alloc %d %zu", n, bytes);
+	cr_assert_eq(target_cmd(t, cmd, line, sizeof(line), 20000), 0, "no reply to '%s'", cmd);
+	cr_assert_str_eq(line, "ok");
+	return t;
+}
+
+/* The target must exit cleanly; then it is freed. */
+static inline void stop_cleanly(struct target *t)
+{
+	cr_expect_eq(target_stop(t, 10000), 0, "the program did not exit cleanly");
+	target_free(t);
 }
 
 static inline void cmd_ok_within(struct target *t, const char *cmd, const char *want,

@@ -19,17 +19,6 @@ TestSuite(cancel, .fini = harness_cleanup);
 
 static struct ctl_out o, bg;
 
-static struct target *start(void)
-{
-	struct target *t = target_start(NULL);
-	char line[64];
-
-	cr_assert(t, "ctl_target did not start under the shim");
-	cr_assert_eq(target_cmd(t, "alloc 4 1000000", line, sizeof(line), 20000), 0);
-	cr_assert_str_eq(line, "ok");
-	return t;
-}
-
 /* Start a sleep that takes about ms (its drain waits for the busy work). */
 static pid_t long_sleep(struct target *t, int ms, const char *extra)
 {
@@ -67,15 +56,9 @@ static void untouched(struct target *t)
 	cmd_ok(t, "check", "ok 4"); /* answers at once: device work is not held */
 }
 
-static void finish(struct target *t)
-{
-	cr_expect_eq(target_stop(t, 10000), 0, "the program did not exit cleanly");
-	target_free(t);
-}
-
 Test(cancel, status_answers_at_once_while_a_sleep_runs, .timeout = 60)
 {
-	struct target *t = start();
+	struct target *t = start_holding(NULL, 4, 1000000);
 	pid_t sl = long_sleep(t, 3000, "");
 	char s[32];
 
@@ -99,12 +82,12 @@ Test(cancel, status_answers_at_once_while_a_sleep_runs, .timeout = 60)
 	vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
 	cr_expect_eq(o.code, 0);
 	cmd_ok(t, "check", "ok 4");
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(cancel, cancel_rolls_the_sleep_back, .timeout = 60)
 {
-	struct target *t = start();
+	struct target *t = start_holding(NULL, 4, 1000000);
 	pid_t sl = long_sleep(t, 2000, "");
 	char s[32];
 
@@ -123,24 +106,24 @@ Test(cancel, cancel_rolls_the_sleep_back, .timeout = 60)
 	vmmctl_run(&o, t->run_dir, -1, "cancel %d", (int)t->pid);
 	cr_expect_eq(o.code, 0);
 	cr_expect(strstr(o.out, "no sleep or wake in progress"), "%s", o.out);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(cancel, a_wake_cancels_the_sleep_it_covers, .timeout = 60)
 {
-	struct target *t = start();
+	struct target *t = start_holding(NULL, 4, 1000000);
 	pid_t sl = long_sleep(t, 2000, "");
 
 	vmmctl_run(&o, t->run_dir, -1, "--json wake %d", (int)t->pid);
 	cr_expect_eq(o.code, 0, "%s %s", o.out, o.err);
 	cr_expect_eq(vmmctl_wait(sl, &bg, 30000), 1, "the sleep went on: %s", bg.out);
 	untouched(t);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(cancel, a_killed_vmmctl_cancels_its_sleep, .timeout = 60)
 {
-	struct target *t = start();
+	struct target *t = start_holding(NULL, 4, 1000000);
 	pid_t sl = long_sleep(t, 2000, "");
 	char log[16384];
 
@@ -158,12 +141,12 @@ Test(cancel, a_killed_vmmctl_cancels_its_sleep, .timeout = 60)
 	untouched(t);
 	target_log(t, log, sizeof(log));
 	cr_expect(strstr(log, "rolled back: its client has gone"), "%s", log);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(cancel, a_sleep_whose_vmmctl_timed_out_rolls_back, .timeout = 60)
 {
-	struct target *t = start();
+	struct target *t = start_holding(NULL, 4, 1000000);
 	char cmd[32];
 
 	snprintf(cmd, sizeof(cmd), "busy %d", (int)(2500 * ctl_slow()));
@@ -184,14 +167,14 @@ Test(cancel, a_sleep_whose_vmmctl_timed_out_rolls_back, .timeout = 60)
 		usleep(100000);
 	}
 	untouched(t);
-	finish(t);
+	stop_cleanly(t);
 }
 
 /* Issue 8, item 6: with the program stopped, the request waits in the socket's queue; vmmctl
  * gives up; when the program resumes, the request must not run. */
 Test(cancel, a_request_that_timed_out_while_stopped_never_runs, .timeout = 60)
 {
-	struct target *t = start();
+	struct target *t = start_holding(NULL, 4, 1000000);
 	char log[16384];
 
 	cr_assert_eq(kill(t->pid, SIGSTOP), 0);
@@ -209,12 +192,12 @@ Test(cancel, a_request_that_timed_out_while_stopped_never_runs, .timeout = 60)
 	}
 	untouched(t);
 	cr_expect(strstr(log, "was dropped: its client has gone"), "%s", log);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(cancel, a_target_that_dies_mid_request_is_exit_3, .timeout = 60)
 {
-	struct target *t = start();
+	struct target *t = start_holding(NULL, 4, 1000000);
 	pid_t sl = long_sleep(t, 3000, "");
 
 	kill(t->pid, SIGKILL);
@@ -227,7 +210,7 @@ Test(cancel, a_target_that_dies_mid_request_is_exit_3, .timeout = 60)
  * VMMSHIM_E_BUSY (7) saying it was cancelled. */
 Test(cancel, an_in_process_sleep_is_cancelled_too, .timeout = 60)
 {
-	struct target *t = start();
+	struct target *t = start_holding(NULL, 4, 1000000);
 	char reply[256], s[32], cmd[32];
 
 	snprintf(cmd, sizeof(cmd), "busy %d", (int)(2000 * ctl_slow()));
@@ -250,5 +233,5 @@ Test(cancel, an_in_process_sleep_is_cancelled_too, .timeout = 60)
 	vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
 	cr_expect_eq(json_num(o.out, "\"devices\": [", "asleep"), 0, "%s", o.out);
 	cmd_ok(t, "check", "ok 4");
-	finish(t);
+	stop_cleanly(t);
 }

@@ -17,7 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "harness.h"
+#include "harness_assert.h"
 
 TestSuite(protocol, .fini = harness_cleanup);
 TestSuite(vmmctl, .fini = harness_cleanup);
@@ -26,23 +26,6 @@ TestSuite(api, .fini = harness_cleanup);
 
 static struct ctl_out o;
 static char reply[1 << 16];
-
-static struct target *start(const char *const *env)
-{
-	struct target *t = target_start(env);
-	char line[64];
-
-	cr_assert(t, "ctl_target did not start under the shim");
-	cr_assert_eq(target_cmd(t, "alloc 2 1000000", line, sizeof(line), 20000), 0);
-	cr_assert_str_eq(line, "ok");
-	return t;
-}
-
-static void finish(struct target *t)
-{
-	cr_expect_eq(target_stop(t, 10000), 0, "the program did not exit cleanly");
-	target_free(t);
-}
 
 /* The process still answers a well-formed request. */
 static void still_serving(struct target *t)
@@ -61,14 +44,14 @@ static void expect_error(const char *what, const char *word)
 
 Test(protocol, well_formed_requests_are_answered, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	char sock[400];
 	const char *req = "vmmshim/1 hello\n";
 
 	target_socket(t, sock, sizeof(sock));
 	cr_assert_gt(raw_request(sock, req, strlen(req), false, 0, reply, sizeof(reply), 5000), 0);
 	cr_expect(!strncmp(reply, "vmmshim/1 ok\ninfo pid=", 22), "%s", reply);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(protocol, malformed_requests_get_an_error_and_change_nothing, .timeout = 60)
@@ -88,7 +71,7 @@ Test(protocol, malformed_requests_get_an_error_and_change_nothing, .timeout = 60
 		"\n",
 		"vmmshim/1 sleep\0 device=0\n",
 	};
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	char sock[400], s[32];
 
 	target_socket(t, sock, sizeof(sock));
@@ -103,12 +86,12 @@ Test(protocol, malformed_requests_get_an_error_and_change_nothing, .timeout = 60
 	still_serving(t);
 	cr_expect(json_str(o.out, "\"info\"", "state", s, sizeof(s)) && !strcmp(s, "awake"));
 	cr_expect_eq(json_num(o.out, "\"devices\": [", "asleep"), 0);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(protocol, oversized_requests_are_refused, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	static char big[20000];
 	char sock[400];
 
@@ -119,12 +102,12 @@ Test(protocol, oversized_requests_are_refused, .timeout = 60)
 	cr_assert_gt(raw_request(sock, big, sizeof(big), false, 0, reply, sizeof(reply), 5000), 0);
 	expect_error("oversized", "longer%20than%204096");
 	still_serving(t);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(protocol, truncated_requests_are_refused, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	const char *part = "vmmshim/1 sle";
 	char sock[400];
 
@@ -135,12 +118,12 @@ Test(protocol, truncated_requests_are_refused, .timeout = 60)
 	/* A client that vanishes mid-request gets nothing and costs nothing. */
 	cr_expect_eq(raw_request(sock, part, strlen(part), false, 0, reply, sizeof(reply), 1), 0);
 	still_serving(t);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(protocol, a_slow_client_cannot_hold_the_process, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	char sock[400], line[64], buf[256];
 	int slow;
 
@@ -161,13 +144,13 @@ Test(protocol, a_slow_client_cannot_hold_the_process, .timeout = 60)
 	cr_expect(strstr(buf, "not%20complete%20within"), "%s", buf);
 	close(slow);
 	still_serving(t);
-	finish(t);
+	stop_cleanly(t);
 }
 
 /* Issue 8, item 7: forty half-sent requests delayed a status by 50 s. */
 Test(protocol, forty_half_sent_requests_delay_nobody, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	char sock[400];
 	int slow[40];
 
@@ -181,13 +164,13 @@ Test(protocol, forty_half_sent_requests_delay_nobody, .timeout = 60)
 	cr_expect_lt(o.seconds, 1.0 * ctl_slow(), "status took %.2f s", o.seconds);
 	for (int i = 0; i < 40; i++)
 		close(slow[i]);
-	finish(t);
+	stop_cleanly(t);
 }
 
 /* Beyond 64 connections at once, a client gets a quick "busy", not a wait. */
 Test(protocol, beyond_the_client_limit_a_quick_busy, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	char sock[400];
 	int slow[70], n = 0;
 
@@ -215,7 +198,7 @@ Test(protocol, beyond_the_client_limit_a_quick_busy, .timeout = 60)
 			break;
 	}
 	still_serving(t);
-	finish(t);
+	stop_cleanly(t);
 }
 
 /* Threads of pid named name (/proc/PID/task/N/comm). */
@@ -250,7 +233,7 @@ static int threads_named(pid_t pid, const char *name)
  * new thread each (creating one cost more than the request in a large program). */
 Test(protocol, a_stream_of_requests_reuses_answering_threads, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	const char *req = "vmmshim/1 hello\n";
 	char sock[400];
 
@@ -264,7 +247,7 @@ Test(protocol, a_stream_of_requests_reuses_answering_threads, .timeout = 60)
 	 * few threads, never one per request. */
 	int n = threads_named(t->pid, "vmmshim-ans");
 	cr_expect(n >= 1 && n <= 8, "%d answering threads after 30 requests", n);
-	finish(t);
+	stop_cleanly(t);
 }
 
 /* Send req on fd and read one reply, up to its "end" line, into reply: its length, or -1 (the
@@ -308,7 +291,7 @@ static bool closed_by_server(int fd, int wait_ms)
  * which skips connecting. A request without it is answered and closed as always. */
 Test(protocol, share_open_keep_serves_the_next_request_on_the_connection, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	char sock[400];
 	int fd;
 
@@ -330,14 +313,14 @@ Test(protocol, share_open_keep_serves_the_next_request_on_the_connection, .timeo
 	cr_assert_gt(raw_request(sock, "vmmshim/1 status keep=true\n", 27, true, 0, reply,
 				 sizeof(reply), 5000), 0);
 	expect_error("keep on status", "malformed");
-	finish(t);
+	stop_cleanly(t);
 }
 
 /* Kept connections are bounded and give way: many importers' idle connections never keep
  * vmmctl (or a new importer) out. */
 Test(protocol, kept_connections_never_crowd_out_new_clients, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	int fds[80], open_now = 0;
 	char sock[400];
 
@@ -363,7 +346,7 @@ Test(protocol, kept_connections_never_crowd_out_new_clients, .timeout = 60)
 	cr_expect_eq(ask_on(fds[0], OPEN_KEEP(1)), -1);
 	for (int i = 0; i < 80; i++)
 		close(fds[i]);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(protocol, another_uid_is_refused, .timeout = 60)
@@ -376,7 +359,7 @@ Test(protocol, another_uid_is_refused, .timeout = 60)
 
 	if (geteuid() != 0)
 		cr_skip_test("needs root to run a client as another uid (nobody)");
-	t = start(env);
+	t = start_holding(env, 2, 1000000);
 	target_socket(t, sock, sizeof(sock));
 	/* vmmctl itself refuses before connecting. */
 	vmmctl_run(&o, t->run_dir, 65534, "status %d", (int)t->pid);
@@ -404,7 +387,7 @@ Test(protocol, another_uid_is_refused, .timeout = 60)
 	/* Nothing was put to sleep. */
 	still_serving(t);
 	cr_expect_eq(json_num(o.out, "\"devices\": [", "asleep"), 0);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(vmmctl, a_pid_that_does_not_exist, .timeout = 30)
@@ -452,7 +435,7 @@ Test(vmmctl, usage_errors_exit_2, .timeout = 30)
 
 Test(vmmctl, list_shows_the_process, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	char pat[64];
 
 	vmmctl_run(&o, t->run_dir, -1, "list");
@@ -464,12 +447,12 @@ Test(vmmctl, list_shows_the_process, .timeout = 60)
 	/* (root's list shows every user's processes: look for ours.) */
 	snprintf(pat, sizeof(pat), "{\"pid\": %d, \"command\": \"ctl_target\"", (int)t->pid);
 	cr_expect(strstr(o.out, pat), "%s", o.out);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(vmmctl, a_killed_process_leaves_no_answering_socket, .timeout = 60)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	pid_t pid = t->pid;
 	char pat[32];
 
@@ -500,7 +483,7 @@ Test(socket, none_before_the_first_device_allocation, .timeout = 30)
 	cr_assert_eq(target_cmd(t, "alloc 1 1000", line, sizeof(line), 10000), 0);
 	cr_expect(stat(sock, &st) == 0 && S_ISSOCK(st.st_mode), "no socket after allocating");
 	cr_expect_eq(st.st_mode & 077, 0, "socket mode %o", st.st_mode & 0777);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(socket, a_stale_socket_is_replaced, .timeout = 30)
@@ -518,7 +501,7 @@ Test(socket, a_stale_socket_is_replaced, .timeout = 30)
 	close(fd);
 	cr_assert_eq(target_cmd(t, "alloc 1 1000", line, sizeof(line), 10000), 0);
 	still_serving(t);
-	finish(t);
+	stop_cleanly(t);
 }
 
 Test(socket, a_folder_others_can_enter_is_refused, .timeout = 30)
@@ -544,7 +527,7 @@ Test(socket, a_folder_others_can_enter_is_refused, .timeout = 30)
 	vmmctl_run(&o, dir, -1, "--json status %d", (int)t->pid);
 	cr_expect_eq(o.code, 3, "%d %s %s", o.code, o.out, o.err);
 	cr_expect(strstr(o.out, "refused_folder") && strstr(o.out, "mode 755"), "%s", o.out);
-	finish(t);
+	stop_cleanly(t);
 	rmdir(dir);
 }
 
@@ -596,7 +579,7 @@ Test(vmmctl, list_as_root_passes_over_files_named_like_run_folders, .timeout = 3
 
 	if (geteuid() != 0)
 		cr_skip_test("only root's list looks in every user's folders");
-	t = start(NULL);
+	t = start_holding(NULL, 2, 1000000);
 	snprintf(path, sizeof(path), "/tmp/vmmshim-listtest-%d.stats", (int)getpid());
 	f = fopen(path, "w");
 	cr_assert(f);
@@ -606,13 +589,13 @@ Test(vmmctl, list_as_root_passes_over_files_named_like_run_folders, .timeout = 3
 	cr_expect_eq(o.code, 0);
 	cr_expect(!strstr(o.err, "vmmshim-listtest"), "%s", o.err);
 	cr_expect(strstr(o.out, "ctl_target"), "%s", o.out);
-	finish(t);
+	stop_cleanly(t);
 }
 
 /* Issue 8, item 8: a socket left by a process that has ended is removed by list. */
 Test(vmmctl, list_removes_stale_sockets, .timeout = 30)
 {
-	struct target *t = start(NULL);
+	struct target *t = start_holding(NULL, 2, 1000000);
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	pid_t gone = fork();
 	/* Not a /tmp/vmmshim-* folder: a `vmmctl list` run as root by a test beside this one
@@ -639,5 +622,5 @@ Test(vmmctl, list_removes_stale_sockets, .timeout = 30)
 	unlink(sa.sun_path);
 	rmdir(dir);
 	still_serving(t);
-	finish(t);
+	stop_cleanly(t);
 }

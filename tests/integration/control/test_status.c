@@ -18,23 +18,6 @@ TestSuite(status, .fini = harness_cleanup);
 
 static struct ctl_out o, bg;
 
-static struct target *start(void)
-{
-	struct target *t = target_start(NULL);
-	char line[64];
-
-	cr_assert(t, "ctl_target did not start under the shim");
-	cr_assert_eq(target_cmd(t, "alloc 4 1000000", line, sizeof(line), 20000), 0);
-	cr_assert_str_eq(line, "ok");
-	return t;
-}
-
-static void finish(struct target *t)
-{
-	cr_expect_eq(target_stop(t, 10000), 0, "the program did not exit cleanly");
-	target_free(t);
-}
-
 /* Statuses from several clients at once, each asking as fast as the server answers (raw
  * requests): none waits for another or for a sleep, a client's or the program's own, and none
  * says "changing" while nothing changes. */
@@ -110,7 +93,7 @@ static long raw_asking_end(pthread_t *th, double bound, const char *during)
 
 Test(status, statuses_at_once_never_wait_nor_see_a_sleep_that_is_not_there, .timeout = 120)
 {
-	struct target *t = start();
+	struct target *t = start_holding(NULL, 4, 1000000);
 	/* A sleep's drain lasts 500 ms (busy), a status at most bound. */
 	double bound = 0.2 * ctl_slow();
 	pthread_t th[RAW_ASKERS];
@@ -155,7 +138,7 @@ Test(status, statuses_at_once_never_wait_nor_see_a_sleep_that_is_not_there, .tim
 	vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
 	cr_expect_eq(o.code, 0, "%s %s", o.out, o.err);
 	cmd_ok(t, "check", "ok 36");
-	finish(t);
+	stop_cleanly(t);
 }
 
 /* Statuses asked with vmmctl on several threads while another thread starts vmmctl sleeps, as a
@@ -198,7 +181,7 @@ static void *ask_with_vmmctl(void *arg)
 
 Test(status, vmmctl_status_on_other_threads_never_waits_for_the_sleep, .timeout = 120)
 {
-	struct target *t = start();
+	struct target *t = start_holding(NULL, 4, 1000000);
 	double bound = 1.0 * ctl_slow(), warm_until = now_s() + 10 * ctl_slow(), ended;
 	pid_t sleepers[SLEEPERS];
 	pthread_t th[ASKERS];
@@ -251,5 +234,5 @@ Test(status, vmmctl_status_on_other_threads_never_waits_for_the_sleep, .timeout 
 	vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
 	cr_expect_eq(o.code, 0, "%s %s", o.out, o.err);
 	cmd_ok(t, "check", "ok 4");
-	finish(t);
+	stop_cleanly(t);
 }
