@@ -11,7 +11,8 @@
 #   GPUCHECK_TRAIN_ROUNDS (rounds of the PyTorch benchmark, default 5), GPUCHECK_TRAIN_ALLOCS
 #   (its allocators, e.g. NO_CACHING,expandable; default all three; NO_CACHING+VAR=VAL adds
 #   NO_CACHING under the shim with that setting, an A/B), GPUCHECK_TRAIN_PASSES
-#   (passes over its steps per run, the last timed, default 2), GPUCHECK_SMALL_GIB (the
+#   (passes over its steps per run, the last timed, default 2), GPUCHECK_TRAIN_MODEL (large,
+#   the default: 12 layers d=2048, GPU-bound; small: 8 layers d=1024), GPUCHECK_SMALL_GIB (the
 #   small-handles sleep/wake row, default 96), GPUCHECK_SLEEP_SIZES (GiB held by the
 #   sleep/wake rows, default 1,16,64), GPUCHECK_JOBS (parallel compiles, default nproc)
 # LOGDIR receives summary.txt, results.json and gpu-check-logs.tgz (every program's output,
@@ -114,6 +115,7 @@ opts=()
 [ -n "${GPUCHECK_TRAIN_ROUNDS:-}" ] && opts+=(--train-rounds "$GPUCHECK_TRAIN_ROUNDS")
 [ -n "${GPUCHECK_TRAIN_ALLOCS:-}" ] && opts+=(--train-allocs "$GPUCHECK_TRAIN_ALLOCS")
 [ -n "${GPUCHECK_TRAIN_PASSES:-}" ] && opts+=(--train-passes "$GPUCHECK_TRAIN_PASSES")
+[ -n "${GPUCHECK_TRAIN_MODEL:-}" ] && opts+=(--train-model "$GPUCHECK_TRAIN_MODEL")
 [ -n "${GPUCHECK_SMALL_GIB:-}" ] && opts+=(--small-gib "$GPUCHECK_SMALL_GIB")
 [ -n "${GPUCHECK_SLEEP_SIZES:-}" ] && opts+=(--sleep-sizes "$GPUCHECK_SLEEP_SIZES")
 limit=$(( budget + 30 - ($(date +%s) - start) ))

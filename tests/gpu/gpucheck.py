@@ -1716,9 +1716,11 @@ class Matrix:
 
     def bench_train(self):
         """The varlen PyTorch benchmark (issue 12's method): each allocator natively and under
-        the shim, in rounds whose order rotates, so that drift hits every configuration alike;
-        every shim figure is compared with its anchor of the same round (a pair), and the median
-        of the pairs' ratios is reported. Goals: NO_CACHING under the shim within 1.03x of
+        the shim, in rounds that run the configurations forward and backward in turn (ABBA), so
+        that a shim run and its anchor sit side by side and drift hits both alike; every shim
+        figure is compared with its anchor of the same round (a pair), and the median of the
+        pairs' ratios is reported. The host's speed drifts by a quarter between processes
+        minutes apart (tests/gpu/PROBE.md (g)): adjacent pairs see the same host. Goals: NO_CACHING under the shim within 1.03x of
         expandable segments' ms/step and at most native NO_CACHING's peak; the default and
         expandable allocators under the shim within 1.02x of their native ms/step, no peak added."""
         if not self.want("bench train"):
@@ -1728,7 +1730,7 @@ class Matrix:
             return
         argv = [sys.executable, os.path.join(self.a.root, "tests/gpu/train.py"), "--mode",
                 "varlen", "--steps", str(self.a.train_steps), "--warmup", "3",
-                "--passes", str(self.a.train_passes)]
+                "--passes", str(self.a.train_passes), "--model", self.a.train_model]
         cfgs = self.train_cfgs()
         runs = [(alloc, extra, shim) for alloc, extra, shim_only in cfgs
                 for shim in (False, True) if (self.shim_ok or not shim)
@@ -1736,7 +1738,7 @@ class Matrix:
         got = []  # one {(alloc, shim): (ms, peak, mean ms)} per round
         self.train_peaks = {}  # (alloc, shim): ["MiB (gap us)", ...] per run, in order
         for rnd in range(self.a.train_rounds):
-            res, order = {}, runs[rnd % len(runs):] + runs[:rnd % len(runs)]
+            res, order = {}, runs if rnd % 2 == 0 else runs[::-1]
             for alloc, extra, shim in order:
                 if self.left() < 60:
                     break
@@ -2190,6 +2192,8 @@ def main():
     ap.add_argument("--train-passes", type=int, default=2,
                     help="passes over the same steps per run; the last is timed (train.py)")
     ap.add_argument("--train-steps", type=int, default=12)
+    ap.add_argument("--train-model", choices=("large", "small"), default="large",
+                    help="train.py --model of the benchmark (large: GPU-bound steps)")
     ap.add_argument("--sleep-sizes", default="1,16,64")
     ap.add_argument("--group-gib", type=int, default=8,
                     help="GiB each of the two processes of the one-GPU group benchmark holds")

@@ -5,6 +5,9 @@
                step, so that two runs (native / shim / slept and woken) compare bit for bit.
 --mode varlen: the allocator benchmark: a larger transformer in bf16 autocast on batches whose
                size and sequence length change every step (the same sequence for every run),
+               --model large (12 layers, d=2048: the size issue 12's own measurement used; its
+               steps are GPU-bound) or small (8 layers, d=1024: most steps are bound by the
+               host's dispatch of ~2000 small ops, so they move with the host's speed),
                printing "BENCH ms_step <median>", "BENCH ms_mean <mean>" and the allocator's own
                peak figures.
 The allocator is chosen by the environment (PYTORCH_CUDA_ALLOC_CONF,
@@ -98,8 +101,10 @@ def varlen(args):
     torch.backends.cuda.matmul.allow_tf32 = True
     if args.tiny:
         vocab, d, layers, heads, max_len = 512, 64, 2, 4, 64
-    else:
+    elif args.model == "small":
         vocab, d, layers, heads, max_len = 32000, 1024, 8, 16, 2048
+    else:
+        vocab, d, layers, heads, max_len = 32000, 2048, 12, 16, 2048
     model = Model(vocab, d, layers, heads, 4 * d, flash=True).to(args.device)
     cuda = args.device == "cuda"
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, **({"fused": True} if cuda else {}))
@@ -152,6 +157,8 @@ def main():
     p.add_argument("--handshake-at", type=int, default=-1)
     p.add_argument("--device", default="cuda", help="cpu: a smoke test of this script alone")
     p.add_argument("--tiny", action="store_true", help="varlen with a tiny model (smoke test)")
+    p.add_argument("--model", choices=["large", "small"], default="large",
+                   help="varlen: the model's size (see the docstring)")
     args = p.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("ERROR torch.cuda.is_available() is False", flush=True)
