@@ -16,6 +16,10 @@ configure() { # dir, options...
 }
 status=0
 summary=()
+# Each phase's line says when it began (seconds since the start), so that a CI log shows where the
+# time goes; the total comes last.
+start=$SECONDS
+phase() { echo "== [$((SECONDS - start)) s] $*"; }
 # The last lines of each failed test, printed again just before the summary.
 fail_tails=$(mktemp)
 trap 'rm -f "$fail_tails"' EXIT
@@ -23,18 +27,18 @@ run_suites() { # dir, label, suites...
   local dir=$1 label=$2; shift 2
   local args=()
   for s in "$@"; do args+=(--suite "$s"); done
-  echo "== $label: meson test ${args[*]}"
+  phase "$label: meson test ${args[*]}"
   if meson test -C "$dir" "${args[@]}" --print-errorlogs --num-processes "$jobs"; then :; else status=1; fi
   summary+=("$(python3 scripts/testlog.py count "$dir/meson-logs/testlog.json" "$label")")
   python3 scripts/testlog.py tails "$dir/meson-logs/testlog.json" >>"$fail_tails"
 }
 
-echo "== build (gcc, -Werror) into build/"
+phase "build (gcc, -Werror) into build/"
 configure build -Dtests=enabled
 ninja -C build -j "$jobs"
 run_suites build plain simdev unit integration install python
 
-echo "== build with ASan+UBSan into build-sanitize/"
+phase "build with ASan+UBSan into build-sanitize/"
 configure build-sanitize -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false
 ninja -C build-sanitize -j "$jobs"
 run_suites build-sanitize sanitize simdev unit failure-paths
@@ -52,7 +56,7 @@ run_suites build-sanitize sanitize simdev unit failure-paths
 # soak_target, simdev and vmmctl; simdev's own threaded test, core_fork_stress and
 # core_idle_sync_stress (no Criterion) run as they are. Races are written to
 # build-tsan/tsan-reports/ (a target the harness kills still leaves its report) and fail the pass.
-echo "== build with ThreadSanitizer into build-tsan/"
+phase "build with ThreadSanitizer into build-tsan/"
 configure build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false
 tsan_tests=(simdev_race_primary core_fork_stress core_idle_sync_stress core_sync_ahead_stress
   control_sleep control_cancel control_status
@@ -107,13 +111,13 @@ tsan_run() { # test; filter args...
 # summary with its first failure's last lines. A race report is never forgiven (the reports of
 # both runs stay in tsan-reports/ and fail the pass below).
 for t in "${tsan_tests[@]}"; do
-  echo "== tsan: meson test $t ${tsan_filter[$t]}"
+  phase "tsan: meson test $t ${tsan_filter[$t]}"
   filter=(); [ -n "${tsan_filter[$t]}" ] && filter=(--test-args "--filter ${tsan_filter[$t]}")
   if tsan_run "$t" "${filter[@]}"; then
     tsan_ok=$((tsan_ok + 1)); continue
   fi
   python3 scripts/testlog.py tails build-tsan/meson-logs/testlog.json 25 >>"$fail_tails"
-  echo "== tsan: $t failed; once more"
+  phase "tsan: $t failed; once more"
   if tsan_run "$t" "${filter[@]}"; then
     tsan_ok=$((tsan_ok + 1)); tsan_flaky+=("$t")
   else
@@ -122,7 +126,7 @@ for t in "${tsan_tests[@]}"; do
   fi
 done
 if compgen -G "build-tsan/tsan-reports/report*" >/dev/null; then
-  echo "== tsan: races found (build-tsan/tsan-reports/):"
+  phase "tsan: races found (build-tsan/tsan-reports/):"
   cat build-tsan/tsan-reports/report*
   tsan_bad=$((tsan_bad + 1)); tsan_failed+=("races"); status=1
 fi
@@ -130,14 +134,14 @@ summary+=("tsan $tsan_ok $tsan_bad 0 ${tsan_failed[*]}")
 [ ${#tsan_flaky[@]} -eq 0 ] || echo "== tsan: passed on the second run (flaky): ${tsan_flaky[*]}" >>"$fail_tails"
 
 if command -v clang >/dev/null; then
-  echo "== fuzz build (clang, libFuzzer) into build-fuzz/"
+  phase "fuzz build (clang, libFuzzer) into build-fuzz/"
   CC=clang configure build-fuzz -Dtests=enabled -Dfuzz=true
   ninja -C build-fuzz -j "$jobs"
   run_suites build-fuzz fuzz fuzz
 fi
 
 if [ -s "$fail_tails" ]; then
-  echo "== what failed (the end of each one's output; the whole of it is above)"
+  phase "what failed (the end of each one's output; the whole of it is above)"
   cat "$fail_tails"
 fi
 passed=0; failed=0
@@ -148,5 +152,5 @@ for line in "${summary[@]}"; do
   passed=$((passed + ok)); failed=$((failed + bad))
 done
 [ "$failed" -eq 0 ] || status=1
-echo "tests: $passed passed, $failed failed"
+echo "tests: $passed passed, $failed failed in $((SECONDS - start)) s"
 exit $status
