@@ -569,14 +569,32 @@ static int demo(vmm_backend *be)
 	return 0;
 }
 
+/* Does the file start with gzip's magic bytes? (The kept traces are compressed.) */
+static bool is_gzip(const char *path)
+{
+	unsigned char m[2];
+	FILE *f = fopen(path, "rb");
+	bool gz = f && fread(m, 1, 2, f) == 2 && m[0] == 0x1f && m[1] == 0x8b;
+
+	if (f)
+		fclose(f);
+	return gz;
+}
+
 /* A recorded trace replayed (trace_replay.h): the physical peak beside cudaMalloc's, what the
  * heap held at its worst, and the syncs and driver calls that cost. */
 static int replay_trace(vmm_backend *be, const char *path)
 {
-	vmm_core *core = open_core(be);
+	vmm_core *core;
 	struct trace_result r;
 	const struct phys_peak *ph = &r.phys;
 
+	if (is_gzip(path)) {
+		fprintf(stderr, "bench_core: %s is compressed: scripts/bench-core.sh --replay unpacks "
+			"it, or zcat it to a file first\n", path);
+		return 1;
+	}
+	core = open_core(be);
 	driver_model_attach(be);
 	if (trace_replay(core, path, &r)) {
 		fprintf(stderr, "bench_core: %s: %s\n", path, strerror(errno));
@@ -586,6 +604,12 @@ static int replay_trace(vmm_backend *be, const char *path)
 	}
 	r.calls = driver_model_get();
 	driver_model_detach(be);
+	if (!r.mallocs && r.skipped) {
+		fprintf(stderr, "bench_core: %s: no line is an allocation or a free (a, A, f, F): not "
+			"a VMMSHIM_ALLOC_TRACE file\n", path);
+		vmm_core_destroy(core);
+		return 1;
+	}
 	printf("replay of %s: %llu mallocs, %llu frees, %llu lines skipped%s\n", path,
 	       (unsigned long long)r.mallocs, (unsigned long long)r.frees,
 	       (unsigned long long)r.skipped, r.failed ? "; SOME ALLOCATIONS FAILED" : "");
