@@ -9,7 +9,7 @@
 # Usage: scripts/bench-core.sh [--quick] | --train [STEPS] [--varlen] [--seed N]
 #        | --sleep GIB [--pieces | --small] | --replay TRACE | --demo
 # (--train --varlen replays the H200's PyTorch benchmark instead, --replay a trace recorded with
-# VMMSHIM_ALLOC_TRACE: simdev then gets 141G)
+# VMMSHIM_ALLOC_TRACE, unpacked first when it ends in .gz: simdev then gets 141G)
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -20,9 +20,18 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 ninja -C "$build" tests/bench/bench_core tests/simdev/libcuda.so.1 >/dev/null
 
+# A compressed trace (the kept ones are) is unpacked to a temporary file first.
+if [ "${1:-}" = --replay ] && [[ "${2:-}" == *.gz ]]; then
+	unpacked=$(mktemp /tmp/vmmshim-trace.XXXXXX)
+	trap 'rm -f "$unpacked"' EXIT
+	gzip -dc -- "$2" >"$unpacked"
+	set -- --replay "$unpacked" "${@:3}"
+fi
+
 if ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1 ' && nvidia-smi -L >/dev/null 2>&1; then
 	echo "running on the real driver"
-	exec "$build/tests/bench/bench_core" "$@"
+	"$build/tests/bench/bench_core" "$@"
+	exit
 fi
 echo "no GPU driver found: running on simdev (figures are indicative only)"
 default_memory=16G
@@ -30,4 +39,4 @@ default_memory=16G
 [ "${1:-}" = --replay ] && default_memory=141G # a recorded program's whole peak must fit
 export SIMDEV_MEMORY=${SIMDEV_MEMORY:-$default_memory}
 LD_LIBRARY_PATH="$build/tests/simdev${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-	exec "$build/tests/bench/bench_core" "$@"
+	"$build/tests/bench/bench_core" "$@"
