@@ -91,6 +91,10 @@ for metric, note in (("malloc+free pair 256B (us)", "met"),
                      ("train NO_CACHING shim vs expandable native: per shape",
                       "medians over 2/2 runs; over 1.10x: 16x1872 150/75 ms; the median shape"),
                      ("train default shim vs native: peak GiB",
+                      "met; median of 2 interleaved pair(s), fewer than 5"),
+                     ("train default shim vs native: mean ms/step",
+                      "met; median of 2 interleaved pair(s), fewer than 5"),
+                     ("train NO_CACHING shim vs expandable native: mean ms/step",
                       "met; median of 2 interleaved pair(s), fewer than 5")):
     if not bench.get(metric, {}).get("note", "").startswith(note):
         bad.append(f"benchmark {metric!r}: {bench.get(metric)}")
