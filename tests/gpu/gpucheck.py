@@ -1720,9 +1720,10 @@ class Matrix:
         that a shim run and its anchor sit side by side and drift hits both alike; every shim
         figure is compared with its anchor of the same round (a pair), and the median of the
         pairs' ratios is reported. The host's speed drifts by a quarter between processes
-        minutes apart (tests/gpu/PROBE.md (g)): adjacent pairs see the same host. Goals: NO_CACHING under the shim within 1.03x of
-        expandable segments' ms/step and at most native NO_CACHING's peak; the default and
-        expandable allocators under the shim within 1.02x of their native ms/step, no peak added."""
+        minutes apart (tests/gpu/PROBE.md (g)): adjacent pairs see the same host. Goals:
+        NO_CACHING under the shim within 1.03x of expandable segments' ms/step and at most
+        native NO_CACHING's peak; the default and expandable allocators under the shim within
+        1.02x of their native ms/step, no peak added."""
         if not self.want("bench train"):
             return
         if self.left() < 120:
