@@ -6,18 +6,11 @@
 //   launch: host time of one empty kernel launch (median over batches of 500, each batch
 //           issued back to back and drained untimed): what the shim adds to every launch
 // Usage: bench_alloc [grow_GiB]
-#include <algorithm>
 #include <vector>
 #include "common.h"
 
 #define MIB (1ull << 20)
 #define GIB (1ull << 30)
-
-static double median(std::vector<double> v)
-{
-	std::sort(v.begin(), v.end());
-	return v[v.size() / 2];
-}
 
 static void pair(size_t size, const char *name, int reps)
 {
@@ -65,13 +58,8 @@ static void launch(int batches)
 	std::vector<double> t;
 	empty_kernel<<<1, 1>>>(); // the module loads on the first launch
 	CK(cudaDeviceSynchronize());
-	for (int b = 0; b < batches; b++) {
-		double t0 = now_s();
-		for (int i = 0; i < 500; i++)
-			empty_kernel<<<1, 1>>>();
-		t.push_back((now_s() - t0) / 500);
-		CK(cudaDeviceSynchronize());
-	}
+	for (int b = 0; b < batches; b++)
+		t.push_back(launch_batch_s(500, [] { empty_kernel<<<1, 1>>>(); }));
 	CK(cudaGetLastError());
 	printf("BENCH launch %.3f us\n", median(t) * 1e6);
 }

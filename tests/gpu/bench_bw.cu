@@ -12,7 +12,6 @@
 // pieces of that many MiB (0: one handle per buffer): the anchors that tell a cost of VMM memory
 // as such from a cost of the shim's layout.
 // Usage: bench_bw [MiB...]   (default: 32 512 2048)
-#include <algorithm>
 #include <vector>
 #include <cuda.h>
 #include "common.h"
@@ -35,12 +34,6 @@ __global__ void write_kernel(uint4 *p, size_t n, uint32_t seed)
 	for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
 	     i += (size_t)gridDim.x * blockDim.x)
 		p[i] = make_uint4(seed, seed, seed, seed);
-}
-
-static double median(std::vector<double> v)
-{
-	std::sort(v.begin(), v.end());
-	return v[v.size() / 2];
 }
 
 // GB/s of `run` over `bytes`, median of 9 after 2 warm-ups, timed with events.

@@ -6,6 +6,8 @@
 // (timings, addresses) is free-form.
 #pragma once
 #include <cuda_runtime.h>
+#include <algorithm>
+#include <vector>
 #include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -43,6 +45,26 @@ static inline double now_s(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// The median of v (sorted in a copy).
+static inline double median(std::vector<double> v)
+{
+	std::sort(v.begin(), v.end());
+	return v[v.size() / 2];
+}
+
+// Host seconds per launch of `per` launches issued back to back; the queue is then drained
+// untimed, so that the next batch starts on an idle device.
+template <class Launch>
+static double launch_batch_s(int per, Launch launch)
+{
+	double t0 = now_s();
+	for (int i = 0; i < per; i++)
+		launch();
+	double t = (now_s() - t0) / per;
+	CK(cudaDeviceSynchronize());
+	return t;
 }
 
 // Reads one line from stdin into buf, waiting at most timeout_s. Returns 0 on a line, -1 on

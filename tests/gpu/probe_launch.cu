@@ -4,18 +4,11 @@
 // over batches. Run natively and under the shim; the difference between the two routes tells the
 // wrapper's own cost from the cost of the route the runtime takes when the driver's entries are
 // wrapped. Lines: "BENCH launch_<route> <us>".
-#include <algorithm>
 #include <cuda.h>
 #include <vector>
 #include "common.h"
 
 __global__ void empty_kernel(void) {}
-
-static double median(std::vector<double> v)
-{
-	std::sort(v.begin(), v.end());
-	return v[v.size() / 2];
-}
 
 typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned,
 			      unsigned, unsigned, CUstream, void **, void **);
@@ -35,16 +28,10 @@ int main(int argc, char **argv)
 	for (int round = 0; round < 3; round++) {
 		std::vector<double> rt, dv;
 		for (int b = 0; b < batches; b++) {
-			double t0 = now_s();
-			for (int i = 0; i < 500; i++)
-				empty_kernel<<<1, 1>>>();
-			rt.push_back((now_s() - t0) / 500);
-			CK(cudaDeviceSynchronize());
-			t0 = now_s();
-			for (int i = 0; i < 500; i++)
+			rt.push_back(launch_batch_s(500, [] { empty_kernel<<<1, 1>>>(); }));
+			dv.push_back(launch_batch_s(500, [&] {
 				drv((CUfunction)f, 1, 1, 1, 1, 1, 1, 0, 0, NULL, NULL);
-			dv.push_back((now_s() - t0) / 500);
-			CK(cudaDeviceSynchronize());
+			}));
 		}
 		printf("BENCH launch_runtime %.3f us\n", median(rt) * 1e6);
 		printf("BENCH launch_driver %.3f us\n", median(dv) * 1e6);
