@@ -80,7 +80,8 @@ static bool sampled(const uint4 *p, size_t n4, uint32_t w)
 		}                                                                  \
 	} while (0)
 
-// bytes of VMM memory in pieces of `piece` bytes (0: one handle), mapped read-write on device 0.
+// bytes of VMM memory in pieces of `piece` bytes (0, or a piece larger than the buffer: one
+// handle; the last piece smaller when bytes is not a multiple), mapped read-write on device 0.
 static void *vmm_alloc(size_t bytes, size_t piece)
 {
 	CUmemAllocationProp prop = {};
@@ -91,13 +92,14 @@ static void *vmm_alloc(size_t bytes, size_t piece)
 	CUmemAccessDesc acc = {};
 	acc.location = prop.location;
 	acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-	if (!piece)
+	if (!piece || piece > bytes)
 		piece = bytes;
 	CU(cuMemAddressReserve(&va, bytes, 0, 0, 0));
 	for (size_t off = 0; off < bytes; off += piece) {
 		CUmemGenericAllocationHandle h;
-		CU(cuMemCreate(&h, piece, &prop, 0));
-		CU(cuMemMap(va + off, piece, 0, h, 0));
+		size_t sz = bytes - off < piece ? bytes - off : piece;
+		CU(cuMemCreate(&h, sz, &prop, 0));
+		CU(cuMemMap(va + off, sz, 0, h, 0));
 		CU(cuMemRelease(h)); // the mapping keeps it
 	}
 	CU(cuMemSetAccess(va, bytes, &acc, 1));

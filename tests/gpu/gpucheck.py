@@ -1588,10 +1588,13 @@ class Matrix:
             self.badd("bandwidth d2d/read/write", "not run", "", "", "",
                       "out of time" if self.shim_ok else "libvmmshim.so missing")
             return
-        # Native cudaMalloc, the shim, and two native VMM layouts (one handle per buffer; 2 MiB
-        # pieces) that say whether a gap is VMM memory's own or the shim's layout.
+        # Native cudaMalloc, the shim, and three native VMM layouts (one handle per buffer;
+        # 64 MiB handles; 2 MiB pieces) that say whether a gap is VMM memory's own or the shim's
+        # layout, and what a layout in 64 MiB handles would cost the copies (docs/h200-runs.md,
+        # 2 Dec evening).
         kinds = (("native", False, {}), ("shim", True, {}),
-                 ("vmm1", False, {"BENCH_BW_VMM": "0"}), ("vmm2m", False, {"BENCH_BW_VMM": "2"}))
+                 ("vmm1", False, {"BENCH_BW_VMM": "0"}), ("vmm64m", False, {"BENCH_BW_VMM": "64"}),
+                 ("vmm2m", False, {"BENCH_BW_VMM": "2"}))
         got = {k[0]: {} for k in kinds}
         for rnd in range(3):
             for name, shim, extra in (kinds if rnd % 2 == 0 else kinds[::-1]):
@@ -1610,11 +1613,12 @@ class Matrix:
             return statistics.median(v) if v else None
         for k in sorted(got["native"], key=lambda k: (int(k.split("_")[1][:-3]), k)):
             mn, ms = med("native", k), med("shim", k)
-            v1, v2 = med("vmm1", k), med("vmm2m", k)
+            v1, v64, v2 = med("vmm1", k), med("vmm64m", k), med("vmm2m", k)
             goal = ">= 0.98x" if not k.startswith("write") else "-"
             note = (verdict(ms, ms and ms >= 0.98 * mn) if goal != "-" else "") + \
                 f" ({len(got['shim'].get(k, []))}/{len(got['native'][k])} runs)"
-            note += f"; plain VMM: one handle {ratio(v1, mn)}, 2 MiB pieces {ratio(v2, mn)}"
+            note += (f"; plain VMM: one handle {ratio(v1, mn)}, 64 MiB handles {ratio(v64, mn)},"
+                     f" 2 MiB pieces {ratio(v2, mn)}")
             self.badd(f"bandwidth {k.replace('_', ' ')} (GB/s)", fmt(ms), f"cudaMalloc {fmt(mn)}",
                       ratio(ms, mn), goal, note.strip())
 
