@@ -12,13 +12,15 @@
  * Driver calls are counted and costed at the H200's figures (driver_model.c).
  *   6. --replay FILE: an allocation trace a program recorded under the shim
  *      (VMMSHIM_ALLOC_TRACE), replayed: its peaks and the driver calls they cost.
- * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N] [--sync-ahead MIB]
- *        | --sleep GIB [--pieces | --small] | --replay FILE [--sync-ahead MIB] | --demo
+ * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N] [CORE OPTIONS]
+ *        | --sleep GIB [--pieces | --small] | --replay FILE [CORE OPTIONS] | --demo
+ * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB
  * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
  * --seed: other shapes, for figures over several draws; --sync-ahead: the core's thread syncs
  * ahead at MIB of quarantine, as under the shim (VMMSHIM_SYNC_AHEAD), with device work counted
  * between every two calls; simdev's syncs end at once, so this is syncing ahead with no GPU lag,
- * the most it can give, and its figures vary a little from run to run with the thread's timing) */
+ * the most it can give, and its figures vary a little from run to run with the thread's timing;
+ * --max-handle: the largest handle the core creates, as VMMSHIM_MAX_HANDLE) */
 #include <cuda.h>
 #include <errno.h>
 #include <dlfcn.h>
@@ -176,6 +178,8 @@ static uint64_t simdev_submitted(vmm_backend *be)
 
 /* --sync-ahead: MiB of quarantine (0: off), and the submission count that moves at every call. */
 static size_t sync_ahead_mib;
+/* --max-handle: MiB (0: the core's default, no limit). */
+static size_t max_handle_mib;
 static _Atomic uint64_t calls_counted;
 
 static uint64_t every_call_submits(vmm_backend *be)
@@ -195,6 +199,7 @@ static vmm_core *open_core(vmm_backend *be)
 		cfg.sync_ahead_min = sync_ahead_mib * MiB;
 		be->submitted = every_call_submits;
 	}
+	cfg.max_handle_bytes = max_handle_mib * MiB;
 	if (vmm_core_create(be, &cfg, &core, &err)) {
 		fprintf(stderr, "bench_core: %s\n", err.msg);
 		exit(1);
@@ -676,11 +681,17 @@ int main(int argc, char **argv)
 		be->close(be);
 		return rc;
 	}
-	for (int i = 2; i + 1 < argc; i++)
-		if (!strcmp(argv[i], "--sync-ahead")) {
-			sync_ahead_mib = (size_t)atoi(argv[i + 1]);
-			argc = i; /* the option comes last */
-		}
+	/* The core's options come last, in any order: the modes' own arguments end before them. */
+	for (int i = 2, end = argc; i + 1 < end; i++) {
+		size_t *opt = !strcmp(argv[i], "--sync-ahead") ? &sync_ahead_mib :
+			      !strcmp(argv[i], "--max-handle") ? &max_handle_mib : NULL;
+
+		if (!opt)
+			continue;
+		*opt = (size_t)atoi(argv[++i]);
+		if (argc == end)
+			argc = i - 1;
+	}
 	if (argc > 1 && !strcmp(argv[1], "--replay")) {
 		int rc;
 
