@@ -161,14 +161,19 @@ Test(ipc, importers_share_one_export_made_at_the_get)
 {
 	struct run *one = run_logged("share", "1"), *three = run_logged("share", "3");
 	long long e1 = run_stat(one, "cuMemExportToShareableHandle");
+	long long e3 = run_stat(three, "cuMemExportToShareableHandle");
+	int x1 = exporter_exports(one->err), x3 = exporter_exports(three->err);
 
 	cr_assert_eq(one->status, 0, "%s\n%s", one->out, one->err);
 	cr_assert_eq(three->status, 0, "%s\n%s", three->out, three->err);
 	cr_expect(strstr(three->out, "share ok"), "%s", three->out);
-	/* One export per physical piece, made once: three importers cost what one does. */
+	/* One export per physical piece, made once: three importers cost what one does. An open
+	 * that comes while the export ahead runs exports too (and the ahead's descriptors are
+	 * closed): that run made a second round, which only such an open explains. */
 	cr_expect_gt(e1, 0, "%s", one->stats);
-	cr_expect_eq(run_stat(three, "cuMemExportToShareableHandle"), e1, "one importer: %lld\n%s",
-		     e1, three->stats);
+	cr_expect(e3 == e1 || (x3 == 1 && e3 == 2 * e1) || (x1 == 1 && e1 == 2 * e3),
+		  "one importer: %lld exports (%d by an open), three: %lld (%d by an open)\n%s",
+		  e1, x1, e3, x3, three->stats);
 	/* Every open was answered; at most one of them exported (when it came before the
 	 * export ahead), the others got duplicates of the kept descriptors. */
 	cr_expect_eq(count_of(three->err, " share_open_phases_ms "), 3, "%s", three->err);
