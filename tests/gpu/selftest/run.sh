@@ -116,6 +116,8 @@ variant = {b["metric"]: b for b in json.load(open(sys.argv[6]))["bench"]}
 v = "train NO_CACHING+VMMSHIM_SYNC_AHEAD=0"
 for metric in (f"{v} shim: ms/step, peak GiB", f"{v} shim vs NO_CACHING shim: ms/step",
                f"{v} shim vs expandable native: ms/step",
+               f"{v} shim vs NO_CACHING shim: mean ms/step",
+               f"{v} shim vs expandable native: mean ms/step",
                f"{v} shim vs NO_CACHING native: peak GiB"):
     if metric not in variant:
         bad.append(f"no variant row {metric!r}")
