@@ -45,9 +45,9 @@ python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmm
 	--only "bench train" --train-rounds 1 --timeout-scale 0.1 \
 	--train-allocs "NO_CACHING,expandable,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,bogus" \
 	>"$t/out3.txt" 2>&1 || true
-python3 - "$t/log/results.json" "$rc" "$t/log2/results.json" "$rc2" "$t/out.txt" \
+GPU_DIR="$here/.." python3 - "$t/log/results.json" "$rc" "$t/log2/results.json" "$rc2" "$t/out.txt" \
 	"$t/log3/results.json" "$t/out3.txt" <<'PY'
-import json, sys
+import json, os, subprocess, sys
 r = json.load(open(sys.argv[1]))
 rows = {x["row"]: x["ok"] for x in r["rows"]}
 bench = {b["metric"]: b for b in r["bench"]}
@@ -144,6 +144,27 @@ if "steady ms: all 50.00 = copy 45.00 + gate 1.00 + drain 2.00 + rest 2.00" not 
 peak = bench.get("train default native: ms/step, peak GiB", {}).get("shim", "")
 if not peak.startswith("100, 4.4"):
     bad.append(f"train default native ms/step and peak: {peak!r}, expected '100, 4.49'")
+# The slow-log summary sorts the heap's debug lines by what each request did.
+log = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"slow_log_selftest.{os.getpid()}")
+with open(log, "w") as f:
+    for line in ("vmmshim[1] debug: device 0: a block of 3240960000 bytes took 74.12 ms: 0 syncs, "
+                 "1 handles created, 0 released, 1383 moved, 0 given back for new memory, "
+                 "0 pieces given back for a large request, 0 shattered",
+                 "vmmshim[1] debug: device 0: a block of 414842880 bytes took 21.67 ms: 0 syncs, "
+                 "514 handles created, 2 released, 0 moved, 0 given back for new memory, "
+                 "2 shattered",
+                 "vmmshim[1] debug: device 0: a block of 103710720 bytes took 9.25 ms: 1 syncs, "
+                 "0 handles created, 0 released, 0 moved, 0 given back for new memory, "
+                 "0 pieces given back for a large request, 0 shattered",
+                 "vmmshim[1] info: not a slow line"):
+        f.write(line + "\n")
+summ = subprocess.run([sys.executable, os.path.join(os.environ["GPU_DIR"], "slow_log_summary.py"),
+                       "--top", "1", log], capture_output=True, text=True).stdout
+os.unlink(log)
+for part in ("3 slow requests", "all:         shattered 22 ms in 1; moved 74 ms in 1; "
+             "sync only 9 ms in 1", "3090.8 MiB   74.12 ms  moved: 0 syncs, 1383 moved"):
+    if part not in summ:
+        bad.append(f"slow_log_summary.py does not say {part!r}: {summ!r}")
 print("selftest:", "ok" if not bad else "FAILED: " + "; ".join(bad))
 sys.exit(1 if bad else 0)
 PY

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Where a program's slow allocations spent their time, from the heap's debug log.
+
+At VMMSHIM_LOG=debug every block request that took 1 ms or more logs one line (core/heap_fit.c,
+slow_log): its size, its time, and what it did (device syncs, handles created, released, moved,
+given back, shattered). This sorts those lines into kinds, by what the request did that cost the
+most driver time, and sums each kind, over the whole log and over its second half (the timed pass
+of `train.py --passes 2` is roughly the second half: both passes play the same steps). With
+--top N it also lists the N slowest requests in log order.
+
+Usage: slow_log_summary.py [--top N] LOG [LOG...]
+  e.g. after GPUCHECK_TRAIN_ALLOCS=...,NO_CACHING+VMMSHIM_LOG=debug, the runs'
+  bench_train.NO_CACHING+VMMSHIM_LOG=debug.shim.*.err in gpu-check-logs.tgz
+"""
+import argparse
+import re
+import sys
+
+LINE = re.compile(r"block of (\d+) bytes took ([\d.]+) ms(?: \(failed\))?: (\d+) syncs, (\d+) handles "
+                  r"created, (\d+) released, (\d+) moved, (\d+) given back for new memory, "
+                  r"(?:(\d+) pieces given back for a large request, )?(\d+) shattered")
+KINDS = ("shattered", "given back", "moved", "created", "sync only", "other")
+
+
+def kind(r):
+    """The kind of one request: its costliest driver work first."""
+    if r["shattered"]:
+        return "shattered"
+    if r["given_back"]:
+        return "given back"
+    if r["moved"]:
+        return "moved"
+    if r["created"]:
+        return "created"
+    if r["syncs"]:
+        return "sync only"
+    return "other"
+
+
+def parse(path):
+    out = []
+    with open(path, errors="replace") as f:
+        for line in f:
+            m = LINE.search(line)
+            if not m:
+                continue
+            g = m.groups()
+            out.append({"size": int(g[0]), "ms": float(g[1]), "syncs": int(g[2]),
+                        "created": int(g[3]), "released": int(g[4]), "moved": int(g[5]),
+                        "recycled": int(g[6]), "given_back": int(g[7] or 0),
+                        "shattered": int(g[8])})
+    return out
+
+
+def summary(reqs):
+    parts = []
+    for k in KINDS:
+        sel = [r for r in reqs if kind(r) == k]
+        if sel:
+            parts.append(f"{k} {sum(r['ms'] for r in sel):.0f} ms in {len(sel)}")
+    return "; ".join(parts) if parts else "no slow requests"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--top", type=int, default=0, help="list the N slowest requests")
+    ap.add_argument("logs", nargs="+")
+    a = ap.parse_args()
+    for path in a.logs:
+        reqs = parse(path)
+        print(f"{path}: {len(reqs)} slow requests")
+        print(f"  all:         {summary(reqs)}")
+        print(f"  second half: {summary(reqs[len(reqs) // 2:])}")
+        if a.top:
+            top = sorted(range(len(reqs)), key=lambda i: -reqs[i]["ms"])[:a.top]
+            for i in sorted(top):
+                r = reqs[i]
+                print(f"  #{i + 1:<5} {r['size'] / 2**20:9.1f} MiB {r['ms']:7.2f} ms  {kind(r)}: "
+                      f"{r['syncs']} syncs, {r['moved']} moved, {r['given_back']} given back, "
+                      f"{r['created']} created, {r['shattered']} shattered")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
