@@ -17,7 +17,7 @@
  *     layout: free memory has been taken first, and a large handle freed later is cut into
  *     pieces (below) or given back whole before any new memory is made.
  * A handle larger than a granule that a smaller allocation would share with free memory is
- * re-created as pieces first (handle_shatter; one larger than 1 GiB as 1 GiB handles, of which
+ * re-created as pieces first (handle_shatter; one larger than 64 MiB as 64 MiB handles, of which
  * only the one shared is cut further), so that a large handle is always either wholly
  * free or inside one allocation: no free memory is ever stuck behind a live allocation in a
  * handle that cannot be cut, and every allocation can be given a handle of its own. The one
@@ -31,15 +31,16 @@
 #include "heap_phys.h"
 #include "heap_va.h"
 
-/* The largest pieces a handle is re-created as when a smaller allocation would share it.
- * Cutting less was measured and is no better: re-creating the handle as the request's part in
- * one handle and what lies on either side (pieces only for a small request's granules and
- * 128 MiB after them) cut the ~20 ms that one such request costs to ~1 ms, but the requests
- * that came next cut the large parts left again; bench_core --train --varlen, seeds 1-8, H200
- * costs: driver time per step +14% in the timed pass (30 steps), +3% over 200 steps, the
- * costliest steps -8%. Once warm, the replay spends its driver time moving free 2 MiB pieces to
- * large requests, not cutting handles. */
-#define SHATTER_STEP ((size_t)1 << 30)
+/* The largest pieces a handle is re-created as when a smaller allocation would share it; only the
+ * one shared is cut into 2 MiB pieces in turn. 64 MiB, not the 1 GiB it was: on the H200 the
+ * PyTorch benchmark's activations (300-400 MB) were cut out of the freed multi-GiB logits of the
+ * step before, and each cut re-created a 1 GiB handle as 512 pieces (~20 ms, `VMMSHIM_LOG=debug`,
+ * five such cuts in its largest step); at 64 MiB a cut makes ~50 handles and 32 pieces (~4 ms),
+ * and the 64 MiB handles left whole move in one call each (~0.2 ms against ~1.6 ms for their 32
+ * pieces) when a large request needs them. Cutting only the request's part out (one handle for
+ * it, the rest on either side) was measured before and lost: the requests that came next cut
+ * the large parts left again (bench_core --train --varlen, driver time per step +3-14%). */
+#define SHATTER_STEP ((size_t)64 << 20)
 
 /* The plan of one growth: the handles that will back [va, va+total), in order. */
 struct grow_plan {

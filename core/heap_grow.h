@@ -18,7 +18,7 @@ vmm_status arena_grow(struct arena *a, size_t size, size_t align, bool may_creat
 bool heap_wants_whole(const struct devheap *dh, size_t size);
 
 /* Re-create a wholly free, mapped handle larger than a granule as granule-sized pieces (as
- * 1 GiB handles first when it is larger than that: the caller cuts the one it shares) at the
+ * 64 MiB handles first when it is larger than that: the caller cuts the one it shares) at the
  * same address (it is released first: the pieces are made of its memory). On failure the range
  * may be left partly mapped (as free memory) and partly unclaimed. */
 vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_error *err);
