@@ -276,13 +276,15 @@ static void slow_log(struct devheap *dh, const struct fit_probe *p0, size_t size
 	probe_counts(dh, &p1);
 	vmm_log(VMM_LOG_DEBUG,
 		"device %d: a block of %zu bytes took %.2f ms%s: %llu syncs, %llu handles created, "
-		"%llu released, %llu moved, %llu given back for new memory, %llu shattered",
+		"%llu released, %llu moved, %llu given back for new memory, %llu pieces given back "
+		"for a large request, %llu shattered",
 		dh->dev, size, ms, b ? "" : " (failed)",
 		(unsigned long long)(p1.syncs - p0->syncs),
 		(unsigned long long)(p1.created - p0->created),
 		(unsigned long long)(p1.released - p0->released),
 		(unsigned long long)(p1.tally.moved - p0->tally.moved),
 		(unsigned long long)(p1.tally.recycled - p0->tally.recycled),
+		(unsigned long long)(p1.tally.given_back - p0->tally.given_back),
 		(unsigned long long)(p1.tally.shattered - p0->tally.shattered));
 }
 

@@ -16,6 +16,10 @@
  *     on its own to where it is needed. New memory adds nothing to the peak whatever its
  *     layout: free memory has been taken first, and a large handle freed later is cut into
  *     pieces (below) or given back whole before any new memory is made.
+ * A request of whole_handle_min or more that would have GIVE_BACK_MIN or more free 2 MiB pieces
+ * moved to it gives them back to the driver instead and makes their bytes again, with the rest,
+ * as new handles (plan_give_back): a move costs ~50 us a piece on the H200, a give-back ~25, and
+ * the allocation is one handle, which a later request moves in one call.
  * A handle larger than a granule that a smaller allocation would share with free memory is
  * re-created as pieces first (handle_shatter; one larger than 64 MiB as 64 MiB handles, of which
  * only the one shared is cut further), so that a large handle is always either wholly
@@ -41,6 +45,10 @@
  * it, the rest on either side) was measured before and lost: the requests that came next cut
  * the large parts left again (bench_core --train --varlen, driver time per step +3-14%). */
 #define SHATTER_STEP ((size_t)64 << 20)
+
+/* A large request gives the free pieces it would move back when there are at least this many
+ * (32 MiB): below it the moves cost less than the calls to make new memory. */
+#define GIVE_BACK_MIN 16
 
 /* The plan of one growth: the handles that will back [va, va+total), in order. */
 struct grow_plan {
@@ -238,6 +246,40 @@ static vmm_status plan_create(struct arena *a, struct grow_plan *p, struct large
 	return VMM_OK;
 }
 
+static bool moved_piece(const struct devheap *dh, const struct grow_plan *p, size_t i)
+{
+	return !p->fresh[i] && p->hs[i] != p->tail && p->hs[i]->size == dh->gran;
+}
+
+/* A large request's plan holds GIVE_BACK_MIN or more free 2 MiB pieces to be moved: they go back
+ * to the driver, and plan_create makes their bytes again as large handles (see the top of the
+ * file). The device's memory does not grow: the pieces are released before anything is made.
+ * Without host memory for the list, or when a piece will not unmap, that piece stays free
+ * where it is and the new memory is made of what the driver has. */
+static void plan_give_back(struct devheap *dh, struct grow_plan *p)
+{
+	struct phandle **drop;
+	size_t k = 0, j = 0;
+
+	for (size_t i = 0; i < p->n; i++)
+		k += moved_piece(dh, p, i);
+	if (k < GIVE_BACK_MIN || !(drop = malloc(k * sizeof(*drop))))
+		return;
+	k = 0;
+	for (size_t i = 0; i < p->n; i++) {
+		if (moved_piece(dh, p, i)) {
+			drop[k++] = p->hs[i];
+			p->total -= p->hs[i]->size;
+			continue;
+		}
+		p->hs[j] = p->hs[i];
+		p->fresh[j++] = p->fresh[i];
+	}
+	p->n = j;
+	dh->tally.given_back += heap_drop_handles(dh, drop, k) / dh->gran;
+	free(drop);
+}
+
 /* Collect handles summing to exactly `want` bytes (see the top of the file). Without may_create,
  * VMM_E_OOM when the wholly free handles do not add up to it (nothing changed). */
 static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, size_t piece,
@@ -248,6 +290,8 @@ static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, s
 
 	if (!st && p->total < want && !may_create)
 		st = VMM_E_OOM;
+	if (!st && piece > a->dh->gran)
+		plan_give_back(a->dh, p);
 	/* Rather than add memory while a larger wholly free handle sits idle, give that one back:
 	 * the device's memory does not grow. */
 	if (!st && p->total < want)

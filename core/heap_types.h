@@ -159,6 +159,7 @@ struct grow_tally {
 	uint64_t moved;         /* wholly free handles mapped again at a new address */
 	uint64_t recycled;      /* larger idle handles given back so that new memory is made */
 	uint64_t shattered;     /* large handles re-created as pieces (handle_shatter) */
+	uint64_t given_back;    /* free pieces given back for a large request (plan_give_back) */
 };
 
 struct devheap {

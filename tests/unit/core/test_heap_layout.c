@@ -138,3 +138,65 @@ Test(heap_layout, a_large_allocation_stays_one_handle_through_sleep_and_wake)
 	cr_assert(t_check(p, 200 * MiB, 9));
 	t_close(&t);
 }
+
+Test(heap_layout, a_large_request_gives_scattered_free_pieces_back_and_is_one_handle)
+{
+	struct tctx t;
+	vmm_devptr freed[64], kept[64], big;
+	uint64_t released;
+
+	t_simdev_env("512M", NULL, NULL);
+	t_open(&t, NULL);
+	/* 4 MiB freed between 2 MiB kept, 64 times: 256 MiB free in 2 MiB pieces, no free range
+	 * over 4 MiB. */
+	for (int i = 0; i < 64; i++) {
+		cr_assert_eq(vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &freed[i], NULL), VMM_OK);
+		cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &kept[i], NULL), VMM_OK);
+		t_fill(kept[i], 2 * MiB, (unsigned char)(i + 1));
+	}
+	for (int i = 0; i < 64; i++)
+		cr_assert_eq(vmm_free(t.core, freed[i], NULL), VMM_OK);
+	released = t_stats(&t, 0, NULL).handles_released;
+	/* 200 MiB would have 100 pieces moved to it: they go back, and it is made as one handle of
+	 * their memory; the device's memory does not grow. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 200 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(handles_over(big, 200 * MiB), 1);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_released - released, 100);
+	cr_assert_eq(t_dev_used(&t, 0), 384 * MiB, "no more than before: %llu MiB",
+		     (unsigned long long)(t_dev_used(&t, 0) / MiB));
+	cr_assert_eq(t_stats(&t, 0, NULL).peak_mapped_bytes, 384 * MiB);
+	t_fill(big, 200 * MiB, 0xee);
+	for (int i = 0; i < 64; i++)
+		cr_assert(t_check(kept[i], 2 * MiB, (unsigned char)(i + 1)), "kept %d intact", i);
+	cr_assert(t_check(big, 200 * MiB, 0xee));
+	t_close(&t);
+}
+
+Test(heap_layout, a_large_request_moves_a_few_free_pieces_rather_than_give_them_back)
+{
+	struct tctx t;
+	vmm_devptr freed[8], kept[8], big, before;
+	uint64_t released;
+
+	t_simdev_env("512M", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 256 * MiB, 0, NULL, &before, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, before, NULL), VMM_OK);
+	/* 8 free pieces of 2 MiB scattered between kept ones, and the rest free in 64 MiB handles
+	 * (the freed 256 MiB, cut where the small requests share it). */
+	for (int i = 0; i < 8; i++) {
+		cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &freed[i], NULL), VMM_OK);
+		cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &kept[i], NULL), VMM_OK);
+	}
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(vmm_free(t.core, freed[i], NULL), VMM_OK);
+	released = t_stats(&t, 0, NULL).handles_released;
+	/* 240 MiB: the free 224 MiB grown by 16, which only the 8 scattered pieces can give. Fewer
+	 * than 16 pieces would move: they are moved, none is given back. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 240 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_released, released);
+	cr_assert_eq(t_dev_used(&t, 0), 256 * MiB);
+	t_fill(big, 240 * MiB, 3);
+	cr_assert(t_check(big, 240 * MiB, 3));
+	t_close(&t);
+}
