@@ -47,8 +47,11 @@ fi
 export PATH=$cuda/bin:$PATH
 
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)
+# The commit alone can mislead: a copy of a working tree may carry a .git older than its files.
+# The hash of the sources that build the shim and vmmctl says what ran (scripts/source-hash.sh).
 echo "gpu-check: $(date -u '+%F %T') UTC on ${gpu:-no GPU}," \
-	"commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	"commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)," \
+	"sources $("$root/scripts/source-hash.sh")"
 
 # 1. The shim and vmmctl. Warnings do not stop this build (CI holds the line on them).
 {
