@@ -9,7 +9,9 @@
 /* Map new memory into arena a so that a free block holds size bytes at align (<= a granule):
  * one of its free blocks grown in place, or a fresh range; *out is that block. VMM_E_OOM when
  * the driver has no memory for it, or, without may_create, when the device's wholly free
- * handles are not enough (then nothing changed and no memory was made). */
+ * handles are not enough (then nothing changed and no memory was made). Free pieces given back
+ * for a large request are made again even without may_create (the device's memory does not
+ * grow); when the driver then refuses, they are gone and the request fails with VMM_E_OOM. */
 vmm_status arena_grow(struct arena *a, size_t size, size_t align, bool may_create,
 		      struct blk **out, vmm_error *err);
 
