@@ -1,11 +1,12 @@
-/* Host backups of the heap's handles (heap_offload_internal.h): each handle's piece from its
+/* Host backups of the heap's handles (heap_backups.h): each handle's piece from its
  * device's pool (kept and reused across cycles), one piece per run of handles that a sleep makes
  * one, the ranges copied between a handle and its backup, the device's copy engine, and backups
  * provisioned ahead of a sleep. */
+#include "heap_backups.h"
+
 #include <stdlib.h>
 
 #include "heap_coalesce.h"
-#include "heap_offload_internal.h"
 #include "offload/backup_pool.h"
 
 /* The ranges of h that hold live data (used blocks and slabs; in a shared handle also retired

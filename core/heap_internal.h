@@ -1,6 +1,7 @@
 /* The heap's internal layers, for the two files at its top: heap.c (the public API, heap.h) and
- * heap_offload.c (sleep and wake, heap_offload.h) with the files under it, which share
- * heap_offload_internal.h. Nothing outside core/ includes this.
+ * heap_offload.c (sleep and wake, heap_offload.h) with the files under it, each with its header
+ * (heap_sleep.h, heap_wake.h, heap_backups.h) and what they share in heap_transfer_common.h.
+ * Nothing outside core/ includes this.
  *
  * Each file calls only the files below it (no file calls back up; heap_types.h holds the
  * structures they share):

@@ -13,7 +13,9 @@
 
 #include <string.h>
 
-#include "heap_offload_internal.h"
+#include "heap_backups.h"
+#include "heap_sleep.h"
+#include "heap_wake.h"
 #include "log.h"
 
 /* The devices an operation covers, locked in ascending order. */

@@ -1,14 +1,17 @@
-/* The sleep of one device's selected arenas (heap_offload_internal.h): drain, reclaim the
+/* The sleep of one device's selected arenas (heap_sleep.h): drain, reclaim the
  * quarantine, give wholly free handles back without copying, copy the live ranges of the other
  * handles into their host backups and unmap and release them, in batches; the addresses stay
  * reserved. A failure brings the released handles back (heap_wake.c); where that fails too they
  * stay asleep with their host copy (the partial state). */
+#include "heap_sleep.h"
+
 #include <stdlib.h>
 #include <string.h>
 
+#include "heap_backups.h"
 #include "heap_coalesce.h"
 #include "heap_keep.h"
-#include "heap_offload_internal.h"
+#include "heap_wake.h"
 #include "log.h"
 #include "offload/drain.h"
 

@@ -1,11 +1,13 @@
-/* The wake of one device's selected arenas (heap_offload_internal.h): check the driver's free
+/* The wake of one device's selected arenas (heap_wake.h): check the driver's free
  * memory, re-create every asleep handle, map it at its old address, grant access to the owner and
  * peers, copy its backup back: in batches, each copy running while the next batch is set up. All
  * or nothing: a failure releases what was brought back, and the handles stay asleep with their
  * host copy. A failed sleep brings its released handles back the same way. */
+#include "heap_wake.h"
+
 #include <stdlib.h>
 
-#include "heap_offload_internal.h"
+#include "heap_backups.h"
 #include "log.h"
 
 static vmm_status grant_runs(struct devheap *dh, struct phandle **hs, size_t n, vmm_error *err)
