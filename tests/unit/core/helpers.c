@@ -2,6 +2,7 @@
 #include "helpers.h"
 
 #include <criterion/criterion.h>
+#include <cuda.h>
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,31 @@ void t_simdev_env(const char *memory, const char *devices, const char *fail)
 		setenv("SIMDEV_DEVICES", devices, 1);
 	if (fail)
 		setenv("SIMDEV_FAIL", fail, 1);
+}
+
+typedef CUresult (*retain_fn)(CUmemGenericAllocationHandle *, void *);
+typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
+
+size_t t_handles_over(vmm_devptr p, size_t size)
+{
+	const vmm_devptr gran = 2 * MiB;
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+	retain_fn retain = (retain_fn)dlsym(lib, "cuMemRetainAllocationHandle");
+	release_fn release = (release_fn)dlsym(lib, "cuMemRelease");
+	CUmemGenericAllocationHandle prev = 0;
+	size_t n = 0;
+
+	cr_assert(retain && release);
+	for (vmm_devptr va = p & ~(gran - 1); va < p + size; va += gran) {
+		CUmemGenericAllocationHandle h;
+
+		cr_assert_eq(retain(&h, (void *)(uintptr_t)va), CUDA_SUCCESS, "0x%llx is mapped",
+			     (unsigned long long)va);
+		n += !n || h != prev;
+		prev = h;
+		release(h);
+	}
+	return n;
 }
 
 int t_run_child(int (*scenario)(void), const char *const *env, long long *live)

@@ -34,6 +34,10 @@ uint64_t t_dev_total(struct tctx *t, int dev);
 vmm_stats t_stats(struct tctx *t, int dev, const char *tag);
 /* Driver handles the heap holds on dev now (created and not yet released). */
 uint64_t t_handles_held(struct tctx *t, int dev);
+/* Distinct physical handles mapped over [p, p+size) (CUDA backend), asked of the driver granule
+ * by granule (a handle over several granules is counted once: adjacent granules of one handle
+ * answer the same). */
+size_t t_handles_over(vmm_devptr p, size_t size);
 /* simdev's count of the process's physical device memory (simdev.h): t_dev_peak is the most held
  * at any instant, inside calls too, since t_dev_peak_reset (which the test needs first). */
 void t_dev_peak_reset(void);

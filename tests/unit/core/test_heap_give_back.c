@@ -1,8 +1,9 @@
 /* A large request that would have many scattered free 2 MiB pieces moved to it gives them back
- * to the driver and makes their bytes again (heap_grow.c, plan_give_back). Between the give-back
- * and the new handle the driver may refuse (another process took the memory, a driver error):
- * the request must then end as a clean OOM or succeed by another way, with every live
- * allocation intact, the heap's accounting equal to the driver's, and the heap usable after. */
+ * to the driver and makes their bytes again, as one handle (heap_grow.c, plan_give_back); a few
+ * pieces it moves. Between the give-back and the new handle the driver may refuse (another
+ * process took the memory, a driver error): the request must then end as a clean OOM or succeed
+ * by another way, with every live allocation intact, the heap's accounting equal to the
+ * driver's, and the heap usable after. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 
@@ -59,6 +60,28 @@ static void use_and_free(struct scattered *s, vmm_devptr p, size_t n)
 	t_fill(p, n, 0x5a);
 	cr_assert(t_check(p, n, 0x5a));
 	cr_assert_eq(vmm_free(s->t.core, p, NULL), VMM_OK);
+}
+
+Test(heap_give_back, a_large_request_gives_scattered_free_pieces_back_and_is_one_handle)
+{
+	struct scattered s;
+	vmm_devptr big;
+	uint64_t released;
+
+	setup(&s, NULL);
+	released = t_stats(&s.t, 0, NULL).handles_released;
+	/* 200 MiB would have 100 pieces moved to it: they go back, and it is made as one handle of
+	 * their memory; the device's memory does not grow. */
+	cr_assert_eq(vmm_malloc(s.t.core, 0, 200 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(t_handles_over(big, 200 * MiB), 1);
+	cr_assert_eq(t_stats(&s.t, 0, NULL).handles_released - released, 100);
+	cr_assert_eq(t_dev_used(&s.t, 0), 384 * MiB, "no more than before: %llu MiB",
+		     (unsigned long long)(t_dev_used(&s.t, 0) / MiB));
+	cr_assert_eq(t_stats(&s.t, 0, NULL).peak_mapped_bytes, 384 * MiB);
+	t_fill(big, 200 * MiB, 0xee);
+	check_intact(&s, PAIRS + 1, 384 * MiB);
+	cr_assert(t_check(big, 200 * MiB, 0xee));
+	t_close(&s.t);
 }
 
 Test(heap_give_back, a_refused_new_handle_after_a_give_back_is_made_on_the_next_try)
@@ -124,4 +147,33 @@ Test(heap_give_back, a_piece_that_will_not_unmap_stays_free_and_the_request_succ
 	use_and_free(&s, big, 200 * MiB);
 	check_intact(&s, PAIRS, 386 * MiB);
 	t_close(&s.t);
+}
+
+Test(heap_give_back, a_large_request_moves_a_few_free_pieces_rather_than_give_them_back)
+{
+	struct tctx t;
+	vmm_devptr freed[8], kept[8], big, before;
+	uint64_t released;
+
+	t_simdev_env("512M", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 256 * MiB, 0, NULL, &before, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, before, NULL), VMM_OK);
+	/* 8 free pieces of 2 MiB scattered between kept ones, and the rest free in 64 MiB handles
+	 * (the freed 256 MiB, cut where the small requests share it). */
+	for (int i = 0; i < 8; i++) {
+		cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &freed[i], NULL), VMM_OK);
+		cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &kept[i], NULL), VMM_OK);
+	}
+	for (int i = 0; i < 8; i++)
+		cr_assert_eq(vmm_free(t.core, freed[i], NULL), VMM_OK);
+	released = t_stats(&t, 0, NULL).handles_released;
+	/* 240 MiB: the free 224 MiB grown by 16, which only the 8 scattered pieces can give. Fewer
+	 * than 16 pieces would move: they are moved, none is given back. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 240 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_released, released);
+	cr_assert_eq(t_dev_used(&t, 0), 256 * MiB);
+	t_fill(big, 240 * MiB, 3);
+	cr_assert(t_check(big, 240 * MiB, 3));
+	t_close(&t);
 }

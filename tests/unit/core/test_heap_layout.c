@@ -4,40 +4,9 @@
  * handle limit allows), also after a sleep and wake; and its large handle must cost no peak
  * memory once freed and reused by smaller requests. */
 #include <criterion/criterion.h>
-#include <cuda.h>
-#include <dlfcn.h>
 
 #include "helpers.h"
 #include "heap_offload.h"
-
-#define GRAN (2 * MiB)
-
-typedef CUresult (*retain_fn)(CUmemGenericAllocationHandle *, void *);
-typedef CUresult (*release_fn)(CUmemGenericAllocationHandle);
-
-/* Distinct physical handles mapped over [p, p+size), asked of the driver granule by granule
- * (a handle over several granules is counted once: adjacent granules of one handle answer the
- * same). */
-static size_t handles_over(vmm_devptr p, size_t size)
-{
-	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
-	retain_fn retain = (retain_fn)dlsym(lib, "cuMemRetainAllocationHandle");
-	release_fn release = (release_fn)dlsym(lib, "cuMemRelease");
-	CUmemGenericAllocationHandle prev = 0;
-	size_t n = 0;
-
-	cr_assert(retain && release);
-	for (vmm_devptr va = p & ~(vmm_devptr)(GRAN - 1); va < p + size; va += GRAN) {
-		CUmemGenericAllocationHandle h;
-
-		cr_assert_eq(retain(&h, (void *)(uintptr_t)va), CUDA_SUCCESS, "0x%llx is mapped",
-			     (unsigned long long)va);
-		n += !n || h != prev;
-		prev = h;
-		release(h);
-	}
-	return n;
-}
 
 Test(heap_layout, a_large_allocation_of_new_memory_is_one_handle)
 {
@@ -49,12 +18,12 @@ Test(heap_layout, a_large_allocation_of_new_memory_is_one_handle)
 	cr_assert_eq(vmm_malloc(t.core, 0, 300 * MiB + 4096, 0, NULL, &big, NULL), VMM_OK);
 	/* One handle for its whole granules; the last one, which it shares with whatever comes
 	 * after it, is a piece of its own. */
-	cr_assert_eq(handles_over(big, 300 * MiB), 1);
-	cr_assert_eq(handles_over(big, 300 * MiB + 4096), 2);
+	cr_assert_eq(t_handles_over(big, 300 * MiB), 1);
+	cr_assert_eq(t_handles_over(big, 300 * MiB + 4096), 2);
 	cr_assert_eq(t_stats(&t, 0, NULL).handles_created, 2);
 	/* Below 32 MiB: 2 MiB pieces, which move on their own once freed. */
 	cr_assert_eq(vmm_malloc(t.core, 0, 20 * MiB, 0, NULL, &mid, NULL), VMM_OK);
-	cr_assert_eq(handles_over(mid, 20 * MiB), 10);
+	cr_assert_eq(t_handles_over(mid, 20 * MiB), 10);
 	cr_assert_eq(t_dev_used(&t, 0), 302 * MiB + 20 * MiB, "exactly the granules asked for");
 	t_close(&t);
 }
@@ -70,7 +39,7 @@ Test(heap_layout, the_handle_limit_is_kept)
 	t_simdev_env("1G", NULL, NULL);
 	t_open(&t, &cfg);
 	cr_assert_eq(vmm_malloc(t.core, 0, 200 * MiB, 0, NULL, &p, NULL), VMM_OK);
-	cr_assert_eq(handles_over(p, 200 * MiB), 4, "64 + 64 + 64 + 8 MiB");
+	cr_assert_eq(t_handles_over(p, 200 * MiB), 4, "64 + 64 + 64 + 8 MiB");
 	t_close(&t);
 }
 
@@ -105,16 +74,16 @@ Test(heap_layout, a_freed_large_handle_is_cut_only_where_it_is_shared)
 	t_simdev_env("3G", NULL, NULL);
 	t_open(&t, NULL);
 	cr_assert_eq(vmm_malloc(t.core, 0, 2560 * MiB, 0, NULL, &big, NULL), VMM_OK);
-	cr_assert_eq(handles_over(big, 2560 * MiB), 1);
+	cr_assert_eq(t_handles_over(big, 2560 * MiB), 1);
 	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
 	cr_assert_eq(vmm_malloc(t.core, 0, 40 * MiB, 0, NULL, &small, NULL), VMM_OK);
 	t_fill(small, 40 * MiB, 5);
 	s = t_stats(&t, 0, NULL);
 	/* 40 handles of 64 MiB, then the first of them in 2 MiB pieces: not 1280 pieces. */
 	cr_assert_eq(s.handles_created, 1 + 40 + 32, "%llu", (unsigned long long)s.handles_created);
-	cr_assert_eq(handles_over(small, 64 * MiB), 32, "the rest of the first 64 MiB is pieces");
-	cr_assert_eq(handles_over(small + 64 * MiB, 2496 * MiB), 39, "the rest stays 64 MiB handles");
-	cr_assert_eq(handles_over(small, 40 * MiB), 20);
+	cr_assert_eq(t_handles_over(small, 64 * MiB), 32, "the rest of the first 64 MiB is pieces");
+	cr_assert_eq(t_handles_over(small + 64 * MiB, 2496 * MiB), 39, "the rest stays 64 MiB handles");
+	cr_assert_eq(t_handles_over(small, 40 * MiB), 20);
 	cr_assert_eq(t_dev_used(&t, 0), 2560 * MiB, "nothing was added");
 	cr_assert(t_check(small, 40 * MiB, 5));
 	t_close(&t);
@@ -134,69 +103,7 @@ Test(heap_layout, a_large_allocation_stays_one_handle_through_sleep_and_wake)
 	cr_assert_eq(vmm_sleep(t.core, &all, NULL, &err), VMM_OK, "%s", err.msg);
 	cr_assert_eq(t_dev_used(&t, 0), 0);
 	cr_assert_eq(vmm_wake(t.core, &all, NULL, &err), VMM_OK, "%s", err.msg);
-	cr_assert_eq(handles_over(p, 200 * MiB), 1);
+	cr_assert_eq(t_handles_over(p, 200 * MiB), 1);
 	cr_assert(t_check(p, 200 * MiB, 9));
-	t_close(&t);
-}
-
-Test(heap_layout, a_large_request_gives_scattered_free_pieces_back_and_is_one_handle)
-{
-	struct tctx t;
-	vmm_devptr freed[64], kept[64], big;
-	uint64_t released;
-
-	t_simdev_env("512M", NULL, NULL);
-	t_open(&t, NULL);
-	/* 4 MiB freed between 2 MiB kept, 64 times: 256 MiB free in 2 MiB pieces, no free range
-	 * over 4 MiB. */
-	for (int i = 0; i < 64; i++) {
-		cr_assert_eq(vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &freed[i], NULL), VMM_OK);
-		cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &kept[i], NULL), VMM_OK);
-		t_fill(kept[i], 2 * MiB, (unsigned char)(i + 1));
-	}
-	for (int i = 0; i < 64; i++)
-		cr_assert_eq(vmm_free(t.core, freed[i], NULL), VMM_OK);
-	released = t_stats(&t, 0, NULL).handles_released;
-	/* 200 MiB would have 100 pieces moved to it: they go back, and it is made as one handle of
-	 * their memory; the device's memory does not grow. */
-	cr_assert_eq(vmm_malloc(t.core, 0, 200 * MiB, 0, NULL, &big, NULL), VMM_OK);
-	cr_assert_eq(handles_over(big, 200 * MiB), 1);
-	cr_assert_eq(t_stats(&t, 0, NULL).handles_released - released, 100);
-	cr_assert_eq(t_dev_used(&t, 0), 384 * MiB, "no more than before: %llu MiB",
-		     (unsigned long long)(t_dev_used(&t, 0) / MiB));
-	cr_assert_eq(t_stats(&t, 0, NULL).peak_mapped_bytes, 384 * MiB);
-	t_fill(big, 200 * MiB, 0xee);
-	for (int i = 0; i < 64; i++)
-		cr_assert(t_check(kept[i], 2 * MiB, (unsigned char)(i + 1)), "kept %d intact", i);
-	cr_assert(t_check(big, 200 * MiB, 0xee));
-	t_close(&t);
-}
-
-Test(heap_layout, a_large_request_moves_a_few_free_pieces_rather_than_give_them_back)
-{
-	struct tctx t;
-	vmm_devptr freed[8], kept[8], big, before;
-	uint64_t released;
-
-	t_simdev_env("512M", NULL, NULL);
-	t_open(&t, NULL);
-	cr_assert_eq(vmm_malloc(t.core, 0, 256 * MiB, 0, NULL, &before, NULL), VMM_OK);
-	cr_assert_eq(vmm_free(t.core, before, NULL), VMM_OK);
-	/* 8 free pieces of 2 MiB scattered between kept ones, and the rest free in 64 MiB handles
-	 * (the freed 256 MiB, cut where the small requests share it). */
-	for (int i = 0; i < 8; i++) {
-		cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &freed[i], NULL), VMM_OK);
-		cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &kept[i], NULL), VMM_OK);
-	}
-	for (int i = 0; i < 8; i++)
-		cr_assert_eq(vmm_free(t.core, freed[i], NULL), VMM_OK);
-	released = t_stats(&t, 0, NULL).handles_released;
-	/* 240 MiB: the free 224 MiB grown by 16, which only the 8 scattered pieces can give. Fewer
-	 * than 16 pieces would move: they are moved, none is given back. */
-	cr_assert_eq(vmm_malloc(t.core, 0, 240 * MiB, 0, NULL, &big, NULL), VMM_OK);
-	cr_assert_eq(t_stats(&t, 0, NULL).handles_released, released);
-	cr_assert_eq(t_dev_used(&t, 0), 256 * MiB);
-	t_fill(big, 240 * MiB, 3);
-	cr_assert(t_check(big, 240 * MiB, 3));
 	t_close(&t);
 }
