@@ -254,30 +254,32 @@ static bool moved_piece(const struct devheap *dh, const struct grow_plan *p, siz
 /* A large request's plan holds GIVE_BACK_MIN or more free 2 MiB pieces to be moved: they go back
  * to the driver, and plan_create makes their bytes again as large handles (see the top of the
  * file). The device's memory does not grow: the pieces are released before anything is made.
- * Without host memory for the list, or when a piece will not unmap, that piece stays free
- * where it is and the new memory is made of what the driver has. */
+ * The pieces are gathered at the plan's end, the other handles keeping their order, and dropped
+ * from there. A piece that will not unmap stays free where it is, and the new memory is made of
+ * what the driver has. */
 static void plan_give_back(struct devheap *dh, struct grow_plan *p)
 {
-	struct phandle **drop;
 	size_t k = 0, j = 0;
 
 	for (size_t i = 0; i < p->n; i++)
 		k += moved_piece(dh, p, i);
-	if (k < GIVE_BACK_MIN || !(drop = malloc(k * sizeof(*drop))))
+	if (k < GIVE_BACK_MIN)
 		return;
-	k = 0;
 	for (size_t i = 0; i < p->n; i++) {
+		struct phandle *h = p->hs[i];
+		bool fresh = p->fresh[i];
+
 		if (moved_piece(dh, p, i)) {
-			drop[k++] = p->hs[i];
-			p->total -= p->hs[i]->size;
+			p->total -= h->size;
 			continue;
 		}
-		p->hs[j] = p->hs[i];
-		p->fresh[j++] = p->fresh[i];
+		p->hs[i] = p->hs[j];
+		p->fresh[i] = p->fresh[j];
+		p->hs[j] = h;
+		p->fresh[j++] = fresh;
 	}
+	dh->tally.given_back += heap_drop_handles(dh, p->hs + j, p->n - j) / dh->gran;
 	p->n = j;
-	dh->tally.given_back += heap_drop_handles(dh, drop, k) / dh->gran;
-	free(drop);
 }
 
 /* Collect handles summing to exactly `want` bytes (see the top of the file). Without may_create,
