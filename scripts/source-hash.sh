@@ -6,5 +6,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-find core shim tools -type f \( -name '*.c' -o -name '*.h' -o -name 'meson.build' \) -print0 |
-	LC_ALL=C sort -z | xargs -0 cat meson.build meson_options.txt 2>/dev/null | sha1sum | cut -c1-12
+{
+	cat meson.build meson_options.txt
+	find core shim tools -type f \( -name '*.c' -o -name '*.h' -o -name 'meson.build' \) -print0 |
+		LC_ALL=C sort -z | xargs -0 cat
+} | sha1sum | cut -c1-12
