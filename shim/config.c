@@ -51,6 +51,10 @@ static const struct setting settings[] = {
 	  "once this much freed memory waits to be reused on a CUDA device, a thread of the shim "
 	  "synchronizes the device while the program goes on, so that the program's allocations "
 	  "seldom wait for the GPU themselves; 0: never (the program's thread synchronizes)" },
+	{ "VMMSHIM_LONE_STREAM", SET_BOOL, AT(lone_stream), "1",
+	  "1: while all of the program's CUDA work goes to one stream, memory it frees is reused at "
+	  "once in that stream's order, with no wait for the device; a second stream first waits "
+	  "for the first's work. 0: freed memory waits for a device synchronization" },
 	{ "VMMSHIM_RUN_DIR", SET_STRING, AT(run_dir),
 	  "($XDG_RUNTIME_DIR/vmmshim, else /tmp/vmmshim-UID)",
 	  "folder of the control sockets, an absolute path (created with mode 0700)" },

@@ -20,6 +20,8 @@ typedef struct shim_config {
 	char run_dir[SHIM_RUN_DIR_MAX]; /* VMMSHIM_RUN_DIR: where the control socket lives */
 	bool autowake;             /* VMMSHIM_AUTOWAKE: work submitted while asleep wakes it */
 	bool provision_backup;     /* VMMSHIM_PROVISION_BACKUP: host backup made ahead of sleep */
+	bool lone_stream;          /* VMMSHIM_LONE_STREAM: frees ordered on the program's only
+	                            * stream while it has one (lone_stream.h) */
 	bool control;              /* VMMSHIM_CONTROL: start the control server (default on) */
 	double sleep_timeout_s;    /* VMMSHIM_SLEEP_TIMEOUT: the longest a sleep waits for the device
 	                            * to finish its work before it gives up (a request's timeout

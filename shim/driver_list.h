@@ -4,6 +4,11 @@
  * hooks_*.c and proc_address.c) and/or DRIVER_GATED (wrappers that only pass the submission gate,
  * generated in hooks_submit.c) before including this file.
  *
+ * DRIVER_GATED's last two arguments name the stream the work goes to, for lone-stream ordering
+ * (lone_stream.h): an expression of the parameters (NULL for the calls that take no stream: they
+ * run on the default stream), and whether a NULL stream is the per-thread default stream (the
+ * _ptsz/_ptds forms). SUBMIT_STREAM_UNKNOWN where the stream cannot be told from the arguments.
+ *
  * Deliberately absent: the unversioned pre-3.2 entry points (cuMemAlloc, cuMemcpyHtoD, ...: 32-bit
  * size ABI, used by no current runtime) and cuGetExportTable (private, must pass through). */
 #ifdef DRIVER_HOOK
@@ -93,6 +98,9 @@ DRIVER_HOOK(cuCtxCreate_v4,
 	(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev),
 	(pctx, ctxCreateParams, flags, dev))
 DRIVER_HOOK(cuCtxDestroy_v2, (CUcontext ctx), (ctx))
+DRIVER_HOOK(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), (dev))
+DRIVER_HOOK(cuDevicePrimaryCtxReset_v2, (CUdevice dev), (dev))
+DRIVER_HOOK(cuStreamDestroy_v2, (CUstream hStream), (hStream))
 DRIVER_HOOK(cuCtxEnablePeerAccess,
 	(CUcontext peerContext, unsigned int Flags),
 	(peerContext, Flags))
@@ -129,360 +137,478 @@ DRIVER_GATED(cuLaunchKernel,
 	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
 	CUstream hStream, void **kernelParams, void **extra),
 	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-	kernelParams, extra))
+	kernelParams, extra),
+	hStream, false)
 DRIVER_GATED(cuLaunchKernel_ptsz,
 	(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned
 	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
 	CUstream hStream, void **kernelParams, void **extra),
 	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-	kernelParams, extra))
+	kernelParams, extra),
+	hStream, true)
 DRIVER_GATED(cuLaunchKernelEx,
 	(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
-	(config, f, kernelParams, extra))
+	(config, f, kernelParams, extra),
+	config ? config->hStream : SUBMIT_STREAM_UNKNOWN, false)
 DRIVER_GATED(cuLaunchKernelEx_ptsz,
 	(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
-	(config, f, kernelParams, extra))
+	(config, f, kernelParams, extra),
+	config ? config->hStream : SUBMIT_STREAM_UNKNOWN, true)
 DRIVER_GATED(cuLaunchCooperativeKernel,
 	(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned
 	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
 	CUstream hStream, void **kernelParams),
 	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-	kernelParams))
+	kernelParams),
+	hStream, false)
 DRIVER_GATED(cuLaunchCooperativeKernel_ptsz,
 	(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned
 	int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes,
 	CUstream hStream, void **kernelParams),
 	(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream,
-	kernelParams))
+	kernelParams),
+	hStream, true)
 DRIVER_GATED(cuLaunchHostFunc,
 	(CUstream hStream, CUhostFn fn, void *userData),
-	(hStream, fn, userData))
+	(hStream, fn, userData),
+	hStream, false)
 DRIVER_GATED(cuLaunchHostFunc_ptsz,
 	(CUstream hStream, CUhostFn fn, void *userData),
-	(hStream, fn, userData))
-DRIVER_GATED(cuGraphLaunch, (CUgraphExec hGraph, CUstream hStream), (hGraph, hStream))
-DRIVER_GATED(cuGraphLaunch_ptsz, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream))
+	(hStream, fn, userData),
+	hStream, true)
+DRIVER_GATED(cuGraphLaunch, (CUgraphExec hGraph, CUstream hStream), (hGraph, hStream),
+	hStream, false)
+DRIVER_GATED(cuGraphLaunch_ptsz, (CUgraphExec hGraphExec, CUstream hStream), (hGraphExec, hStream),
+	hStream, true)
 DRIVER_GATED(cuLaunchCooperativeKernelMultiDevice,
 	(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices, unsigned int flags),
-	(launchParamsList, numDevices, flags))
-DRIVER_GATED(cuLaunch, (CUfunction f), (f))
+	(launchParamsList, numDevices, flags),
+	SUBMIT_STREAM_UNKNOWN, false)
+DRIVER_GATED(cuLaunch, (CUfunction f), (f),
+	NULL, false)
 DRIVER_GATED(cuLaunchGrid,
 	(CUfunction f, int grid_width, int grid_height),
-	(f, grid_width, grid_height))
+	(f, grid_width, grid_height),
+	NULL, false)
 DRIVER_GATED(cuLaunchGridAsync,
 	(CUfunction f, int grid_width, int grid_height, CUstream hStream),
-	(f, grid_width, grid_height, hStream))
-DRIVER_GATED(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), (dst, src, ByteCount))
+	(f, grid_width, grid_height, hStream),
+	hStream, false)
+DRIVER_GATED(cuMemcpy, (CUdeviceptr dst, CUdeviceptr src, size_t ByteCount), (dst, src, ByteCount),
+	NULL, false)
 DRIVER_GATED(cuMemcpy_ptds,
 	(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount),
-	(dst, src, ByteCount))
+	(dst, src, ByteCount),
+	NULL, true)
 DRIVER_GATED(cuMemcpyAsync,
 	(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
-	(dst, src, ByteCount, hStream))
+	(dst, src, ByteCount, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpyAsync_ptsz,
 	(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream),
-	(dst, src, ByteCount, hStream))
+	(dst, src, ByteCount, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemcpyPeer,
 	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
 	size_t ByteCount),
-	(dstDevice, dstContext, srcDevice, srcContext, ByteCount))
+	(dstDevice, dstContext, srcDevice, srcContext, ByteCount),
+	SUBMIT_STREAM_UNKNOWN, false)
 DRIVER_GATED(cuMemcpyPeer_ptds,
 	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
 	size_t ByteCount),
-	(dstDevice, dstContext, srcDevice, srcContext, ByteCount))
+	(dstDevice, dstContext, srcDevice, srcContext, ByteCount),
+	SUBMIT_STREAM_UNKNOWN, true)
 DRIVER_GATED(cuMemcpyPeerAsync,
 	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
 	size_t ByteCount, CUstream hStream),
-	(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))
+	(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpyPeerAsync_ptsz,
 	(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext,
 	size_t ByteCount, CUstream hStream),
-	(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream))
+	(dstDevice, dstContext, srcDevice, srcContext, ByteCount, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemcpyHtoD_v2,
 	(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),
-	(dstDevice, srcHost, ByteCount))
+	(dstDevice, srcHost, ByteCount),
+	NULL, false)
 DRIVER_GATED(cuMemcpyHtoD_v2_ptds,
 	(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount),
-	(dstDevice, srcHost, ByteCount))
+	(dstDevice, srcHost, ByteCount),
+	NULL, true)
 DRIVER_GATED(cuMemcpyDtoH_v2,
 	(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),
-	(dstHost, srcDevice, ByteCount))
+	(dstHost, srcDevice, ByteCount),
+	NULL, false)
 DRIVER_GATED(cuMemcpyDtoH_v2_ptds,
 	(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount),
-	(dstHost, srcDevice, ByteCount))
+	(dstHost, srcDevice, ByteCount),
+	NULL, true)
 DRIVER_GATED(cuMemcpyDtoD_v2,
 	(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount),
-	(dstDevice, srcDevice, ByteCount))
+	(dstDevice, srcDevice, ByteCount),
+	NULL, false)
 DRIVER_GATED(cuMemcpyDtoD_v2_ptds,
 	(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount),
-	(dstDevice, srcDevice, ByteCount))
+	(dstDevice, srcDevice, ByteCount),
+	NULL, true)
 DRIVER_GATED(cuMemcpyDtoA_v2,
 	(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount),
-	(dstArray, dstOffset, srcDevice, ByteCount))
+	(dstArray, dstOffset, srcDevice, ByteCount),
+	NULL, false)
 DRIVER_GATED(cuMemcpyDtoA_v2_ptds,
 	(CUarray dstArray, size_t dstOffset, CUdeviceptr srcDevice, size_t ByteCount),
-	(dstArray, dstOffset, srcDevice, ByteCount))
+	(dstArray, dstOffset, srcDevice, ByteCount),
+	NULL, true)
 DRIVER_GATED(cuMemcpyAtoD_v2,
 	(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount),
-	(dstDevice, srcArray, srcOffset, ByteCount))
+	(dstDevice, srcArray, srcOffset, ByteCount),
+	NULL, false)
 DRIVER_GATED(cuMemcpyAtoD_v2_ptds,
 	(CUdeviceptr dstDevice, CUarray srcArray, size_t srcOffset, size_t ByteCount),
-	(dstDevice, srcArray, srcOffset, ByteCount))
+	(dstDevice, srcArray, srcOffset, ByteCount),
+	NULL, true)
 DRIVER_GATED(cuMemcpyHtoA_v2,
 	(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount),
-	(dstArray, dstOffset, srcHost, ByteCount))
+	(dstArray, dstOffset, srcHost, ByteCount),
+	NULL, false)
 DRIVER_GATED(cuMemcpyHtoA_v2_ptds,
 	(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount),
-	(dstArray, dstOffset, srcHost, ByteCount))
+	(dstArray, dstOffset, srcHost, ByteCount),
+	NULL, true)
 DRIVER_GATED(cuMemcpyAtoH_v2,
 	(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount),
-	(dstHost, srcArray, srcOffset, ByteCount))
+	(dstHost, srcArray, srcOffset, ByteCount),
+	NULL, false)
 DRIVER_GATED(cuMemcpyAtoH_v2_ptds,
 	(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount),
-	(dstHost, srcArray, srcOffset, ByteCount))
+	(dstHost, srcArray, srcOffset, ByteCount),
+	NULL, true)
 DRIVER_GATED(cuMemcpyAtoA_v2,
 	(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount),
-	(dstArray, dstOffset, srcArray, srcOffset, ByteCount))
+	(dstArray, dstOffset, srcArray, srcOffset, ByteCount),
+	NULL, false)
 DRIVER_GATED(cuMemcpyAtoA_v2_ptds,
 	(CUarray dstArray, size_t dstOffset, CUarray srcArray, size_t srcOffset, size_t ByteCount),
-	(dstArray, dstOffset, srcArray, srcOffset, ByteCount))
+	(dstArray, dstOffset, srcArray, srcOffset, ByteCount),
+	NULL, true)
 DRIVER_GATED(cuMemcpyHtoAAsync_v2,
 	(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream
 	hStream),
-	(dstArray, dstOffset, srcHost, ByteCount, hStream))
+	(dstArray, dstOffset, srcHost, ByteCount, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpyHtoAAsync_v2_ptsz,
 	(CUarray dstArray, size_t dstOffset, const void *srcHost, size_t ByteCount, CUstream
 	hStream),
-	(dstArray, dstOffset, srcHost, ByteCount, hStream))
+	(dstArray, dstOffset, srcHost, ByteCount, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemcpyAtoHAsync_v2,
 	(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream),
-	(dstHost, srcArray, srcOffset, ByteCount, hStream))
+	(dstHost, srcArray, srcOffset, ByteCount, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpyAtoHAsync_v2_ptsz,
 	(void *dstHost, CUarray srcArray, size_t srcOffset, size_t ByteCount, CUstream hStream),
-	(dstHost, srcArray, srcOffset, ByteCount, hStream))
+	(dstHost, srcArray, srcOffset, ByteCount, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemcpyHtoDAsync_v2,
 	(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream),
-	(dstDevice, srcHost, ByteCount, hStream))
+	(dstDevice, srcHost, ByteCount, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpyHtoDAsync_v2_ptsz,
 	(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream),
-	(dstDevice, srcHost, ByteCount, hStream))
+	(dstDevice, srcHost, ByteCount, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemcpyDtoHAsync_v2,
 	(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
-	(dstHost, srcDevice, ByteCount, hStream))
+	(dstHost, srcDevice, ByteCount, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpyDtoHAsync_v2_ptsz,
 	(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
-	(dstHost, srcDevice, ByteCount, hStream))
+	(dstHost, srcDevice, ByteCount, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemcpyDtoDAsync_v2,
 	(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
-	(dstDevice, srcDevice, ByteCount, hStream))
+	(dstDevice, srcDevice, ByteCount, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpyDtoDAsync_v2_ptsz,
 	(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream),
-	(dstDevice, srcDevice, ByteCount, hStream))
-DRIVER_GATED(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy), (pCopy))
-DRIVER_GATED(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D *pCopy), (pCopy))
-DRIVER_GATED(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *pCopy), (pCopy))
-DRIVER_GATED(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D *pCopy), (pCopy))
-DRIVER_GATED(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy), (pCopy))
-DRIVER_GATED(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D *pCopy), (pCopy))
-DRIVER_GATED(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream))
+	(dstDevice, srcDevice, ByteCount, hStream),
+	hStream, true)
+DRIVER_GATED(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *pCopy), (pCopy),
+	NULL, false)
+DRIVER_GATED(cuMemcpy2D_v2_ptds, (const CUDA_MEMCPY2D *pCopy), (pCopy),
+	NULL, true)
+DRIVER_GATED(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *pCopy), (pCopy),
+	NULL, false)
+DRIVER_GATED(cuMemcpy2DUnaligned_v2_ptds, (const CUDA_MEMCPY2D *pCopy), (pCopy),
+	NULL, true)
+DRIVER_GATED(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *pCopy), (pCopy),
+	NULL, false)
+DRIVER_GATED(cuMemcpy3D_v2_ptds, (const CUDA_MEMCPY3D *pCopy), (pCopy),
+	NULL, true)
+DRIVER_GATED(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *pCopy, CUstream hStream), (pCopy, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpy2DAsync_v2_ptsz,
 	(const CUDA_MEMCPY2D *pCopy, CUstream hStream),
-	(pCopy, hStream))
-DRIVER_GATED(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream))
+	(pCopy, hStream),
+	hStream, true)
+DRIVER_GATED(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *pCopy, CUstream hStream), (pCopy, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpy3DAsync_v2_ptsz,
 	(const CUDA_MEMCPY3D *pCopy, CUstream hStream),
-	(pCopy, hStream))
-DRIVER_GATED(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy))
-DRIVER_GATED(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy))
+	(pCopy, hStream),
+	hStream, true)
+DRIVER_GATED(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy),
+	SUBMIT_STREAM_UNKNOWN, false)
+DRIVER_GATED(cuMemcpy3DPeer_ptds, (const CUDA_MEMCPY3D_PEER *pCopy), (pCopy),
+	SUBMIT_STREAM_UNKNOWN, true)
 DRIVER_GATED(cuMemcpy3DPeerAsync,
 	(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream),
-	(pCopy, hStream))
+	(pCopy, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpy3DPeerAsync_ptsz,
 	(const CUDA_MEMCPY3D_PEER *pCopy, CUstream hStream),
-	(pCopy, hStream))
+	(pCopy, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemcpyBatchAsync,
 	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
 	*attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream),
-	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream))
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpyBatchAsync_ptsz,
 	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
 	*attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx, CUstream hStream),
-	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream))
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemcpyBatchAsync_v2,
 	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
 	*attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream),
-	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpyBatchAsync_v2_ptsz,
 	(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes
 	*attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream),
-	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+	(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemcpy3DBatchAsync,
 	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags,
 	CUstream hStream),
-	(numOps, opList, failIdx, flags, hStream))
+	(numOps, opList, failIdx, flags, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpy3DBatchAsync_ptsz,
 	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags,
 	CUstream hStream),
-	(numOps, opList, failIdx, flags, hStream))
+	(numOps, opList, failIdx, flags, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemcpy3DBatchAsync_v2,
 	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream),
-	(numOps, opList, flags, hStream))
+	(numOps, opList, flags, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemcpy3DBatchAsync_v2_ptsz,
 	(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream),
-	(numOps, opList, flags, hStream))
-DRIVER_GATED(cuMemsetD8_v2, (CUdeviceptr dstDevice, unsigned char uc, size_t N), (dstDevice, uc, N))
+	(numOps, opList, flags, hStream),
+	hStream, true)
+DRIVER_GATED(cuMemsetD8_v2, (CUdeviceptr dstDevice, unsigned char uc, size_t N), (dstDevice, uc, N),
+	NULL, false)
 DRIVER_GATED(cuMemsetD8_v2_ptds,
 	(CUdeviceptr dstDevice, unsigned char uc, size_t N),
-	(dstDevice, uc, N))
+	(dstDevice, uc, N),
+	NULL, true)
 DRIVER_GATED(cuMemsetD8Async,
 	(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
-	(dstDevice, uc, N, hStream))
+	(dstDevice, uc, N, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemsetD8Async_ptsz,
 	(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
-	(dstDevice, uc, N, hStream))
+	(dstDevice, uc, N, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemsetD16_v2,
 	(CUdeviceptr dstDevice, unsigned short us, size_t N),
-	(dstDevice, us, N))
+	(dstDevice, us, N),
+	NULL, false)
 DRIVER_GATED(cuMemsetD16_v2_ptds,
 	(CUdeviceptr dstDevice, unsigned short us, size_t N),
-	(dstDevice, us, N))
+	(dstDevice, us, N),
+	NULL, true)
 DRIVER_GATED(cuMemsetD16Async,
 	(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream),
-	(dstDevice, us, N, hStream))
+	(dstDevice, us, N, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemsetD16Async_ptsz,
 	(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream),
-	(dstDevice, us, N, hStream))
-DRIVER_GATED(cuMemsetD32_v2, (CUdeviceptr dstDevice, unsigned int ui, size_t N), (dstDevice, ui, N))
+	(dstDevice, us, N, hStream),
+	hStream, true)
+DRIVER_GATED(cuMemsetD32_v2, (CUdeviceptr dstDevice, unsigned int ui, size_t N), (dstDevice, ui, N),
+	NULL, false)
 DRIVER_GATED(cuMemsetD32_v2_ptds,
 	(CUdeviceptr dstDevice, unsigned int ui, size_t N),
-	(dstDevice, ui, N))
+	(dstDevice, ui, N),
+	NULL, true)
 DRIVER_GATED(cuMemsetD32Async,
 	(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
-	(dstDevice, ui, N, hStream))
+	(dstDevice, ui, N, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemsetD32Async_ptsz,
 	(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
-	(dstDevice, ui, N, hStream))
+	(dstDevice, ui, N, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemsetD2D8_v2,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height),
-	(dstDevice, dstPitch, uc, Width, Height))
+	(dstDevice, dstPitch, uc, Width, Height),
+	NULL, false)
 DRIVER_GATED(cuMemsetD2D8_v2_ptds,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height),
-	(dstDevice, dstPitch, uc, Width, Height))
+	(dstDevice, dstPitch, uc, Width, Height),
+	NULL, true)
 DRIVER_GATED(cuMemsetD2D8Async,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, uc, Width, Height, hStream))
+	(dstDevice, dstPitch, uc, Width, Height, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemsetD2D8Async_ptsz,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, uc, Width, Height, hStream))
+	(dstDevice, dstPitch, uc, Width, Height, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemsetD2D16_v2,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height),
-	(dstDevice, dstPitch, us, Width, Height))
+	(dstDevice, dstPitch, us, Width, Height),
+	NULL, false)
 DRIVER_GATED(cuMemsetD2D16_v2_ptds,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height),
-	(dstDevice, dstPitch, us, Width, Height))
+	(dstDevice, dstPitch, us, Width, Height),
+	NULL, true)
 DRIVER_GATED(cuMemsetD2D16Async,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, us, Width, Height, hStream))
+	(dstDevice, dstPitch, us, Width, Height, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemsetD2D16Async_ptsz,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, us, Width, Height, hStream))
+	(dstDevice, dstPitch, us, Width, Height, hStream),
+	hStream, true)
 DRIVER_GATED(cuMemsetD2D32_v2,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height),
-	(dstDevice, dstPitch, ui, Width, Height))
+	(dstDevice, dstPitch, ui, Width, Height),
+	NULL, false)
 DRIVER_GATED(cuMemsetD2D32_v2_ptds,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height),
-	(dstDevice, dstPitch, ui, Width, Height))
+	(dstDevice, dstPitch, ui, Width, Height),
+	NULL, true)
 DRIVER_GATED(cuMemsetD2D32Async,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, ui, Width, Height, hStream))
+	(dstDevice, dstPitch, ui, Width, Height, hStream),
+	hStream, false)
 DRIVER_GATED(cuMemsetD2D32Async_ptsz,
 	(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height,
 	CUstream hStream),
-	(dstDevice, dstPitch, ui, Width, Height, hStream))
+	(dstDevice, dstPitch, ui, Width, Height, hStream),
+	hStream, true)
 DRIVER_GATED(cuStreamWriteValue32_v2,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, false)
 DRIVER_GATED(cuStreamWriteValue32_v2_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, true)
 DRIVER_GATED(cuStreamWriteValue64_v2,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, false)
 DRIVER_GATED(cuStreamWriteValue64_v2_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, true)
 DRIVER_GATED(cuStreamWaitValue32_v2,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, false)
 DRIVER_GATED(cuStreamWaitValue32_v2_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, true)
 DRIVER_GATED(cuStreamWaitValue64_v2,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, false)
 DRIVER_GATED(cuStreamWaitValue64_v2_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, true)
 DRIVER_GATED(cuStreamBatchMemOp_v2,
 	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int
 	flags),
-	(stream, count, paramArray, flags))
+	(stream, count, paramArray, flags),
+	stream, false)
 DRIVER_GATED(cuStreamBatchMemOp_v2_ptsz,
 	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int
 	flags),
-	(stream, count, paramArray, flags))
+	(stream, count, paramArray, flags),
+	stream, true)
 /* The stream memory operations' first ABI (CUDA 8 to 11 headers; the driver still exports it,
  * with the same arguments but the first layout of the batch's parameters), host callbacks and
  * the decompression engine's batches (it writes device memory). */
 DRIVER_GATED(cuStreamWriteValue32,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, false)
 DRIVER_GATED(cuStreamWriteValue32_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, true)
 DRIVER_GATED(cuStreamWriteValue64,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, false)
 DRIVER_GATED(cuStreamWriteValue64_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, true)
 DRIVER_GATED(cuStreamWaitValue32,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, false)
 DRIVER_GATED(cuStreamWaitValue32_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, true)
 DRIVER_GATED(cuStreamWaitValue64,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, false)
 DRIVER_GATED(cuStreamWaitValue64_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
-	(stream, addr, value, flags))
+	(stream, addr, value, flags),
+	stream, true)
 DRIVER_GATED(cuStreamBatchMemOp,
 	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams_v1 *paramArray,
 	unsigned int flags),
-	(stream, count, paramArray, flags))
+	(stream, count, paramArray, flags),
+	stream, false)
 DRIVER_GATED(cuStreamBatchMemOp_ptsz,
 	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams_v1 *paramArray,
 	unsigned int flags),
-	(stream, count, paramArray, flags))
+	(stream, count, paramArray, flags),
+	stream, true)
 DRIVER_GATED(cuStreamAddCallback,
 	(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags),
-	(hStream, callback, userData, flags))
+	(hStream, callback, userData, flags),
+	hStream, false)
 DRIVER_GATED(cuStreamAddCallback_ptsz,
 	(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags),
-	(hStream, callback, userData, flags))
+	(hStream, callback, userData, flags),
+	hStream, true)
 DRIVER_GATED(cuMemBatchDecompressAsync,
 	(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex,
 	CUstream stream),
-	(paramsArray, count, flags, errorIndex, stream))
+	(paramsArray, count, flags, errorIndex, stream),
+	stream, false)
 DRIVER_GATED(cuMemBatchDecompressAsync_ptsz,
 	(CUmemDecompressParams *paramsArray, size_t count, unsigned int flags, size_t *errorIndex,
 	CUstream stream),
-	(paramsArray, count, flags, errorIndex, stream))
+	(paramsArray, count, flags, errorIndex, stream),
+	stream, true)
 #endif

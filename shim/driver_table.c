@@ -13,7 +13,7 @@
 
 static const char *const names[DRV_COUNT] = {
 #define DRIVER_HOOK(name, params, args) [DRV_##name] = #name,
-#define DRIVER_GATED DRIVER_HOOK
+#define DRIVER_GATED(name, params, args, stream, per_thread) DRIVER_HOOK(name, params, args)
 #include "driver_list.h"
 #undef DRIVER_HOOK
 #undef DRIVER_GATED
@@ -21,7 +21,7 @@ static const char *const names[DRV_COUNT] = {
 
 static void *const wrappers[DRV_COUNT] = {
 #define DRIVER_HOOK(name, params, args) [DRV_##name] = (void *)name,
-#define DRIVER_GATED DRIVER_HOOK
+#define DRIVER_GATED(name, params, args, stream, per_thread) DRIVER_HOOK(name, params, args)
 #include "driver_list.h"
 #undef DRIVER_HOOK
 #undef DRIVER_GATED

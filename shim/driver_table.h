@@ -15,14 +15,14 @@
 /* Prototypes under the exact exported names (cuda.h declares the _ptsz forms only in per-thread
  * mode and the legacy ABIs only internally). */
 #define DRIVER_HOOK(name, params, args) CUresult CUDAAPI name params;
-#define DRIVER_GATED DRIVER_HOOK
+#define DRIVER_GATED(name, params, args, stream, per_thread) DRIVER_HOOK(name, params, args)
 #include "driver_list.h"
 #undef DRIVER_HOOK
 #undef DRIVER_GATED
 
 enum driver_fn {
 #define DRIVER_HOOK(name, params, args) DRV_##name,
-#define DRIVER_GATED DRIVER_HOOK
+#define DRIVER_GATED(name, params, args, stream, per_thread) DRIVER_HOOK(name, params, args)
 #include "driver_list.h"
 #undef DRIVER_HOOK
 #undef DRIVER_GATED

@@ -5,9 +5,18 @@
  * no current runtime calls. */
 #include "../core/backend/backend.h"
 #include "hooks_common.h"
+#include "lone_stream.h"
 
 /* Counted before the driver's begin (so no synchronization starts in between), taken back when
- * the driver refuses it. */
+ * the driver refuses it. Lone-stream ordering ends first: a capturing stream cannot wait for the
+ * lone stream's event, and freed memory must not be reused in the order of work that runs only
+ * when the graph is launched. */
+static void capture_begins(void)
+{
+	lone_stream_end_and_wait("a stream capture");
+	vmm_capture_begin();
+}
+
 static CUresult begun(CUresult r)
 {
 	if (r != CUDA_SUCCESS)
@@ -17,13 +26,13 @@ static CUresult begun(CUresult r)
 
 CUresult CUDAAPI cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
-	vmm_capture_begin();
+	capture_begins();
 	return begun(CALL_REAL(cuStreamBeginCapture_v2, (hStream, mode)));
 }
 
 CUresult CUDAAPI cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
-	vmm_capture_begin();
+	capture_begins();
 	return begun(CALL_REAL(cuStreamBeginCapture_v2_ptsz, (hStream, mode)));
 }
 
@@ -32,7 +41,7 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream hStream, CUgraph hGraph,
 					     const CUgraphEdgeData *dependencyData,
 					     size_t numDependencies, CUstreamCaptureMode mode)
 {
-	vmm_capture_begin();
+	capture_begins();
 	return begun(CALL_REAL(cuStreamBeginCaptureToGraph, (hStream, hGraph, dependencies,
 							     dependencyData, numDependencies,
 							     mode)));
@@ -43,7 +52,7 @@ CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream hStream, CUgraph hGra
 						  const CUgraphEdgeData *dependencyData,
 						  size_t numDependencies, CUstreamCaptureMode mode)
 {
-	vmm_capture_begin();
+	capture_begins();
 	return begun(CALL_REAL(cuStreamBeginCaptureToGraph_ptsz,
 			       (hStream, hGraph, dependencies, dependencyData, numDependencies,
 				mode)));

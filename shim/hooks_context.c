@@ -1,12 +1,15 @@
 /* The contexts the program creates and destroys (cuCtxCreate_v2/_v3/_v4, cuCtxDestroy_v2), told
  * to the backend's context list (backend.h) so that a sleep, and the reuse of freed memory, wait
  * for their work too: no driver call lists a process's contexts, and synchronizing one context
- * leaves the others running. Recorded even before the runtime exists (a program usually creates
+ * leaves the others running. Destroyed contexts and streams (and reset or released primary
+ * contexts) are also told to lone-stream ordering (lone_stream.h), whose stream and event they
+ * may hold. Recorded even before the runtime exists (a program usually creates
  * its context before its first allocation). Primary and green contexts need nothing here: the
  * backend synchronizes the primary context, and that covers the device's green contexts. */
 #include "../core/backend/backend.h"
 #include "../core/log.h"
 #include "hooks_common.h"
+#include "lone_stream.h"
 
 /* List a context the driver just made; a context that cannot be listed (no host memory) would
  * not be drained by a sleep, so it is destroyed again and the creation fails. */
@@ -46,8 +49,27 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 {
 	CUresult r;
 
+	lone_stream_context_ends(ctx, -1);
 	vmm_context_destroy_begin(VMM_CTX_CUDA, ctx);
 	r = CALL_REAL(cuCtxDestroy_v2, (ctx));
 	vmm_context_destroy_end(VMM_CTX_CUDA, ctx, r == CUDA_SUCCESS);
 	return r;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	lone_stream_context_ends(NULL, (int)dev);
+	return CALL_REAL(cuDevicePrimaryCtxRelease_v2, (dev));
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	lone_stream_context_ends(NULL, (int)dev);
+	return CALL_REAL(cuDevicePrimaryCtxReset_v2, (dev));
+}
+
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
+{
+	lone_stream_forget(hStream);
+	return CALL_REAL(cuStreamDestroy_v2, (hStream));
 }

@@ -5,12 +5,14 @@
  * - a stream being captured into a graph: graph memory nodes must stay the driver's;
  * - a custom memory pool (it may carry export or access settings VMM memory would not honour);
  * - a failure of the core (logged), so that the program still gets memory when the driver has it.
- * Frees of pointers the core does not know go to the driver. */
+ * Frees of pointers the core does not know go to the driver. While the program's work all goes
+ * to one stream, cuMemAlloc_v2 and cuMemFree_v2 are ordered on it (lone_stream.h). */
 #include <stdint.h>
 
 #include "../core/log.h"
 #include "alloc_trace.h"
 #include "hooks_common.h"
+#include "lone_stream.h"
 #include "share/share.h"
 #include "submit_count.h"
 
@@ -55,10 +57,17 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	gate_enter();
 	vmm_error_clear(&err);
 	if (want_core(dptr, bytesize, &rt, &dev)) {
-		/* share_malloc: vmm_malloc, and with VMMSHIM_SHARE=1 room made by sleeping peers. */
-		if (!share_malloc(rt->side[SHIM_CUDA].core, dev, bytesize, 0, shim_thread_tag(), &p, &err)) {
+		vmm_core *core = rt->side[SHIM_CUDA].core;
+		vmm_stream lone;
+		bool ordered = lone_stream_key(&lone);
+
+		/* share_malloc: vmm_malloc, and with VMMSHIM_SHARE=1 room made by sleeping peers;
+		 * while all work goes to one stream, a block freed in its order may come back at once. */
+		if (!(ordered ? share_malloc_on_stream(core, dev, bytesize, shim_thread_tag(), lone,
+						       &p, &err) :
+				share_malloc(core, dev, bytesize, 0, shim_thread_tag(), &p, &err))) {
 			*dptr = (CUdeviceptr)p;
-			alloc_trace_malloc(bytesize, p, false, 0);
+			alloc_trace_malloc(bytesize, p, ordered, (uint64_t)(uintptr_t)lone);
 			gate_leave();
 			return CUDA_SUCCESS;
 		}
@@ -69,29 +78,22 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	return r;
 }
 
-/* Free through the core when ptr is one of its allocations; *done false when it is not. */
-static CUresult core_free(CUdeviceptr ptr, bool *done, bool on_stream, CUstream s, bool ptsz)
+/* Free through the core when ptr is one of its allocations; *done false when it is not. Ordered
+ * on `order` when on_stream (reusable at once by allocations in that order), else quarantined
+ * until a device synchronization. */
+static CUresult core_free(CUdeviceptr ptr, bool *done, bool on_stream, vmm_stream order)
 {
 	vmm_core *core = hook_cuda_core();
 	vmm_alloc_info info;
 	vmm_error err;
 	vmm_status st;
-	bool captured;
 
 	*done = false;
 	if (!core || !ptr)
 		return CUDA_SUCCESS;
 	vmm_error_clear(&err);
-	/* In a capture the free would belong to the graph; a plain free waits for the next device
-	 * synchronization before the memory is reused, which is safe whenever the graph runs. It
-	 * counts as a submission (the graph's free node), so that its memory is never reused on the
-	 * strength of a synchronization made while that graph was being captured. */
-	captured = on_stream && hook_stream_capturing(s, ptsz);
-	if (captured)
-		submit_count_note();
-	on_stream = on_stream && !captured;
 	if (on_stream)
-		st = vmm_free_on_stream(core, (vmm_devptr)ptr, hook_stream(s, ptsz), &err);
+		st = vmm_free_on_stream(core, (vmm_devptr)ptr, order, &err);
 	else
 		st = vmm_free(core, (vmm_devptr)ptr, &err);
 	if (st == VMM_E_NOT_OURS) {
@@ -116,8 +118,12 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 	bool done;
 	CUresult r;
 
+	vmm_stream lone = NULL;
+	bool ordered;
+
 	gate_enter();
-	r = core_free(dptr, &done, false, NULL, false);
+	ordered = hook_cuda_core() && lone_stream_key(&lone);
+	r = core_free(dptr, &done, ordered, lone);
 	if (!done) {
 		r = CALL_REAL(cuMemFree_v2, (dptr));
 		if (r == CUDA_SUCCESS && dptr)
@@ -232,13 +238,26 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 		return r;                                                                \
 	}
 
+/* In a capture the free would belong to the graph; a plain free waits for the next device
+ * synchronization before the memory is reused, which is safe whenever the graph runs. It counts
+ * as a submission (the graph's free node), so that its memory is never reused on the strength of
+ * a synchronization made while that graph was being captured. */
+static CUresult core_free_async(CUdeviceptr ptr, bool *done, CUstream s, bool ptsz)
+{
+	bool captured = hook_cuda_core() && ptr && hook_stream_capturing(s, ptsz);
+
+	if (captured)
+		submit_count_note();
+	return core_free(ptr, done, !captured, hook_stream(s, ptsz));
+}
+
 #define FREE_ASYNC(name, ptsz)                                                           \
 	CUresult CUDAAPI name(CUdeviceptr dptr, CUstream hStream)                       \
 	{                                                                                \
 		bool done;                                                               \
 		CUresult r;                                                              \
 		gate_enter();                                                            \
-		r = core_free(dptr, &done, true, hStream, ptsz);                         \
+		r = core_free_async(dptr, &done, hStream, ptsz);                         \
 		if (!done) {                                                             \
 			r = CALL_REAL(name, (dptr, hStream));                            \
 			if (r == CUDA_SUCCESS && dptr)                                   \

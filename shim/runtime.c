@@ -20,6 +20,7 @@
 #include "ipc_registry.h"
 #include "share/share.h"
 #include "shim_internal.h"
+#include "lone_stream.h"
 #include "submit_count.h"
 
 enum side_state { SIDE_UNTRIED = 0, SIDE_READY, SIDE_UNAVAILABLE };
@@ -196,6 +197,8 @@ static int create_side_locked(int id)
 		return SIDE_UNAVAILABLE;
 	}
 	s->be->submitted = k->submitted;
+	if (id == SHIM_CUDA && !rt.cfg.lone_stream)
+		lone_stream_disable();
 	if (vmm_core_create(s->be, &rt.cfg.core, &s->core, &err)) {
 		vmm_log(VMM_LOG_WARN, "cannot create the %s heap, passing through: %s", k->label,
 			err.msg);

@@ -1,0 +1,55 @@
+/* Lone-stream ordering. While every piece of device work the program has submitted went to one
+ * stream S (the default stream of one context, or one stream it created), a cuMemFree is ordered
+ * on S like a cuMemFreeAsync and a cuMemAlloc takes such a block back at once: S runs the new
+ * owner's work after the old owner's, and nobody waits on the host for the device in between.
+ *
+ * The first submission to any other stream T ends lone mode. At that moment an event is recorded
+ * on S and T is made to wait for it before its own work runs (a join, ordered by the driver): T's
+ * work then comes after everything freed so far was done with. Every further stream is joined
+ * the same way until the event has completed; from then on the heap's plain rule (reuse after a
+ * device synchronization) is the only one. What cannot be joined waits for the event on the host
+ * instead: a stream capture about to begin (a capture cannot wait for an event recorded outside
+ * it), S or its context about to be destroyed, an entry point whose stream cannot be told.
+ * Lone mode starts at the first submission, if that goes to a stream any thread can name (not a
+ * per-thread default stream), and never starts again once it ended. */
+#ifndef VMMSHIM_LONE_STREAM_H
+#define VMMSHIM_LONE_STREAM_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../core/backend/backend.h"
+#include "driver_table.h"
+
+/* A submission whose stream the shim cannot tell from its arguments. */
+#define SUBMIT_STREAM_UNKNOWN ((CUstream)~(uintptr_t)0)
+
+/* Before a submission reaches the driver (inside the gate): s as the caller named it (NULL,
+ * CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, a handle or SUBMIT_STREAM_UNKNOWN); per_thread for the
+ * _ptsz/_ptds entry points, where NULL is the thread's own default stream. `what` is the entry
+ * point, for the log line that says why lone mode ended. */
+void lone_stream_before_submit(CUstream s, bool per_thread, const char *what);
+
+/* While lone mode holds: true, with the key the heap orders frees and allocations on
+ * (vmm_free_on_stream / vmm_malloc_on_stream): S's handle, or its context for a default stream. */
+bool lone_stream_key(vmm_stream *key);
+
+/* End lone mode for good and wait until everything submitted to S so far has run: before a
+ * stream capture begins (also before any submission: S must never be a capturing stream, whose
+ * work runs whenever its graph is launched). `why` goes to the log. */
+void lone_stream_end_and_wait(const char *why);
+
+/* Context ctx (or, when ctx is NULL, the primary context of device dev) is about to be destroyed
+ * or reset: if it is S's, lone mode ends as in lone_stream_end_and_wait (the join event belongs
+ * to that context). */
+void lone_stream_context_ends(CUcontext ctx, int dev);
+
+/* Stream s is about to be destroyed: if it is S, lone mode ends (its handle may come back as
+ * another stream's), joined as any other stream would be. */
+void lone_stream_forget(CUstream s);
+
+/* VMMSHIM_LONE_STREAM=0: never enter lone mode, and leave it now if it began. Only before the
+ * CUDA heap is made (nothing has been freed in the lone stream's order yet). */
+void lone_stream_disable(void);
+
+#endif
