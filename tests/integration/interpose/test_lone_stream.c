@@ -1,0 +1,75 @@
+/* Lone-stream ordering under the shim (shim/lone_stream.h), as a program sees it: while all its
+ * work goes to one stream, a block it frees comes back at once to its next allocation, even
+ * though a kernel that uses the block is still queued, and the data the next owner writes stays;
+ * a second stream that would not wait for the first by itself (non-blocking, per-thread or the
+ * legacy stream beside a non-blocking one) is made to; a capture begins only once the first
+ * stream's work is done. VMMSHIM_LONE_STREAM=0 keeps freed memory until a synchronization. */
+#include <criterion/criterion.h>
+
+#include "run_util.h"
+
+#define ARGV(...) ((const char *const[]){ __VA_ARGS__, NULL })
+#define ENV(...) ((const char *const[]){ __VA_ARGS__, NULL })
+
+static struct run *run_ok(const char *const *argv, const char *const *env)
+{
+	struct run *r = run_program(shim_path(), argv, env);
+
+	cr_assert_eq(r->status, 0, "exit status %d\nstdout:\n%s\nstderr:\n%s", r->status, r->out,
+		     r->err);
+	cr_assert_gt(run_stat(r, "cuMemCreate"), 0, "not served by the shim\n%s", r->stats);
+	return r;
+}
+
+Test(lone_stream, a_block_freed_under_queued_work_comes_back_at_once)
+{
+	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "reuse"), NULL);
+
+	cr_expect(strstr(r->out, "came back at once"), "%s", r->out);
+	cr_expect(strstr(r->out, "kept the new owner's data"), "%s", r->out);
+	run_free(r);
+}
+
+Test(lone_stream, switched_off_the_block_waits_for_a_synchronization)
+{
+	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "reuse"),
+			       ENV("VMMSHIM_LONE_STREAM=0"));
+
+	cr_expect(strstr(r->out, "did not come back at once"), "%s", r->out);
+	cr_expect(strstr(r->out, "kept the new owner's data"), "%s", r->out);
+	run_free(r);
+}
+
+static void expect_join(const char *first, const char *second)
+{
+	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "join", first, second), NULL);
+
+	cr_expect(strstr(r->out, "came back at once"), "%s", r->out);
+	cr_expect(strstr(r->out, "waited for the late kernel"), "%s", r->out);
+	cr_expect(strstr(r->out, "join kept the new owner's data"), "%s", r->out);
+	run_free(r);
+}
+
+Test(lone_stream, a_non_blocking_stream_waits_for_the_default_stream)
+{
+	expect_join("legacy", "created");
+}
+
+Test(lone_stream, the_default_stream_waits_for_a_non_blocking_stream)
+{
+	expect_join("created", "legacy");
+}
+
+Test(lone_stream, a_per_thread_stream_waits_for_a_non_blocking_stream)
+{
+	expect_join("created", "per-thread");
+}
+
+Test(lone_stream, a_capture_begins_after_the_lone_streams_work)
+{
+	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "capture"), NULL);
+
+	cr_expect(strstr(r->out, "came back at once"), "%s", r->out);
+	cr_expect(strstr(r->out, "capture began after"), "%s", r->out);
+	run_free(r);
+}
