@@ -180,7 +180,7 @@ static void start(const struct target *t)
 	atomic_store(&lone_ctx, ctx);
 	atomic_store(&lone_key, t->kind == T_HANDLE ? (vmm_stream)t->h : (vmm_stream)ctx);
 	atomic_store(&state, LONE_ON);
-	vmm_log(VMM_LOG_DEBUG, "lone stream: the first work goes to %s %p; frees are ordered on it",
+	vmm_log(VMM_LOG_INFO, "lone stream: the first work goes to %s %p; frees are ordered on it",
 		t->kind == T_HANDLE ? "stream" : "the default stream of context", t->kind == T_HANDLE ?
 		(void *)t->h : (void *)ctx);
 }
