@@ -7,7 +7,10 @@
  * DRIVER_GATED's last two arguments name the stream the work goes to, for lone-stream ordering
  * (lone_stream.h): an expression of the parameters (NULL for the calls that take no stream: they
  * run on the default stream), and whether a NULL stream is the per-thread default stream (the
- * _ptsz/_ptds forms). SUBMIT_STREAM_UNKNOWN where the stream cannot be told from the arguments.
+ * _ptsz/_ptds forms). SUBMIT_STREAM_UNKNOWN where the stream cannot be told from the arguments,
+ * and for the stream memory operations that can wait (cuStreamWaitValue*, cuStreamBatchMemOp):
+ * such a wait may be for work another stream submits later, which must then not be made to wait
+ * for it in turn, so lone mode ends before it is queued.
  *
  * Deliberately absent: the unversioned pre-3.2 entry points (cuMemAlloc, cuMemcpyHtoD, ...: 32-bit
  * size ABI, used by no current runtime) and cuGetExportTable (private, must pass through). */
@@ -525,29 +528,29 @@ DRIVER_GATED(cuStreamWriteValue64_v2_ptsz,
 DRIVER_GATED(cuStreamWaitValue32_v2,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
 	(stream, addr, value, flags),
-	stream, false)
+	SUBMIT_STREAM_UNKNOWN, false)
 DRIVER_GATED(cuStreamWaitValue32_v2_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
 	(stream, addr, value, flags),
-	stream, true)
+	SUBMIT_STREAM_UNKNOWN, true)
 DRIVER_GATED(cuStreamWaitValue64_v2,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
 	(stream, addr, value, flags),
-	stream, false)
+	SUBMIT_STREAM_UNKNOWN, false)
 DRIVER_GATED(cuStreamWaitValue64_v2_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
 	(stream, addr, value, flags),
-	stream, true)
+	SUBMIT_STREAM_UNKNOWN, true)
 DRIVER_GATED(cuStreamBatchMemOp_v2,
 	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int
 	flags),
 	(stream, count, paramArray, flags),
-	stream, false)
+	SUBMIT_STREAM_UNKNOWN, false)
 DRIVER_GATED(cuStreamBatchMemOp_v2_ptsz,
 	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray, unsigned int
 	flags),
 	(stream, count, paramArray, flags),
-	stream, true)
+	SUBMIT_STREAM_UNKNOWN, true)
 /* The stream memory operations' first ABI (CUDA 8 to 11 headers; the driver still exports it,
  * with the same arguments but the first layout of the batch's parameters), host callbacks and
  * the decompression engine's batches (it writes device memory). */
@@ -570,29 +573,29 @@ DRIVER_GATED(cuStreamWriteValue64_ptsz,
 DRIVER_GATED(cuStreamWaitValue32,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
 	(stream, addr, value, flags),
-	stream, false)
+	SUBMIT_STREAM_UNKNOWN, false)
 DRIVER_GATED(cuStreamWaitValue32_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags),
 	(stream, addr, value, flags),
-	stream, true)
+	SUBMIT_STREAM_UNKNOWN, true)
 DRIVER_GATED(cuStreamWaitValue64,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
 	(stream, addr, value, flags),
-	stream, false)
+	SUBMIT_STREAM_UNKNOWN, false)
 DRIVER_GATED(cuStreamWaitValue64_ptsz,
 	(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags),
 	(stream, addr, value, flags),
-	stream, true)
+	SUBMIT_STREAM_UNKNOWN, true)
 DRIVER_GATED(cuStreamBatchMemOp,
 	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams_v1 *paramArray,
 	unsigned int flags),
 	(stream, count, paramArray, flags),
-	stream, false)
+	SUBMIT_STREAM_UNKNOWN, false)
 DRIVER_GATED(cuStreamBatchMemOp_ptsz,
 	(CUstream stream, unsigned int count, CUstreamBatchMemOpParams_v1 *paramArray,
 	unsigned int flags),
 	(stream, count, paramArray, flags),
-	stream, true)
+	SUBMIT_STREAM_UNKNOWN, true)
 DRIVER_GATED(cuStreamAddCallback,
 	(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags),
 	(hStream, callback, userData, flags),

@@ -1,6 +1,6 @@
 /* Lone-stream ordering (lone_stream.h). The state moves one way: UNSET -> ON -> JOINING -> OFF
  * (or straight to OFF). The state is read without the lock on every submission; every change,
- * and every join, happens under the lock. */
+ * and every join, happens under the lock; host waits for the event happen outside it. */
 #include "lone_stream.h"
 
 #include <pthread.h>
@@ -124,21 +124,25 @@ static CUresult sync_lone_stream(void *arg)
 	return DRIVER_EXTRA(cuStreamSynchronize)(lone_stream());
 }
 
-/* The event has completed (or can no longer be waited for): plain rules from now on. */
+/* The event has completed (or can no longer be waited for): plain rules from now on. The event
+ * itself is kept: a thread may still be waiting for it outside the lock (one per process). */
 static void finish(void)
 {
-	if (join_event && DRIVER_EXTRA(cuEventDestroy_v2))
-		DRIVER_EXTRA(cuEventDestroy_v2)(join_event);
 	join_event = NULL;
 	atomic_store(&state, LONE_OFF);
 }
 
+/* Wait on the host for the event, without the lock (the lone stream's queued work may wait for
+ * work another thread is about to submit), then finish. Lock held on entry and on return. */
 static void wait_and_finish(void)
 {
+	CUevent e = join_event;
 	CUresult r = CUDA_SUCCESS;
 
-	if (join_event && DRIVER_EXTRA(cuEventSynchronize))
-		r = DRIVER_EXTRA(cuEventSynchronize)(join_event);
+	pthread_mutex_unlock(&lone_lock);
+	if (e && DRIVER_EXTRA(cuEventSynchronize))
+		r = DRIVER_EXTRA(cuEventSynchronize)(e);
+	pthread_mutex_lock(&lone_lock);
 	if (r != CUDA_SUCCESS)
 		vmm_log(VMM_LOG_WARN, "lone stream: waiting for its last work failed (CUresult %d)",
 			(int)r);

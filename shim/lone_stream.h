@@ -9,7 +9,10 @@
  * the same way until the event has completed; from then on the heap's plain rule (reuse after a
  * device synchronization) is the only one. What cannot be joined waits for the event on the host
  * instead: a stream capture about to begin (a capture cannot wait for an event recorded outside
- * it), S or its context about to be destroyed, an entry point whose stream cannot be told.
+ * it), S or its context about to be destroyed, an entry point whose stream cannot be told, and a
+ * stream memory wait (it may wait for work another stream submits later, which must not wait for
+ * it in turn). A kernel on S that spins until work submitted later to another stream writes
+ * a flag would deadlock against the join: such a program runs with VMMSHIM_LONE_STREAM=0.
  * Lone mode starts at the first submission, if that goes to a stream any thread can name (not a
  * per-thread default stream), and never starts again once it ended. */
 #ifndef VMMSHIM_LONE_STREAM_H
