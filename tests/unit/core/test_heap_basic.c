@@ -256,6 +256,29 @@ Test(heap_basic, stream_ordered_reuse_is_immediate)
 	t_close(&t);
 }
 
+/* A block comes back on its stream only to a request that leaves at most 1/16 of it unused:
+ * every free of a one-stream program is stream-ordered (the shim's lone-stream ordering), and a
+ * looser fit kept the rest of each block idle (the H200 benchmark's peak 1.8 GB higher). */
+Test(heap_basic, stream_ordered_reuse_wastes_at_most_a_sixteenth)
+{
+	struct tctx t;
+	vmm_devptr p, q;
+	vmm_stream s = (vmm_stream)0x1111;
+
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 16 * MiB, NULL, s, &p, NULL), VMM_OK);
+	cr_assert_eq(vmm_free_on_stream(t.core, p, s, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 15 * MiB + MiB / 2, NULL, s, &q, NULL),
+		     VMM_OK);
+	cr_assert_eq(q, p, "15.5 MiB leaves 1/32 unused: the freed block comes back");
+	cr_assert_eq(t_stats(&t, 0, NULL).syncs, 0, "without a sync");
+	cr_assert_eq(vmm_free_on_stream(t.core, q, s, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 14 * MiB, NULL, s, &q, NULL), VMM_OK);
+	cr_assert(q != p || t_stats(&t, 0, NULL).syncs > 0,
+		  "14 MiB would leave 2 MiB of the 16 unused (more than 1/16): not without a sync");
+	t_close(&t);
+}
+
 Test(heap_basic, tags_are_separate_arenas)
 {
 	struct tctx t;
