@@ -7,7 +7,8 @@
  * synchronization. Each also tells lone-stream ordering which stream its work goes to
  * (lone_stream.h), before the driver has it: a stream that must first wait for the lone stream's
  * work is made to wait before this work is queued. The wrappers are generated from
- * driver_list.h: enter the gate, note the stream, call the driver, count, leave. */
+ * driver_list.h: enter the gate, note the stream, call the driver, note its return, count,
+ * leave. */
 #include "hooks_common.h"
 #include "lone_stream.h"
 #include "submit_count.h"
@@ -16,9 +17,11 @@
 	CUresult CUDAAPI name params                         \
 	{                                                    \
 		CUresult r;                                  \
+		int lone;                                    \
 		gate_enter();                                \
-		lone_stream_before_submit(stream, per_thread, #name); \
+		lone = lone_stream_before_submit(stream, per_thread, #name); \
 		r = CALL_REAL(name, args);                   \
+		lone_stream_after_submit(lone);              \
 		submit_count_note();                         \
 		gate_leave();                                \
 		return r;                                    \

@@ -1,6 +1,15 @@
-/* Lone-stream ordering (lone_stream.h). The state moves one way: UNSET -> ON -> JOINING -> OFF
- * (or straight to OFF). The state is read without the lock on every submission; every change,
- * and every join, happens under the lock; host waits for the event happen outside it. */
+/* Lone-stream ordering (lone_stream.h). States, in the order a program meets them:
+ *   UNSET      no submission yet;
+ *   ON         every submission since the episode began went to S (fast path: a compare);
+ *   JOINING    another stream got work: S's event is recorded, and each stream that gets work
+ *              waits for it first, until it has completed;
+ *   REARMABLE  plain rules; every submission is tracked (lone_stream_others.h; from JOINING
+ *              on) so that once one stream has had REARM_RUN submissions in a row and every
+ *              other has finished its work, that stream becomes S of a new episode;
+ *   DONE       plain rules for good: after a capture, a context's end, a stream no other thread
+ *              can name, more than OTHERS_MAX streams or EPISODES_MAX episodes.
+ * The state is read without the lock on every submission; every change, join and record happens
+ * under the lock; host waits for the join event happen outside it. */
 #include "lone_stream.h"
 
 #include <pthread.h>
@@ -9,131 +18,124 @@
 #include "../core/log.h"
 #include "config.h"
 #include "hooks_common.h"
+#include "lone_stream_others.h"
 
 DRIVER_EXTRA_SLOT(cuCtxGetCurrent);
 DRIVER_EXTRA_SLOT(cuCtxPushCurrent_v2);
 DRIVER_EXTRA_SLOT(cuCtxPopCurrent_v2);
-DRIVER_EXTRA_SLOT(cuStreamGetCtx);
 DRIVER_EXTRA_SLOT(cuStreamSynchronize);
 DRIVER_EXTRA_SLOT(cuStreamWaitEvent);
 DRIVER_EXTRA_SLOT(cuEventCreate);
 DRIVER_EXTRA_SLOT(cuEventRecord);
 DRIVER_EXTRA_SLOT(cuEventQuery);
 DRIVER_EXTRA_SLOT(cuEventSynchronize);
-DRIVER_EXTRA_SLOT(cuEventDestroy_v2);
 
-enum { LONE_UNSET, LONE_ON, LONE_JOINING, LONE_OFF };
+enum { LONE_UNSET, LONE_ON, LONE_JOINING, LONE_REARMABLE, LONE_DONE };
 
-/* S's handle once S was destroyed: no stream's handle, so that a new stream given S's old
- * address is joined like any other. */
-#define GONE_HANDLE ((CUstream)(~(uintptr_t)0 - 1))
+/* Submissions in a row to one stream before it may become lone again, and between tries. A
+ * program that writes once to a stream of its own (PyTorch does at start) gets its main stream
+ * back soon after; one that keeps several streams busy pays a join per episode, a bounded few. */
+#define REARM_RUN 256
+#define REARM_RETRY 64
+#define EPISODES_MAX 8
+/* JOINING, submissions to S itself: every JOIN_POLL of them, is the join over? */
+#define JOIN_POLL 16
 
 static pthread_mutex_t lone_lock = PTHREAD_MUTEX_INITIALIZER;
-/* Sequentially consistent: a free that read ON must come before the store that ends lone mode,
- * hence before the event recorded after that store (see end_lone). */
+/* Sequentially consistent: a free that read ON comes before the store that ends the episode,
+ * hence before the event recorded after that store (end_lone). */
 static _Atomic int state = LONE_UNSET;
-static _Atomic(CUstream) lone_handle; /* S when the program made it; NULL for a default stream */
-static _Atomic(CUcontext) lone_ctx;   /* S's context */
-static _Atomic(vmm_stream) lone_key;
-static CUevent join_event;            /* recorded on S when lone mode ended (lock held) */
+static _Atomic uintptr_t lone_key;    /* S's key (resolve); the heap orders on it */
+static struct stream_name lone;       /* S (lock held) */
+static CUevent join_event;            /* recorded on S when the episode ended (lock held) */
+static bool no_rearm;                 /* after this join: DONE, not REARMABLE */
+static int episodes;
+static uintptr_t run_key;             /* REARMABLE: the stream of the last submissions */
+static int run_len;
+static unsigned join_polls;
 
 enum target_kind { T_HANDLE, T_LEGACY, T_PER_THREAD, T_UNKNOWN };
 
 struct target {
 	enum target_kind kind;
-	CUstream h;     /* T_HANDLE */
-	CUcontext ctx;  /* T_LEGACY: the calling thread's current context */
+	struct stream_name name; /* T_HANDLE, T_LEGACY (ctx: the calling thread's current one) */
 };
 
+/* A key for a stream every thread can name: its handle, or its context with the low bit set for
+ * a legacy stream (contexts are aligned, handles are never odd). 0 for the others. */
 static void resolve(CUstream s, bool per_thread, struct target *t)
 {
-	t->h = s;
-	t->ctx = NULL;
+	t->name = (struct stream_name){ 0 };
 	if (s == SUBMIT_STREAM_UNKNOWN) {
 		t->kind = T_UNKNOWN;
 	} else if (s == CU_STREAM_PER_THREAD || (!s && per_thread)) {
 		t->kind = T_PER_THREAD;
 	} else if (!s || s == CU_STREAM_LEGACY) {
 		t->kind = T_LEGACY;
-		if (!DRIVER_EXTRA(cuCtxGetCurrent) ||
-		    DRIVER_EXTRA(cuCtxGetCurrent)(&t->ctx) != CUDA_SUCCESS)
-			t->ctx = NULL;
+		if (DRIVER_EXTRA(cuCtxGetCurrent) &&
+		    DRIVER_EXTRA(cuCtxGetCurrent)(&t->name.ctx) == CUDA_SUCCESS && t->name.ctx)
+			t->name.key = (uintptr_t)t->name.ctx | 1;
 	} else {
 		t->kind = T_HANDLE;
+		t->name.h = s;
+		t->name.key = (uintptr_t)s;
 	}
 }
 
-static bool is_lone(const struct target *t)
+static CUresult push_lone_ctx(void)
 {
-	CUstream h = atomic_load_explicit(&lone_handle, memory_order_relaxed);
-
-	if (t->kind == T_HANDLE)
-		return t->h == h;
-	return t->kind == T_LEGACY && !h &&
-	       t->ctx == atomic_load_explicit(&lone_ctx, memory_order_relaxed);
-}
-
-/* Run fn with S's context current (events and default streams belong to a context). */
-static CUresult in_lone_ctx(CUresult (*fn)(void *), void *arg)
-{
-	CUcontext popped;
-	CUresult r;
-
 	if (!DRIVER_EXTRA(cuCtxPushCurrent_v2) || !DRIVER_EXTRA(cuCtxPopCurrent_v2))
 		return CUDA_ERROR_NOT_FOUND;
-	r = DRIVER_EXTRA(cuCtxPushCurrent_v2)(atomic_load(&lone_ctx));
-	if (r != CUDA_SUCCESS)
-		return r;
-	r = fn(arg);
+	return DRIVER_EXTRA(cuCtxPushCurrent_v2)(lone.ctx);
+}
+
+static void pop_ctx(void)
+{
+	CUcontext popped;
+
 	DRIVER_EXTRA(cuCtxPopCurrent_v2)(&popped);
-	return r;
 }
 
-static CUstream lone_stream(void)
+/* A new event recorded after S's work so far; NULL when the driver refuses (lock held). */
+static CUevent record_on_lone(void)
 {
-	CUstream h = atomic_load(&lone_handle);
+	CUevent ev = NULL;
 
-	return h == GONE_HANDLE ? NULL : h;
+	if (!DRIVER_EXTRA(cuEventCreate) || !DRIVER_EXTRA(cuEventRecord) ||
+	    push_lone_ctx() != CUDA_SUCCESS)
+		return NULL;
+	if (DRIVER_EXTRA(cuEventCreate)(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
+	    DRIVER_EXTRA(cuEventRecord)(ev, lone.h) != CUDA_SUCCESS)
+		ev = NULL; /* an event that was made but not recorded is left: one, on a failure */
+	pop_ctx();
+	return ev;
 }
 
-static CUresult record_join_event(void *arg)
+static void sync_lone(void)
 {
-	CUresult r;
+	CUresult r = CUDA_ERROR_NOT_FOUND;
 
-	(void)arg;
-	if (!DRIVER_EXTRA(cuEventCreate) || !DRIVER_EXTRA(cuEventRecord))
-		return CUDA_ERROR_NOT_FOUND;
-	r = DRIVER_EXTRA(cuEventCreate)(&join_event, CU_EVENT_DISABLE_TIMING);
-	if (r != CUDA_SUCCESS) {
-		join_event = NULL;
-		return r;
+	if (DRIVER_EXTRA(cuStreamSynchronize) && push_lone_ctx() == CUDA_SUCCESS) {
+		r = DRIVER_EXTRA(cuStreamSynchronize)(lone.h);
+		pop_ctx();
 	}
-	r = DRIVER_EXTRA(cuEventRecord)(join_event, lone_stream());
-	if (r != CUDA_SUCCESS && DRIVER_EXTRA(cuEventDestroy_v2)) {
-		DRIVER_EXTRA(cuEventDestroy_v2)(join_event);
-		join_event = NULL;
-	}
-	return r;
+	if (r != CUDA_SUCCESS)
+		vmm_log(VMM_LOG_WARN, "lone stream: could neither record nor wait for its work "
+			"(CUresult %d)", (int)r);
 }
 
-static CUresult sync_lone_stream(void *arg)
-{
-	(void)arg;
-	if (!DRIVER_EXTRA(cuStreamSynchronize))
-		return CUDA_ERROR_NOT_FOUND;
-	return DRIVER_EXTRA(cuStreamSynchronize)(lone_stream());
-}
-
-/* The event has completed (or can no longer be waited for): plain rules from now on. The event
- * itself is kept: a thread may still be waiting for it outside the lock (one per process). */
+/* The join is over (the event completed, or can no longer be waited for). The event is kept: a
+ * thread may still wait for it outside the lock. */
 static void finish(void)
 {
 	join_event = NULL;
-	atomic_store(&state, LONE_OFF);
+	if (no_rearm)
+		others_clear();
+	atomic_store(&state, no_rearm ? LONE_DONE : LONE_REARMABLE);
 }
 
-/* Wait on the host for the event, without the lock (the lone stream's queued work may wait for
- * work another thread is about to submit), then finish. Lock held on entry and on return. */
+/* Host wait for the event, without the lock (S's queued work may wait for work another thread
+ * is about to submit), then finish. Lock held on entry and on return. */
 static void wait_and_finish(void)
 {
 	CUevent e = join_event;
@@ -146,55 +148,70 @@ static void wait_and_finish(void)
 	if (r != CUDA_SUCCESS)
 		vmm_log(VMM_LOG_WARN, "lone stream: waiting for its last work failed (CUresult %d)",
 			(int)r);
-	finish();
+	if (atomic_load(&state) == LONE_JOINING)
+		finish();
+}
+
+/* No further episode (lock held). */
+static void give_up(void)
+{
+	no_rearm = true;
+	if (atomic_load(&state) == LONE_REARMABLE) {
+		others_clear();
+		atomic_store(&state, LONE_DONE);
+	}
 }
 
 /* ON -> JOINING (lock held). The store comes before the record: whatever a free or an
  * allocation did while it still read ON was submitted before the event. */
 static void end_lone(const char *why)
 {
-	CUresult r;
-
 	atomic_store(&state, LONE_JOINING);
-	r = in_lone_ctx(record_join_event, NULL);
-	vmm_log(VMM_LOG_INFO, "lone stream: ends at %s; later streams wait for its work so far", why);
-	if (r == CUDA_SUCCESS)
-		return;
-	/* No event: the stream itself is waited for, once. */
-	r = in_lone_ctx(sync_lone_stream, NULL);
-	if (r != CUDA_SUCCESS)
-		vmm_log(VMM_LOG_WARN, "lone stream: could neither record nor wait for its work "
-			"(CUresult %d)", (int)r);
-	finish();
-}
-
-/* UNSET -> ON with t as S, or OFF when t cannot be S (lock held). */
-static void start(const struct target *t)
-{
-	CUcontext ctx = t->ctx;
-
-	if (shim_config_disabled() || (t->kind != T_HANDLE && t->kind != T_LEGACY) ||
-	    (t->kind == T_HANDLE &&
-	     (!DRIVER_EXTRA(cuStreamGetCtx) ||
-	      DRIVER_EXTRA(cuStreamGetCtx)(t->h, &ctx) != CUDA_SUCCESS || !ctx))) {
-		atomic_store(&state, LONE_OFF);
+	if (episodes >= EPISODES_MAX)
+		no_rearm = true;
+	join_event = record_on_lone();
+	vmm_log(VMM_LOG_INFO, "lone stream: episode %d ends at %s; other streams wait for its "
+		"work so far", episodes, why);
+	if (!join_event) {
+		sync_lone(); /* no event: S itself is waited for, once */
+		finish();
 		return;
 	}
-	atomic_store(&lone_handle, t->kind == T_HANDLE ? t->h : NULL);
-	atomic_store(&lone_ctx, ctx);
-	atomic_store(&lone_key, t->kind == T_HANDLE ? (vmm_stream)t->h : (vmm_stream)ctx);
-	atomic_store(&state, LONE_ON);
-	vmm_log(VMM_LOG_INFO, "lone stream: the first work goes to %s %p; frees are ordered on it",
-		t->kind == T_HANDLE ? "stream" : "the default stream of context", t->kind == T_HANDLE ?
-		(void *)t->h : (void *)ctx);
+	if (!others_note(&lone, join_event))
+		no_rearm = true;
 }
 
-/* T waits for the event on the device; a stream that cannot be named, or a wait the driver
- * refuses, waits on the host instead (lock held, state JOINING). */
+/* S for a new episode; the streams tracked so far have all finished (lock held). */
+static void begin_episode(const struct stream_name *s)
+{
+	lone = *s;
+	run_key = 0;
+	run_len = 0;
+	episodes++;
+	others_clear();
+	atomic_store(&lone_key, s->key);
+	atomic_store(&state, LONE_ON);
+	vmm_log(VMM_LOG_INFO, "lone stream: episode %d: all work goes to %s %p; frees are ordered "
+		"on it", episodes, s->h ? "stream" : "the default stream of context",
+		s->h ? (void *)s->h : (void *)s->ctx);
+}
+
+/* UNSET: the first submission's stream becomes S, or lone mode is never used (lock held). */
+static void start(struct target *t)
+{
+	if (shim_config_disabled() || !t->name.key || !stream_name_context(&t->name)) {
+		atomic_store(&state, LONE_DONE);
+		return;
+	}
+	begin_episode(&t->name);
+}
+
+/* JOINING, a submission to t: t waits for the event on the device; a stream that cannot be
+ * named, or a wait the driver refuses, waits on the host (lock held). */
 static void join(const struct target *t)
 {
-	CUstream w = t->kind == T_PER_THREAD ? CU_STREAM_PER_THREAD : t->h;
-	CUresult r = CUDA_ERROR_NOT_FOUND;
+	CUstream w = t->kind == T_PER_THREAD ? CU_STREAM_PER_THREAD : t->name.h;
+	CUresult r;
 
 	if (!join_event || !DRIVER_EXTRA(cuEventQuery)) {
 		finish();
@@ -211,37 +228,81 @@ static void join(const struct target *t)
 	wait_and_finish();
 }
 
-void lone_stream_before_submit(CUstream s, bool per_thread, const char *what)
+/* JOINING, a submission to S itself: now and then, see whether the join is over (lock held). */
+static void poll_join(void)
 {
-	int st = atomic_load(&state);
+	if (++join_polls % JOIN_POLL == 0 && join_event && DRIVER_EXTRA(cuEventQuery) &&
+	    DRIVER_EXTRA(cuEventQuery)(join_event) == CUDA_SUCCESS)
+		finish();
+}
+
+/* JOINING or REARMABLE: note t's submission (a token, or -1), and when its stream has had a
+ * long run with every other stream finished, make it S of a new episode (lock held). */
+static int track(struct target *t)
+{
+	int token = t->name.key ? others_submitting(&t->name) : -1;
+
+	if (token < 0) {
+		give_up(); /* a stream another thread cannot record on, or too many streams */
+		return -1;
+	}
+	run_len = t->name.key == run_key ? run_len + 1 : 1;
+	run_key = t->name.key;
+	if (atomic_load(&state) == LONE_REARMABLE && run_len >= REARM_RUN && !no_rearm) {
+		if (others_idle_except(run_key)) {
+			begin_episode(&t->name);
+			return -1;
+		}
+		run_len = REARM_RUN - REARM_RETRY;
+	}
+	return token;
+}
+
+int lone_stream_before_submit(CUstream s, bool per_thread, const char *what)
+{
+	int st = atomic_load(&state), token = -1;
 	struct target t;
 
-	if (st == LONE_OFF)
-		return;
+	if (st == LONE_DONE)
+		return -1;
 	resolve(s, per_thread, &t);
-	if (t.kind == T_LEGACY && !t.ctx)
-		return; /* no context: the driver refuses the call, nothing is queued */
-	if (st != LONE_UNSET && is_lone(&t))
-		return;
+	if (t.kind == T_LEGACY && !t.name.key)
+		return -1; /* no context: the driver refuses the call, nothing is queued */
+	if (st == LONE_ON && t.name.key == atomic_load(&lone_key))
+		return -1;
 	pthread_mutex_lock(&lone_lock);
 	switch (atomic_load(&state)) {
 	case LONE_UNSET:
 		start(&t);
 		break;
 	case LONE_ON:
-		if (is_lone(&t))
+		if (t.name.key == lone.key)
 			break;
 		end_lone(what);
-		if (atomic_load(&state) == LONE_JOINING)
-			join(&t);
-		break;
+		/* fall through */
 	case LONE_JOINING:
-		if (!is_lone(&t))
+		if (atomic_load(&state) == LONE_JOINING && t.name.key != lone.key)
 			join(&t);
+		else if (atomic_load(&state) == LONE_JOINING)
+			poll_join();
+		/* fall through */
+	case LONE_REARMABLE:
+		if (atomic_load(&state) == LONE_JOINING || atomic_load(&state) == LONE_REARMABLE)
+			token = track(&t);
 		break;
 	default:
 		break;
 	}
+	pthread_mutex_unlock(&lone_lock);
+	return token;
+}
+
+void lone_stream_after_submit(int token)
+{
+	if (token < 0)
+		return;
+	pthread_mutex_lock(&lone_lock);
+	others_submitted(token);
 	pthread_mutex_unlock(&lone_lock);
 }
 
@@ -249,15 +310,16 @@ bool lone_stream_key(vmm_stream *key)
 {
 	if (atomic_load(&state) != LONE_ON)
 		return false;
-	*key = atomic_load(&lone_key);
+	*key = (vmm_stream)atomic_load(&lone_key);
 	return true;
 }
 
 void lone_stream_end_and_wait(const char *why)
 {
-	if (atomic_load(&state) == LONE_OFF)
+	if (atomic_load(&state) == LONE_DONE)
 		return;
 	pthread_mutex_lock(&lone_lock);
+	no_rearm = true;
 	switch (atomic_load(&state)) {
 	case LONE_ON:
 		end_lone(why);
@@ -268,36 +330,37 @@ void lone_stream_end_and_wait(const char *why)
 		wait_and_finish();
 		break;
 	default:
-		atomic_store(&state, LONE_OFF);
+		others_clear();
+		atomic_store(&state, LONE_DONE);
 		break;
 	}
 	pthread_mutex_unlock(&lone_lock);
 }
 
+/* Events belong to contexts, and the table's may be in the one going away: plain rules for good
+ * (contexts are seldom destroyed while work runs). */
 void lone_stream_context_ends(CUcontext ctx, int dev)
 {
-	CUcontext c = atomic_load(&lone_ctx);
-	int st = atomic_load(&state), d;
+	int st = atomic_load(&state);
 
-	if ((st != LONE_ON && st != LONE_JOINING) || !c)
+	(void)dev;
+	if (st == LONE_UNSET || st == LONE_DONE)
 		return;
-	if (ctx ? ctx != c : !hook_context_device(c, &d) || d != dev)
-		return;
-	lone_stream_end_and_wait(ctx ? "the destruction of its context" :
-				       "a reset or release of its primary context");
+	lone_stream_end_and_wait(ctx ? "the destruction of a context" :
+				       "a reset or release of a primary context");
 }
 
 void lone_stream_forget(CUstream s)
 {
-	if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD ||
-	    atomic_load(&lone_handle) != s)
+	int st = atomic_load(&state);
+
+	if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || st == LONE_UNSET ||
+	    st == LONE_DONE)
 		return;
 	pthread_mutex_lock(&lone_lock);
-	if (atomic_load(&lone_handle) == s) {
-		if (atomic_load(&state) == LONE_ON)
-			end_lone("the destruction of the lone stream");
-		atomic_store(&lone_handle, GONE_HANDLE);
-	}
+	if (atomic_load(&state) == LONE_ON && lone.key == (uintptr_t)s)
+		end_lone("the destruction of the lone stream");
+	others_forget(s);
 	pthread_mutex_unlock(&lone_lock);
 }
 
@@ -306,6 +369,8 @@ void lone_stream_forget(CUstream s)
 void lone_stream_disable(void)
 {
 	pthread_mutex_lock(&lone_lock);
-	finish();
+	join_event = NULL;
+	others_clear();
+	atomic_store(&state, LONE_DONE);
 	pthread_mutex_unlock(&lone_lock);
 }

@@ -14,7 +14,12 @@
  * it in turn). A kernel on S that spins until work submitted later to another stream writes
  * a flag would deadlock against the join: such a program runs with VMMSHIM_LONE_STREAM=0.
  * Lone mode starts at the first submission, if that goes to a stream any thread can name (not a
- * per-thread default stream), and never starts again once it ended. */
+ * per-thread default stream). Once it has ended, every submission is tracked with an event per
+ * stream, and when one stream has had a long run of submissions while every other has finished
+ * its work, that stream is lone again: a new episode (PyTorch writes once to a stream of its own
+ * at start, and its default stream then gets the rest). A bounded number of episodes, then plain
+ * rules for good; the same after a capture, a context's end, a stream only its own thread can
+ * name, or many streams (lone_stream.c). */
 #ifndef VMMSHIM_LONE_STREAM_H
 #define VMMSHIM_LONE_STREAM_H
 
@@ -30,8 +35,10 @@
 /* Before a submission reaches the driver (inside the gate): s as the caller named it (NULL,
  * CU_STREAM_LEGACY, CU_STREAM_PER_THREAD, a handle or SUBMIT_STREAM_UNKNOWN); per_thread for the
  * _ptsz/_ptds entry points, where NULL is the thread's own default stream. `what` is the entry
- * point, for the log line that says why lone mode ended. */
-void lone_stream_before_submit(CUstream s, bool per_thread, const char *what);
+ * point, for the log line that says why lone mode ended. Returns a token for
+ * lone_stream_after_submit, which the caller passes once the driver's call has returned. */
+int lone_stream_before_submit(CUstream s, bool per_thread, const char *what);
+void lone_stream_after_submit(int token);
 
 /* While lone mode holds: true, with the key the heap orders frees and allocations on
  * (vmm_free_on_stream / vmm_malloc_on_stream): S's handle, or its context for a default stream. */

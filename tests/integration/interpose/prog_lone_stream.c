@@ -10,6 +10,9 @@
  *                                       (non-blocking) or per-thread). The program releases the
  *                                       late kernel once T's kernel ran or 300 ms passed: 0x22
  *                                       must stay, so T must have waited for S.
+ *   prog_lone_stream again              one kernel on a stream of its own first (PyTorch writes
+ *                                       once to one at start), then 300 on the legacy stream,
+ *                                       which becomes the lone one: then as join legacy created.
  *   prog_lone_stream capture            the next owner's kernel is captured on another stream
  *                                       and the graph launched there: the capture begins only
  *                                       once the late kernel is done (it gives up after 400 ms). */
@@ -110,9 +113,8 @@ static int reuse(void)
 	return 0;
 }
 
-static int join(const char *first, const char *second)
+static int join_on(CUstream s, CUstream t)
 {
-	CUstream s = stream_named(first), t = stream_named(second);
 	int waited_ms = 0;
 
 	free_under_late_kernel(s);
@@ -129,6 +131,30 @@ static int join(const char *first, const char *second)
 	expect_next_owner("the second stream ran before the first stream's late kernel");
 	printf("prog_lone_stream: join kept the new owner's data\n");
 	return 0;
+}
+
+static int join(const char *first, const char *second)
+{
+	CUstream s = stream_named(first);
+
+	return join_on(s, stream_named(second));
+}
+
+static void nothing(void **params)
+{
+	(void)params;
+}
+
+static int again(void)
+{
+	CUstream side = stream_named("created");
+
+	launch(nothing, NULL, side);
+	CHECK_CU(cuStreamSynchronize(side));
+	for (int i = 0; i < 300; i++)
+		launch(nothing, NULL, CU_STREAM_LEGACY);
+	CHECK_CU(cuCtxSynchronize()); /* the side stream's join is seen over at the next launch */
+	return join_on(CU_STREAM_LEGACY, side);
 }
 
 static int capture(void)
@@ -157,7 +183,7 @@ int main(int argc, char **argv)
 	CUcontext ctx;
 
 	if (argc < 2)
-		FAIL("usage: prog_lone_stream reuse | join S T | capture");
+		FAIL("usage: prog_lone_stream reuse | join S T | again | capture");
 	CHECK_CU(cuInit(0));
 	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
 	CHECK_CU(cuCtxSetCurrent(ctx));
@@ -165,7 +191,9 @@ int main(int argc, char **argv)
 		return reuse();
 	if (!strcmp(argv[1], "capture"))
 		return capture();
+	if (!strcmp(argv[1], "again"))
+		return again();
 	if (!strcmp(argv[1], "join") && argc == 4)
 		return join(argv[2], argv[3]);
-	FAIL("usage: prog_lone_stream reuse | join S T | capture");
+	FAIL("usage: prog_lone_stream reuse | join S T | again | capture");
 }

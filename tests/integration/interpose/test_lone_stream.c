@@ -3,7 +3,8 @@
  * though a kernel that uses the block is still queued, and the data the next owner writes stays;
  * a second stream that would not wait for the first by itself (non-blocking, per-thread or the
  * legacy stream beside a non-blocking one) is made to; a capture begins only once the first
- * stream's work is done. VMMSHIM_LONE_STREAM=0 keeps freed memory until a synchronization. */
+ * stream's work is done; a stream that gets all the work after an early one elsewhere becomes
+ * the lone one. VMMSHIM_LONE_STREAM=0 keeps freed memory until a synchronization. */
 #include <criterion/criterion.h>
 
 #include "run_util.h"
@@ -63,6 +64,20 @@ Test(lone_stream, the_default_stream_waits_for_a_non_blocking_stream)
 Test(lone_stream, a_per_thread_stream_waits_for_a_non_blocking_stream)
 {
 	expect_join("created", "per-thread");
+}
+
+/* One early kernel on a side stream (as PyTorch at start), then the default stream has all the
+ * work: it becomes the lone stream, and the side stream joins it again. */
+Test(lone_stream, the_main_stream_becomes_lone_after_an_early_side_stream)
+{
+	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "again"),
+			       ENV("VMMSHIM_LOG=info"));
+
+	cr_expect(strstr(r->err, "episode 2 ends"), "%s", r->err);
+	cr_expect(strstr(r->out, "came back at once"), "%s", r->out);
+	cr_expect(strstr(r->out, "waited for the late kernel"), "%s", r->out);
+	cr_expect(strstr(r->out, "join kept the new owner's data"), "%s", r->out);
+	run_free(r);
 }
 
 Test(lone_stream, a_capture_begins_after_the_lone_streams_work)
