@@ -14,13 +14,15 @@
  *      (VMMSHIM_ALLOC_TRACE), replayed: its peaks and the driver calls they cost.
  * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N] [CORE OPTIONS]
  *        | --sleep GIB [--pieces | --small] | --replay FILE [CORE OPTIONS] | --demo
- * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB
+ * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB, --one-stream
  * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
  * --seed: other shapes, for figures over several draws; --sync-ahead: the core's thread syncs
  * ahead at MIB of quarantine, as under the shim (VMMSHIM_SYNC_AHEAD), with device work counted
  * between every two calls; simdev's syncs end at once, so this is syncing ahead with no GPU lag,
  * the most it can give, and its figures vary a little from run to run with the thread's timing;
- * --max-handle: the largest handle the core creates, as VMMSHIM_MAX_HANDLE) */
+ * --max-handle: the largest handle the core creates, as VMMSHIM_MAX_HANDLE; --one-stream, for
+ * --replay: every plain malloc and free ordered on one stream, as the shim orders them while all
+ * of a program's work goes to one stream) */
 #include <cuda.h>
 #include <errno.h>
 #include <dlfcn.h>
@@ -180,6 +182,8 @@ static uint64_t simdev_submitted(vmm_backend *be)
 static size_t sync_ahead_mib;
 /* --max-handle: MiB (0: the core's default, no limit). */
 static size_t max_handle_mib;
+/* --one-stream: the replay's plain calls ordered on one stream (lone-stream ordering). */
+static bool one_stream;
 static _Atomic uint64_t calls_counted;
 
 static uint64_t every_call_submits(vmm_backend *be)
@@ -601,7 +605,7 @@ static int replay_trace(vmm_backend *be, const char *path)
 	}
 	core = open_core(be);
 	driver_model_attach(be);
-	if (trace_replay(core, path, &r)) {
+	if (trace_replay(core, path, one_stream, &r)) {
 		fprintf(stderr, "bench_core: %s: %s\n", path, strerror(errno));
 		driver_model_detach(be);
 		vmm_core_destroy(core);
@@ -615,7 +619,8 @@ static int replay_trace(vmm_backend *be, const char *path)
 		vmm_core_destroy(core);
 		return 1;
 	}
-	printf("replay of %s: %llu mallocs, %llu frees, %llu lines skipped%s\n", path,
+	printf("replay of %s%s: %llu mallocs, %llu frees, %llu lines skipped%s\n", path,
+	       one_stream ? " (plain calls ordered on one stream)" : "",
 	       (unsigned long long)r.mallocs, (unsigned long long)r.frees,
 	       (unsigned long long)r.skipped, r.failed ? "; SOME ALLOCATIONS FAILED" : "");
 	printf("  peak live   %8.1f MiB   cudaMalloc would hold %.1f MiB\n", mib(r.peak_live),
@@ -682,6 +687,14 @@ int main(int argc, char **argv)
 		return rc;
 	}
 	/* The core's options come last, in any order: the modes' own arguments end before them. */
+	for (int i = 2; i < argc; i++) {
+		if (!strcmp(argv[i], "--one-stream")) {
+			one_stream = true;
+			memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof(*argv));
+			argc--;
+			break;
+		}
+	}
 	for (int i = 2, end = argc; i + 1 < end; i++) {
 		size_t *opt = !strcmp(argv[i], "--sync-ahead") ? &sync_ahead_mib :
 			      !strcmp(argv[i], "--max-handle") ? &max_handle_mib : NULL;

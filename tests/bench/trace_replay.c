@@ -148,7 +148,10 @@ static void replay_free(struct replay *r, uint64_t key, bool on_stream)
 	sample(r);
 }
 
-int trace_replay(vmm_core *core, const char *path, struct trace_result *out)
+/* The stream one_stream orders on: any key but NULL, which a trace's own may use. */
+#define ONE_STREAM 0x1u
+
+int trace_replay(vmm_core *core, const char *path, bool one_stream, struct trace_result *out)
 {
 	struct replay r = { .core = core, .out = out };
 	unsigned long long size, key, stream;
@@ -170,12 +173,12 @@ int trace_replay(vmm_core *core, const char *path, struct trace_result *out)
 	while (fgets(line, sizeof(line), f)) {
 		r.line++;
 		if (line[0] == 'a' && sscanf(line + 1, "%llu %llx", &size, &key) == 2 && key)
-			replay_malloc(&r, size, key, false, 0);
+			replay_malloc(&r, size, key, one_stream, ONE_STREAM);
 		else if (line[0] == 'A' && sscanf(line + 1, "%llu %llx %llx", &size, &key,
 						  &stream) == 3 && key)
 			replay_malloc(&r, size, key, true, stream);
 		else if ((line[0] == 'f' || line[0] == 'F') && sscanf(line + 1, "%llx", &key) == 1)
-			replay_free(&r, key, line[0] == 'F');
+			replay_free(&r, key, line[0] == 'F' || one_stream);
 		else
 			out->skipped++;
 	}

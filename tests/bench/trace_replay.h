@@ -4,6 +4,7 @@
 #ifndef VMM_BENCH_TRACE_REPLAY_H
 #define VMM_BENCH_TRACE_REPLAY_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "driver_model.h"
@@ -38,7 +39,9 @@ struct trace_result {
 };
 
 /* Replay the trace at path on device 0 of core; frees what is still live at the end. Returns 0,
- * or -1 with errno when the file cannot be read. */
-int trace_replay(vmm_core *core, const char *path, struct trace_result *out);
+ * or -1 with errno when the file cannot be read. one_stream: every plain malloc and free is
+ * ordered on one stream, as the shim does while all of a program's work goes to one
+ * (shim/lone_stream.h). */
+int trace_replay(vmm_core *core, const char *path, bool one_stream, struct trace_result *out);
 
 #endif
