@@ -7,7 +7,8 @@
  *              on) so that once one stream has had REARM_RUN submissions in a row and every
  *              other has finished its work, that stream becomes S of a new episode;
  *   DONE       plain rules for good: after a capture, a context's end, a stream no other thread
- *              can name, more than OTHERS_MAX streams or EPISODES_MAX episodes.
+ *              can name, more than OTHERS_MAX streams, EPISODES_MAX episodes or TRACK_MAX
+ *              tracked submissions without a new episode.
  * The state is read without the lock on every submission; every change, join and record happens
  * under the lock; host waits for the join event happen outside it. */
 #include "lone_stream.h"
@@ -38,6 +39,9 @@ enum { LONE_UNSET, LONE_ON, LONE_JOINING, LONE_REARMABLE, LONE_DONE };
 #define REARM_RUN 256
 #define REARM_RETRY 64
 #define EPISODES_MAX 8
+/* Tracked submissions without a new episode before plain rules for good: a program that keeps
+ * several streams busy would otherwise take the lock twice per submission for ever. */
+#define TRACK_MAX (1u << 16)
 /* JOINING, submissions to S itself: every JOIN_POLL of them, is the join over? */
 #define JOIN_POLL 16
 
@@ -53,6 +57,7 @@ static int episodes;
 static uintptr_t run_key;             /* REARMABLE: the stream of the last submissions */
 static int run_len;
 static unsigned join_polls;
+static unsigned tracked;              /* submissions tracked since the last episode began */
 
 enum target_kind { T_HANDLE, T_LEGACY, T_PER_THREAD, T_UNKNOWN };
 
@@ -187,6 +192,7 @@ static void begin_episode(const struct stream_name *s)
 	lone = *s;
 	run_key = 0;
 	run_len = 0;
+	tracked = 0;
 	episodes++;
 	others_clear();
 	atomic_store(&lone_key, s->key);
@@ -242,9 +248,10 @@ static int track(struct target *t)
 {
 	int token = t->name.key ? others_submitting(&t->name) : -1;
 
-	if (token < 0) {
-		give_up(); /* a stream another thread cannot record on, or too many streams */
-		return -1;
+	if (token < 0 || ++tracked > TRACK_MAX) {
+		/* a stream another thread cannot record on, too many streams or too long */
+		give_up();
+		return token;
 	}
 	run_len = t->name.key == run_key ? run_len + 1 : 1;
 	run_key = t->name.key;
