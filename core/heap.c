@@ -251,6 +251,12 @@ static struct alloc *stream_reuse(struct arena *a, size_t size, vmm_stream strea
 vmm_status vmm_malloc_on_stream(vmm_core *core, int dev, size_t size, const char *tag,
 				vmm_stream stream, vmm_devptr *out, vmm_error *err)
 {
+	return vmm_malloc_ordered(core, dev, size, tag, stream, out, NULL, err);
+}
+
+vmm_status vmm_malloc_ordered(vmm_core *core, int dev, size_t size, const char *tag,
+			      vmm_stream stream, vmm_devptr *out, bool *reused, vmm_error *err)
+{
 	struct devheap *dh;
 	struct arena *a;
 	struct alloc *r;
@@ -264,6 +270,8 @@ vmm_status vmm_malloc_on_stream(vmm_core *core, int dev, size_t size, const char
 	pthread_mutex_lock(&dh->lock);
 	a = arena_find(dh, tag, true, err);
 	r = a && !a->asleep ? stream_reuse(a, size, stream) : NULL;
+	if (reused)
+		*reused = r != NULL;
 	if (r) {
 		quarantine_take(r);
 		r->size = size;

@@ -67,9 +67,13 @@ vmm_status vmm_malloc(vmm_core *core, int dev, size_t size, size_t align, const 
 /* Free an allocation by its base address. VMM_E_NOT_OURS (nothing changed) for any other address. */
 vmm_status vmm_free(vmm_core *core, vmm_devptr ptr, vmm_error *err);
 
-/* Stream-ordered variants (cuMemAllocAsync / cuMemFreeAsync semantics). */
+/* Stream-ordered variants (cuMemAllocAsync / cuMemFreeAsync semantics). vmm_malloc_ordered
+ * also says (*reused, when not NULL) whether the block is one freed on `stream` and taken back
+ * before a synchronization: its former owner's work on that stream may still be running. */
 vmm_status vmm_malloc_on_stream(vmm_core *core, int dev, size_t size, const char *tag,
 				vmm_stream stream, vmm_devptr *out, vmm_error *err);
+vmm_status vmm_malloc_ordered(vmm_core *core, int dev, size_t size, const char *tag,
+			      vmm_stream stream, vmm_devptr *out, bool *reused, vmm_error *err);
 vmm_status vmm_free_on_stream(vmm_core *core, vmm_devptr ptr, vmm_stream stream, vmm_error *err);
 
 /* What the core knows about the allocation containing ptr (any interior address). */

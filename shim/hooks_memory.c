@@ -59,13 +59,16 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	if (want_core(dptr, bytesize, &rt, &dev)) {
 		vmm_core *core = rt->side[SHIM_CUDA].core;
 		vmm_stream lone;
-		bool ordered = lone_stream_key(&lone);
+		bool ordered = lone_stream_key(&lone), reused = false;
 
 		/* share_malloc: vmm_malloc, and with VMMSHIM_SHARE=1 room made by sleeping peers;
-		 * while all work goes to one stream, a block freed in its order may come back at once. */
+		 * while all work goes to one stream, a block freed in its order may come back at once
+		 * (and other streams must then wait for its former owner: lone_stream_reused). */
 		if (!(ordered ? share_malloc_on_stream(core, dev, bytesize, shim_thread_tag(), lone,
-						       &p, &err) :
+						       &p, &reused, &err) :
 				share_malloc(core, dev, bytesize, 0, shim_thread_tag(), &p, &err))) {
+			if (reused)
+				lone_stream_reused(lone);
 			*dptr = (CUdeviceptr)p;
 			alloc_trace_malloc(bytesize, p, ordered, (uint64_t)(uintptr_t)lone);
 			gate_leave();
@@ -204,7 +207,7 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 		return false;
 	vmm_error_clear(&err);
 	if (share_malloc_on_stream(rt->side[SHIM_CUDA].core, dev, bytes, shim_thread_tag(),
-				   hook_stream(s, ptsz), &p, &err)) {
+				   hook_stream(s, ptsz), &p, NULL, &err)) {
 		log_fallback(fn, bytes, &err);
 		return false;
 	}

@@ -51,7 +51,8 @@ static pthread_mutex_t lone_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic int state = LONE_UNSET;
 static _Atomic uintptr_t lone_key;    /* S's key (resolve); the heap orders on it */
 static struct stream_name lone;       /* S (lock held) */
-static CUevent join_event;            /* recorded on S when the episode ended (lock held) */
+static CUevent reuse_event;           /* ON: recorded on S after the last block taken back */
+static CUevent join_event;            /* JOINING: what other streams wait for (lock held) */
 static bool no_rearm;                 /* after this join: DONE, not REARMABLE */
 static int episodes;
 static uintptr_t run_key;             /* REARMABLE: the stream of the last submissions */
@@ -99,21 +100,6 @@ static void pop_ctx(void)
 	CUcontext popped;
 
 	DRIVER_EXTRA(cuCtxPopCurrent_v2)(&popped);
-}
-
-/* A new event recorded after S's work so far; NULL when the driver refuses (lock held). */
-static CUevent record_on_lone(void)
-{
-	CUevent ev = NULL;
-
-	if (!DRIVER_EXTRA(cuEventCreate) || !DRIVER_EXTRA(cuEventRecord) ||
-	    push_lone_ctx() != CUDA_SUCCESS)
-		return NULL;
-	if (DRIVER_EXTRA(cuEventCreate)(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-	    DRIVER_EXTRA(cuEventRecord)(ev, lone.h) != CUDA_SUCCESS)
-		ev = NULL; /* an event that was made but not recorded is left: one, on a failure */
-	pop_ctx();
-	return ev;
 }
 
 static void sync_lone(void)
@@ -167,29 +153,30 @@ static void give_up(void)
 	}
 }
 
-/* ON -> JOINING (lock held). The store comes before the record: whatever a free or an
- * allocation did while it still read ON was submitted before the event. */
+/* ON -> JOINING (lock held): other streams wait for S's work up to the last block it took back
+ * (what a former owner may still be doing there), not for all of S's work: a kernel on S may
+ * wait for what another stream is about to write. No block taken back: nothing to wait for. */
 static void end_lone(const char *why)
 {
 	atomic_store(&state, LONE_JOINING);
 	if (episodes >= EPISODES_MAX)
 		no_rearm = true;
-	join_event = record_on_lone();
+	join_event = reuse_event;
+	reuse_event = NULL;
 	vmm_log(VMM_LOG_INFO, "lone stream: episode %d ends at %s; other streams wait for its "
-		"work so far", episodes, why);
-	if (!join_event) {
-		sync_lone(); /* no event: S itself is waited for, once */
-		finish();
-		return;
-	}
-	if (!others_note(&lone, join_event))
+		"work %s", episodes, why, join_event ? "up to the last block it took back" :
+		"(none: no block was taken back)");
+	if (!others_note(&lone))
 		no_rearm = true;
+	if (!join_event)
+		finish();
 }
 
 /* S for a new episode; the streams tracked so far have all finished (lock held). */
 static void begin_episode(const struct stream_name *s)
 {
 	lone = *s;
+	reuse_event = NULL;
 	run_key = 0;
 	run_len = 0;
 	tracked = 0;
@@ -310,6 +297,62 @@ void lone_stream_after_submit(int token)
 		return;
 	pthread_mutex_lock(&lone_lock);
 	others_submitted(token);
+	pthread_mutex_unlock(&lone_lock);
+}
+
+/* Record `*ev` again on S (making it first), after S's work so far (lock held). */
+static bool rerecord_on_lone(CUevent *ev)
+{
+	bool ok = false;
+
+	if (!DRIVER_EXTRA(cuEventCreate) || !DRIVER_EXTRA(cuEventRecord) ||
+	    push_lone_ctx() != CUDA_SUCCESS)
+		return false;
+	if (*ev || DRIVER_EXTRA(cuEventCreate)(ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS)
+		ok = DRIVER_EXTRA(cuEventRecord)(*ev, lone.h) == CUDA_SUCCESS;
+	pop_ctx();
+	return ok;
+}
+
+/* The former owner's work ran on the stream named by key, which is no longer S of an episode
+ * that joins others: wait for that stream on the host (a rare race with the episode's end). */
+static void sync_keyed(uintptr_t key)
+{
+	struct stream_name n = { .key = key };
+	CUresult r = CUDA_ERROR_NOT_FOUND;
+	CUcontext popped;
+
+	if (key & 1)
+		n.ctx = (CUcontext)(key & ~(uintptr_t)1);
+	else
+		n.h = (CUstream)key;
+	if (stream_name_context(&n) && DRIVER_EXTRA(cuStreamSynchronize) &&
+	    DRIVER_EXTRA(cuCtxPushCurrent_v2) && DRIVER_EXTRA(cuCtxPopCurrent_v2) &&
+	    DRIVER_EXTRA(cuCtxPushCurrent_v2)(n.ctx) == CUDA_SUCCESS) {
+		r = DRIVER_EXTRA(cuStreamSynchronize)(n.h);
+		DRIVER_EXTRA(cuCtxPopCurrent_v2)(&popped);
+	}
+	if (r != CUDA_SUCCESS)
+		vmm_log(VMM_LOG_WARN, "lone stream: could not wait for a reused block's former "
+			"owner (CUresult %d)", (int)r);
+}
+
+void lone_stream_reused(vmm_stream key)
+{
+	pthread_mutex_lock(&lone_lock);
+	if ((uintptr_t)key == lone.key && atomic_load(&state) == LONE_ON) {
+		if (!rerecord_on_lone(&reuse_event))
+			sync_lone();
+	} else if ((uintptr_t)key == lone.key && atomic_load(&state) == LONE_JOINING) {
+		CUevent fresh = NULL; /* the old one may be waited for outside the lock */
+
+		if (rerecord_on_lone(&fresh))
+			join_event = fresh;
+		else
+			sync_lone();
+	} else {
+		sync_keyed((uintptr_t)key);
+	}
 	pthread_mutex_unlock(&lone_lock);
 }
 

@@ -3,16 +3,18 @@
  * on S like a cuMemFreeAsync and a cuMemAlloc takes such a block back at once: S runs the new
  * owner's work after the old owner's, and nobody waits on the host for the device in between.
  *
- * The first submission to any other stream T ends lone mode. At that moment an event is recorded
- * on S and T is made to wait for it before its own work runs (a join, ordered by the driver): T's
- * work then comes after everything freed so far was done with. Every further stream is joined
- * the same way until the event has completed; from then on the heap's plain rule (reuse after a
+ * The first submission to any other stream T ends lone mode. T is made to wait, before its own
+ * work runs, for an event recorded on S each time a block came back (a join, ordered by the
+ * driver): T's work then comes after every former owner of a block taken back was done with it
+ * (and not after S's later work, which may wait for T). Every further stream is joined the same
+ * way until the event has completed; from then on the heap's plain rule (reuse after a
  * device synchronization) is the only one. What cannot be joined waits for the event on the host
  * instead: a stream capture about to begin (a capture cannot wait for an event recorded outside
  * it), S or its context about to be destroyed, an entry point whose stream cannot be told, and a
  * stream memory wait (it may wait for work another stream submits later, which must not wait for
  * it in turn). A kernel on S that spins until work submitted later to another stream writes
- * a flag would deadlock against the join: such a program runs with VMMSHIM_LONE_STREAM=0.
+ * a flag, with a block taken back in between, would deadlock against the join: such a program
+ * runs with VMMSHIM_LONE_STREAM=0.
  * Lone mode starts at the first submission, if that goes to a stream any thread can name (not a
  * per-thread default stream). Once it has ended, every submission is tracked with an event per
  * stream, and when one stream has had a long run of submissions while every other has finished
@@ -41,8 +43,13 @@ int lone_stream_before_submit(CUstream s, bool per_thread, const char *what);
 void lone_stream_after_submit(int token);
 
 /* While lone mode holds: true, with the key the heap orders frees and allocations on
- * (vmm_free_on_stream / vmm_malloc_on_stream): S's handle, or its context for a default stream. */
+ * (vmm_free_on_stream / vmm_malloc_ordered): S's handle, or its context for a default stream. */
 bool lone_stream_key(vmm_stream *key);
+
+/* An allocation ordered on key took back a block freed in that order, whose former owner's work
+ * may still run on S: other streams will wait for S's work up to here. Called before the block
+ * is handed to the program. */
+void lone_stream_reused(vmm_stream key);
 
 /* End lone mode for good and wait until everything submitted to S so far has run: before a
  * stream capture begins (also before any submission: S must never be a capturing stream, whose

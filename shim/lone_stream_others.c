@@ -82,15 +82,16 @@ void others_submitted(int token)
 	o->dirty = true;
 }
 
-bool others_note(const struct stream_name *s, CUevent ev)
+static void record(struct other *o);
+
+bool others_note(const struct stream_name *s)
 {
 	struct stream_name n = *s;
 	struct other *o = add(&n);
 
 	if (!o)
 		return false;
-	o->ev = ev;
-	o->dirty = ev == NULL;
+	record(o);
 	return true;
 }
 

@@ -32,9 +32,9 @@ int others_submitting(struct stream_name *s);
  * before the table was last cleared is ignored. */
 void others_submitted(int token);
 
-/* s's work so far is covered by ev (recorded on it, e.g. the join event): s counts as having
- * nothing in flight once ev has completed. False when the table is full. */
-bool others_note(const struct stream_name *s, CUevent ev);
+/* Track s (the lone stream whose episode ended) with an event recorded now, after its work so
+ * far. False when the table is full. */
+bool others_note(const struct stream_name *s);
 
 /* Stream h is being destroyed: its slot matches no later stream (its handle may come back as
  * another's), and its event is recorded now if its last work is not covered yet. */

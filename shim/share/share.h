@@ -38,7 +38,7 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 vmm_status share_malloc(vmm_core *core, int dev, size_t size, size_t align, const char *tag,
 			vmm_devptr *out, vmm_error *err);
 vmm_status share_malloc_on_stream(vmm_core *core, int dev, size_t size, const char *tag,
-				  vmm_stream stream, vmm_devptr *out, vmm_error *err);
+				  vmm_stream stream, vmm_devptr *out, bool *reused, vmm_error *err);
 
 /* This process gave device memory back (to its cache, which counts as free, or to the driver),
  * or was slept: wakes the sharing processes that wait for memory on its GPUs. Cheap when nobody

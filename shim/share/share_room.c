@@ -396,14 +396,15 @@ struct alloc_try {
 	const char *tag;
 	bool on_stream;            /* stream-ordered (cuMemAllocAsync): on `stream` */
 	vmm_stream stream;
+	bool *reused;              /* on_stream: a block freed on `stream` taken back (or NULL) */
 	vmm_devptr *out;
 	vmm_error *err;
 };
 
 static vmm_status alloc_once(const struct alloc_try *a)
 {
-	return a->on_stream ? vmm_malloc_on_stream(a->core, a->dev, a->size, a->tag, a->stream,
-						   a->out, a->err) :
+	return a->on_stream ? vmm_malloc_ordered(a->core, a->dev, a->size, a->tag, a->stream,
+						 a->out, a->reused, a->err) :
 			      vmm_malloc(a->core, a->dev, a->size, a->align, a->tag, a->out, a->err);
 }
 
@@ -480,10 +481,11 @@ vmm_status share_malloc(vmm_core *core, int dev, size_t size, size_t align, cons
 }
 
 vmm_status share_malloc_on_stream(vmm_core *core, int dev, size_t size, const char *tag,
-				  vmm_stream stream, vmm_devptr *out, vmm_error *err)
+				  vmm_stream stream, vmm_devptr *out, bool *reused, vmm_error *err)
 {
 	struct alloc_try a = { .core = core, .dev = dev, .size = size, .tag = tag,
-			       .on_stream = true, .stream = stream, .out = out, .err = err };
+			       .on_stream = true, .stream = stream, .reused = reused, .out = out,
+			       .err = err };
 
 	return alloc_sharing(&a);
 }

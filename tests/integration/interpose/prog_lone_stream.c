@@ -11,8 +11,12 @@
  *                                       late kernel once T's kernel ran or 300 ms passed: 0x22
  *                                       must stay, so T must have waited for S.
  *   prog_lone_stream again              one kernel on a stream of its own first (PyTorch writes
- *                                       once to one at start), then 300 on the legacy stream,
+ *                                       once to one at start), then 400 on the legacy stream,
  *                                       which becomes the lone one: then as join legacy created.
+ *   prog_lone_stream spin               a kernel on the legacy stream spins (at most 2 s) until a
+ *                                       copy on another stream, submitted after it, sets a flag
+ *                                       (flag_wait's legal pattern): no block was taken back, so
+ *                                       the copy must not wait for the kernel.
  *   prog_lone_stream capture            the next owner's kernel is captured on another stream
  *                                       and the graph launched there: the capture begins only
  *                                       once the late kernel is done (it gives up after 400 ms). */
@@ -151,10 +155,43 @@ static int again(void)
 
 	launch(nothing, NULL, side);
 	CHECK_CU(cuStreamSynchronize(side));
+	/* A first try at the 256th may find the side stream's event not yet done (simdev's stream
+	 * threads run late on a busy machine); after the synchronization the next tries see it. */
 	for (int i = 0; i < 300; i++)
 		launch(nothing, NULL, CU_STREAM_LEGACY);
-	CHECK_CU(cuCtxSynchronize()); /* the side stream's join is seen over at the next launch */
+	CHECK_CU(cuCtxSynchronize());
+	for (int i = 0; i < 100; i++)
+		launch(nothing, NULL, CU_STREAM_LEGACY);
 	return join_on(CU_STREAM_LEGACY, side);
+}
+
+static atomic_bool saw_flag;
+
+static void spin_on_flag(void **params)
+{
+	volatile int *flag = (volatile int *)(uintptr_t)*(CUdeviceptr *)params[0];
+
+	for (int i = 0; i < 2000 && !*flag; i++)
+		sleep_ms(1);
+	atomic_store(&saw_flag, *flag != 0);
+}
+
+static int spin(void)
+{
+	CUstream t = stream_named("created");
+	CUdeviceptr flag;
+	void *params[1] = { &flag };
+	static const int one = 1;
+
+	CHECK_CU(cuMemAlloc(&flag, sizeof(int)));
+	CHECK_CU(cuMemsetD32(flag, 0, 1));
+	launch(spin_on_flag, params, CU_STREAM_LEGACY);
+	CHECK_CU(cuMemcpyHtoDAsync(flag, &one, sizeof(one), t));
+	CHECK_CU(cuCtxSynchronize());
+	if (!atomic_load(&saw_flag))
+		FAIL("the copy that sets the flag waited for the kernel spinning on it");
+	printf("prog_lone_stream: the spinning kernel saw the other stream's flag\n");
+	return 0;
 }
 
 static int capture(void)
@@ -183,7 +220,7 @@ int main(int argc, char **argv)
 	CUcontext ctx;
 
 	if (argc < 2)
-		FAIL("usage: prog_lone_stream reuse | join S T | again | capture");
+		FAIL("usage: prog_lone_stream reuse | join S T | again | spin | capture");
 	CHECK_CU(cuInit(0));
 	CHECK_CU(cuDevicePrimaryCtxRetain(&ctx, 0));
 	CHECK_CU(cuCtxSetCurrent(ctx));
@@ -193,7 +230,9 @@ int main(int argc, char **argv)
 		return capture();
 	if (!strcmp(argv[1], "again"))
 		return again();
+	if (!strcmp(argv[1], "spin"))
+		return spin();
 	if (!strcmp(argv[1], "join") && argc == 4)
 		return join(argv[2], argv[3]);
-	FAIL("usage: prog_lone_stream reuse | join S T | again | capture");
+	FAIL("usage: prog_lone_stream reuse | join S T | again | spin | capture");
 }

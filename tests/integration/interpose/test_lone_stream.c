@@ -4,7 +4,8 @@
  * a second stream that would not wait for the first by itself (non-blocking, per-thread or the
  * legacy stream beside a non-blocking one) is made to; a capture begins only once the first
  * stream's work is done; a stream that gets all the work after an early one elsewhere becomes
- * the lone one. VMMSHIM_LONE_STREAM=0 keeps freed memory until a synchronization. */
+ * the lone one; a stream is never made to wait for a kernel that waits for it (when no block was
+ * taken back since). VMMSHIM_LONE_STREAM=0 keeps freed memory until a synchronization. */
 #include <criterion/criterion.h>
 
 #include "run_util.h"
@@ -77,6 +78,16 @@ Test(lone_stream, the_main_stream_becomes_lone_after_an_early_side_stream)
 	cr_expect(strstr(r->out, "came back at once"), "%s", r->out);
 	cr_expect(strstr(r->out, "waited for the late kernel"), "%s", r->out);
 	cr_expect(strstr(r->out, "join kept the new owner's data"), "%s", r->out);
+	run_free(r);
+}
+
+/* flag_wait's pattern: a kernel spins until a later copy on another stream sets a flag. The
+ * join waits only for what a block taken back needs (none here), so this is no deadlock. */
+Test(lone_stream, a_later_stream_is_not_made_to_wait_for_a_spinning_kernel)
+{
+	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "spin"), NULL);
+
+	cr_expect(strstr(r->out, "saw the other stream's flag"), "%s", r->out);
 	run_free(r);
 }
 
