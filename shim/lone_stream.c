@@ -20,6 +20,7 @@
 #include "config.h"
 #include "hooks_common.h"
 #include "lone_stream_others.h"
+#include "submit_count.h"
 
 DRIVER_EXTRA_SLOT(cuCtxGetCurrent);
 DRIVER_EXTRA_SLOT(cuCtxPushCurrent_v2);
@@ -52,6 +53,7 @@ static _Atomic int state = LONE_UNSET;
 static _Atomic uintptr_t lone_key;    /* S's key (resolve); the heap orders on it */
 static struct stream_name lone;       /* S (lock held) */
 static CUevent reuse_event;           /* ON: recorded on S after the last block taken back */
+static uint64_t reuse_recorded_at;    /* the submission count read just before that record */
 static CUevent join_event;            /* JOINING: what other streams wait for (lock held) */
 static bool no_rearm;                 /* after this join: DONE, not REARMABLE */
 static int episodes;
@@ -339,10 +341,20 @@ static void sync_keyed(uintptr_t key)
 
 void lone_stream_reused(vmm_stream key)
 {
+	uint64_t now;
+
 	pthread_mutex_lock(&lone_lock);
 	if ((uintptr_t)key == lone.key && atomic_load(&state) == LONE_ON) {
-		if (!rerecord_on_lone(&reuse_event))
-			sync_lone();
+		/* Work counted before the free that gave the block back was in the driver before
+		 * the count was read: when the count has not moved since the last record, that
+		 * record already comes after it (submit_count.h). */
+		now = submit_count_read(NULL);
+		if (!reuse_event || now != reuse_recorded_at) {
+			if (rerecord_on_lone(&reuse_event))
+				reuse_recorded_at = now;
+			else
+				sync_lone();
+		}
 	} else if ((uintptr_t)key == lone.key && atomic_load(&state) == LONE_JOINING) {
 		CUevent fresh = NULL; /* the old one may be waited for outside the lock */
 
