@@ -5,7 +5,7 @@
  * reused (the program checks what it wrote there). */
 #include <criterion/criterion.h>
 
-#include "run_util.h"
+#include "run_served.h"
 
 #define ARGV(...) ((const char *const[]){ __VA_ARGS__, NULL })
 #define ENV(...) ((const char *const[]){ __VA_ARGS__, NULL })
@@ -15,21 +15,11 @@ static long long syncs(const struct run *r)
 	return run_stat(r, "cuCtxSynchronize") + run_stat(r, "cuCtxSynchronize_v2");
 }
 
-static struct run *run_ok(const char *const *argv, const char *const *env)
-{
-	struct run *r = run_program(shim_path(), argv, env);
-
-	cr_assert_eq(r->status, 0, "exit status %d\nstdout:\n%s\nstderr:\n%s", r->status, r->out,
-		     r->err);
-	cr_assert_gt(run_stat(r, "cuMemCreate"), 0, "not served by the shim\n%s", r->stats);
-	return r;
-}
-
 /* Without the shim's thread that syncs ahead: it may sync beside the program's one sync, at
  * the same moment (two in all, now and then), which says nothing about the rule tested here. */
 Test(idle_sync, pairs_without_work_synchronize_once)
 {
-	struct run *r = run_ok(ARGV(bin_path("prog_idle_sync"), "pairs", "50"),
+	struct run *r = run_served(ARGV(bin_path("prog_idle_sync"), "pairs", "50"),
 			       ENV("VMMSHIM_SYNC_AHEAD=0"));
 
 	cr_expect_leq(syncs(r), 1, "%lld synchronizations for 50 idle pairs\n%s", syncs(r),
@@ -41,7 +31,7 @@ Test(idle_sync, pairs_without_work_synchronize_once)
  * stream: test_lone_stream.c covers that). */
 Test(idle_sync, pairs_with_work_synchronize_each_time)
 {
-	struct run *r = run_ok(ARGV(bin_path("prog_idle_sync"), "pairs-work", "50"),
+	struct run *r = run_served(ARGV(bin_path("prog_idle_sync"), "pairs-work", "50"),
 			       ENV("VMMSHIM_LONE_STREAM=0"));
 
 	cr_expect_geq(syncs(r), 49, "%lld synchronizations for 50 pairs with a launch each\n%s",
@@ -55,7 +45,7 @@ Test(idle_sync, pairs_with_work_synchronize_each_time)
  * simdev allows (a GPU program writes it with work on its stream, ordered after the kernel). */
 Test(idle_sync, a_launch_inside_the_driver_is_not_taken_as_drained)
 {
-	struct run *r = run_ok(ARGV(bin_path("prog_idle_sync"), "launch-late"),
+	struct run *r = run_served(ARGV(bin_path("prog_idle_sync"), "launch-late"),
 			       ENV("SIMDEV_DELAY=cuLaunchKernel:400", "VMMSHIM_LONE_STREAM=0"));
 
 	cr_expect(strstr(r->out, "was waited for"), "%s", r->out);

@@ -8,24 +8,14 @@
  * taken back since). VMMSHIM_LONE_STREAM=0 keeps freed memory until a synchronization. */
 #include <criterion/criterion.h>
 
-#include "run_util.h"
+#include "run_served.h"
 
 #define ARGV(...) ((const char *const[]){ __VA_ARGS__, NULL })
 #define ENV(...) ((const char *const[]){ __VA_ARGS__, NULL })
 
-static struct run *run_ok(const char *const *argv, const char *const *env)
-{
-	struct run *r = run_program(shim_path(), argv, env);
-
-	cr_assert_eq(r->status, 0, "exit status %d\nstdout:\n%s\nstderr:\n%s", r->status, r->out,
-		     r->err);
-	cr_assert_gt(run_stat(r, "cuMemCreate"), 0, "not served by the shim\n%s", r->stats);
-	return r;
-}
-
 Test(lone_stream, a_block_freed_under_queued_work_comes_back_at_once)
 {
-	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "reuse"), NULL);
+	struct run *r = run_served(ARGV(bin_path("prog_lone_stream"), "reuse"), NULL);
 
 	cr_expect(strstr(r->out, "came back at once"), "%s", r->out);
 	cr_expect(strstr(r->out, "kept the new owner's data"), "%s", r->out);
@@ -34,7 +24,7 @@ Test(lone_stream, a_block_freed_under_queued_work_comes_back_at_once)
 
 Test(lone_stream, switched_off_the_block_waits_for_a_synchronization)
 {
-	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "reuse"),
+	struct run *r = run_served(ARGV(bin_path("prog_lone_stream"), "reuse"),
 			       ENV("VMMSHIM_LONE_STREAM=0"));
 
 	cr_expect(strstr(r->out, "did not come back at once"), "%s", r->out);
@@ -44,7 +34,7 @@ Test(lone_stream, switched_off_the_block_waits_for_a_synchronization)
 
 static void expect_join(const char *first, const char *second)
 {
-	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "join", first, second), NULL);
+	struct run *r = run_served(ARGV(bin_path("prog_lone_stream"), "join", first, second), NULL);
 
 	cr_expect(strstr(r->out, "came back at once"), "%s", r->out);
 	cr_expect(strstr(r->out, "waited for the late kernel"), "%s", r->out);
@@ -71,7 +61,7 @@ Test(lone_stream, a_per_thread_stream_waits_for_a_non_blocking_stream)
  * work: it becomes the lone stream, and the side stream joins it again. */
 Test(lone_stream, the_main_stream_becomes_lone_after_an_early_side_stream)
 {
-	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "again"),
+	struct run *r = run_served(ARGV(bin_path("prog_lone_stream"), "again"),
 			       ENV("VMMSHIM_LOG=info"));
 
 	cr_expect(strstr(r->err, "episode 2 ends"), "%s", r->err);
@@ -85,7 +75,7 @@ Test(lone_stream, the_main_stream_becomes_lone_after_an_early_side_stream)
  * join waits only for what a block taken back needs (none here), so this is no deadlock. */
 Test(lone_stream, a_later_stream_is_not_made_to_wait_for_a_spinning_kernel)
 {
-	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "spin"), NULL);
+	struct run *r = run_served(ARGV(bin_path("prog_lone_stream"), "spin"), NULL);
 
 	cr_expect(strstr(r->out, "saw the other stream's flag"), "%s", r->out);
 	run_free(r);
@@ -93,7 +83,7 @@ Test(lone_stream, a_later_stream_is_not_made_to_wait_for_a_spinning_kernel)
 
 Test(lone_stream, a_capture_begins_after_the_lone_streams_work)
 {
-	struct run *r = run_ok(ARGV(bin_path("prog_lone_stream"), "capture"), NULL);
+	struct run *r = run_served(ARGV(bin_path("prog_lone_stream"), "capture"), NULL);
 
 	cr_expect(strstr(r->out, "came back at once"), "%s", r->out);
 	cr_expect(strstr(r->out, "capture began after"), "%s", r->out);
