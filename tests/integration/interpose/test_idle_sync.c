@@ -20,7 +20,7 @@ static long long syncs(const struct run *r)
 Test(idle_sync, pairs_without_work_synchronize_once)
 {
 	struct run *r = run_served(ARGV(bin_path("prog_idle_sync"), "pairs", "50"),
-			       ENV("VMMSHIM_SYNC_AHEAD=0"));
+				   ENV("VMMSHIM_SYNC_AHEAD=0"));
 
 	cr_expect_leq(syncs(r), 1, "%lld synchronizations for 50 idle pairs\n%s", syncs(r),
 		      r->stats);
@@ -32,7 +32,7 @@ Test(idle_sync, pairs_without_work_synchronize_once)
 Test(idle_sync, pairs_with_work_synchronize_each_time)
 {
 	struct run *r = run_served(ARGV(bin_path("prog_idle_sync"), "pairs-work", "50"),
-			       ENV("VMMSHIM_LONE_STREAM=0"));
+				   ENV("VMMSHIM_LONE_STREAM=0"));
 
 	cr_expect_geq(syncs(r), 49, "%lld synchronizations for 50 pairs with a launch each\n%s",
 		      syncs(r), r->stats);
@@ -46,7 +46,7 @@ Test(idle_sync, pairs_with_work_synchronize_each_time)
 Test(idle_sync, a_launch_inside_the_driver_is_not_taken_as_drained)
 {
 	struct run *r = run_served(ARGV(bin_path("prog_idle_sync"), "launch-late"),
-			       ENV("SIMDEV_DELAY=cuLaunchKernel:400", "VMMSHIM_LONE_STREAM=0"));
+				   ENV("SIMDEV_DELAY=cuLaunchKernel:400", "VMMSHIM_LONE_STREAM=0"));
 
 	cr_expect(strstr(r->out, "was waited for"), "%s", r->out);
 	run_free(r);

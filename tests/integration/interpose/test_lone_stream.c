@@ -25,7 +25,7 @@ Test(lone_stream, a_block_freed_under_queued_work_comes_back_at_once)
 Test(lone_stream, switched_off_the_block_waits_for_a_synchronization)
 {
 	struct run *r = run_served(ARGV(bin_path("prog_lone_stream"), "reuse"),
-			       ENV("VMMSHIM_LONE_STREAM=0"));
+				   ENV("VMMSHIM_LONE_STREAM=0"));
 
 	cr_expect(strstr(r->out, "did not come back at once"), "%s", r->out);
 	cr_expect(strstr(r->out, "kept the new owner's data"), "%s", r->out);
@@ -62,7 +62,7 @@ Test(lone_stream, a_per_thread_stream_waits_for_a_non_blocking_stream)
 Test(lone_stream, the_main_stream_becomes_lone_after_an_early_side_stream)
 {
 	struct run *r = run_served(ARGV(bin_path("prog_lone_stream"), "again"),
-			       ENV("VMMSHIM_LOG=info"));
+				   ENV("VMMSHIM_LOG=info"));
 
 	cr_expect(strstr(r->err, "episode 2 ends"), "%s", r->err);
 	cr_expect(strstr(r->out, "came back at once"), "%s", r->out);
