@@ -61,9 +61,9 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 		vmm_stream lone;
 		bool ordered = lone_stream_key(&lone), reused = false;
 
-		/* share_malloc: vmm_malloc, and with VMMSHIM_SHARE=1 room made by sleeping peers;
-		 * while all work goes to one stream, a block freed in its order may come back at once
-		 * (and other streams must then wait for its former owner: lone_stream_reused). */
+		/* share_malloc: vmm_malloc, and with VMMSHIM_SHARE=1 room made by sleeping
+		 * peers. While all work goes to one stream, a block freed in its order may come
+		 * back at once (other streams must then wait for its former owner). */
 		if (!(ordered ? share_malloc_on_stream(core, dev, bytesize, shim_thread_tag(), lone,
 						       &p, &reused, &err) :
 				share_malloc(core, dev, bytesize, 0, shim_thread_tag(), &p, &err))) {
