@@ -1,6 +1,7 @@
 /* The records of the program's own VMM handles and mappings (app_vmm.h): what the shim reports
  * after each successful call, kept sorted so that lookups stay cheap with thousands of handles
- * (PyTorch's expandable segments map one handle per segment page). */
+ * (PyTorch's expandable segments map one handle per segment page), and the descriptors it
+ * exports or imports them through (vmm_app_share_keep, kept by app_share.c). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -526,4 +527,28 @@ void vmm_app_stats_get(vmm_app_registry *reg, int dev, vmm_app_stats *out)
 		if ((dev < 0 || reg->maps[i].h->dev == dev) && !reg->maps[i].h->asleep)
 			out->mapped_bytes += reg->maps[i].size;
 	pthread_mutex_unlock(&reg->lock);
+}
+
+void vmm_app_share_keep(vmm_app_registry *reg, vmm_phys handle, int fd)
+{
+	struct app_handle *h;
+	bool no_memory = false;
+	int dup_fd = -1;
+
+	if (!reg || fd < 0)
+		return;
+	pthread_mutex_lock(&reg->lock);
+	h = app_find(reg, handle);
+	if (!h) {
+		pthread_mutex_unlock(&reg->lock);
+		return;
+	}
+	dup_fd = app_share_fd_add(reg, h, fd, &no_memory);
+	if (dup_fd >= 0 && !h->imported)   /* importers fetch it without waiting for our lock */
+		app_share_ready_add(reg, h, dup_fd);
+	pthread_mutex_unlock(&reg->lock);
+	if (dup_fd < 0)
+		vmm_log(VMM_LOG_WARN, "app handle %#llx: descriptor %d not kept (%s); a group sleep "
+			"cannot tell who shares it", (unsigned long long)handle, fd,
+			no_memory ? "no host memory" : "dup failed");
 }

@@ -125,32 +125,6 @@ vmm_status app_share_reimport(vmm_app_registry *reg, struct app_handle *h, vmm_e
 	return st;
 }
 
-void app_share_unpublish(vmm_app_registry *reg, vmm_phys app)
-{
-	size_t k = 0;
-
-	pthread_mutex_lock(&reg->ready_lock);
-	for (size_t i = 0; i < reg->nready; i++)   /* the descriptors are h's kept duplicates */
-		if (reg->ready[i].app != app)
-			reg->ready[k++] = reg->ready[i];
-	reg->nready = k;
-	pthread_mutex_unlock(&reg->ready_lock);
-}
-
-void app_share_ready_add(vmm_app_registry *reg, const struct app_handle *h, int fd)
-{
-	struct app_ready *v;
-
-	pthread_mutex_lock(&reg->ready_lock);
-	v = realloc(reg->ready, (reg->nready + 1) * sizeof(*v));
-	if (v) {
-		reg->ready = v;
-		reg->ready[reg->nready++] = (struct app_ready){ .app = h->app, .size = h->size,
-								.fd = fd };
-	}
-	pthread_mutex_unlock(&reg->ready_lock);
-}
-
 void app_share_publish(vmm_app_registry *reg, struct app_handle **hs, size_t n)
 {
 	for (size_t i = 0; i < n && reg->be->export_fd; i++) {

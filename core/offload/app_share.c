@@ -3,7 +3,9 @@
  * from (app_vmm.h, vmm_app_share_keep). The driver frees shared memory only when no process holds
  * it by a handle, a mapping or an open descriptor; the duplicates let vmmctl match the holders
  * across processes with kcmp(KCMP_FILE), and let this process tell whether the program itself
- * still holds a descriptor of it open (then no sleep can release it). */
+ * still holds a descriptor of it open (then no sleep can release it). Also the table of those
+ * duplicates made ready for importers' fetches (reg->ready). Calls nothing of the registry's:
+ * the registry and app_reshare.c build on it. */
 
 #include <dirent.h>
 #include <errno.h>
@@ -113,28 +115,30 @@ int app_share_fd_add(vmm_app_registry *reg, struct app_handle *h, int fd, bool *
 	return dup_fd;
 }
 
-void vmm_app_share_keep(vmm_app_registry *reg, vmm_phys handle, int fd)
+void app_share_unpublish(vmm_app_registry *reg, vmm_phys app)
 {
-	struct app_handle *h;
-	bool no_memory = false;
-	int dup_fd = -1;
+	size_t k = 0;
 
-	if (!reg || fd < 0)
-		return;
-	pthread_mutex_lock(&reg->lock);
-	h = app_find(reg, handle);
-	if (!h) {
-		pthread_mutex_unlock(&reg->lock);
-		return;
+	pthread_mutex_lock(&reg->ready_lock);
+	for (size_t i = 0; i < reg->nready; i++)   /* the descriptors are h's kept duplicates */
+		if (reg->ready[i].app != app)
+			reg->ready[k++] = reg->ready[i];
+	reg->nready = k;
+	pthread_mutex_unlock(&reg->ready_lock);
+}
+
+void app_share_ready_add(vmm_app_registry *reg, const struct app_handle *h, int fd)
+{
+	struct app_ready *v;
+
+	pthread_mutex_lock(&reg->ready_lock);
+	v = realloc(reg->ready, (reg->nready + 1) * sizeof(*v));
+	if (v) {
+		reg->ready = v;
+		reg->ready[reg->nready++] = (struct app_ready){ .app = h->app, .size = h->size,
+								.fd = fd };
 	}
-	dup_fd = app_share_fd_add(reg, h, fd, &no_memory);
-	if (dup_fd >= 0 && !h->imported)   /* importers fetch it without waiting for our lock */
-		app_share_ready_add(reg, h, dup_fd);
-	pthread_mutex_unlock(&reg->lock);
-	if (dup_fd < 0)
-		vmm_log(VMM_LOG_WARN, "app handle %#llx: descriptor %d not kept (%s); a group sleep "
-			"cannot tell who shares it", (unsigned long long)handle, fd,
-			no_memory ? "no host memory" : "dup failed");
+	pthread_mutex_unlock(&reg->ready_lock);
 }
 
 void vmm_app_share_after_fork(vmm_app_registry *reg)
