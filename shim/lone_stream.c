@@ -62,6 +62,41 @@ static int run_len;
 static unsigned join_polls;
 static unsigned tracked;              /* submissions tracked since the last episode began */
 
+/* A fork waits for the lock, so that the child never finds it held by a thread it does not
+ * have; the child's CUDA is not the parent's (the shim serves it nothing), so it is DONE there. */
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&lone_lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&lone_lock);
+}
+
+static void fork_child(void)
+{
+	atomic_store(&state, LONE_DONE);
+	pthread_mutex_unlock(&lone_lock);
+}
+
+static void fork_handlers(void)
+{
+	if (pthread_atfork(fork_prepare, fork_parent, fork_child))
+		vmm_log(VMM_LOG_WARN, "lone stream: no fork handlers; a child forked while another "
+			"thread submits work could wait for ever on its first submission");
+}
+
+/* The entry points take the lock through here: the fork handlers are in place before it is
+ * first held. */
+static void lock_lone(void)
+{
+	pthread_once(&fork_once, fork_handlers);
+	pthread_mutex_lock(&lone_lock);
+}
+
 enum target_kind { T_HANDLE, T_LEGACY, T_PER_THREAD, T_UNKNOWN };
 
 struct target {
@@ -266,7 +301,7 @@ int lone_stream_before_submit(CUstream s, bool per_thread, const char *what)
 		return -1; /* no context: the driver refuses the call, nothing is queued */
 	if (st == LONE_ON && t.name.key == atomic_load(&lone_key))
 		return -1;
-	pthread_mutex_lock(&lone_lock);
+	lock_lone();
 	switch (atomic_load(&state)) {
 	case LONE_UNSET:
 		start(&t);
@@ -297,7 +332,7 @@ void lone_stream_after_submit(int token)
 {
 	if (token < 0)
 		return;
-	pthread_mutex_lock(&lone_lock);
+	lock_lone();
 	others_submitted(token);
 	pthread_mutex_unlock(&lone_lock);
 }
@@ -343,7 +378,7 @@ void lone_stream_reused(vmm_stream key)
 {
 	uint64_t now;
 
-	pthread_mutex_lock(&lone_lock);
+	lock_lone();
 	if ((uintptr_t)key == lone.key && atomic_load(&state) == LONE_ON) {
 		/* Work counted before the free that gave the block back was in the driver before
 		 * the count was read: when the count has not moved since the last record, that
@@ -380,7 +415,7 @@ void lone_stream_end_and_wait(const char *why)
 {
 	if (atomic_load(&state) == LONE_DONE)
 		return;
-	pthread_mutex_lock(&lone_lock);
+	lock_lone();
 	no_rearm = true;
 	switch (atomic_load(&state)) {
 	case LONE_ON:
@@ -419,7 +454,7 @@ void lone_stream_forget(CUstream s)
 	if (!s || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD || st == LONE_UNSET ||
 	    st == LONE_DONE)
 		return;
-	pthread_mutex_lock(&lone_lock);
+	lock_lone();
 	if (atomic_load(&state) == LONE_ON && lone.key == (uintptr_t)s)
 		end_lone("the destruction of the lone stream");
 	others_forget(s);
@@ -430,7 +465,7 @@ void lone_stream_forget(CUstream s)
  * to be joined or waited for. */
 void lone_stream_disable(void)
 {
-	pthread_mutex_lock(&lone_lock);
+	lock_lone();
 	join_event = NULL;
 	others_clear();
 	atomic_store(&state, LONE_DONE);
