@@ -58,7 +58,7 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 	vmm_error_clear(&err);
 	if (want_core(dptr, bytesize, &rt, &dev)) {
 		vmm_core *core = rt->side[SHIM_CUDA].core;
-		vmm_stream lone;
+		vmm_stream lone = NULL;
 		bool ordered = lone_stream_key(&lone), reused = false;
 
 		/* share_malloc: vmm_malloc, and with VMMSHIM_SHARE=1 room made by sleeping
@@ -118,14 +118,12 @@ static CUresult core_free(CUdeviceptr ptr, bool *done, bool on_stream, vmm_strea
 
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 {
-	bool done;
+	vmm_stream lone = NULL;
+	bool done, ordered;
 	CUresult r;
 
-	vmm_stream lone = NULL;
-	bool ordered;
-
 	gate_enter();
-	ordered = hook_cuda_core() && lone_stream_key(&lone);
+	ordered = lone_stream_key(&lone);
 	r = core_free(dptr, &done, ordered, lone);
 	if (!done) {
 		r = CALL_REAL(cuMemFree_v2, (dptr));

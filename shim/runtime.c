@@ -18,9 +18,9 @@
 #include "control/control.h"
 #include "ipc_keep.h"
 #include "ipc_registry.h"
+#include "lone_stream.h"
 #include "share/share.h"
 #include "shim_internal.h"
-#include "lone_stream.h"
 #include "submit_count.h"
 
 enum side_state { SIDE_UNTRIED = 0, SIDE_READY, SIDE_UNAVAILABLE };
