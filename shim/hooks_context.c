@@ -49,7 +49,7 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 {
 	CUresult r;
 
-	lone_stream_context_ends(ctx, -1);
+	lone_stream_context_ends("the destruction of a context");
 	vmm_context_destroy_begin(VMM_CTX_CUDA, ctx);
 	r = CALL_REAL(cuCtxDestroy_v2, (ctx));
 	vmm_context_destroy_end(VMM_CTX_CUDA, ctx, r == CUDA_SUCCESS);
@@ -58,13 +58,13 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 {
-	lone_stream_context_ends(NULL, (int)dev);
+	lone_stream_context_ends("a release of a primary context");
 	return CALL_REAL(cuDevicePrimaryCtxRelease_v2, (dev));
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
-	lone_stream_context_ends(NULL, (int)dev);
+	lone_stream_context_ends("a reset of a primary context");
 	return CALL_REAL(cuDevicePrimaryCtxReset_v2, (dev));
 }
 

@@ -1,8 +1,8 @@
 /* Lone-stream ordering (lone_stream.h). States, in the order a program meets them:
  *   UNSET      no submission yet;
  *   ON         every submission since the episode began went to S (fast path: a compare);
- *   JOINING    another stream got work: S's event is recorded, and each stream that gets work
- *              waits for it first, until it has completed;
+ *   JOINING    another stream got work: each stream that gets work first waits for the event
+ *              recorded on S after the last block taken back, until it has completed;
  *   REARMABLE  plain rules; every submission is tracked (lone_stream_others.h; from JOINING
  *              on) so that once one stream has had REARM_RUN submissions in a row and every
  *              other has finished its work, that stream becomes S of a new episode;
@@ -23,12 +23,7 @@
 #include "submit_count.h"
 
 DRIVER_EXTRA_SLOT(cuCtxGetCurrent);
-DRIVER_EXTRA_SLOT(cuCtxPushCurrent_v2);
-DRIVER_EXTRA_SLOT(cuCtxPopCurrent_v2);
-DRIVER_EXTRA_SLOT(cuStreamSynchronize);
 DRIVER_EXTRA_SLOT(cuStreamWaitEvent);
-DRIVER_EXTRA_SLOT(cuEventCreate);
-DRIVER_EXTRA_SLOT(cuEventRecord);
 DRIVER_EXTRA_SLOT(cuEventQuery);
 DRIVER_EXTRA_SLOT(cuEventSynchronize);
 
@@ -125,31 +120,15 @@ static void resolve(CUstream s, bool per_thread, struct target *t)
 	}
 }
 
-static CUresult push_lone_ctx(void)
+/* The host waits for the stream named by n: where an event could not be recorded, or a block
+ * was taken back in an episode that no longer joins others (a rare race with its end). */
+static void sync_stream(struct stream_name n)
 {
-	if (!DRIVER_EXTRA(cuCtxPushCurrent_v2) || !DRIVER_EXTRA(cuCtxPopCurrent_v2))
-		return CUDA_ERROR_NOT_FOUND;
-	return DRIVER_EXTRA(cuCtxPushCurrent_v2)(lone.ctx);
-}
+	CUresult r = stream_name_context(&n) ? stream_name_sync(&n) : CUDA_ERROR_INVALID_HANDLE;
 
-static void pop_ctx(void)
-{
-	CUcontext popped;
-
-	DRIVER_EXTRA(cuCtxPopCurrent_v2)(&popped);
-}
-
-static void sync_lone(void)
-{
-	CUresult r = CUDA_ERROR_NOT_FOUND;
-
-	if (DRIVER_EXTRA(cuStreamSynchronize) && push_lone_ctx() == CUDA_SUCCESS) {
-		r = DRIVER_EXTRA(cuStreamSynchronize)(lone.h);
-		pop_ctx();
-	}
 	if (r != CUDA_SUCCESS)
-		vmm_log(VMM_LOG_WARN, "lone stream: could neither record nor wait for its work "
-			"(CUresult %d)", (int)r);
+		vmm_log(VMM_LOG_WARN, "lone stream: could not wait for the work of stream %#lx "
+			"(CUresult %d)", (unsigned long)n.key, (int)r);
 }
 
 /* The join is over (the event completed, or can no longer be waited for). The event is kept: a
@@ -337,41 +316,16 @@ void lone_stream_after_submit(int token)
 	pthread_mutex_unlock(&lone_lock);
 }
 
-/* Record `*ev` again on S (making it first), after S's work so far (lock held). */
-static bool rerecord_on_lone(CUevent *ev)
-{
-	bool ok = false;
-
-	if (!DRIVER_EXTRA(cuEventCreate) || !DRIVER_EXTRA(cuEventRecord) ||
-	    push_lone_ctx() != CUDA_SUCCESS)
-		return false;
-	if (*ev || DRIVER_EXTRA(cuEventCreate)(ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS)
-		ok = DRIVER_EXTRA(cuEventRecord)(*ev, lone.h) == CUDA_SUCCESS;
-	pop_ctx();
-	return ok;
-}
-
-/* The former owner's work ran on the stream named by key, which is no longer S of an episode
- * that joins others: wait for that stream on the host (a rare race with the episode's end). */
-static void sync_keyed(uintptr_t key)
+/* The stream a key names (resolve's encoding); its context is looked up when needed. */
+static struct stream_name named_by(uintptr_t key)
 {
 	struct stream_name n = { .key = key };
-	CUresult r = CUDA_ERROR_NOT_FOUND;
-	CUcontext popped;
 
 	if (key & 1)
 		n.ctx = (CUcontext)(key & ~(uintptr_t)1);
 	else
 		n.h = (CUstream)key;
-	if (stream_name_context(&n) && DRIVER_EXTRA(cuStreamSynchronize) &&
-	    DRIVER_EXTRA(cuCtxPushCurrent_v2) && DRIVER_EXTRA(cuCtxPopCurrent_v2) &&
-	    DRIVER_EXTRA(cuCtxPushCurrent_v2)(n.ctx) == CUDA_SUCCESS) {
-		r = DRIVER_EXTRA(cuStreamSynchronize)(n.h);
-		DRIVER_EXTRA(cuCtxPopCurrent_v2)(&popped);
-	}
-	if (r != CUDA_SUCCESS)
-		vmm_log(VMM_LOG_WARN, "lone stream: could not wait for a reused block's former "
-			"owner (CUresult %d)", (int)r);
+	return n;
 }
 
 void lone_stream_reused(vmm_stream key)
@@ -385,20 +339,20 @@ void lone_stream_reused(vmm_stream key)
 		 * record already comes after it (submit_count.h). */
 		now = submit_count_read(NULL);
 		if (!reuse_event || now != reuse_recorded_at) {
-			if (rerecord_on_lone(&reuse_event))
+			if (stream_name_record(&lone, &reuse_event))
 				reuse_recorded_at = now;
 			else
-				sync_lone();
+				sync_stream(lone);
 		}
 	} else if ((uintptr_t)key == lone.key && atomic_load(&state) == LONE_JOINING) {
 		CUevent fresh = NULL; /* the old one may be waited for outside the lock */
 
-		if (rerecord_on_lone(&fresh))
+		if (stream_name_record(&lone, &fresh))
 			join_event = fresh;
 		else
-			sync_lone();
+			sync_stream(lone);
 	} else {
-		sync_keyed((uintptr_t)key);
+		sync_stream(named_by((uintptr_t)key));
 	}
 	pthread_mutex_unlock(&lone_lock);
 }
@@ -436,15 +390,12 @@ void lone_stream_end_and_wait(const char *why)
 
 /* Events belong to contexts, and the table's may be in the one going away: plain rules for good
  * (contexts are seldom destroyed while work runs). */
-void lone_stream_context_ends(CUcontext ctx, int dev)
+void lone_stream_context_ends(const char *why)
 {
 	int st = atomic_load(&state);
 
-	(void)dev;
-	if (st == LONE_UNSET || st == LONE_DONE)
-		return;
-	lone_stream_end_and_wait(ctx ? "the destruction of a context" :
-				       "a reset or release of a primary context");
+	if (st != LONE_UNSET && st != LONE_DONE)
+		lone_stream_end_and_wait(why);
 }
 
 void lone_stream_forget(CUstream s)

@@ -51,15 +51,15 @@ bool lone_stream_key(vmm_stream *key);
  * is handed to the program. */
 void lone_stream_reused(vmm_stream key);
 
-/* End lone mode for good and wait until everything submitted to S so far has run: before a
- * stream capture begins (also before any submission: S must never be a capturing stream, whose
- * work runs whenever its graph is launched). `why` goes to the log. */
+/* End lone mode for good, and wait until S's work up to the last block taken back has run:
+ * before a stream capture begins (also before any submission: S must never be a capturing
+ * stream, whose work runs whenever its graph is launched). `why` goes to the log. */
 void lone_stream_end_and_wait(const char *why);
 
-/* Context ctx (or, when ctx is NULL, the primary context of device dev) is about to be destroyed
- * or reset: if it is S's, lone mode ends as in lone_stream_end_and_wait (the join event belongs
- * to that context). */
-void lone_stream_context_ends(CUcontext ctx, int dev);
+/* A context is about to be destroyed, or a primary context reset or released: whichever it is,
+ * lone mode ends for good as in lone_stream_end_and_wait once it has begun (its events may
+ * belong to that context). */
+void lone_stream_context_ends(const char *why);
 
 /* Stream s is about to be destroyed: if it is S, lone mode ends (its handle may come back as
  * another stream's), joined as any other stream would be. */

@@ -11,11 +11,11 @@ DRIVER_EXTRA_SLOT(cuEventCreate);
 DRIVER_EXTRA_SLOT(cuEventRecord);
 DRIVER_EXTRA_SLOT(cuEventQuery);
 DRIVER_EXTRA_SLOT(cuStreamGetCtx);
+DRIVER_EXTRA_SLOT(cuStreamSynchronize);
 
 struct other {
 	struct stream_name s;  /* s.key == 0: a free slot */
 	CUevent ev;            /* recorded after all its work but what `dirty` says; NULL: none */
-	CUevent own;           /* the event record() made for it (ev may be the join event) */
 	bool dirty;            /* work queued since ev was recorded (or no ev yet) */
 	int inflight;          /* submissions on their way into the driver */
 	bool gone;             /* destroyed: no submission matches it any more */
@@ -41,6 +41,44 @@ bool stream_name_context(struct stream_name *s)
 		return true;
 	return DRIVER_EXTRA(cuStreamGetCtx) &&
 	       DRIVER_EXTRA(cuStreamGetCtx)(s->h, &s->ctx) == CUDA_SUCCESS && s->ctx;
+}
+
+/* Make s's context current on this thread (a legacy stream, and an event, belong to one); undo
+ * with leave() when it returns true. */
+static bool enter(const struct stream_name *s)
+{
+	return DRIVER_EXTRA(cuCtxPushCurrent_v2) && DRIVER_EXTRA(cuCtxPopCurrent_v2) &&
+	       DRIVER_EXTRA(cuCtxPushCurrent_v2)(s->ctx) == CUDA_SUCCESS;
+}
+
+static void leave(void)
+{
+	CUcontext popped;
+
+	DRIVER_EXTRA(cuCtxPopCurrent_v2)(&popped);
+}
+
+bool stream_name_record(const struct stream_name *s, CUevent *ev)
+{
+	bool ok = false;
+
+	if (!DRIVER_EXTRA(cuEventCreate) || !DRIVER_EXTRA(cuEventRecord) || !enter(s))
+		return false;
+	if (*ev || DRIVER_EXTRA(cuEventCreate)(ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS)
+		ok = DRIVER_EXTRA(cuEventRecord)(*ev, s->h) == CUDA_SUCCESS;
+	leave();
+	return ok;
+}
+
+CUresult stream_name_sync(const struct stream_name *s)
+{
+	CUresult r;
+
+	if (!DRIVER_EXTRA(cuStreamSynchronize) || !enter(s))
+		return CUDA_ERROR_NOT_FOUND;
+	r = DRIVER_EXTRA(cuStreamSynchronize)(s->h);
+	leave();
+	return r;
 }
 
 static struct other *add(struct stream_name *s)
@@ -95,26 +133,11 @@ bool others_note(const struct stream_name *s)
 	return true;
 }
 
-/* Record o's own event after its work, in its context (an event belongs to one). Never the
- * join event: a thread may be waiting for that one outside the lock. */
+/* Record o's event after its work so far. */
 static void record(struct other *o)
 {
-	CUcontext popped;
-
-	if (!DRIVER_EXTRA(cuCtxPushCurrent_v2) || !DRIVER_EXTRA(cuCtxPopCurrent_v2) ||
-	    !DRIVER_EXTRA(cuEventCreate) || !DRIVER_EXTRA(cuEventRecord) ||
-	    DRIVER_EXTRA(cuCtxPushCurrent_v2)(o->s.ctx) != CUDA_SUCCESS)
-		return;
-	if (o->own || DRIVER_EXTRA(cuEventCreate)(&o->own, CU_EVENT_DISABLE_TIMING) ==
-			      CUDA_SUCCESS) {
-		if (DRIVER_EXTRA(cuEventRecord)(o->own, o->s.h) == CUDA_SUCCESS) {
-			o->ev = o->own;
-			o->dirty = false;
-		}
-	} else {
-		o->own = NULL;
-	}
-	DRIVER_EXTRA(cuCtxPopCurrent_v2)(&popped);
+	if (stream_name_record(&o->s, &o->ev))
+		o->dirty = false;
 }
 
 void others_forget(CUstream h)
@@ -144,15 +167,15 @@ bool others_idle_except(uintptr_t key)
 		} else if (o->dirty) {
 			record(o);
 			idle = false;
-		} else if (o->ev && (!DRIVER_EXTRA(cuEventQuery) ||
-				     DRIVER_EXTRA(cuEventQuery)(o->ev) != CUDA_SUCCESS)) {
+		} else if (!DRIVER_EXTRA(cuEventQuery) ||
+			   DRIVER_EXTRA(cuEventQuery)(o->ev) != CUDA_SUCCESS) {
 			idle = false;
 		}
 	}
 	return idle;
 }
 
-/* The own events are left alive (one per slot and episode, lone_stream.c bounds episodes):
+/* The events are left alive (one per slot and episode, lone_stream.c bounds episodes):
  * destroying one would need to know no query is about to use it. */
 void others_clear(void)
 {

@@ -24,6 +24,13 @@ struct stream_name {
  * false when the driver does not know the stream. */
 bool stream_name_context(struct stream_name *s);
 
+/* Record *ev on s after its work so far, in s's context, making *ev first when it is NULL;
+ * false when the driver refuses. */
+bool stream_name_record(const struct stream_name *s, CUevent *ev);
+
+/* Wait on the host for s's work so far (in s's context); the driver's answer. */
+CUresult stream_name_sync(const struct stream_name *s);
+
 /* A submission to s is about to reach the driver: a token for others_submitted, or -1 when the
  * table is full or s has no context. Fills in s->ctx. */
 int others_submitting(struct stream_name *s);
