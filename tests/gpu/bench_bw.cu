@@ -3,7 +3,8 @@
 // memory slower to copy than cudaMalloc memory, and copy engines lose bandwidth on memory made of
 // many handles. The shim gives an allocation of 32 MiB or more that it makes of new memory one
 // handle (smaller ones 2 MiB pieces): 32 MiB, at that threshold, and two larger sizes are measured.
-// Lines: "BENCH <what>_<size>MiB <GB/s>", each the median of 9 timed repetitions after 2 warm-ups:
+// Lines: "BENCH <what>_<size>MiB <GB/s>", each the median of 9 timed repetitions after 2 warm-ups
+// (a repetition of a buffer under 512 MiB runs it as many times as make 512 MiB):
 //   d2d:   cudaMemcpyAsync of the whole buffer to a second one (bytes copied per second)
 //   read:  a kernel that reads the whole buffer (16-byte loads, every thread a strided share)
 //   write: a kernel that writes the whole buffer
@@ -36,9 +37,13 @@ __global__ void write_kernel(uint4 *p, size_t n, uint32_t seed)
 		p[i] = make_uint4(seed, seed, seed, seed);
 }
 
-// GB/s of `run` over `bytes`, median of 9 after 2 warm-ups, timed with events.
+// GB/s of `run` over `bytes`, median of 9 after 2 warm-ups, timed with events. Each timing
+// covers `run` repeated until about 512 MiB have moved: one 32 MiB copy takes ~20 us, which the
+// events' own resolution (~0.5 us) and the gap before the first copy would make noisy by a few
+// percent, more than the difference measured.
 template <typename F> static double rate(size_t bytes, F run)
 {
+	const int reps = bytes >= 512 * MIB ? 1 : (int)(512 * MIB / bytes);
 	cudaEvent_t a, b;
 	std::vector<double> gbs;
 	CK(cudaEventCreate(&a));
@@ -46,12 +51,13 @@ template <typename F> static double rate(size_t bytes, F run)
 	for (int i = 0; i < 11; i++) {
 		float ms = 0;
 		CK(cudaEventRecord(a));
-		run();
+		for (int r = 0; r < reps; r++)
+			run();
 		CK(cudaEventRecord(b));
 		CK(cudaEventSynchronize(b));
 		CK(cudaEventElapsedTime(&ms, a, b));
 		if (i >= 2 && ms > 0)
-			gbs.push_back(bytes / (ms * 1e-3) / 1e9);
+			gbs.push_back((double)bytes * reps / (ms * 1e-3) / 1e9);
 	}
 	CK(cudaEventDestroy(a));
 	CK(cudaEventDestroy(b));
