@@ -21,6 +21,7 @@ void vmm_config_defaults(vmm_config *cfg)
 	cfg->max_handle_bytes = SIZE_MAX; /* one handle per growth: see heap_grow.c */
 	cfg->whole_handle_min = DEFAULT_WHOLE_HANDLE_MIN;
 	cfg->granule_start_min = SIZE_MAX;
+	cfg->edge_cut_min = SIZE_MAX;  /* never: see heap_grow.c, handle_shatter */
 	cfg->small_max = DEFAULT_SMALL_MAX;
 	cfg->sync_ahead_min = 0;       /* the program's own thread synchronizes (the shim sets it) */
 }
@@ -49,6 +50,8 @@ vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **ou
 			c->cfg.small_max = cfg->small_max;
 		if (cfg->granule_start_min)
 			c->cfg.granule_start_min = cfg->granule_start_min;
+		if (cfg->edge_cut_min)
+			c->cfg.edge_cut_min = cfg->edge_cut_min;
 		c->cfg.sync_ahead_min = cfg->sync_ahead_min;
 	}
 	st = be->device_count(be, &c->ndev, err);

@@ -44,6 +44,10 @@ typedef struct vmm_config {
 	                            * granules (a retain can then give any of them a handle of its
 	                            * own); 0 = default (never: only sizes of whole granules start
 	                            * one) */
+	size_t edge_cut_min;       /* a freed handle of up to 64 MiB that an allocation of this size
+	                            * or more would share with free memory is cut at the
+	                            * allocation's edges; for a smaller one, into 2 MiB pieces;
+	                            * 0 = default (SIZE_MAX: always pieces) */
 	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
 	size_t sync_ahead_min;     /* a thread synchronizes the device once this many freed bytes
 	                            * wait in its quarantine (CUDA only; heap_ahead.h); 0 = never */

@@ -217,7 +217,7 @@ static struct phandle *shared_edge(struct devheap *dh, vmm_devptr start, size_t 
 }
 
 /* A free block for size bytes at align whose large handles it would not share: the ones it
- * would share are re-created as pieces first, then the search starts again (a re-creation the
+ * would share are re-created first (heap_grow.h), then the search starts again (a re-creation the
  * driver refuses halfway leaves less memory where the block was). After a refused re-creation
  * the block found is taken as it is: an allocation is worth more than the layout. */
 static struct blk *unshared_block(struct arena *a, size_t size, size_t align, vmm_error *err)
@@ -228,16 +228,17 @@ static struct blk *unshared_block(struct arena *a, size_t size, size_t align, vm
 	for (int tries = 0; tries < 8; tries++) {
 		struct blk *b = find_or_reclaim(a, size, align);
 		struct phandle *h;
+		vmm_devptr start;
 
 		if (!b)
 			b = grow_for(a, size, align, err);
 		if (!b)
 			return NULL;
-		h = unshare ? shared_edge(dh, align > HEAP_ALIGN ? align_up(b->addr, align) :
-						  b->addr, size) : NULL;
+		start = align > HEAP_ALIGN ? align_up(b->addr, align) : b->addr;
+		h = unshare ? shared_edge(dh, start, size) : NULL;
 		if (!h)
 			return b;
-		unshare = handle_shatter(dh, h, NULL) == VMM_OK;
+		unshare = handle_shatter(dh, h, start, start + size, NULL) == VMM_OK;
 	}
 	vmm_fail(err, VMM_E_OOM, 0, "device %d: no block of %zu bytes", dh->dev, size);
 	return NULL;

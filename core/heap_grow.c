@@ -21,9 +21,9 @@
  * as new handles (plan_give_back): a move costs ~50 us a piece on the H200, a give-back ~25, and
  * the allocation is one handle, which a later request moves in one call.
  * A handle larger than a granule that a smaller allocation would share with free memory is
- * re-created as pieces first (handle_shatter; one larger than 64 MiB as 64 MiB handles, of which
- * only the one shared is cut further), so that a large handle is always either wholly
- * free or inside one allocation: no free memory is ever stuck behind a live allocation in a
+ * re-created first (handle_shatter; one larger than 64 MiB as 64 MiB handles, of which only the
+ * one shared is cut further, into 2 MiB pieces or at the allocation's edges), so that a large
+ * handle is always either wholly free or inside one allocation: no free memory is ever stuck behind a live allocation in a
  * handle that cannot be cut, and every allocation can be given a handle of its own. The one
  * exception, a sleep's joint handle across allocations, is heap_coalesce.h's. */
 #include "heap_grow.h"
@@ -35,15 +35,25 @@
 #include "heap_phys.h"
 #include "heap_va.h"
 
-/* The largest pieces a handle is re-created as when a smaller allocation would share it; only the
- * one shared is cut into 2 MiB pieces in turn. 64 MiB, not the 1 GiB it was: on the H200 the
- * PyTorch benchmark's activations (300-400 MB) were cut out of the freed multi-GiB logits of the
- * step before, and each cut re-created a 1 GiB handle as 512 pieces (~20 ms, `VMMSHIM_LOG=debug`,
- * five such cuts in its largest step); at 64 MiB a cut makes ~50 handles and 32 pieces (~4 ms),
- * and the 64 MiB handles left whole move in one call each (~0.2 ms against ~1.6 ms for their 32
- * pieces) when a large request needs them. Cutting only the request's part out (one handle for
- * it, the rest on either side) was measured before and lost: the requests that came next cut
- * the large parts left again (bench_core --train --varlen, driver time per step +3-14%). */
+/* The largest handles one is re-created as when a smaller allocation would share it; only the
+ * one shared is cut in turn. 64 MiB, not the 1 GiB it was: on the H200 the PyTorch benchmark's
+ * activations (300-400 MB) were cut out of the freed multi-GiB logits of the step before, and
+ * each cut re-created a 1 GiB handle as 512 pieces (~20 ms, `VMMSHIM_LOG=debug`, five such cuts
+ * in its largest step); at 64 MiB a cut makes ~50 handles, and those left whole move in one call
+ * each (~0.2 ms against ~1.6 ms for their 32 pieces) when a large request needs them.
+ * The one shared becomes 32 pieces of 2 MiB by default. With edge_cut_min
+ * (VMMSHIM_EDGE_CUT_MIN) at or below the allocation's size it is cut at the allocation's edges
+ * instead (edge_parts): the allocation's part, a granule of its own where an edge falls inside
+ * one, and the free rest, each one handle: ~0.15 ms of driver calls against ~1.3 ms, and the
+ * logits of the next step gather ~900 handles (~28 ms) rather than ~1800 pieces (~43 ms). The
+ * replay of the H200's large-model trace (bench_core --replay ... --one-stream) spends 860-890 ms
+ * in the driver cutting at edges against 1470-1580 in pieces, 274-284 against 302 in its timed
+ * second pass; but a program whose requests each cut the free rest again pays more cuts than it
+ * saves (bench_core --train: 4.6 against 3.0 ms per step; the H200's small-model replay 1.8-2.1
+ * against 1.6), and on the H200 a policy with more re-creations once ran slower than the model
+ * said (docs/h200-runs.md, 2 Dec). So pieces stay the default until an A/B on the GPU says
+ * otherwise. Cutting 1 GiB handles at the edges was measured before and lost (+3-14% driver
+ * time): each cut then re-created up to 1 GiB, which costs ~0.3 ms to release alone. */
 #define SHATTER_STEP ((size_t)64 << 20)
 
 /* A large request gives the free pieces it would move back when there are at least this many
@@ -563,16 +573,56 @@ vmm_status arena_grow(struct arena *a, size_t size, size_t align, bool may_creat
 	return grow_fresh(a, size, may_create, out, err);
 }
 
-vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_error *err)
+/* Where a handle of at most SHATTER_STEP is cut so that none of its parts larger than a granule
+ * holds both memory of [lo, hi) and memory outside it: at each edge of [lo, hi) that falls inside
+ * it, and, for an edge inside a granule, on both sides of that granule (a piece of its own, which
+ * the allocation and its neighbour may share). The sizes of the parts in address order; at most
+ * five. */
+static size_t edge_parts(const struct devheap *dh, const struct phandle *h, vmm_devptr lo,
+			 vmm_devptr hi, size_t parts[5])
+{
+	vmm_devptr edges[2] = { lo, hi }, at = h->va, end = h->va + h->size;
+	vmm_devptr cuts[5];
+	size_t ncuts = 0, n = 0;
+
+	for (int i = 0; i < 2; i++) {
+		vmm_devptr down = edges[i] & ~(vmm_devptr)(dh->gran - 1);
+		vmm_devptr up = align_up(edges[i], dh->gran);
+
+		if (down > at && down < end)
+			cuts[ncuts++] = down;
+		if (up != down && up > at && up < end)
+			cuts[ncuts++] = up;
+	}
+	cuts[ncuts++] = end;
+	for (size_t i = 0; i < ncuts; i++) {
+		if (cuts[i] > at) {
+			parts[n++] = cuts[i] - at;
+			at = cuts[i];
+		}
+	}
+	return n;
+}
+
+vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_devptr lo, vmm_devptr hi,
+			  vmm_error *err)
 {
 	struct arena *a = h->arena;
 	vmm_devptr va = h->va;
 	size_t size = h->size;
+	size_t parts[5], nparts = 0;
+	size_t piece = size > SHATTER_STEP ? SHATTER_STEP : dh->gran;
 	struct grow_plan p = { 0 };
 	struct larger none = { 0 };
 	vmm_status st;
 
-	/* Give it back first: the pieces are made of its memory. */
+	/* A handle larger than SHATTER_STEP becomes handles of that size first, and only the one
+	 * that is shared is cut in turn (the caller asks again): cutting a whole 16 GiB handle
+	 * would cost ~0.3 s of driver calls on the H200 for the sake of a few MiB. A smaller one
+	 * becomes pieces of `piece`, or the parts cut at the edges. */
+	if (size <= SHATTER_STEP && hi - lo >= dh->core->cfg.edge_cut_min)
+		nparts = edge_parts(dh, h, lo, hi, parts);
+	/* Give it back first: the new handles are made of its memory. */
 	st = handle_drop(dh, h, err);
 	if (st)
 		return st;
@@ -580,10 +630,10 @@ vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_error *err)
 		return vmm_fail(err, VMM_E_INVALID, 0, "device %d: 0x%llx cannot be claimed again",
 				dh->dev, (unsigned long long)va);
 	dh->tally.shattered++;
-	/* A handle larger than SHATTER_STEP becomes handles of that size first, and only the one
-	 * that is shared later becomes 2 MiB pieces in turn: cutting a whole 16 GiB handle into
-	 * pieces would cost ~0.3 s of driver calls on the H200 for the sake of a few MiB. */
-	st = plan_create(a, &p, &none, size, size > SHATTER_STEP ? SHATTER_STEP : dh->gran, err);
+	if (!nparts)
+		st = plan_create(a, &p, &none, size, piece, err);
+	for (size_t i = 0; i < nparts && !st; i++)
+		st = plan_create(a, &p, &none, p.total + parts[i], parts[i], err);
 	/* What could not be re-created (the driver gave the memory to someone else meanwhile)
 	 * stays unclaimed address space. */
 	if (p.total < size)

@@ -19,10 +19,14 @@ vmm_status arena_grow(struct arena *a, size_t size, size_t align, bool may_creat
  * 2 MiB pieces): at least whole_handle_min, or max_handle_bytes when that is smaller. */
 bool heap_wants_whole(const struct devheap *dh, size_t size);
 
-/* Re-create a wholly free, mapped handle larger than a granule as granule-sized pieces (as
- * 64 MiB handles first when it is larger than that: the caller cuts the one it shares) at the
- * same address (it is released first: the pieces are made of its memory). On failure the range
- * may be left partly mapped (as free memory) and partly unclaimed. */
-vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_error *err);
+/* Re-create a wholly free, mapped handle larger than a granule at the same address (it is
+ * released first: the new handles are made of its memory) so that an allocation of [lo, hi)
+ * shares none larger than a granule with other memory: one larger than 64 MiB as 64 MiB handles
+ * (the caller then cuts the one it shares), a smaller one as 2 MiB pieces, or, when hi - lo is
+ * at least edge_cut_min, cut at the edges of [lo, hi), with a granule of its own where an edge
+ * falls inside one. On failure the range may be left partly mapped (as free memory) and partly
+ * unclaimed. */
+vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_devptr lo, vmm_devptr hi,
+			  vmm_error *err);
 
 #endif

@@ -45,6 +45,10 @@ static const struct setting settings[] = {
 	  "granules (as cudaMalloc does), so that cuMemRetainAllocationHandle (NCCL's "
 	  "ncclCommRegister) works on any of them; others share their edge granules with their "
 	  "neighbours" },
+	{ "VMMSHIM_EDGE_CUT_MIN", SET_SIZE, AT(core.edge_cut_min), "unlimited",
+	  "a freed handle of up to 64 MiB that an allocation of this size or more would share "
+	  "with free memory is re-created cut at the allocation's edges (3 handles or so); for a "
+	  "smaller allocation, as 2 MiB pieces ('unlimited': always pieces)" },
 	{ "VMMSHIM_SMALL_MAX", SET_SIZE, AT(core.small_max), "64K",
 	  "allocations up to this size are packed by size into slabs of 64 KiB to 2 MiB" },
 	{ "VMMSHIM_SYNC_AHEAD", SET_SIZE, AT(core.sync_ahead_min), "16M",

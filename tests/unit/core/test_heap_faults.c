@@ -55,12 +55,14 @@ static int consistent(struct tctx *t, struct live *l, int nl)
 
 /* Allocations of every kind, frees, a growth that must reuse free handles, trim, peer access.
  * 5 MiB + 4 KiB is a "large" request here (whole_handle_min lowered to 5 MiB, to keep the
- * device small): one handle for its whole granules and a piece of its own for its last. */
+ * device small): one handle for its whole granules and a piece of its own for its last; a later
+ * one that shares such a handle cuts it at its edges (edge_cut_min 5 MiB too), a smaller one
+ * into pieces. */
 static int scenario(void)
 {
 	static const size_t sizes[] = { 256, 5000, 300 * KiB, 3 * MiB, 6 * MiB, 2 * MiB, 100,
 					5 * MiB + 4 * KiB };
-	vmm_config cfg = { .whole_handle_min = 5 * MiB };
+	vmm_config cfg = { .whole_handle_min = 5 * MiB, .edge_cut_min = 5 * MiB };
 	struct live l[MAX_LIVE];
 	struct tctx t;
 	vmm_error err;

@@ -89,6 +89,60 @@ Test(heap_layout, a_freed_large_handle_is_cut_only_where_it_is_shared)
 	t_close(&t);
 }
 
+Test(heap_layout, an_edge_inside_a_granule_gets_a_piece_of_its_own)
+{
+	vmm_config cfg = { .edge_cut_min = 1 };
+	struct tctx t;
+	vmm_devptr big, a, b;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, &cfg);
+	cr_assert_eq(vmm_malloc(t.core, 0, 64 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(t_handles_over(big, 64 * MiB), 1);
+	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 40 * MiB + 4096, 0, NULL, &a, NULL), VMM_OK);
+	cr_assert_eq(a, big, "the freed range is reused");
+	/* 40 MiB, the granule the allocation ends in, then 22 MiB. */
+	cr_assert_eq(t_handles_over(a, 40 * MiB), 1);
+	cr_assert_eq(t_handles_over(a, 40 * MiB + 4096), 2);
+	cr_assert_eq(t_handles_over(a, 64 * MiB), 3);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_created, 1 + 3);
+	/* The next allocation starts in the shared granule and ends at a granule's edge: one cut
+	 * of the 22 MiB, none of the granule. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 10 * MiB - 4096, 0, NULL, &b, NULL), VMM_OK);
+	cr_assert_eq(b, a + 40 * MiB + 4096);
+	cr_assert_eq(t_handles_over(b, 10 * MiB - 4096), 2, "the granule, then 8 MiB");
+	cr_assert_eq(t_handles_over(a, 64 * MiB), 4, "the 14 MiB left stay one handle");
+	t_fill(a, 40 * MiB + 4096, 3);
+	t_fill(b, 10 * MiB - 4096, 4);
+	cr_assert(t_check(a, 40 * MiB + 4096, 3) && t_check(b, 10 * MiB - 4096, 4));
+	cr_assert_eq(t_dev_used(&t, 0), 64 * MiB, "nothing was added");
+	t_close(&t);
+}
+
+/* Below VMMSHIM_EDGE_CUT_MIN (edge_cut_min) an allocation that would share a freed handle gets
+ * it as 2 MiB pieces, as the heap did before it cut at edges. */
+Test(heap_layout, below_edge_cut_min_a_shared_handle_becomes_pieces)
+{
+	vmm_config cfg = { .edge_cut_min = 32 * MiB };
+	struct tctx t;
+	vmm_devptr big, small, large;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, &cfg);
+	/* A request of 32 MiB or more: cut at its edge. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 128 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 100 * MiB, 0, NULL, &large, NULL), VMM_OK);
+	cr_assert_eq(large, big);
+	cr_assert_eq(t_handles_over(large, 128 * MiB), 3, "64, 36 and 28 MiB");
+	/* A smaller one: the 28 MiB left become pieces. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 6 * MiB, 0, NULL, &small, NULL), VMM_OK);
+	cr_assert_eq(small, large + 100 * MiB);
+	cr_assert_eq(t_handles_over(small, 28 * MiB), 14);
+	t_close(&t);
+}
+
 Test(heap_layout, a_large_allocation_stays_one_handle_through_sleep_and_wake)
 {
 	vmm_sleep_opts all = { .device = -1 };
