@@ -14,13 +14,15 @@
  *      (VMMSHIM_ALLOC_TRACE), replayed: its peaks and the driver calls they cost.
  * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N] [CORE OPTIONS]
  *        | --sleep GIB [--pieces | --small] | --replay FILE [CORE OPTIONS] | --demo
- * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB, --one-stream
+ * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB,
+ * --edge-cut-min MIB|unlimited, --one-stream
  * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
  * --seed: other shapes, for figures over several draws; --sync-ahead: the core's thread syncs
  * ahead at MIB of quarantine, as under the shim (VMMSHIM_SYNC_AHEAD), with device work counted
  * between every two calls; simdev's syncs end at once, so this is syncing ahead with no GPU lag,
  * the most it can give, and its figures vary a little from run to run with the thread's timing;
- * --max-handle: the largest handle the core creates, as VMMSHIM_MAX_HANDLE; --one-stream, for
+ * --max-handle: the largest handle the core creates, as VMMSHIM_MAX_HANDLE; --edge-cut-min: the
+ * smallest allocation a shared handle is cut at the edges of, as VMMSHIM_EDGE_CUT_MIN; --one-stream, for
  * --replay: every plain malloc and free ordered on one stream, as the shim orders them while all
  * of a program's work goes to one stream) */
 #include <cuda.h>
@@ -182,6 +184,8 @@ static uint64_t simdev_submitted(vmm_backend *be)
 static size_t sync_ahead_mib;
 /* --max-handle: MiB (0: the core's default, no limit). */
 static size_t max_handle_mib;
+/* --edge-cut-min MIB or unlimited (VMMSHIM_EDGE_CUT_MIN); 0: the core's default. */
+static size_t edge_cut_min;
 /* --one-stream: the replay's plain calls ordered on one stream (lone-stream ordering). */
 static bool one_stream;
 static _Atomic uint64_t calls_counted;
@@ -204,6 +208,7 @@ static vmm_core *open_core(vmm_backend *be)
 		be->submitted = every_call_submits;
 	}
 	cfg.max_handle_bytes = max_handle_mib * MiB;
+	cfg.edge_cut_min = edge_cut_min;
 	if (vmm_core_create(be, &cfg, &core, &err)) {
 		fprintf(stderr, "bench_core: %s\n", err.msg);
 		exit(1);
@@ -699,9 +704,15 @@ int main(int argc, char **argv)
 		size_t *opt = !strcmp(argv[i], "--sync-ahead") ? &sync_ahead_mib :
 			      !strcmp(argv[i], "--max-handle") ? &max_handle_mib : NULL;
 
-		if (!opt)
+		if (!strcmp(argv[i], "--edge-cut-min")) {
+			i++;
+			edge_cut_min = !strcmp(argv[i], "unlimited") ? SIZE_MAX :
+				       (size_t)atoi(argv[i]) * MiB;
+		} else if (opt) {
+			*opt = (size_t)atoi(argv[++i]);
+		} else {
 			continue;
-		*opt = (size_t)atoi(argv[++i]);
+		}
 		if (argc == end)
 			argc = i - 1;
 	}

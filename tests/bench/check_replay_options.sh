@@ -1,7 +1,7 @@
 #!/bin/sh
 # bench_core --replay takes the core's options last, in any order: --max-handle MIB makes a
 # 256 MiB allocation of 64 MiB handles (4 created, against 1 without it), whether it comes
-# before or after --sync-ahead.
+# before or after --sync-ahead; --edge-cut-min decides how a freed handle is cut.
 # Usage: check_replay_options.sh BENCH_CORE
 set -u
 bench=$1
@@ -22,5 +22,22 @@ check 1
 check 4 --max-handle 64
 check 4 --max-handle 64 --sync-ahead 16
 check 4 --sync-ahead 16 --max-handle 64
+# 100 MiB out of the freed 256 MiB (four 64 MiB handles): the second handle cut at its edge
+# (36 + 28 MiB: 4 + 2 creates), or as 32 pieces (4 + 32) below --edge-cut-min.
+printf 'a 268435456 10\nf 10\na 104857600 11\nf 11\n' >"$dir/cut.trace"
+cut() { # creates expected, options...
+	want=$1
+	shift
+	got=$("$bench" --replay "$dir/cut.trace" --max-handle 64 "$@" |
+		sed -n 's/.*driver: \([0-9]*\) creates.*/\1/p')
+	if [ "$got" != "$want" ]; then
+		echo "FAIL: --replay of a cut with '$*': ${got:-no} creates, expected $want"
+		fail=1
+	fi
+}
+cut 36
+cut 6 --edge-cut-min 1
+cut 36 --edge-cut-min 200
+cut 6 --edge-cut-min 100 --sync-ahead 16
 [ $fail -eq 0 ] && echo "replay options: ok"
 exit $fail
