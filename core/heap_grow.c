@@ -50,10 +50,11 @@
  * in the driver cutting at edges against 1470-1580 in pieces, 274-284 against 302 in its timed
  * second pass; but a program whose requests each cut the free rest again pays more cuts than it
  * saves (bench_core --train: 4.6 against 3.0 ms per step; the H200's small-model replay 1.8-2.1
- * against 1.6), and on the H200 a policy with more re-creations once ran slower than the model
- * said (docs/h200-runs.md, 2 Dec). So pieces stay the default until an A/B on the GPU says
- * otherwise. Cutting 1 GiB handles at the edges was measured before and lost (+3-14% driver
- * time): each cut then re-created up to 1 GiB, which costs ~0.3 ms to release alone. */
+ * against 1.6). On the H200 (A/B in one call, 3 runs each, 3 Dec) cutting at the edges took the
+ * largest step from 380-436 to 323-344 ms, as the model says, but cost the small steps 30-50 ms
+ * each (16x200: 70-106 against 40-55 ms), which the model does not see: mean step 149 against
+ * 140 ms. So pieces stay the default. Cutting 1 GiB handles at the edges was measured before and
+ * lost (+3-14% driver time): each cut then re-created up to 1 GiB, ~0.3 ms to release alone. */
 #define SHATTER_STEP ((size_t)64 << 20)
 
 /* A large request gives the free pieces it would move back when there are at least this many
