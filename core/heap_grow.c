@@ -23,9 +23,10 @@
  * A handle larger than a granule that a smaller allocation would share with free memory is
  * re-created first (handle_shatter; one larger than 64 MiB as 64 MiB handles, of which only the
  * one shared is cut further, into 2 MiB pieces or at the allocation's edges), so that a large
- * handle is always either wholly free or inside one allocation: no free memory is ever stuck behind a live allocation in a
- * handle that cannot be cut, and every allocation can be given a handle of its own. The one
- * exception, a sleep's joint handle across allocations, is heap_coalesce.h's. */
+ * handle is always either wholly free or inside one allocation: no free memory is ever stuck
+ * behind a live allocation in a handle that cannot be cut, and every allocation can be given a
+ * handle of its own. The one exception, a sleep's joint handle across allocations, is
+ * heap_coalesce.h's. */
 #include "heap_grow.h"
 
 #include <stdlib.h>

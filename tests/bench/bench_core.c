@@ -22,9 +22,9 @@
  * between every two calls; simdev's syncs end at once, so this is syncing ahead with no GPU lag,
  * the most it can give, and its figures vary a little from run to run with the thread's timing;
  * --max-handle: the largest handle the core creates, as VMMSHIM_MAX_HANDLE; --edge-cut-min: the
- * smallest allocation a shared handle is cut at the edges of, as VMMSHIM_EDGE_CUT_MIN; --one-stream, for
- * --replay: every plain malloc and free ordered on one stream, as the shim orders them while all
- * of a program's work goes to one stream) */
+ * smallest allocation a shared handle is cut at the edges of, as VMMSHIM_EDGE_CUT_MIN;
+ * --one-stream, for --replay: every plain malloc and free ordered on one stream, as the shim
+ * orders them while all of a program's work goes to one stream) */
 #include <cuda.h>
 #include <errno.h>
 #include <dlfcn.h>
