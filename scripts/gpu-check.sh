@@ -14,7 +14,8 @@
 #   (passes over its steps per run, the last timed, default 2), GPUCHECK_TRAIN_MODEL (large,
 #   the default: 12 layers d=2048, GPU-bound; small: 8 layers d=1024), GPUCHECK_SMALL_GIB (the
 #   small-handles sleep/wake row, default 96), GPUCHECK_SLEEP_SIZES (GiB held by the
-#   sleep/wake rows, default 1,16,64), GPUCHECK_JOBS (parallel compiles, default nproc)
+#   sleep/wake rows, default 1,16,64), GPUCHECK_SLEEP_LOG (VMMSHIM_LOG of the sleep/wake
+#   benchmark's program: debug logs each transition's phases), GPUCHECK_JOBS (parallel compiles, default nproc)
 # LOGDIR receives summary.txt, results.json and gpu-check-logs.tgz (every program's output,
 # vmmctl's answers, the build log): few files, as the device tool brings back at most 8.
 set -u

@@ -239,7 +239,11 @@ static vmm_status run_parts(const vmm_offload_parts *parts, struct part *p, cons
 
 		if (k && (st = vmm_limits_check(lim, q->name, err)))
 			break;
+		double t0 = vmm_now_s();
+
 		st = sleeping ? part_sleep(q, o, lim, &r, err) : part_wake(q, o, lim, &r, err);
+		vmm_log(VMM_LOG_DEBUG, "%s: the %s took %.3f ms", sleeping ? "sleep" : "wake",
+			q->name, (vmm_now_s() - t0) * 1e3);
 		/* A wake refused for lack of device memory while the process's own caches hold
 		 * some: give those back and, when any went back, try once more (a part's failed
 		 * wake changed nothing). */

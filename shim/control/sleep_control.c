@@ -273,14 +273,19 @@ static vmm_status run_transition(const struct transition *t, const control_limit
 	vmm_offload_parts parts;
 	shim_runtime *rt = NULL;
 	struct op op;
+	double t_begun, t_ran;
 	vmm_status s;
 
 	if ((s = check_opts(t->opts, err)) || (s = op_begin(lim, &op, &rt, err)))
 		return s;
+	t_begun = vmm_now_s();
 	parts = parts_of(rt);
 	s = t->run(t, &op, &parts, &r, err);
+	t_ran = vmm_now_s();
 	op_end();
 	r.seconds = vmm_now_s() - op.t0;
+	vmm_log(VMM_LOG_DEBUG, "control: a transition took %.3f ms to begin, %.3f to run, %.3f to end",
+		(t_begun - op.t0) * 1e3, (t_ran - t_begun) * 1e3, (vmm_now_s() - t_ran) * 1e3);
 	if (res)
 		*res = r;
 	return s;

@@ -1855,7 +1855,9 @@ class Matrix:
             if self.left() < 45 + gib:
                 self.badd(f"sleep/wake {gib} GiB", "not run", "", "", "", "out of time")
                 continue
-            p = self.hold_proc(gib, True, "shim")
+            # GPUCHECK_SLEEP_LOG=debug: the shim logs where each transition's time went.
+            log = os.environ.get("GPUCHECK_SLEEP_LOG")
+            p = self.hold_proc(gib, True, "shim", {"VMMSHIM_LOG": log} if log else None)
             if p is None:
                 self.badd(f"sleep/wake {gib} GiB", "hold failed", "", "", "")
                 continue
