@@ -212,6 +212,12 @@ static bool idle_since_sync(struct devheap *dh, vmm_backend *be, uint64_t *now)
 	return dh->synced_known && *now == dh->synced_submissions;
 }
 
+bool heap_device_idle(struct devheap *dh, uint64_t *now)
+{
+	*now = 0;
+	return idle_since_sync(dh, dh->core->be, now);
+}
+
 bool heap_reclaim_free(struct devheap *dh)
 {
 	uint64_t now;

@@ -32,6 +32,10 @@ vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err);
  * there and no work was submitted since the last one began)? Then it costs no more than a
  * lookup, and the heap takes it before it grows. */
 bool heap_reclaim_free(struct devheap *dh);
+/* Has all the device's work ended already: nothing submitted since a synchronization that
+ * completed began (as for heap_reclaim's skip)? *now: the count read (0 where the backend does
+ * not count), for heap_synced_upto after a synchronization begun after this read. */
+bool heap_device_idle(struct devheap *dh, uint64_t *now);
 /* The quarantine becomes free memory. Only right after a successful device sync made with the
  * heap's lock held since before (so that it began after every free in the quarantine). */
 void heap_reclaim_synced(struct devheap *dh);

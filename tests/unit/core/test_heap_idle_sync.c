@@ -13,6 +13,7 @@
 #include "helpers.h"
 #include "simdev.h"
 #include "counted_heap.h"
+#include "heap_offload.h"
 #include "slow_writer.h"
 
 #define CU_OK(call) cr_assert_eq((call), CUDA_SUCCESS, "%s failed", #call)
@@ -237,5 +238,68 @@ Test(idle_sync, a_failed_synchronization_is_not_trusted)
 	drop(&t, big(&t)); /* no work since the failure, yet it synchronizes */
 	cr_expect_eq(t_stats(&t, 0, NULL).syncs, 2);
 	cr_expect_eq(t_stats(&t, 0, NULL).syncs_skipped, 1);
+	t_close(&t);
+}
+
+/* A sleep drains the device only where work may still run: after a synchronization with no
+ * submission since, it does not ask the driver (the gate holds new work; the sleep's copy then
+ * reads what the program wrote), and after a kernel it does, so the kernel's writes go to the
+ * host copy and come back at the wake. The count is the program's alone, as the shim's is:
+ * simdev's would also count the sleep's and wake's own copies. */
+static int syncs_asked;
+static atomic_ullong program_submissions;
+
+static uint64_t program_count(vmm_backend *be)
+{
+	(void)be;
+	return atomic_load(&program_submissions);
+}
+
+static vmm_status counting_sync(vmm_backend *be, int dev, vmm_error *err)
+{
+	syncs_asked++;
+	return real_sync(be, dev, err);
+}
+
+static void sleep_and_wake(struct tctx *t)
+{
+	vmm_sleep_opts all = { .tag = NULL, .device = -1 };
+	vmm_transfer_result r;
+	vmm_error err;
+
+	cr_assert_eq(vmm_sleep(t->core, &all, &r, &err), VMM_OK, "sleep: %s", err.msg);
+	cr_assert_eq(vmm_wake(t->core, &all, &r, &err), VMM_OK, "wake: %s", err.msg);
+}
+
+Test(idle_sync, a_sleep_drains_only_where_work_was_submitted_since_a_synchronization)
+{
+	struct tctx t;
+	vmm_devptr p;
+
+	open_counted(&t);
+	t.be->submitted = program_count;
+	real_sync = t.be->synchronize;
+	t.be->synchronize = counting_sync;
+	p = big(&t);
+	drop(&t, big(&t));
+	t_fill(p, BIG, 3);
+	sleep_and_wake(&t); /* the count is not known yet: it drains */
+	cr_expect_eq(syncs_asked, 1, "the first sleep asked for %d synchronizations", syncs_asked);
+	sleep_and_wake(&t);
+	cr_expect_eq(syncs_asked, 1, "a sleep with no work since the last drain drained again");
+	cr_assert(t_check(p, BIG, 3), "contents changed across idle sleeps");
+
+	struct writer w = { .ptr = (void *)(uintptr_t)p, .size = BIG, .value = 0x5a, .ms = 80 };
+
+	launch(&w);
+	atomic_fetch_add(&program_submissions, 1); /* counted once the driver has it */
+	sleep_and_wake(&t);
+	cr_expect_eq(syncs_asked, 2, "a sleep after a kernel did not drain");
+	cr_assert(atomic_load(&w.done), "the sleep copied while the kernel still ran");
+	cr_assert_eq(atomic_load(&w.fault), 0, "the kernel ran into released memory");
+	for (size_t i = 0; i < BIG; i += 4096)
+		cr_assert_eq(((const unsigned char *)(uintptr_t)p)[i], 0x5a,
+			     "byte %zu: the kernel's writes did not survive the sleep", i);
+	drop(&t, p);
 	t_close(&t);
 }
