@@ -54,7 +54,10 @@
  * against 1.6). On the H200 (A/B in one call, 3 runs each, 3 Dec) cutting at the edges took the
  * largest step from 380-436 to 323-344 ms, as the model says, but cost the small steps 30-50 ms
  * each (16x200: 70-106 against 40-55 ms), which the model does not see: mean step 149 against
- * 140 ms. So pieces stay the default. Cutting 1 GiB handles at the edges was measured before and
+ * 140 ms. Edges for requests of 16 or 64 MiB and more only (A/B with pieces, 3 rounds, same
+ * day) lost too: mean 149 and 141 against 137 ms, the small steps 20-35 ms slower although the
+ * heap's own slow requests took less time (915 against 1311 ms in a timed pass): the loss is
+ * on the GPU, not in these calls. So pieces stay the default. Cutting 1 GiB handles at the edges was measured before and
  * lost (+3-14% driver time): each cut then re-created up to 1 GiB, ~0.3 ms to release alone. */
 #define SHATTER_STEP ((size_t)64 << 20)
 
