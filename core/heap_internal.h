@@ -8,11 +8,12 @@
  *
  *   heap.c, heap_offload.c  the public API; sleep and wake: the devices, the undo
  *   heap_sleep.c    one device's sleep: plan, copy out, release, undo a failure
- *                   -> wake, backups, coalesce, records, slab, phys
+ *                   -> wake, backups, coalesce, tail, records, slab, phys
  *   heap_wake.c     one device's wake: handles restored in batches       -> backups, phys
  *   heap_backups.c  host backups of handles, their copy ranges, the copy engine
  *                   -> coalesce, phys, blocks
  *   heap_coalesce.c a sleep's runs of adjacent handles become one        -> phys, blocks, va
+ *   heap_tail.c     a large asleep handle's tail becomes one of its own  -> phys, blocks
  *   heap_share.c    exported allocations, shared handles pinned and retired (vmm_share.h)
  *                   -> own, phys, slab, blocks, va
  *   heap_own.c      an exported allocation given one handle of its own (moved on the device)

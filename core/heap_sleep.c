@@ -11,6 +11,7 @@
 #include "heap_backups.h"
 #include "heap_coalesce.h"
 #include "heap_keep.h"
+#include "heap_tail.h"
 #include "heap_wake.h"
 #include "log.h"
 #include "offload/drain.h"
@@ -446,6 +447,10 @@ vmm_status heap_sleep_device(struct devheap *dh, const struct filter *f, const v
 	commit_asleep(p.live, p.nlive, f->discard, res);
 	for (size_t i = 0; i < nruns; i++)
 		coalesce_asleep(dh, p.live, &runs[i]);
+	/* A joined run's entries all name its one handle now, side by side. */
+	for (size_t i = 0; i < p.nlive && !f->discard; i++)
+		if (!i || p.live[i] != p.live[i - 1])
+			tail_split_asleep(dh, p.live[i]);
 	mark_asleep(dh, f);
 	plan_free(&p);
 	free(runs);
