@@ -395,7 +395,7 @@ vmm_status heap_sleep_device(struct devheap *dh, const struct filter *f, const v
 	size_t nruns;
 	double t0 = vmm_now_s(), t_drained, t_plan, t_backups, t_copied;
 	double copy0 = res->copy_seconds;
-	uint64_t before;
+	uint64_t before, released = 0;
 	vmm_status st;
 
 	/* No drain where nothing was submitted since a synchronization that completed began: the
@@ -444,11 +444,13 @@ vmm_status heap_sleep_device(struct devheap *dh, const struct filter *f, const v
 		free(runs);
 		return st;
 	}
+	for (size_t i = 0; i < p.nlive; i++)
+		released += p.live[i]->size;
 	commit_asleep(p.live, p.nlive, f->discard, res);
 	for (size_t i = 0; i < nruns; i++)
 		coalesce_asleep(dh, p.live, &runs[i]);
 	/* A joined run's entries all name its one handle now, side by side. */
-	for (size_t i = 0; i < p.nlive && !f->discard; i++)
+	for (size_t i = 0; i < p.nlive && !f->discard && released <= TAIL_SLEEP_MAX; i++)
 		if (!i || p.live[i] != p.live[i - 1])
 			tail_split_asleep(dh, p.live[i]);
 	mark_asleep(dh, f);
