@@ -1,5 +1,6 @@
 /* Test helpers for the core's unit tests (see helpers.h). */
 #include "helpers.h"
+#include "heap_offload.h"
 
 #include <criterion/criterion.h>
 #include <cuda.h>
@@ -268,4 +269,22 @@ void t_wait_flag(atomic_bool *flag, const char *what)
 	for (int i = 0; i < 10000 && !atomic_load(flag); i++)
 		usleep(1000);
 	cr_assert(atomic_load(flag), "%s", what);
+}
+
+void t_sleep(struct tctx *t, bool discard)
+{
+	vmm_sleep_opts all = { .tag = NULL, .device = -1, .discard = discard };
+	vmm_transfer_result r;
+	vmm_error err;
+
+	cr_assert_eq(vmm_sleep(t->core, &all, &r, &err), VMM_OK, "sleep: %s", err.msg);
+}
+
+void t_wake(struct tctx *t)
+{
+	vmm_sleep_opts all = { .tag = NULL, .device = -1 };
+	vmm_transfer_result r;
+	vmm_error err;
+
+	cr_assert_eq(vmm_wake(t->core, &all, &r, &err), VMM_OK, "wake: %s", err.msg);
 }

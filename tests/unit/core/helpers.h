@@ -32,6 +32,9 @@ void t_close(struct tctx *t);
 uint64_t t_dev_used(struct tctx *t, int dev);
 uint64_t t_dev_total(struct tctx *t, int dev);
 vmm_stats t_stats(struct tctx *t, int dev, const char *tag);
+/* Sleep every device (discarding or keeping a copy) / wake it; fail the test on error. */
+void t_sleep(struct tctx *t, bool discard);
+void t_wake(struct tctx *t);
 /* Driver handles the heap holds on dev now (created and not yet released). */
 uint64_t t_handles_held(struct tctx *t, int dev);
 /* Distinct physical handles mapped over [p, p+size) (CUDA backend), asked of the driver granule

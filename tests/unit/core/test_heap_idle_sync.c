@@ -13,7 +13,6 @@
 #include "helpers.h"
 #include "simdev.h"
 #include "counted_heap.h"
-#include "heap_offload.h"
 #include "slow_writer.h"
 
 #define CU_OK(call) cr_assert_eq((call), CUDA_SUCCESS, "%s failed", #call)
@@ -263,12 +262,8 @@ static vmm_status counting_sync(vmm_backend *be, int dev, vmm_error *err)
 
 static void sleep_and_wake(struct tctx *t)
 {
-	vmm_sleep_opts all = { .tag = NULL, .device = -1 };
-	vmm_transfer_result r;
-	vmm_error err;
-
-	cr_assert_eq(vmm_sleep(t->core, &all, &r, &err), VMM_OK, "sleep: %s", err.msg);
-	cr_assert_eq(vmm_wake(t->core, &all, &r, &err), VMM_OK, "wake: %s", err.msg);
+	t_sleep(t, false);
+	t_wake(t);
 }
 
 Test(idle_sync, a_sleep_drains_only_where_work_was_submitted_since_a_synchronization)

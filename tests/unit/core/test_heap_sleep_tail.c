@@ -7,19 +7,14 @@
 
 #include "backend/backend.h"
 #include "helpers.h"
-#include "heap_offload.h"
 
 #define BIG (256 * MiB)  /* the smallest that gets a tail: an eighth, at least 32 MiB */
 #define TAIL (32 * MiB)
 
 static void sleep_and_wake(struct tctx *t)
 {
-	vmm_sleep_opts all = { .tag = NULL, .device = -1 };
-	vmm_transfer_result r;
-	vmm_error err;
-
-	cr_assert_eq(vmm_sleep(t->core, &all, &r, &err), VMM_OK, "sleep: %s", err.msg);
-	cr_assert_eq(vmm_wake(t->core, &all, &r, &err), VMM_OK, "wake: %s", err.msg);
+	t_sleep(t, false);
+	t_wake(t);
 }
 
 Test(heap_sleep_tail, a_large_allocation_wakes_with_a_tail_of_its_own)
@@ -81,8 +76,6 @@ static vmm_status stream_sync_noting(vmm_backend *be, vmm_stream s, vmm_error *e
 
 Test(heap_sleep_tail, the_large_part_is_released_while_the_tail_copies)
 {
-	vmm_sleep_opts all = { .tag = NULL, .device = -1 };
-	vmm_transfer_result r;
 	struct tctx t;
 	vmm_devptr p;
 	vmm_error err;
@@ -100,11 +93,11 @@ Test(heap_sleep_tail, the_large_part_is_released_while_the_tail_copies)
 	cr_assert_neq(large_part, 0, "the wake made no handle of %llu MiB",
 		      (unsigned long long)(BIG - TAIL) / MiB);
 	events = large_released_at = last_stream_sync_at = 0;
-	cr_assert_eq(vmm_sleep(t.core, &all, &r, &err), VMM_OK, "sleep: %s", err.msg);
+	t_sleep(&t, false);
 	cr_expect_gt(large_released_at, 0, "the large part was not released");
 	cr_expect_lt(large_released_at, last_stream_sync_at, "the large part was released after the "
 		     "last copy ended (event %d of %d)", large_released_at, last_stream_sync_at);
-	cr_assert_eq(vmm_wake(t.core, &all, &r, &err), VMM_OK, "wake: %s", err.msg);
+	t_wake(&t);
 	cr_assert(t_check(p, BIG, 43), "contents changed");
 	t.be->create = real_create;
 	t.be->release = real_release;
@@ -116,17 +109,14 @@ Test(heap_sleep_tail, the_large_part_is_released_while_the_tail_copies)
 /* A discarding sleep keeps no copy to gain from: the handle wakes whole. */
 Test(heap_sleep_tail, a_discarding_sleep_keeps_the_handle_whole)
 {
-	vmm_sleep_opts discard = { .tag = NULL, .device = -1, .discard = true };
-	vmm_sleep_opts all = { .tag = NULL, .device = -1 };
-	vmm_transfer_result r;
 	struct tctx t;
 	vmm_devptr p;
 	vmm_error err;
 
 	t_open(&t, NULL);
 	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &p, &err), VMM_OK, "%s", err.msg);
-	cr_assert_eq(vmm_sleep(t.core, &discard, &r, &err), VMM_OK, "sleep: %s", err.msg);
-	cr_assert_eq(vmm_wake(t.core, &all, &r, &err), VMM_OK, "wake: %s", err.msg);
+	t_sleep(&t, true);
+	t_wake(&t);
 	cr_expect_eq(t_handles_over(p, BIG), 1, "%zu handles", t_handles_over(p, BIG));
 	cr_assert_eq(vmm_free(t.core, p, &err), VMM_OK, "%s", err.msg);
 	t_close(&t);
