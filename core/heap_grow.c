@@ -57,8 +57,9 @@
  * 140 ms. Edges for requests of 16 or 64 MiB and more only (A/B with pieces, 3 rounds, same
  * day) lost too: mean 149 and 141 against 137 ms, the small steps 20-35 ms slower although the
  * heap's own slow requests took less time (915 against 1311 ms in a timed pass): the loss is
- * on the GPU, not in these calls. So pieces stay the default. Cutting 1 GiB handles at the edges was measured before and
- * lost (+3-14% driver time): each cut then re-created up to 1 GiB, ~0.3 ms to release alone. */
+ * on the GPU, not in these calls. So pieces stay the default. Cutting 1 GiB handles at the
+ * edges was measured before and lost (+3-14% driver time): each cut then re-created up to
+ * 1 GiB, ~0.3 ms to release alone. */
 #define SHATTER_STEP ((size_t)64 << 20)
 
 /* A large request gives the free pieces it would move back when there are at least this many

@@ -395,7 +395,7 @@ vmm_status heap_sleep_device(struct devheap *dh, const struct filter *f, const v
 	size_t nruns;
 	double t0 = vmm_now_s(), t_drained, t_plan, t_backups, t_copied;
 	double copy0 = res->copy_seconds;
-	uint64_t before, released = 0;
+	uint64_t before, released;
 	vmm_status st;
 
 	/* No drain where nothing was submitted since a synchronization that completed began: the
@@ -444,9 +444,9 @@ vmm_status heap_sleep_device(struct devheap *dh, const struct filter *f, const v
 		free(runs);
 		return st;
 	}
-	for (size_t i = 0; i < p.nlive; i++)
-		released += p.live[i]->size;
+	released = res->bytes_released;
 	commit_asleep(p.live, p.nlive, f->discard, res);
+	released = res->bytes_released - released; /* what this sleep took off the device */
 	for (size_t i = 0; i < nruns; i++)
 		coalesce_asleep(dh, p.live, &runs[i]);
 	/* A joined run's entries all name its one handle now, side by side. */

@@ -2,12 +2,13 @@
  * but the last one's release comes after every copy has ended and adds to the sleep's time. On
  * the H200 releasing a 1 GiB handle takes 0.7-1.2 ms (VMMSHIM_LOG=debug's sleep phases), ~5% of a
  * 1 GiB sleep at the link's 55 GB/s, and a program's largest allocations are often one handle
- * each. So after a sleep (of at most TAIL_SLEEP_MAX), a large asleep handle is cut in two: the wake re-creates the large part
- * and its tail as two handles (the tail's creation runs under the large part's copy), and the
- * next sleep releases the large part while the tail (an eighth, at least 32 MiB: ~0.6 ms of
- * copy) copies out, leaving only the tail's release (~0.1 ms) after the last copy. Both stay
- * inside the allocations the handle held, so the layout's rules hold (heap_grow.c); the next
- * sleep may join them again (heap_coalesce.c), and this cuts them again, in records only. */
+ * each. So after a sleep (of at most TAIL_SLEEP_MAX), a large asleep handle is cut in two: the
+ * wake re-creates the large part and its tail as two handles (the tail's creation runs under the
+ * large part's copy), and the next sleep releases the large part while the tail (an eighth, at
+ * least 32 MiB: ~0.6 ms of copy) copies out, leaving only the tail's release (~0.1 ms) after the
+ * last copy. Both stay inside the allocations the handle held, so the layout's rules hold
+ * (heap_grow.c); the next sleep may join them again (heap_coalesce.c), and this cuts them again,
+ * in records only. */
 #include "heap_tail.h"
 
 #include <stdlib.h>
