@@ -10,7 +10,8 @@
 #   that outgrows one 10-minute call runs in row groups), GPUCHECK_SKIP_BENCH=1, GPUCHECK_BUILD (build dir),
 #   GPUCHECK_TRAIN_ROUNDS (rounds of the PyTorch benchmark, default 5), GPUCHECK_TRAIN_ALLOCS
 #   (its allocators, e.g. NO_CACHING,expandable; default all three; NO_CACHING+VAR=VAL adds
-#   NO_CACHING under the shim with that setting, an A/B), GPUCHECK_TRAIN_PASSES
+#   NO_CACHING under the shim with that setting, an A/B; NAME@native, @shim: one side only,
+#   @once: the first round only), GPUCHECK_TRAIN_PASSES
 #   (passes over its steps per run, the last timed, default 2), GPUCHECK_TRAIN_MODEL (large,
 #   the default: 12 layers d=2048, GPU-bound; small: 8 layers d=1024), GPUCHECK_SMALL_GIB (the
 #   small-handles sleep/wake row, default 96), GPUCHECK_SLEEP_SIZES (GiB held by the

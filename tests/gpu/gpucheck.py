@@ -1672,21 +1672,29 @@ class Matrix:
 
     def train_cfgs(self):
         """The configurations GPUCHECK_TRAIN_ALLOCS names (all three by default), as (name,
-        environment, shim only). A name BASE+VAR=VAL[+VAR=VAL] is a variant of BASE with shim
-        settings, run under the shim only: an A/B inside one call (e.g.
+        environment, sides, first round only). A name BASE+VAR=VAL[+VAR=VAL] is a variant of
+        BASE with shim settings, run under the shim only: an A/B inside one call (e.g.
         NO_CACHING+VMMSHIM_SYNC_AHEAD=0), since the same configuration moves 5-10% between
-        calls."""
+        calls. Flags after the name: @native or @shim runs one side only, @once runs it in the
+        first round only (an exact peak needs one run), so that five pairs of an A/B fit in one
+        call."""
         base = dict(self.TRAIN_CFGS)
         names = [n for n in self.a.train_allocs.split(",") if n] or list(base)
         out = []
-        for name in names:
+        for full in names:
+            name, *flags = full.split("@")
             head, *sets = name.split("+")
-            if head not in base or any("=" not in kv for kv in sets):
-                print(f"gpucheck: train configuration {name!r} is not BASE[+VAR=VAL...] with "
-                      f"BASE one of {', '.join(base)}; left out", flush=True)
+            if head not in base or any("=" not in kv for kv in sets) or \
+                    any(f not in ("native", "shim", "once") for f in flags) or \
+                    (sets and "native" in flags) or {"native", "shim"} <= set(flags):
+                print(f"gpucheck: train configuration {full!r} is not BASE[+VAR=VAL...]"
+                      f"[@native|@shim][@once] with BASE one of {', '.join(base)} (a variant "
+                      f"runs under the shim only); left out", flush=True)
                 continue
+            sides = (True,) if sets or "shim" in flags else \
+                (False,) if "native" in flags else (False, True)
             out.append((name, {**base[head], **dict(kv.split("=", 1) for kv in sets)},
-                        bool(sets)))
+                        sides, "once" in flags))
         return out
 
     def train_run(self, argv, alloc, extra, shim, rnd):
@@ -1737,22 +1745,23 @@ class Matrix:
                 "varlen", "--steps", str(self.a.train_steps), "--warmup", "3",
                 "--passes", str(self.a.train_passes), "--model", self.a.train_model]
         cfgs = self.train_cfgs()
-        runs = [(alloc, extra, shim) for alloc, extra, shim_only in cfgs
-                for shim in (False, True) if (self.shim_ok or not shim)
-                and (shim or not shim_only)]
+        runs = [(alloc, extra, shim, once) for alloc, extra, sides, once in cfgs
+                for shim in sides if self.shim_ok or not shim]
         got = []  # one {(alloc, shim): (ms, peak, mean ms)} per round
         self.train_peaks = {}  # (alloc, shim): ["MiB (gap us)", ...] per run, in order
         for rnd in range(self.a.train_rounds):
             res, order = {}, runs if rnd % 2 == 0 else runs[::-1]
-            for alloc, extra, shim in order:
+            for alloc, extra, shim, once in order:
                 if self.left() < 60:
                     break
+                if once and rnd:
+                    continue
                 r = self.train_run(argv, alloc, extra, shim, rnd)
                 if r:
                     res[(alloc, shim)] = r
             got.append(res)
-        for alloc, _, _ in cfgs:
-            for shim in (False, True):
+        for alloc, _, sides, _ in cfgs:
+            for shim in sides:
                 v = [r[(alloc, shim)] for r in got if (alloc, shim) in r]
                 peaks = [x[1] for x in v if x[1] is not None]
                 if v:
@@ -1779,8 +1788,8 @@ class Matrix:
                  ("expandable", False), 0, "<= 1.03x", 1.03)
         pair_row("train NO_CACHING shim vs expandable native: mean ms/step", ("NO_CACHING", True),
                  ("expandable", False), 2, "<= 1.03x", 1.03)
-        for alloc, _, shim_only in cfgs:
-            if not shim_only:
+        for alloc, _, _, _ in cfgs:
+            if "+" not in alloc:
                 continue
             base = alloc.split("+")[0]
             pair_row(f"train {alloc} shim vs {base} shim: ms/step", (alloc, True), (base, True),

@@ -45,8 +45,15 @@ python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmm
 	--only "bench train" --train-rounds 1 --timeout-scale 0.1 \
 	--train-allocs "NO_CACHING,expandable,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,bogus" \
 	>"$t/out3.txt" 2>&1 || true
+# One side only (@native, @shim) and the first round only (@once), as an A/B of five pairs runs.
+mkdir -p "$t/log4"
+python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmmshim.so" \
+	--vmmctl "$here/fake_vmmctl.py" --log "$t/log4" --deadline $(( $(date +%s) + 240 )) \
+	--only "bench train" --train-rounds 2 --timeout-scale 0.1 \
+	--train-allocs "expandable@native,NO_CACHING@native@once,NO_CACHING@shim,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,default@later" \
+	>"$t/out4.txt" 2>&1 || true
 GPU_DIR="$here/.." python3 - "$t/log/results.json" "$rc" "$t/log2/results.json" "$rc2" "$t/out.txt" \
-	"$t/log3/results.json" "$t/out3.txt" <<'PY'
+	"$t/log3/results.json" "$t/out3.txt" "$t/log4/results.json" "$t/out4.txt" <<'PY'
 import json, os, subprocess, sys
 r = json.load(open(sys.argv[1]))
 rows = {x["row"]: x["ok"] for x in r["rows"]}
@@ -127,6 +134,22 @@ if variant.get(f"{v} shim vs NO_CACHING shim: ms/step", {}).get("ratio") != "1.0
     bad.append("the variant is not paired with its base under the shim")
 if "'bogus' is not BASE" not in open(sys.argv[7]).read():
     bad.append("a train configuration that is none was not reported")
+sides = {b["metric"]: b for b in json.load(open(sys.argv[8]))["bench"]}
+if "train expandable shim: ms/step, peak GiB" in sides or \
+        "train expandable native: ms/step, peak GiB" not in sides:
+    bad.append("expandable@native did not run natively only")
+if "medians of 1 run(s)" not in sides.get("train NO_CACHING native: ms/step, peak GiB",
+                                           {}).get("note", ""):
+    bad.append("NO_CACHING@native@once did not run once")
+if "medians of 2 run(s)" not in sides.get("train NO_CACHING shim: ms/step, peak GiB",
+                                          {}).get("note", ""):
+    bad.append("NO_CACHING@shim did not run in every round")
+if "median of 2 interleaved" not in sides.get(
+        "train NO_CACHING+VMMSHIM_SYNC_AHEAD=0 shim vs expandable native: ms/step",
+        {}).get("note", ""):
+    bad.append("the variant is not paired with expandable natively in both rounds")
+if "'default@later' is not BASE" not in open(sys.argv[9]).read():
+    bad.append("an unknown flag was not reported")
 if bench.get("train NO_CACHING shim vs expandable native: ms/step", {}).get("ratio") != "1.100x":
     bad.append("the pairs' ratio of ms/step is not 110/100")
 for prefix in ("sleep 1 GiB", "wake 2 GiB", "discard sleep / wake 2 GiB",
