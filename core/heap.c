@@ -52,6 +52,7 @@ vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **ou
 			c->cfg.granule_start_min = cfg->granule_start_min;
 		if (cfg->edge_cut_min)
 			c->cfg.edge_cut_min = cfg->edge_cut_min;
+		c->cfg.aligned_cuts = cfg->aligned_cuts;
 		c->cfg.sync_ahead_min = cfg->sync_ahead_min;
 	}
 	st = be->device_count(be, &c->ndev, err);

@@ -48,6 +48,11 @@ typedef struct vmm_config {
 	                            * or more would share with free memory is cut at the
 	                            * allocation's edges; for a smaller one, into 2 MiB pieces;
 	                            * 0 = default (SIZE_MAX: always pieces) */
+	bool aligned_cuts;         /* a freed handle of up to 64 MiB that a smaller allocation would
+	                            * share is cut into handles of power-of-two granules, aligned
+	                            * within it, with a 2 MiB piece where an allocation's edge falls
+	                            * inside a granule (at most ~10 handles, not 32 pieces); below
+	                            * edge_cut_min only; false = 2 MiB pieces */
 	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
 	size_t sync_ahead_min;     /* a thread synchronizes the device once this many freed bytes
 	                            * wait in its quarantine (CUDA only; heap_ahead.h); 0 = never */

@@ -57,7 +57,10 @@
  * 140 ms. Edges for requests of 16 or 64 MiB and more only (A/B with pieces, 3 rounds, same
  * day) lost too: mean 149 and 141 against 137 ms, the small steps 20-35 ms slower although the
  * heap's own slow requests took less time (915 against 1311 ms in a timed pass): the loss is
- * on the GPU, not in these calls. So pieces stay the default. Cutting 1 GiB handles at the
+ * on the GPU, not in these calls. Aligned cuts (aligned_parts, VMMSHIM_ALIGNED_CUTS: ~6 handles
+ * a cut, 965 against 1580 ms of driver time on the large-model replay) lost the same way: mean
+ * step 147 against 134 ms in 5 pairs (3 Dec evening), small steps up to twice as long. So pieces
+ * stay the default. Cutting 1 GiB handles at the
  * edges was measured before and lost (+3-14% driver time): each cut then re-created up to
  * 1 GiB, ~0.3 ms to release alone. */
 #define SHATTER_STEP ((size_t)64 << 20)
@@ -610,13 +613,47 @@ static size_t edge_parts(const struct devheap *dh, const struct phandle *h, vmm_
 	return n;
 }
 
+/* The most parts aligned_parts makes: a handle of SHATTER_STEP in 2 MiB granules. */
+#define ALIGNED_PARTS_MAX 32
+
+/* Where a handle of at most SHATTER_STEP is cut with aligned_cuts: the granules an edge of
+ * [lo, hi) falls inside become pieces, and the runs between them handles of power-of-two
+ * granules, each aligned to its size within the handle (as a buddy allocator would split it).
+ * A later request that shares one of those cuts only that one, so a run is re-created at most
+ * once per halving, unlike an edge cut, which re-creates all the free rest at every cut. Sizes
+ * in address order; 0 when the handle has more granules than ALIGNED_PARTS_MAX. */
+static size_t aligned_parts(const struct devheap *dh, const struct phandle *h, vmm_devptr lo,
+			    vmm_devptr hi, size_t parts[ALIGNED_PARTS_MAX])
+{
+	size_t edges[5], nedges, n = 0, at = 0, total = h->size / dh->gran;
+
+	if (total > ALIGNED_PARTS_MAX)
+		return 0;
+	/* edge_parts' cuts, in granules from the handle's start. */
+	nedges = edge_parts(dh, h, lo, hi, edges);
+	for (size_t i = 0; i < nedges; i++) {
+		size_t end = at + edges[i] / dh->gran;
+
+		while (at < end) {
+			size_t blk = 1;
+
+			/* The largest power of two that at is a multiple of and that fits. */
+			while (at % (blk * 2) == 0 && at + blk * 2 <= end)
+				blk *= 2;
+			parts[n++] = blk * dh->gran;
+			at += blk;
+		}
+	}
+	return n;
+}
+
 vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_devptr lo, vmm_devptr hi,
 			  vmm_error *err)
 {
 	struct arena *a = h->arena;
 	vmm_devptr va = h->va;
 	size_t size = h->size;
-	size_t parts[5], nparts = 0;
+	size_t parts[ALIGNED_PARTS_MAX], nparts = 0;
 	size_t piece = size > SHATTER_STEP ? SHATTER_STEP : dh->gran;
 	struct grow_plan p = { 0 };
 	struct larger none = { 0 };
@@ -628,6 +665,8 @@ vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_devptr lo, 
 	 * becomes pieces of `piece`, or the parts cut at the edges. */
 	if (size <= SHATTER_STEP && hi - lo >= dh->core->cfg.edge_cut_min)
 		nparts = edge_parts(dh, h, lo, hi, parts);
+	else if (size <= SHATTER_STEP && dh->core->cfg.aligned_cuts)
+		nparts = aligned_parts(dh, h, lo, hi, parts);
 	/* Give it back first: the new handles are made of its memory. */
 	st = handle_drop(dh, h, err);
 	if (st)

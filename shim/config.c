@@ -49,6 +49,10 @@ static const struct setting settings[] = {
 	  "a freed handle of up to 64 MiB that an allocation of this size or more would share "
 	  "with free memory is re-created cut at the allocation's edges (3 handles or so); for a "
 	  "smaller allocation, as 2 MiB pieces ('unlimited': always pieces)" },
+	{ "VMMSHIM_ALIGNED_CUTS", SET_BOOL, AT(core.aligned_cuts), "0",
+	  "1: a freed handle of up to 64 MiB that a smaller allocation would share is re-created "
+	  "as handles of power-of-two sizes aligned within it (about 6, at most ~10), a 2 MiB piece "
+	  "where the allocation's edge falls inside a granule; 0: as 32 pieces of 2 MiB" },
 	{ "VMMSHIM_SMALL_MAX", SET_SIZE, AT(core.small_max), "64K",
 	  "allocations up to this size are packed by size into slabs of 64 KiB to 2 MiB" },
 	{ "VMMSHIM_SYNC_AHEAD", SET_SIZE, AT(core.sync_ahead_min), "16M",

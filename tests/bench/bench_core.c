@@ -15,7 +15,7 @@
  * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N] [CORE OPTIONS]
  *        | --sleep GIB [--pieces | --small] | --replay FILE [CORE OPTIONS] | --demo
  * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB,
- * --edge-cut-min MIB|unlimited, --one-stream
+ * --edge-cut-min MIB|unlimited, --aligned-cuts, --one-stream
  * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
  * --seed: other shapes, for figures over several draws; --sync-ahead: the core's thread syncs
  * ahead at MIB of quarantine, as under the shim (VMMSHIM_SYNC_AHEAD), with device work counted
@@ -23,7 +23,8 @@
  * the most it can give, and its figures vary a little from run to run with the thread's timing;
  * --max-handle: the largest handle the core creates, as VMMSHIM_MAX_HANDLE; --edge-cut-min: the
  * smallest allocation a shared handle is cut at the edges of, as VMMSHIM_EDGE_CUT_MIN;
- * --one-stream, for --replay: every plain malloc and free ordered on one stream, as the shim
+ * --aligned-cuts: a shared handle is cut into aligned power-of-two handles, as
+ * VMMSHIM_ALIGNED_CUTS=1; --one-stream, for --replay: every plain malloc and free ordered on one stream, as the shim
  * orders them while all of a program's work goes to one stream) */
 #include <cuda.h>
 #include <errno.h>
@@ -188,6 +189,8 @@ static size_t max_handle_mib;
 static size_t edge_cut_min;
 /* --one-stream: the replay's plain calls ordered on one stream (lone-stream ordering). */
 static bool one_stream;
+/* --aligned-cuts: VMMSHIM_ALIGNED_CUTS=1. */
+static bool aligned_cuts;
 static _Atomic uint64_t calls_counted;
 
 static uint64_t every_call_submits(vmm_backend *be)
@@ -209,6 +212,7 @@ static vmm_core *open_core(vmm_backend *be)
 	}
 	cfg.max_handle_bytes = max_handle_mib * MiB;
 	cfg.edge_cut_min = edge_cut_min;
+	cfg.aligned_cuts = aligned_cuts;
 	if (vmm_core_create(be, &cfg, &core, &err)) {
 		fprintf(stderr, "bench_core: %s\n", err.msg);
 		exit(1);
@@ -693,11 +697,14 @@ int main(int argc, char **argv)
 	}
 	/* The core's options come last, in any order: the modes' own arguments end before them. */
 	for (int i = 2; i < argc; i++) {
-		if (!strcmp(argv[i], "--one-stream")) {
-			one_stream = true;
+		bool *flag = !strcmp(argv[i], "--one-stream") ? &one_stream :
+			     !strcmp(argv[i], "--aligned-cuts") ? &aligned_cuts : NULL;
+
+		if (flag) {
+			*flag = true;
 			memmove(&argv[i], &argv[i + 1], (size_t)(argc - i) * sizeof(*argv));
 			argc--;
-			break;
+			i--;
 		}
 	}
 	for (int i = 2, end = argc; i + 1 < end; i++) {

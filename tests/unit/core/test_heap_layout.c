@@ -120,6 +120,41 @@ Test(heap_layout, an_edge_inside_a_granule_gets_a_piece_of_its_own)
 	t_close(&t);
 }
 
+/* VMMSHIM_ALIGNED_CUTS: a freed 64 MiB handle that an allocation shares is re-created as
+ * power-of-two handles aligned within it, a piece where the edge falls inside a granule; a later
+ * allocation cuts only the one such handle it shares. */
+Test(heap_layout, aligned_cuts_make_few_handles_and_recut_only_the_one_shared)
+{
+	vmm_config cfg = { .aligned_cuts = true };
+	struct tctx t;
+	vmm_devptr big, a, b;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, &cfg);
+	cr_assert_eq(vmm_malloc(t.core, 0, 64 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 40 * MiB + 4096, 0, NULL, &a, NULL), VMM_OK);
+	cr_assert_eq(a, big, "the freed range is reused");
+	/* In granules: 16 + 4 for the allocation, its last granule a piece, then 1 + 2 + 8. */
+	cr_assert_eq(t_handles_over(a, 32 * MiB), 1);
+	cr_assert_eq(t_handles_over(a, 40 * MiB), 2);
+	cr_assert_eq(t_handles_over(a, 40 * MiB + 4096), 3);
+	cr_assert_eq(t_handles_over(a, 64 * MiB), 6, "6 handles, not 32 pieces");
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_created, 1 + 6);
+	/* The next one starts in the shared piece and ends at granule 25, inside the free 8-granule
+	 * handle [24, 32): only that one is cut, into 1 + 1 + 2 + 4. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 10 * MiB - 4096, 0, NULL, &b, NULL), VMM_OK);
+	cr_assert_eq(b, a + 40 * MiB + 4096);
+	cr_assert_eq(t_handles_over(b, 10 * MiB - 4096), 4, "the piece, 1, 2, then 1 granule");
+	cr_assert_eq(t_handles_over(a, 64 * MiB), 9);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_created, 1 + 6 + 4);
+	t_fill(a, 40 * MiB + 4096, 3);
+	t_fill(b, 10 * MiB - 4096, 4);
+	cr_assert(t_check(a, 40 * MiB + 4096, 3) && t_check(b, 10 * MiB - 4096, 4));
+	cr_assert_eq(t_dev_used(&t, 0), 64 * MiB, "nothing was added");
+	t_close(&t);
+}
+
 /* Below VMMSHIM_EDGE_CUT_MIN (edge_cut_min) an allocation that would share a freed handle gets
  * it as 2 MiB pieces, as the heap did before it cut at edges. */
 Test(heap_layout, below_edge_cut_min_a_shared_handle_becomes_pieces)
