@@ -13,6 +13,7 @@
 #include "../core/log.h"
 #include "../core/real_dlsym.h"
 #include "gate.h"
+#include "lifecycle.h"
 #include "shim_internal.h"
 
 enum acl_fn { ACL_MALLOC, ACL_MALLOC_ALIGN32, ACL_MALLOC_CACHED, ACL_FREE, ACL_CREATE_CONTEXT,

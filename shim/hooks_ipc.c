@@ -21,6 +21,7 @@
 #include "ipc_parked.h"
 #include "ipc_registry.h"
 #include "ipc_sleep.h"
+#include "lifecycle.h"
 #include "protocol/peer_kept.h"
 #include "protocol/peer_request.h"
 #include "protocol/protocol.h"

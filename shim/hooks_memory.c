@@ -12,6 +12,7 @@
 #include "../core/log.h"
 #include "alloc_trace.h"
 #include "hooks_common.h"
+#include "lifecycle.h"
 #include "lone_stream.h"
 #include "share/share.h"
 #include "submit_count.h"

@@ -10,6 +10,7 @@
 #include "../core/log.h"
 #include "../core/vmm_share.h"
 #include "hooks_common.h"
+#include "lifecycle.h"
 #include "share/share.h"
 
 DRIVER_EXTRA_SLOT(cuMemGetAccess);

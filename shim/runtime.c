@@ -1,6 +1,7 @@
-/* The process-wide runtime (runtime.h): created on the first device allocation, by whichever
- * thread gets there first, and torn down by an atexit handler registered at that moment, so that
- * every byte the core holds goes back to the driver before the driver itself is unloaded.
+/* The process-wide runtime (runtime.h): the sides' state, created on the first device allocation
+ * by whichever thread gets there first. What starts with a side and what ends at exit or in a
+ * forked child is lifecycle.c's, which calls in here; nothing here calls up into the control
+ * server or GPU sharing.
  *
  * Nothing here runs before the first device allocation: no constructor, no thread, no file. */
 #include "runtime.h"
@@ -14,12 +15,7 @@
 #include "../core/backend/backend.h"
 #include "../core/log.h"
 #include "alloc_trace.h"
-#include "app_refetch.h"
-#include "control/control.h"
-#include "ipc_keep.h"
-#include "ipc_registry.h"
 #include "lone_stream.h"
-#include "share/share.h"
 #include "shim_internal.h"
 #include "submit_count.h"
 
@@ -47,7 +43,7 @@ static shim_runtime rt = {
 static atomic_int side_state[SHIM_NSIDES];
 static atomic_bool forked_child;
 static pthread_mutex_t create_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool cfg_loaded, exit_registered, control_started;
+static bool cfg_loaded;
 /* The thread creating the runtime: its own nested hooks (a driver constructor allocating) pass
  * through instead of waiting for themselves. */
 static _Thread_local bool creating;
@@ -91,19 +87,10 @@ static void destroy_side(shim_side *s)
 	}
 }
 
-static void at_exit(void)
+void shim_runtime_teardown(bool quiet)
 {
 	shim_passthrough_stats ps;
-	bool quiet;
 
-	if (atomic_load(&forked_child))
-		return; /* the parent's runtime: not ours to tear down */
-	/* A sleep or wake still running (on the control thread, or another of the program's) is
-	 * cancelled and waited for, bounded; if it does not end in time, nothing it may still use
-	 * is freed: the process's end takes it. */
-	quiet = control_sleep_shutdown();
-	/* The export ahead in progress uses the CUDA heap: it ends first (bounded). */
-	quiet = ipc_keep_shutdown(CONTROL_EXIT_WAIT_MS) && quiet;
 	pthread_mutex_lock(&create_lock);
 	/* Hooks that run after this (other exit handlers freeing memory) pass through. */
 	for (int i = 0; i < SHIM_NSIDES; i++)
@@ -123,43 +110,18 @@ static void at_exit(void)
 	pthread_mutex_unlock(&create_lock);
 }
 
-static void in_child(void)
+shim_runtime *shim_runtime_mark_forked(void)
 {
 	atomic_store(&forked_child, true);
 	pthread_mutex_init(&create_lock, NULL);
-	gate_reset_after_fork();
-	vmm_captures_after_fork();
-	ipc_registry_after_fork();
-	/* The child must not hold the parent's memory through kept export descriptors. */
-	ipc_keep_after_fork(rt.side[SHIM_CUDA].core);
+	return &rt;
+}
+
+void shim_runtime_sides_after_fork(void)
+{
 	for (int i = 0; i < SHIM_NSIDES; i++) {
 		vmm_core_after_fork(rt.side[i].core);
 		vmm_app_share_after_fork(rt.side[i].app);
-	}
-}
-
-/* Called with create_lock held, once a side is ready. */
-static void side_ready_locked(void)
-{
-	vmm_error err;
-
-	if (!exit_registered) {
-		exit_registered = true;
-		if (atexit(at_exit))
-			vmm_log(VMM_LOG_WARN, "cannot register the exit handler: memory is freed by "
-				"the driver at exit instead");
-		pthread_atfork(NULL, NULL, in_child);
-	}
-	if (!control_started && rt.cfg.control) {
-		control_started = true;
-		vmm_error_clear(&err);
-		if (shim_control_start(&rt, &err))
-			vmm_log(VMM_LOG_WARN, "control server not started: %s", err.msg);
-		else
-			share_init(&rt); /* peers reach a sharing process through its socket */
-	} else if (!control_started && rt.cfg.share) {
-		vmm_log(VMM_LOG_WARN, "VMMSHIM_SHARE=1 needs the control socket (VMMSHIM_CONTROL=1): "
-			"not sharing");
 	}
 }
 
@@ -216,7 +178,6 @@ static int create_side_locked(int id)
 			err.msg);
 		s->app = NULL;
 	}
-	vmm_app_set_refetch(s->app, shim_app_refetch); /* imports a group sleep released */
 	vmm_log(VMM_LOG_INFO, "serving %s device memory (cache limit %s, max handle %zu bytes); "
 		"the program's own VMM calls are %s", k->label,
 		describe_size(rt.cfg.core.cache_limit, limit, sizeof(limit)),
@@ -224,7 +185,7 @@ static int create_side_locked(int id)
 	return SIDE_READY;
 }
 
-static shim_runtime *get_side(int id)
+shim_runtime *shim_runtime_side(enum shim_side_id id, shim_side_ready_fn on_ready)
 {
 	atomic_int *state = &side_state[id];
 	int st = atomic_load_explicit(state, memory_order_acquire);
@@ -239,22 +200,12 @@ static shim_runtime *get_side(int id)
 		creating = true;
 		st = create_side_locked(id);
 		creating = false;
-		if (st == SIDE_READY)
-			side_ready_locked();
+		if (st == SIDE_READY && on_ready)
+			on_ready(&rt, id);
 		atomic_store_explicit(state, st, memory_order_release);
 	}
 	pthread_mutex_unlock(&create_lock);
 	return st == SIDE_READY ? &rt : NULL;
-}
-
-shim_runtime *shim_runtime_cuda(void)
-{
-	return get_side(SHIM_CUDA);
-}
-
-shim_runtime *shim_runtime_acl(void)
-{
-	return get_side(SHIM_ACL);
 }
 
 shim_runtime *shim_runtime_peek(void)

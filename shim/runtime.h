@@ -1,6 +1,7 @@
 /* The shim's process-wide state, created on the first intercepted device allocation and never
- * before (the shim is inert until then): the configuration, the backends, the core heaps, the
- * registry of the program's own VMM mappings, and the control server. */
+ * before (the shim is inert until then): the configuration, the backends, the core heaps and the
+ * registry of the program's own VMM mappings. The hooks reach it through lifecycle.h, which also
+ * starts what runs beside it (the control server, GPU sharing) and ends it all at exit. */
 #ifndef VMMSHIM_RUNTIME_H
 #define VMMSHIM_RUNTIME_H
 
@@ -41,13 +42,26 @@ static inline bool shim_runtime_serves(const shim_runtime *rt)
 	return false;
 }
 
-/* Create the CUDA side on first use and return it; NULL when the shim is disabled or no driver is
- * there (the hooks then pass everything through). Starts the control server. */
-shim_runtime *shim_runtime_cuda(void);
-/* The same for Ascend. */
-shim_runtime *shim_runtime_acl(void);
+/* Run once a side is created, under the creation lock and before any other thread sees the
+ * side: what starts with it (lifecycle.c). It must not allocate device memory. */
+typedef void (*shim_side_ready_fn)(shim_runtime *rt, enum shim_side_id id);
+
+/* Create side id on first use (then on_ready) and return the runtime; NULL when the shim is
+ * disabled, in a forked child, or no driver is there (the hooks then pass everything through).
+ * The hooks call lifecycle.h's shim_runtime_cuda()/shim_runtime_acl(), not this. */
+shim_runtime *shim_runtime_side(enum shim_side_id id, shim_side_ready_fn on_ready);
 /* The runtime if it exists, without creating anything. */
 shim_runtime *shim_runtime_peek(void);
+
+/* At exit, after what runs beside the runtime has stopped: every side is marked unavailable
+ * (later hooks pass through), its figures logged and, when quiet (nothing may still use them),
+ * its heap and backend destroyed. */
+void shim_runtime_teardown(bool quiet);
+/* In a forked child, first: the runtime is the parent's from now on (shim_runtime_peek and the
+ * hooks see none). Returns it, for the fork handler's resets. */
+shim_runtime *shim_runtime_mark_forked(void);
+/* In a forked child, last: each side's heap and mapping registry drop the parent's state. */
+void shim_runtime_sides_after_fork(void);
 
 /* Allocations the shim saw but left to the driver (not managed): device memory it passed through
  * (disabled, no context, stream capture, a failure of the core), managed and host memory, arrays.
