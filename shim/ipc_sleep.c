@@ -10,6 +10,7 @@
 #include "../core/log.h"
 #include "hooks_common.h"
 #include "ipc_handle.h"
+#include "ipc_open_reply.h"
 #include "ipc_parked.h"
 #include "protocol/peer_request.h"
 #include "protocol/protocol.h"

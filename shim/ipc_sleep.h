@@ -18,20 +18,6 @@
 
 #define IPC_SLEEP_MAX_GROUP 64
 
-/* What an exporter answered to share_open: the span and its pieces (records "share", "piece"). */
-struct open_reply {
-	uint64_t base, span, span_size, npieces;
-	uint64_t off[IPC_IMPORT_MAX_PIECES], size[IPC_IMPORT_MAX_PIECES],
-		hoff[IPC_IMPORT_MAX_PIECES];
-	char error[200];
-	double export_ms; /* the exporter's time to give the pieces' descriptors; -1: not said */
-	int exported;     /* 1: exported by the driver for this open, 0: dups of kept ones, -1: not
-	                   * said (an older exporter) */
-};
-
-/* Parse a share_open reply (hooks_ipc.c); false when it is not a usable ok. */
-bool ipc_open_reply_parse(char *text, struct open_reply *o);
-
 /* "PID,PID,..." into out (at most max); returns how many. */
 size_t ipc_sleep_parse_group(const char *s, pid_t *out, size_t max);
 
