@@ -47,6 +47,15 @@ static void in_child(void)
 	shim_runtime_sides_after_fork();
 }
 
+/* GPU sharing, once the control server runs: peers reach a sharing process through its socket,
+ * and an automatic wake then waits for memory under the sharing rules. */
+static void start_sharing(shim_runtime *rt)
+{
+	share_init(rt);
+	if (share_enabled())
+		control_set_autowake_waker(share_autowake);
+}
+
 /* A side was just created (shim_runtime_side: under its creation lock, before other threads see
  * it). */
 static void side_ready(shim_runtime *rt, enum shim_side_id id)
@@ -69,7 +78,7 @@ static void side_ready(shim_runtime *rt, enum shim_side_id id)
 		if (shim_control_start(rt, &err))
 			vmm_log(VMM_LOG_WARN, "control server not started: %s", err.msg);
 		else
-			share_init(rt); /* peers reach a sharing process through its socket */
+			start_sharing(rt);
 	} else if (!control_started && rt->cfg.share) {
 		vmm_log(VMM_LOG_WARN, "VMMSHIM_SHARE=1 needs the control socket (VMMSHIM_CONTROL=1): "
 			"not sharing");

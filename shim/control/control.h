@@ -8,7 +8,7 @@
 #include "../../core/heap_offload.h"
 #include "../runtime.h"
 
-/* Start the control server for this process (called once by the runtime, on the first device
+/* Start the control server for this process (called once by lifecycle.c, on the first device
  * allocation). Failure is logged and leaves the program running without a control socket. */
 vmm_status shim_control_start(shim_runtime *rt, vmm_error *err);
 
@@ -18,6 +18,11 @@ vmm_status shim_control_start(shim_runtime *rt, vmm_error *err);
 vmm_status shim_sleep(const vmm_sleep_opts *opts, bool hold, vmm_transfer_result *res,
 		      vmm_error *err);
 vmm_status shim_wake(const vmm_sleep_opts *opts, vmm_transfer_result *res, vmm_error *err);
+
+/* How an automatic wake (VMMSHIM_AUTOWAKE: device work submitted while asleep) gets its memory:
+ * NULL, the default, wakes at once; GPU sharing sets share_autowake, which first makes room
+ * under its rules (lifecycle.c sets it right after the server starts). */
+void control_set_autowake_waker(void (*waker)(void));
 
 /* Process exit (the runtime's and the server's exit handlers): stop serving sleep and wake. The
  * one in progress is cancelled and waited for (at most CONTROL_EXIT_WAIT_MS from the first call, whoever calls) for it to roll back. true: nothing

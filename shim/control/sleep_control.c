@@ -236,10 +236,20 @@ static void note_partial(const vmm_offload_parts *parts, const vmm_sleep_opts *o
 		atomic_store(&partial, false);
 }
 
+/* How an automatic wake gets its memory when something above sets it (control.h). */
+static void (*_Atomic autowake_waker)(void);
+
+void control_set_autowake_waker(void (*waker)(void))
+{
+	atomic_store(&autowake_waker, waker);
+}
+
 static void autowake_fn(void)
 {
-	if (share_enabled()) {
-		share_autowake(); /* waits for memory under the sharing rules */
+	void (*waker)(void) = atomic_load(&autowake_waker);
+
+	if (waker) {
+		waker(); /* e.g. GPU sharing: waits for memory under its rules */
 		return;
 	}
 	vmm_sleep_opts all = { .tag = NULL, .device = -1, .discard = false };
