@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "../../core/log.h"
+#include "../../core/mono_wait.h"
 
 #define EVENT_MAGIC 0x3176657765727368ULL /* "hsrewev1" */
 #define EVENT_BYTES 4096
@@ -115,7 +116,7 @@ static void bump(struct share_event *ev)
 	char one = 1;
 
 	if (atomic_load_explicit(&pg->waiters, memory_order_relaxed) <= 0 ||
-	    share_now_ms() >= atomic_load_explicit(&pg->waiting_until_ms, memory_order_relaxed))
+	    vmm_now_ms() >= atomic_load_explicit(&pg->waiting_until_ms, memory_order_relaxed))
 		return; /* nobody waits: a free costs a clock read */
 	atomic_store(&pg->last_bump_us, now_us());
 	atomic_fetch_add(&pg->bumps, 1);
@@ -195,7 +196,7 @@ enum share_woken share_event_wait(struct share_waiter *w, const pid_t *pids, int
 	struct pollfd fds[1 + SHARE_MAX_PEERS];
 	pid_t of[1 + SHARE_MAX_PEERS]; /* whose pidfd each entry is (0: the inotify watch) */
 	int n = 0, rc;
-	long long left = until_ms - share_now_ms();
+	long long left = until_ms - vmm_now_ms();
 	bool fallback = w->inotify < 0;
 	enum share_woken why = SHARE_WOKEN_TIMEOUT;
 
@@ -226,7 +227,7 @@ enum share_woken share_event_wait(struct share_waiter *w, const pid_t *pids, int
 		left = FALLBACK_MS;
 	do
 		rc = poll(fds, (nfds_t)n, (int)left);
-	while (rc < 0 && errno == EINTR && (left = until_ms - share_now_ms()) > 0);
+	while (rc < 0 && errno == EINTR && (left = until_ms - vmm_now_ms()) > 0);
 	for (int i = 0; rc > 0 && i < n; i++) {
 		if (!fds[i].revents)
 			continue;

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../core/mono_wait.h"
 #include "../../core/real_dlsym.h"
 
 typedef int (*device_get_fn)(int *dev, int ordinal);
@@ -77,7 +78,7 @@ static _Thread_local struct {
  * it, and the kernel closes it for a holder that dies. Without inotify, a pause that grows. */
 static void wait_for_release(int watch, long long deadline_ms, long *pause_us)
 {
-	long long left = deadline_ms - share_now_ms();
+	long long left = deadline_ms - vmm_now_ms();
 	char buf[1024] __attribute__((aligned(8)));
 
 	if (left <= 0)
@@ -117,7 +118,7 @@ int share_lock(const char *dir, const char *uuid, long long deadline_ms)
 	if (fd < 0)
 		return -1;
 	while (flock(fd, LOCK_EX | LOCK_NB)) {
-		if ((errno != EWOULDBLOCK && errno != EINTR) || share_now_ms() >= deadline_ms) {
+		if ((errno != EWOULDBLOCK && errno != EINTR) || vmm_now_ms() >= deadline_ms) {
 			if (watch >= 0)
 				close(watch);
 			close(fd);

@@ -11,8 +11,6 @@
 #define SHARE_UUID_MAX 64
 #define SHARE_MAX_PEERS 64
 
-long long share_now_ms(void);
-
 /* The settings sharing runs with (copied from the runtime's configuration at share_init). */
 typedef struct share_settings {
 	int priority;

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "../../core/log.h"
+#include "../../core/mono_wait.h"
 #include "../control/control_internal.h"
 #include "../gate.h"
 #include "../protocol/peer_client.h"
@@ -180,7 +181,7 @@ static bool put_to_sleep(const struct peer *p, const char *uuid, uint64_t need, 
 {
 	const share_settings *ss = share_settings_get();
 	proto_request req = { .verb = PROTO_SLEEP, .device = p->ordinal, .autowake = true };
-	long long left = deadline - share_now_ms(), t0 = share_now_ms();
+	long long left = deadline - vmm_now_ms(), t0 = vmm_now_ms();
 	const proto_record *res;
 	const char *msg;
 	uint64_t released = 0;
@@ -207,7 +208,7 @@ static bool put_to_sleep(const struct peer *p, const char *uuid, uint64_t need, 
 		"released in %.3f s", (long)p->pid, p->priority,
 		p->priority < ss->priority ? "lower" : p->idle_ms >= ss->idle_ms ? "idle" :
 		"past its time slice", what, uuid, (unsigned long long)released,
-		(share_now_ms() - t0) / 1000.0);
+		(vmm_now_ms() - t0) / 1000.0);
 	peer_client_free(&r);
 	return true;
 }
@@ -271,7 +272,7 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 		goto out;
 	}
 	qsort(peers, (size_t)n, sizeof(peers[0]), by_preference);
-	now = share_now_ms();
+	now = vmm_now_ms();
 	for (int i = 0; i < n; i++) {
 		long long t;
 
@@ -303,7 +304,7 @@ out:
 static void wait_for_change(struct share_waiter *w, const struct round_seen *seen,
 			    long long deadline, long long *pause, const char *what, const char *uuid)
 {
-	long long now = share_now_ms(), until = deadline, latency_us;
+	long long now = vmm_now_ms(), until = deadline, latency_us;
 	pid_t who;
 
 	if (seen->later && seen->later < until)
@@ -339,7 +340,7 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 			   const char *what, bool patient, vmm_error *err)
 {
 	const share_settings *ss = share_settings_get();
-	long long t0 = share_now_ms(), deadline = t0 + ss->wait_ms, pause = 10;
+	long long t0 = vmm_now_ms(), deadline = t0 + ss->wait_ms, pause = 10;
 	char uuid[SHARE_UUID_MAX];
 	struct share_event *ev;
 	struct share_waiter w = { .ev = NULL, .inotify = -1 };
@@ -361,7 +362,7 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 		 * now, not after a wait that cannot help. */
 		if (rc == 0 && !patient && (!seen.later || seen.later > deadline))
 			break;
-		if (share_now_ms() >= deadline)
+		if (vmm_now_ms() >= deadline)
 			break;
 		if (!waited) {
 			waited = true;
@@ -373,13 +374,13 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 	if (waited)
 		share_wait_end();
 	if (rc == 1) {
-		if (share_now_ms() - t0 > 100)
+		if (vmm_now_ms() - t0 > 100)
 			vmm_log(VMM_LOG_INFO, "share: %s on %s served after %.3f s", what, uuid,
-				(share_now_ms() - t0) / 1000.0);
+				(vmm_now_ms() - t0) / 1000.0);
 		return VMM_OK;
 	}
 	return vmm_fail(err, VMM_E_OOM, 0, "%s on %s: no sharing process could make room within "
-			"%.1f s", what, uuid, (share_now_ms() - t0) / 1000.0);
+			"%.1f s", what, uuid, (vmm_now_ms() - t0) / 1000.0);
 }
 
 /* A wake of this process: the device with memory asleep and how much. */

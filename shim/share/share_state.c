@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "../../core/log.h"
+#include "../../core/mono_wait.h"
 #include "../gate.h"
 #include "share_internal.h"
 
@@ -26,14 +27,6 @@ static struct {
 	char why[PROTO_REASON_MAX];
 	long long at_ms;
 } slept;
-
-long long share_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 void share_init(const shim_runtime *rt)
 {
@@ -51,7 +44,7 @@ void share_init(const shim_runtime *rt)
 	stall = getenv("VMMSHIM_TEST_SHARE_STALL_MS");
 	if (stall && atoll(stall) > 0 && atoll(stall) <= 10000)
 		settings.test_stall_ms = atoll(stall);
-	atomic_store(&resident_since_ms, share_now_ms());
+	atomic_store(&resident_since_ms, vmm_now_ms());
 	gate_track_entries(true);
 	atomic_store(&on, true);
 	vmm_log(VMM_LOG_INFO, "share: on, priority %d (idle %.1f s, slice %.1f s, residency %.1f s, "
@@ -74,7 +67,7 @@ void share_note_slept(long by_pid, const char *reason)
 	pthread_mutex_lock(&slept_lock);
 	slept.by = by_pid;
 	snprintf(slept.why, sizeof(slept.why), "%s", reason);
-	slept.at_ms = share_now_ms();
+	slept.at_ms = vmm_now_ms();
 	pthread_mutex_unlock(&slept_lock);
 }
 
@@ -84,13 +77,13 @@ void share_note_woken(void)
 	slept.by = 0;
 	slept.why[0] = '\0';
 	pthread_mutex_unlock(&slept_lock);
-	atomic_store(&resident_since_ms, share_now_ms());
+	atomic_store(&resident_since_ms, vmm_now_ms());
 }
 
 void share_wait_begin(void)
 {
 	if (atomic_fetch_add(&waiters, 1) == 0)
-		atomic_store(&waiting_since_ms, share_now_ms());
+		atomic_store(&waiting_since_ms, vmm_now_ms());
 }
 
 void share_wait_end(void)
@@ -99,14 +92,14 @@ void share_wait_end(void)
 		long long t0 = atomic_exchange(&waiting_since_ms, 0);
 
 		if (t0)
-			atomic_fetch_add(&waited_ms, share_now_ms() - t0);
+			atomic_fetch_add(&waited_ms, vmm_now_ms() - t0);
 	}
 }
 
 void share_put_info(proto_writer *w)
 {
 	char gpus[PROTO_VALUE_MAX] = "", uuid[SHARE_UUID_MAX];
-	long long now = share_now_ms(), waiting = atomic_load(&waiting_since_ms), by, at;
+	long long now = vmm_now_ms(), waiting = atomic_load(&waiting_since_ms), by, at;
 	char why[PROTO_REASON_MAX];
 	size_t n = 0;
 	int count = 0;
