@@ -38,20 +38,19 @@ FAKE_GPUS=2 python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" \
 	--deadline $(( $(date +%s) + 240 )) --only "(x2)" --skip-bench --x2-hold-gib 1 \
 	--timeout-scale 0.1 >"$t/out2.txt" 2>&1 && rc2=0 || rc2=$?
 grep -E '^gpucheck: (PASS|FAIL|SKIP)' "$t/out2.txt"
-# The train benchmark alone with a shim-only variant and a name that is no configuration.
-mkdir -p "$t/log3"
-python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmmshim.so" \
-	--vmmctl "$here/fake_vmmctl.py" --log "$t/log3" --deadline $(( $(date +%s) + 240 )) \
-	--only "bench train" --train-rounds 1 --timeout-scale 0.1 \
-	--train-allocs "NO_CACHING,expandable,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,bogus" \
-	>"$t/out3.txt" 2>&1 || true
+# The train benchmark alone: train_only N ROUNDS ALLOCS runs it into $t/logN, its output in
+# $t/outN.txt.
+train_only() {
+	mkdir -p "$t/log$1"
+	python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmmshim.so" \
+		--vmmctl "$here/fake_vmmctl.py" --log "$t/log$1" \
+		--deadline $(( $(date +%s) + 240 )) --only "bench train" --train-rounds "$2" \
+		--timeout-scale 0.1 --train-allocs "$3" >"$t/out$1.txt" 2>&1 || true
+}
+# A shim-only variant and a name that is no configuration.
+train_only 3 1 "NO_CACHING,expandable,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,bogus"
 # One side only (@native, @shim) and the first round only (@once), as an A/B of five pairs runs.
-mkdir -p "$t/log4"
-python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmmshim.so" \
-	--vmmctl "$here/fake_vmmctl.py" --log "$t/log4" --deadline $(( $(date +%s) + 240 )) \
-	--only "bench train" --train-rounds 2 --timeout-scale 0.1 \
-	--train-allocs "expandable@native,NO_CACHING@native@once,NO_CACHING@shim,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,default@later" \
-	>"$t/out4.txt" 2>&1 || true
+train_only 4 2 "expandable@native,NO_CACHING@native@once,NO_CACHING@shim,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,default@later"
 GPU_DIR="$here/.." python3 - "$t/log/results.json" "$rc" "$t/log2/results.json" "$rc2" "$t/out.txt" \
 	"$t/log3/results.json" "$t/out3.txt" "$t/log4/results.json" "$t/out4.txt" <<'PY'
 import json, os, subprocess, sys
