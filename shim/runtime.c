@@ -62,12 +62,18 @@ static void log_side(const shim_side *s)
 	if (!s->core || !vmm_log_enabled(VMM_LOG_INFO) ||
 	    vmm_stats_get(s->core, -1, NULL, &st, NULL))
 		return;
+	/* The driver work and waits behind those allocations, so that two runs of a program (an
+	 * A/B of a heap setting) can be told apart without a debug log. */
 	vmm_log(VMM_LOG_INFO,
 		"exit: %s served %llu allocations (%llu frees), peak %llu bytes live / %llu mapped; "
-		"live at exit: %llu bytes in %llu allocations",
+		"live at exit: %llu bytes in %llu allocations; %llu handles created, %llu released; "
+		"%llu device syncs (%llu ahead, %llu skipped)",
 		s->name, (unsigned long long)st.alloc_calls, (unsigned long long)st.free_calls,
 		(unsigned long long)st.peak_live_bytes, (unsigned long long)st.peak_mapped_bytes,
-		(unsigned long long)st.live_bytes, (unsigned long long)st.live_count);
+		(unsigned long long)st.live_bytes, (unsigned long long)st.live_count,
+		(unsigned long long)st.handles_created, (unsigned long long)st.handles_released,
+		(unsigned long long)st.syncs, (unsigned long long)st.syncs_ahead,
+		(unsigned long long)st.syncs_skipped);
 }
 
 static void destroy_side(shim_side *s)

@@ -53,6 +53,28 @@ Test(interpose, cudart_program_is_served_by_the_core)
 	run_free(r);
 }
 
+/* The exit report counts the driver work behind the allocations (an A/B of two heap settings is
+ * told apart by it): the handles it says were made are the ones the driver made; those it says
+ * were released went back during the run (what the heap still caches goes at its teardown,
+ * after the report). */
+Test(interpose, the_exit_report_counts_the_handles_the_driver_made)
+{
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_cudart")), NULL);
+	char want[96];
+	const char *at;
+	long long released = -1;
+
+	expect_ok(r, "prog_cudart: ok");
+	snprintf(want, sizeof(want), "; %lld handles created, ", run_stat(r, "cuMemCreate"));
+	at = strstr(r->err, want);
+	cr_assert(at, "no \"%s\" in the exit report:\n%s\n%s", want, r->err, r->stats);
+	cr_assert_eq(sscanf(at + strlen(want), "%lld released; ", &released), 1, "%s", r->err);
+	cr_assert(released >= 0 && released <= run_stat(r, "cuMemRelease"), "%s\n%s", r->err,
+		  r->stats);
+	cr_expect(strstr(r->err, " device syncs ("), "shim log:\n%s", r->err);
+	run_free(r);
+}
+
 Test(interpose, cudart_program_without_shim_uses_the_driver)
 {
 	/* The control: natively the same program calls cuMemAlloc_v2, so the test above can fail. */
