@@ -421,6 +421,9 @@ vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *ou
 			out->peak_live_bytes += dh->peak_live;
 			out->peak_mapped_bytes += dh->peak_mapped;
 			out->release_pending_bytes += dh->parked_bytes;
+			out->handles_moved += dh->tally.moved;
+			out->handles_cut += dh->tally.shattered;
+			out->pieces_given_back += dh->tally.given_back;
 		}
 		for (size_t k = 0; k < atomic_load(&dh->nres); k++)
 			out->reserved_bytes += dh->res[k].size;

@@ -52,6 +52,12 @@
 	X(syncs_skipped, ARENA, "syncs_skipped", VMM_STAT_DEVICE, PRIVATE)                     \
 	/* made on the core's thread ahead of need (heap_ahead.c; not in syncs) */              \
 	X(syncs_ahead, ARENA, "syncs_ahead", VMM_STAT_DEVICE, PRIVATE)                         \
+	/* what growth did with handles (heap_grow.c's tally; a device's, not a tag's): wholly   \
+	 * free ones mapped again at a new address, large ones re-created as smaller ones for a \
+	 * request that shares them, free pieces given back for a large request */              \
+	X(handles_moved, OWN, "", 0, PRIVATE)                                                  \
+	X(handles_cut, OWN, "", 0, PRIVATE)                                                    \
+	X(pieces_given_back, OWN, "", 0, PRIVATE)                                              \
 	/* legacy IPC (heap_share.c): bytes in handles another process may map (they stay      \
 	 * resident), and of those the bytes freed but not reusable; the status reply carries   \
 	 * them for the sides with legacy IPC only (dispatch.c, put_shared) */                 \

@@ -68,7 +68,7 @@ Test(interpose, the_exit_report_counts_the_handles_the_driver_made)
 	snprintf(want, sizeof(want), "; %lld handles created, ", run_stat(r, "cuMemCreate"));
 	at = strstr(r->err, want);
 	cr_assert(at, "no \"%s\" in the exit report:\n%s\n%s", want, r->err, r->stats);
-	cr_assert_eq(sscanf(at + strlen(want), "%lld released; ", &released), 1, "%s", r->err);
+	cr_assert_eq(sscanf(at + strlen(want), "%lld released, ", &released), 1, "%s", r->err);
 	cr_assert(released >= 0 && released <= run_stat(r, "cuMemRelease"), "%s\n%s", r->err,
 		  r->stats);
 	cr_expect(strstr(r->err, " device syncs ("), "shim log:\n%s", r->err);

@@ -75,6 +75,7 @@ Test(heap_give_back, a_large_request_gives_scattered_free_pieces_back_and_is_one
 	cr_assert_eq(vmm_malloc(s.t.core, 0, 200 * MiB, 0, NULL, &big, NULL), VMM_OK);
 	cr_assert_eq(t_handles_over(big, 200 * MiB), 1);
 	cr_assert_eq(t_stats(&s.t, 0, NULL).handles_released - released, 100);
+	cr_assert_eq(t_stats(&s.t, 0, NULL).pieces_given_back, 100, "the stats say so");
 	cr_assert_eq(t_dev_used(&s.t, 0), 384 * MiB, "no more than before: %llu MiB",
 		     (unsigned long long)(t_dev_used(&s.t, 0) / MiB));
 	cr_assert_eq(t_stats(&s.t, 0, NULL).peak_mapped_bytes, 384 * MiB);
@@ -153,7 +154,7 @@ Test(heap_give_back, a_large_request_moves_a_few_free_pieces_rather_than_give_th
 {
 	struct tctx t;
 	vmm_devptr freed[8], kept[8], big, before;
-	uint64_t released;
+	uint64_t released, moved;
 
 	t_simdev_env("512M", NULL, NULL);
 	t_open(&t, NULL);
@@ -168,10 +169,13 @@ Test(heap_give_back, a_large_request_moves_a_few_free_pieces_rather_than_give_th
 	for (int i = 0; i < 8; i++)
 		cr_assert_eq(vmm_free(t.core, freed[i], NULL), VMM_OK);
 	released = t_stats(&t, 0, NULL).handles_released;
+	moved = t_stats(&t, 0, NULL).handles_moved;
 	/* 240 MiB: the free 224 MiB grown by 16, which only the 8 scattered pieces can give. Fewer
 	 * than 16 pieces would move: they are moved, none is given back. */
 	cr_assert_eq(vmm_malloc(t.core, 0, 240 * MiB, 0, NULL, &big, NULL), VMM_OK);
 	cr_assert_eq(t_stats(&t, 0, NULL).handles_released, released);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_moved - moved, 8, "the stats count the moves");
+	cr_assert_eq(t_stats(&t, 0, NULL).pieces_given_back, 0);
 	cr_assert_eq(t_dev_used(&t, 0), 256 * MiB);
 	t_fill(big, 240 * MiB, 3);
 	cr_assert(t_check(big, 240 * MiB, 3));

@@ -141,6 +141,7 @@ Test(heap_layout, aligned_cuts_make_few_handles_and_recut_only_the_one_shared)
 	cr_assert_eq(t_handles_over(a, 40 * MiB + 4096), 3);
 	cr_assert_eq(t_handles_over(a, 64 * MiB), 6, "6 handles, not 32 pieces");
 	cr_assert_eq(t_stats(&t, 0, NULL).handles_created, 1 + 6);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_cut, 1);
 	/* The next one starts in the shared piece and ends at granule 25, inside the free 8-granule
 	 * handle [24, 32): only that one is cut, into 1 + 1 + 2 + 4. */
 	cr_assert_eq(vmm_malloc(t.core, 0, 10 * MiB - 4096, 0, NULL, &b, NULL), VMM_OK);
@@ -148,6 +149,8 @@ Test(heap_layout, aligned_cuts_make_few_handles_and_recut_only_the_one_shared)
 	cr_assert_eq(t_handles_over(b, 10 * MiB - 4096), 4, "the piece, 1, 2, then 1 granule");
 	cr_assert_eq(t_handles_over(a, 64 * MiB), 9);
 	cr_assert_eq(t_stats(&t, 0, NULL).handles_created, 1 + 6 + 4);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_cut, 2, "one cut per shared handle");
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_moved, 0, "everything was reused in place");
 	t_fill(a, 40 * MiB + 4096, 3);
 	t_fill(b, 10 * MiB - 4096, 4);
 	cr_assert(t_check(a, 40 * MiB + 4096, 3) && t_check(b, 10 * MiB - 4096, 4));
