@@ -74,8 +74,8 @@ static void log_side(const shim_side *s)
 		(unsigned long long)st.live_bytes, (unsigned long long)st.live_count,
 		(unsigned long long)st.handles_created, (unsigned long long)st.handles_released,
 		(unsigned long long)st.handles_moved, (unsigned long long)st.handles_cut,
-		(unsigned long long)st.pieces_given_back, (unsigned long long)st.syncs, (unsigned long long)st.syncs_ahead,
-		(unsigned long long)st.syncs_skipped);
+		(unsigned long long)st.pieces_given_back, (unsigned long long)st.syncs,
+		(unsigned long long)st.syncs_ahead, (unsigned long long)st.syncs_skipped);
 }
 
 static void destroy_side(shim_side *s)
