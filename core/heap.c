@@ -22,6 +22,7 @@ void vmm_config_defaults(vmm_config *cfg)
 	cfg->whole_handle_min = DEFAULT_WHOLE_HANDLE_MIN;
 	cfg->granule_start_min = SIZE_MAX;
 	cfg->edge_cut_min = SIZE_MAX;  /* never: see heap_grow.c, handle_shatter */
+	cfg->aligned_cuts = false;     /* 2 MiB pieces: see heap_grow.c, handle_shatter */
 	cfg->small_max = DEFAULT_SMALL_MAX;
 	cfg->sync_ahead_min = 0;       /* the program's own thread synchronizes (the shim sets it) */
 }
