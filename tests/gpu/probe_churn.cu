@@ -19,26 +19,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "probe_driver.h"
+
 #define PIECES 256
 #define KERNELS 3000
 #define WORDS (16u << 20) /* 64 MiB of floats per kernel: ~25 us on an H200 */
-
-#define CK(call)                                                                           \
-	do {                                                                                   \
-		CUresult r_ = (call);                                                          \
-		if (r_ != CUDA_SUCCESS) {                                                      \
-			fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call,   \
-				(int)r_);                                                      \
-			exit(1);                                                               \
-		}                                                                              \
-	} while (0)
-
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
 
 __global__ void touch(float *p, unsigned n)
 {

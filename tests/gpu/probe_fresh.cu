@@ -23,21 +23,13 @@
 
 #include <atomic>
 
+#include "probe_driver.h"
+
 #define RANGE ((size_t)256 << 20)
 #define MAX_HANDLES 128 /* RANGE in 2 MiB pieces */
 #define ROUNDS 9
 #define KERNELS 3000
 #define BUSY_WORDS (16u << 20) /* 64 MiB of floats per busy kernel: ~25 us on an H200 */
-
-#define CK(call)                                                                           \
-	do {                                                                                   \
-		CUresult r_ = (call);                                                          \
-		if (r_ != CUDA_SUCCESS) {                                                      \
-			fprintf(stderr, "%s:%d: %s failed: %d\n", __FILE__, __LINE__, #call,   \
-				(int)r_);                                                      \
-			exit(1);                                                               \
-		}                                                                              \
-	} while (0)
 
 __global__ void touch(float *p, size_t n)
 {
@@ -49,13 +41,6 @@ __global__ void touch(float *p, size_t n)
 static CUcontext ctx;
 static CUmemAllocationProp prop;
 static CUmemAccessDesc access_desc;
-
-static double now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
 
 static int cmp_double(const void *a, const void *b)
 {
