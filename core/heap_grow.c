@@ -22,10 +22,10 @@
  * the allocation is one handle, which a later request moves in one call.
  * A handle larger than a granule that a smaller allocation would share with free memory is
  * re-created first (handle_shatter; one larger than 64 MiB as 64 MiB handles, of which only the
- * one shared is cut further, into 2 MiB pieces or at the allocation's edges), so that a large
- * handle is always either wholly free or inside one allocation: no free memory is ever stuck
- * behind a live allocation in a handle that cannot be cut, and every allocation can be given a
- * handle of its own. The one exception, a sleep's joint handle across allocations, is
+ * one shared is cut further, into 2 MiB pieces, at the allocation's edges or in aligned
+ * power-of-two handles), so that a large handle is always either wholly free or inside one
+ * allocation: no free memory is ever stuck behind a live allocation in a handle that cannot be
+ * cut, and every allocation can be given a handle of its own. The one exception, a sleep's joint handle across allocations, is
  * heap_coalesce.h's. */
 #include "heap_grow.h"
 
@@ -57,12 +57,11 @@
  * 140 ms. Edges for requests of 16 or 64 MiB and more only (A/B with pieces, 3 rounds, same
  * day) lost too: mean 149 and 141 against 137 ms, the small steps 20-35 ms slower although the
  * heap's own slow requests took less time (915 against 1311 ms in a timed pass): the loss is
- * on the GPU, not in these calls. Aligned cuts (aligned_parts, VMMSHIM_ALIGNED_CUTS: ~6 handles
- * a cut, 965 against 1580 ms of driver time on the large-model replay) lost the same way: mean
- * step 147 against 134 ms in 5 pairs (3 Dec evening), small steps up to twice as long. So pieces
- * stay the default. Cutting 1 GiB handles at the
- * edges was measured before and lost (+3-14% driver time): each cut then re-created up to
- * 1 GiB, ~0.3 ms to release alone. */
+ * on the GPU, not in these calls. Aligned cuts (aligned_parts, VMMSHIM_ALIGNED_CUTS: ~6 handles a
+ * cut, 965 against 1580 ms of driver time on the large-model replay) lost the same way: mean step
+ * 147 against 134 ms in 5 pairs (3 Dec evening), small steps up to twice as long. So pieces stay
+ * the default. Cutting 1 GiB handles at the edges was measured before and lost (+3-14% driver
+ * time): each cut then re-created up to 1 GiB, ~0.3 ms to release alone. */
 #define SHATTER_STEP ((size_t)64 << 20)
 
 /* A large request gives the free pieces it would move back when there are at least this many
