@@ -120,6 +120,24 @@ static struct {
 	struct driver_counts c;
 } m = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
+/* Whether this thread synchronized the device since its driver_model_op_begin: what it spends
+ * in the driver from then on is spent while the GPU has nothing queued (after_sync_us). */
+static __thread bool op_open, op_synced;
+
+void driver_model_op_begin(void)
+{
+	op_open = true;
+	op_synced = false;
+}
+
+/* Add us of modelled driver time (m.lock held). */
+static void charge(double us)
+{
+	m.c.us += us;
+	if (op_open && op_synced)
+		m.c.after_sync_us += us;
+}
+
 static double now_us(void)
 {
 	struct timespec ts;
@@ -175,7 +193,7 @@ static vmm_status w_create(vmm_backend *be, int dev, size_t size, vmm_phys *h, v
 	took(t0);
 	pthread_mutex_lock(&m.lock);
 	m.c.creates++;
-	m.c.us += cost(OP_CREATE, size);
+	charge(cost(OP_CREATE, size));
 	if (!st)
 		put(handles, *h + 1, size);
 	pthread_mutex_unlock(&m.lock);
@@ -192,7 +210,7 @@ static vmm_status w_release(vmm_backend *be, vmm_phys h, vmm_error *err)
 	size = get(handles, h + 1);
 	us = cost(OP_RELEASE, size ? size : 2 * MiB);
 	m.c.releases++;
-	m.c.us += us;
+	charge(us);
 	m.c.release_us += us;
 	del(handles, h + 1);
 	pthread_mutex_unlock(&m.lock);
@@ -210,7 +228,7 @@ static vmm_status w_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys h,
 	took(t0);
 	pthread_mutex_lock(&m.lock);
 	m.c.maps++;
-	m.c.us += cost(OP_MAP, size);
+	charge(cost(OP_MAP, size));
 	if (!st)
 		put(maps, va, size);
 	pthread_mutex_unlock(&m.lock);
@@ -224,7 +242,7 @@ static vmm_status w_unmap(vmm_backend *be, vmm_devptr va, size_t size, vmm_error
 
 	pthread_mutex_lock(&m.lock);
 	m.c.unmap_calls++;
-	m.c.us += range_cost(OP_UNMAP, va, size, &m.c.unmapped);
+	charge(range_cost(OP_UNMAP, va, size, &m.c.unmapped));
 	pthread_mutex_unlock(&m.lock);
 	t0 = now_us();
 	st = m.unmap(be, va, size, err);
@@ -252,7 +270,7 @@ static vmm_status w_access(vmm_backend *be, int dev, vmm_devptr va, size_t size,
 
 	pthread_mutex_lock(&m.lock);
 	m.c.access_calls++;
-	m.c.us += range_cost(OP_ACCESS, va, size, &m.c.access_handles);
+	charge(range_cost(OP_ACCESS, va, size, &m.c.access_handles));
 	pthread_mutex_unlock(&m.lock);
 	t0 = now_us();
 	st = m.set_access(be, dev, va, size, peers, npeers, err);
@@ -273,6 +291,8 @@ static vmm_status w_sync(vmm_backend *be, int dev, vmm_error *err)
 	st = m.sync(be, dev, err);
 
 	took(t0);
+	if (!st)
+		op_synced = true;
 	return st;
 }
 
@@ -324,6 +344,7 @@ struct driver_counts driver_counts_sub(struct driver_counts b, struct driver_cou
 		.access_handles = b.access_handles - a.access_handles,
 		.releases = b.releases - a.releases, .syncs = b.syncs - a.syncs,
 		.us = b.us - a.us, .release_us = b.release_us - a.release_us,
+		.after_sync_us = b.after_sync_us - a.after_sync_us,
 		.call_us = b.call_us - a.call_us,
 	};
 }

@@ -14,6 +14,9 @@ struct driver_counts {
 	uint64_t syncs;
 	double us;              /* modelled driver time, every call one after another */
 	double release_us;      /* the part of it spent in releases */
+	double after_sync_us;   /* the part of it a thread spent after it synchronized the device
+				 * inside one operation (driver_model_op_begin): with the GPU's queue
+				 * drained, a GPU-bound program waits for all of it */
 	double call_us;         /* wall time measured inside the calls here (simdev's, when on it),
 				 * summed over threads: the rest of an operation is the core's own */
 };
@@ -22,6 +25,9 @@ struct driver_counts {
 void driver_model_attach(vmm_backend *be);
 void driver_model_detach(vmm_backend *be);
 struct driver_counts driver_model_get(void);
+/* The calling thread starts an operation (a malloc): its driver time after a sync inside it
+ * counts as after_sync_us. */
+void driver_model_op_begin(void);
 /* b - a, field by field. */
 struct driver_counts driver_counts_sub(struct driver_counts b, struct driver_counts a);
 

@@ -97,11 +97,15 @@ static void sample(struct replay *r)
 static void replay_malloc(struct replay *r, uint64_t size, uint64_t key, bool on_stream,
 			  uint64_t stream)
 {
-	struct driver_counts d0 = driver_model_get();
+	struct driver_counts d0;
 	struct live_alloc *s;
 	vmm_devptr p;
 	vmm_status st;
-	double a = now_ns();
+	double a;
+
+	driver_model_op_begin();
+	d0 = driver_model_get();
+	a = now_ns();
 
 	if ((r->t.used + 1) * 2 > r->t.mask + 1 && table_grow(&r->t)) {
 		r->out->failed++;
@@ -136,6 +140,7 @@ static void replay_free(struct replay *r, uint64_t key, bool on_stream)
 		r->out->skipped++;
 		return;
 	}
+	driver_model_op_begin();
 	a = now_ns();
 	if (on_stream)
 		vmm_free_on_stream(r->core, s->ptr, s->stream, NULL);
