@@ -23,6 +23,7 @@ void vmm_config_defaults(vmm_config *cfg)
 	cfg->granule_start_min = SIZE_MAX;
 	cfg->edge_cut_min = SIZE_MAX;  /* never: see heap_grow.c, handle_shatter */
 	cfg->aligned_cuts = false;     /* 2 MiB pieces: see heap_grow.c, handle_shatter */
+	cfg->give_back_late = false;   /* before the sync: see heap_grow.h, arena_give_back_early */
 	cfg->small_max = DEFAULT_SMALL_MAX;
 	cfg->sync_ahead_min = 0;       /* the program's own thread synchronizes (the shim sets it) */
 }
@@ -54,6 +55,7 @@ vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **ou
 		if (cfg->edge_cut_min)
 			c->cfg.edge_cut_min = cfg->edge_cut_min;
 		c->cfg.aligned_cuts = cfg->aligned_cuts;
+		c->cfg.give_back_late = cfg->give_back_late;
 		c->cfg.sync_ahead_min = cfg->sync_ahead_min;
 	}
 	st = be->device_count(be, &c->ndev, err);
@@ -425,6 +427,7 @@ vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *ou
 			out->handles_moved += dh->tally.moved;
 			out->handles_cut += dh->tally.shattered;
 			out->pieces_given_back += dh->tally.given_back;
+			out->pieces_given_back_early += dh->tally.given_back_early;
 		}
 		for (size_t k = 0; k < atomic_load(&dh->nres); k++)
 			out->reserved_bytes += dh->res[k].size;

@@ -53,6 +53,10 @@ typedef struct vmm_config {
 	                            * within it, with a 2 MiB piece where an allocation's edge falls
 	                            * inside a granule (at most ~10 handles, not 32 pieces); below
 	                            * edge_cut_min only; false = 2 MiB pieces */
+	bool give_back_late;       /* a large request that must wait for a device sync gives the
+	                            * free pieces its growth takes back only after the sync; false
+	                            * = before it, while the GPU still runs the program's queued
+	                            * work (heap_grow.h, arena_give_back_early) */
 	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
 	size_t sync_ahead_min;     /* a thread synchronizes the device once this many freed bytes
 	                            * wait in its quarantine (CUDA only; heap_ahead.h); 0 = never */

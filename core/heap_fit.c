@@ -92,6 +92,53 @@ static struct blk *find_fit(struct arena *a, size_t size, size_t align)
 	return align > HEAP_ALIGN ? free_index_find(a, size + align - HEAP_ALIGN) : NULL;
 }
 
+/* Reclaimable: free, or freed and waiting in quarantine, and next to `to` in the same arena. */
+static bool joins(const struct blk *b, const struct blk *to, bool left)
+{
+	return b && (b->state == BLK_FREE || b->state == BLK_QUAR) && b->arena == to->arena &&
+	       (left ? b->addr + b->size == to->addr : to->addr + to->size == b->addr);
+}
+
+/* Bounds on reclaim_may_fit's look: quarantined blocks, and neighbours on each side of one. */
+#define RUN_SCAN 256
+#define RUN_WALK 64
+
+/* Could a sync make a free block of size bytes in a? Reclaimed blocks coalesce with their free
+ * and reclaimed neighbours, so the largest block it could make is the largest run of adjacent
+ * free and quarantined blocks around a quarantined one. Past the bounds: yes (the caller then
+ * keeps to the old order, which is never wrong). */
+static bool reclaim_may_fit(struct arena *a, size_t size)
+{
+	int scanned = 0;
+
+	for (struct alloc *r = a->quar_head; r; r = r->qnext) {
+		const struct blk *b = r->blk, *p;
+		size_t run;
+		int left = 0, right = 0;
+
+		if (r->slab)
+			continue; /* a slab's block is a granule at most */
+		if (++scanned > RUN_SCAN)
+			return true;
+		run = b->size;
+		for (p = b; joins(p->prev, p, true) && left < RUN_WALK; p = p->prev, left++)
+			run += p->prev->size;
+		for (p = b; joins(p->next, p, false) && right < RUN_WALK; p = p->next, right++)
+			run += p->next->size;
+		if (run >= size || left == RUN_WALK || right == RUN_WALK)
+			return true;
+	}
+	return false;
+}
+
+/* A large request about to wait for a sync: give back first what its growth will give back
+ * anyway (heap_grow.h, arena_give_back_early), unless the sync may make a block that fits. */
+static void give_back_before_sync(struct arena *a, size_t size, size_t align)
+{
+	if (!heap_reclaim_free(a->dh) && !reclaim_may_fit(a, size))
+		arena_give_back_early(a, size, align);
+}
+
 /* A free block for the request already there, or after one sync (see above) made all of the
  * quarantine reusable (a failed sync, e.g. during stream capture, means growth). */
 static struct blk *find_or_reclaim(struct arena *a, size_t size, size_t align)
@@ -100,8 +147,11 @@ static struct blk *find_or_reclaim(struct arena *a, size_t size, size_t align)
 
 	/* A reclaim that needs no sync (heap_reclaim_free) is taken at any miss: it is cheaper than
 	 * any growth. */
-	if ((b ? reuse_syncs(a, b, size) : miss_syncs(a->dh) || heap_reclaim_free(a->dh)) &&
-	    heap_reclaim_capped(a->dh, a, NULL) == VMM_OK)
+	if (!(b ? reuse_syncs(a, b, size) : miss_syncs(a->dh) || heap_reclaim_free(a->dh)))
+		return b;
+	if (!b)
+		give_back_before_sync(a, size, align);
+	if (heap_reclaim_capped(a->dh, a, NULL) == VMM_OK)
 		b = find_fit(a, size, align);
 	return b;
 }
@@ -138,6 +188,7 @@ static vmm_status grow_reclaimed(struct arena *a, size_t size, size_t align, str
 	st = arena_grow(a, size, align, false, b, err);
 	if (st != VMM_E_OOM)
 		return st;
+	give_back_before_sync(a, size, align);
 	if (heap_reclaim_capped(dh, a, NULL) == VMM_OK && (*b = find_fit(a, size, align)))
 		return VMM_OK;
 	return arena_grow(a, size, align, true, b, err);
@@ -300,6 +351,7 @@ struct blk *arena_alloc_block(struct arena *a, size_t size, size_t align, vmm_er
 		p0.t0 = vmm_now_s();
 	}
 	b = unshared_block(a, size, align, err);
+	a->dh->given_back_ahead = 0;
 	if (b)
 		b = carve(a, b, size, align, err);
 	if (timed)

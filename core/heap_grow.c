@@ -305,19 +305,25 @@ static void plan_give_back(struct devheap *dh, struct grow_plan *p)
 static vmm_status plan_fill(struct arena *a, struct grow_plan *p, size_t want, size_t piece,
 			    bool may_create, struct blk *avoid, vmm_error *err)
 {
+	struct devheap *dh = a->dh;
 	struct larger l = { 0 };
-	vmm_status st = plan_take_free(a->dh, p, want, avoid, &l, err);
+	/* Pieces given back before the request's sync stand for as much free memory taken. */
+	size_t ahead = dh->given_back_ahead < want - p->total ? dh->given_back_ahead :
+								 want - p->total;
+	vmm_status st = plan_take_free(dh, p, want - ahead, avoid, &l, err);
 
-	if (!st && p->total < want && !may_create)
+	if (!st && p->total + ahead < want && !may_create)
 		st = VMM_E_OOM;
-	if (!st && piece > a->dh->gran)
-		plan_give_back(a->dh, p);
+	if (!st && piece > dh->gran)
+		plan_give_back(dh, p);
 	/* Rather than add memory while a larger wholly free handle sits idle, give that one back:
 	 * the device's memory does not grow. */
-	if (!st && p->total < want)
-		plan_recycle(a->dh, &l);
-	if (!st)
+	if (!st && p->total + ahead < want)
+		plan_recycle(dh, &l);
+	if (!st) {
+		dh->given_back_ahead -= ahead; /* what the new memory is made of */
 		st = plan_create(a, p, &l, want, piece, err);
+	}
 	free(l.h);
 	return st;
 }
@@ -541,6 +547,29 @@ static vmm_status grow_in_place(struct arena *a, struct blk *b, size_t size, siz
 	}
 	plan_abandon(dh, &p, a);
 	return st;
+}
+
+size_t arena_give_back_early(struct arena *a, size_t size, size_t align)
+{
+	struct devheap *dh = a->dh;
+	struct grow_plan p = { 0 };
+	struct larger l = { 0 };
+	uint64_t before = dh->tally.given_back;
+	struct blk *b;
+	size_t want;
+
+	if (dh->core->cfg.give_back_late || piece_for(dh, size) <= dh->gran)
+		return 0;
+	/* The growth's own first choice: in place after this block, else at a fresh range. */
+	b = extendable_block(a, size, align);
+	want = align_up(b ? need_in(b, size, align) - b->size : size, dh->gran);
+	if (plan_take_free(dh, &p, want, b, &l, NULL) == VMM_OK)
+		plan_give_back(dh, &p);
+	free(l.h);
+	plan_done(&p); /* what is left in it was only looked at: still mapped, still free */
+	dh->tally.given_back_early += dh->tally.given_back - before;
+	dh->given_back_ahead += (size_t)(dh->tally.given_back - before) * dh->gran;
+	return (size_t)(dh->tally.given_back - before);
 }
 
 /* A fresh range: granule-aligned, so no padding is needed for any alignment up to a granule. */

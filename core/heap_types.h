@@ -160,6 +160,7 @@ struct grow_tally {
 	uint64_t recycled;      /* larger idle handles given back so that new memory is made */
 	uint64_t shattered;     /* large handles re-created as pieces (handle_shatter) */
 	uint64_t given_back;    /* free pieces given back for a large request (plan_give_back) */
+	uint64_t given_back_early; /* of those, before the request's sync (arena_give_back_early) */
 };
 
 struct devheap {
@@ -199,6 +200,10 @@ struct devheap {
 	bool ahead_running;
 	uint64_t ahead_upto, ahead_before;
 	struct grow_tally tally;
+	/* Bytes of free pieces the request in progress gave back before its sync
+	 * (arena_give_back_early): its growth takes that much less from free memory and makes it
+	 * new instead. Cleared when the request ends. */
+	size_t given_back_ahead;
 	/* Host backups of the handles, carved from the offload engine's pool (created with the
 	 * first backup). The hooks keep the allocator free of a link-time dependency on it. */
 	struct vmm_backup_pool *backups;

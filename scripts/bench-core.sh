@@ -9,7 +9,7 @@
 # Usage: scripts/bench-core.sh [--quick] | --train [STEPS] [--varlen] [--seed N]
 #        | --sleep GIB [--pieces | --small] | --replay TRACE | --demo
 #        (--train and --replay take the core's options last: --sync-ahead MIB, --max-handle MIB,
-#        --edge-cut-min MIB|unlimited, --aligned-cuts;
+#        --edge-cut-min MIB|unlimited, --aligned-cuts, --give-back-late;
 #        --replay also --one-stream: plain calls ordered on one stream, as lone-stream ordering)
 # (--train --varlen replays the H200's PyTorch benchmark instead, --replay a trace recorded with
 # VMMSHIM_ALLOC_TRACE, unpacked first when it ends in .gz: simdev then gets 141G)

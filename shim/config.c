@@ -54,6 +54,10 @@ static const struct setting settings[] = {
 	  "as handles of power-of-two sizes aligned within it (about 6, at most ~10), a 2 MiB piece "
 	  "where the allocation's edge falls inside a granule; 0: as 32 pieces of 2 MiB (faster: "
 	  "aligned cuts made the H200 PyTorch benchmark's mean step 7-9% slower)" },
+	{ "VMMSHIM_GIVE_BACK_LATE", SET_BOOL, AT(core.give_back_late), "0",
+	  "1: a large allocation that must wait for a device synchronization gives the free "
+	  "2 MiB pieces it is made from back to the driver only after it; 0: before it, while "
+	  "the GPU still runs the program's queued work" },
 	{ "VMMSHIM_SMALL_MAX", SET_SIZE, AT(core.small_max), "64K",
 	  "allocations up to this size are packed by size into slabs of 64 KiB to 2 MiB" },
 	{ "VMMSHIM_SYNC_AHEAD", SET_SIZE, AT(core.sync_ahead_min), "16M",

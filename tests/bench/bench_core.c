@@ -15,7 +15,7 @@
  * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N] [CORE OPTIONS]
  *        | --sleep GIB [--pieces | --small] | --replay FILE [CORE OPTIONS] | --demo
  * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB,
- * --edge-cut-min MIB|unlimited, --aligned-cuts, --one-stream
+ * --edge-cut-min MIB|unlimited, --aligned-cuts, --give-back-late, --one-stream
  * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
  * --seed: other shapes, for figures over several draws; --sync-ahead: the core's thread syncs
  * ahead at MIB of quarantine, as under the shim (VMMSHIM_SYNC_AHEAD), with device work counted
@@ -24,7 +24,8 @@
  * --max-handle: the largest handle the core creates, as VMMSHIM_MAX_HANDLE; --edge-cut-min: the
  * smallest allocation a shared handle is cut at the edges of, as VMMSHIM_EDGE_CUT_MIN;
  * --aligned-cuts: a shared handle is cut into aligned power-of-two handles, as
- * VMMSHIM_ALIGNED_CUTS=1; --one-stream, for --replay: every plain malloc and free ordered on one stream, as the shim
+ * VMMSHIM_ALIGNED_CUTS=1; --give-back-late: a large request gives free pieces back only after
+ * its sync, as VMMSHIM_GIVE_BACK_LATE=1; --one-stream, for --replay: every plain malloc and free ordered on one stream, as the shim
  * orders them while all of a program's work goes to one stream) */
 #include <cuda.h>
 #include <errno.h>
@@ -191,6 +192,8 @@ static size_t edge_cut_min;
 static bool one_stream;
 /* --aligned-cuts: VMMSHIM_ALIGNED_CUTS=1. */
 static bool aligned_cuts;
+/* --give-back-late: VMMSHIM_GIVE_BACK_LATE=1. */
+static bool give_back_late;
 static _Atomic uint64_t calls_counted;
 
 static uint64_t every_call_submits(vmm_backend *be)
@@ -213,6 +216,7 @@ static vmm_core *open_core(vmm_backend *be)
 	cfg.max_handle_bytes = max_handle_mib * MiB;
 	cfg.edge_cut_min = edge_cut_min;
 	cfg.aligned_cuts = aligned_cuts;
+	cfg.give_back_late = give_back_late;
 	if (vmm_core_create(be, &cfg, &core, &err)) {
 		fprintf(stderr, "bench_core: %s\n", err.msg);
 		exit(1);
@@ -646,22 +650,24 @@ static int replay_trace(vmm_backend *be, const char *path)
 		       mib(ph->cached - ph->quarantined), mib(ph->native));
 	}
 	printf("  syncs %llu (and %llu ahead); driver: %llu creates, %llu maps, %llu unmap calls, "
-	       "%llu access calls, %llu releases: %.1f ms on the H200 (model); %.0f ns per call "
-	       "here\n",
+	       "%llu access calls, %llu releases: %.1f ms on the H200 (model), %.1f ms of it after a "
+	       "sync inside a malloc (the GPU idle); %.0f ns per call here\n",
 	       (unsigned long long)r.syncs, (unsigned long long)r.syncs_ahead,
 	       (unsigned long long)r.calls.creates,
 	       (unsigned long long)r.calls.maps, (unsigned long long)r.calls.unmap_calls,
 	       (unsigned long long)r.calls.access_calls, (unsigned long long)r.calls.releases,
-	       r.calls.us / 1e3, r.ns_per_call);
+	       r.calls.us / 1e3, r.calls.after_sync_us / 1e3, r.ns_per_call);
 	printf("  costliest mallocs on the H200 (model):\n");
 	for (int i = 0; i < REPLAY_COSTLIEST && r.costliest[i].calls.us > 0; i++) {
 		const struct costly_request *c = &r.costliest[i];
 
 		printf("    line %-7llu %8.1f MiB  %6.1f ms: %llu creates, %llu maps, %llu handles "
-		       "unmapped, %llu releases, %llu syncs\n", (unsigned long long)c->line,
+		       "unmapped, %llu releases, %llu syncs, %.1f ms after one\n",
+		       (unsigned long long)c->line,
 		       mib(c->size), c->calls.us / 1e3, (unsigned long long)c->calls.creates,
 		       (unsigned long long)c->calls.maps, (unsigned long long)c->calls.unmapped,
-		       (unsigned long long)c->calls.releases, (unsigned long long)c->calls.syncs);
+		       (unsigned long long)c->calls.releases, (unsigned long long)c->calls.syncs,
+		       c->calls.after_sync_us / 1e3);
 	}
 	vmm_core_destroy(core);
 	return r.failed || r.skipped || !r.mallocs ? 1 : 0;
@@ -698,7 +704,8 @@ int main(int argc, char **argv)
 	/* The core's options come last, in any order: the modes' own arguments end before them. */
 	for (int i = 2; i < argc; i++) {
 		bool *flag = !strcmp(argv[i], "--one-stream") ? &one_stream :
-			     !strcmp(argv[i], "--aligned-cuts") ? &aligned_cuts : NULL;
+			     !strcmp(argv[i], "--aligned-cuts") ? &aligned_cuts :
+			     !strcmp(argv[i], "--give-back-late") ? &give_back_late : NULL;
 
 		if (flag) {
 			*flag = true;
