@@ -297,7 +297,7 @@ static struct blk *unshared_block(struct arena *a, size_t size, size_t align, vm
 
 /* What the device's heap had done before a block request, for its log line (slow_log). */
 struct fit_probe {
-	double t0;
+	double t0, sync_wait_s;
 	uint64_t syncs, created, released;
 	struct grow_tally tally;
 };
@@ -311,6 +311,7 @@ static void probe_counts(struct devheap *dh, struct fit_probe *p)
 		p->released += dh->arenas[i]->st.handles_released;
 	}
 	p->tally = dh->tally;
+	p->sync_wait_s = dh->sync_wait_s;
 }
 
 /* At VMMSHIM_LOG=debug, a block request that took SLOW_MS or longer says what it did, so that a
@@ -320,16 +321,19 @@ static void probe_counts(struct devheap *dh, struct fit_probe *p)
 static void slow_log(struct devheap *dh, const struct fit_probe *p0, size_t size,
 		     const struct blk *b)
 {
-	double ms = (vmm_now_s() - p0->t0) * 1e3;
+	double now = vmm_now_s(), ms = (now - p0->t0) * 1e3, after;
 	struct fit_probe p1;
 
 	if (ms < SLOW_MS)
 		return;
 	probe_counts(dh, &p1);
+	/* After its last sync the GPU had nothing queued: a GPU-bound program waited that long. */
+	after = p1.syncs > p0->syncs ? (now - dh->sync_done_s) * 1e3 : 0;
 	vmm_log(VMM_LOG_DEBUG,
 		"device %d: a block of %zu bytes took %.2f ms%s: %llu syncs, %llu handles created, "
 		"%llu released, %llu moved, %llu given back for new memory, %llu pieces given back "
-		"for a large request, %llu shattered",
+		"for a large request (%llu before its sync), %llu shattered; %.2f ms in syncs, "
+		"%.2f ms after the last",
 		dh->dev, size, ms, b ? "" : " (failed)",
 		(unsigned long long)(p1.syncs - p0->syncs),
 		(unsigned long long)(p1.created - p0->created),
@@ -337,7 +341,9 @@ static void slow_log(struct devheap *dh, const struct fit_probe *p0, size_t size
 		(unsigned long long)(p1.tally.moved - p0->tally.moved),
 		(unsigned long long)(p1.tally.recycled - p0->tally.recycled),
 		(unsigned long long)(p1.tally.given_back - p0->tally.given_back),
-		(unsigned long long)(p1.tally.shattered - p0->tally.shattered));
+		(unsigned long long)(p1.tally.given_back_early - p0->tally.given_back_early),
+		(unsigned long long)(p1.tally.shattered - p0->tally.shattered),
+		(p1.sync_wait_s - p0->sync_wait_s) * 1e3, after);
 }
 
 struct blk *arena_alloc_block(struct arena *a, size_t size, size_t align, vmm_error *err)

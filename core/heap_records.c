@@ -7,6 +7,7 @@
 
 #include "heap_blocks.h"
 #include "heap_slab.h"
+#include "mono_wait.h"
 
 struct alloc *alloc_new(struct devheap *dh)
 {
@@ -230,6 +231,7 @@ vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 	vmm_backend *be = dh->core->be;
 	uint64_t before = 0;
 	vmm_status st;
+	double t0;
 
 	if (!dh->quar_total)
 		return VMM_OK;
@@ -242,7 +244,10 @@ vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 	/* before was read ahead of the synchronization: a submission between the two moves the
 	 * count past it, so it is never taken as drained. */
 	dh->synced_known = false;
+	t0 = vmm_now_s();
 	st = be->synchronize(be, dh->dev, err);
+	dh->sync_done_s = vmm_now_s();
+	dh->sync_wait_s += dh->sync_done_s - t0;
 	if (st)
 		return st;
 	if (who)

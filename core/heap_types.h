@@ -204,6 +204,9 @@ struct devheap {
 	 * (arena_give_back_early): its growth takes that much less from free memory and makes it
 	 * new instead. Cleared when the request ends. */
 	size_t given_back_ahead;
+	/* Seconds the heap's own syncs (heap_reclaim) waited in all, and when the last one ended:
+	 * a slow request's log line says how long it waited and how long it took after. */
+	double sync_wait_s, sync_done_s;
 	/* Host backups of the handles, carved from the offload engine's pool (created with the
 	 * first backup). The hooks keep the allocator free of a link-time dependency on it. */
 	struct vmm_backup_pool *backups;

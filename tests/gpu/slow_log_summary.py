@@ -3,7 +3,7 @@
 
 At VMMSHIM_LOG=debug every block request that took 1 ms or more logs one line (core/heap_fit.c,
 slow_log): its size, its time, and what it did (device syncs, handles created, released, moved,
-given back, shattered). This sorts those lines into kinds, by what the request did that cost the
+given back, before the sync or after, shattered; the time in syncs and after the last). This sorts those lines into kinds, by what the request did that cost the
 most driver time, and sums each kind, over the whole log and over its second half (the timed pass
 of `train.py --passes 2` is roughly the second half: both passes play the same steps). With
 --top N it also lists the N slowest requests in log order.
@@ -18,7 +18,9 @@ import sys
 
 LINE = re.compile(r"block of (\d+) bytes took ([\d.]+) ms(?: \(failed\))?: (\d+) syncs, (\d+) handles "
                   r"created, (\d+) released, (\d+) moved, (\d+) given back for new memory, "
-                  r"(?:(\d+) pieces given back for a large request, )?(\d+) shattered")
+                  r"(?:(\d+) pieces given back for a large request"
+                  r"(?: \((\d+) before its sync\))?, )?(\d+) shattered"
+                  r"(?:; ([\d.]+) ms in syncs, ([\d.]+) ms after the last)?")
 KINDS = ("shattered", "given back", "moved", "created", "sync only", "other")
 
 
@@ -48,7 +50,8 @@ def parse(path):
             out.append({"size": int(g[0]), "ms": float(g[1]), "syncs": int(g[2]),
                         "created": int(g[3]), "released": int(g[4]), "moved": int(g[5]),
                         "recycled": int(g[6]), "given_back": int(g[7] or 0),
-                        "shattered": int(g[8])})
+                        "early": int(g[8] or 0), "shattered": int(g[9]),
+                        "sync_ms": float(g[10] or 0), "after_ms": float(g[11] or 0)})
     return out
 
 
@@ -58,7 +61,15 @@ def summary(reqs):
         sel = [r for r in reqs if kind(r) == k]
         if sel:
             parts.append(f"{k} {sum(r['ms'] for r in sel):.0f} ms in {len(sel)}")
-    return "; ".join(parts) if parts else "no slow requests"
+    if not parts:
+        return "no slow requests"
+    # Newer logs also say how long the requests waited for syncs and took after the last one
+    # (the GPU's queue drained: a GPU-bound program waits for all of that).
+    waits = sum(r["sync_ms"] for r in reqs)
+    after = sum(r["after_ms"] for r in reqs)
+    if waits or after:
+        parts.append(f"(waiting for syncs {waits:.0f} ms, after them {after:.0f} ms)")
+    return "; ".join(parts)
 
 
 def main():
@@ -76,8 +87,10 @@ def main():
             for i in sorted(top):
                 r = reqs[i]
                 print(f"  #{i + 1:<5} {r['size'] / 2**20:9.1f} MiB {r['ms']:7.2f} ms  {kind(r)}: "
-                      f"{r['syncs']} syncs, {r['moved']} moved, {r['given_back']} given back, "
-                      f"{r['created']} created, {r['shattered']} shattered")
+                      f"{r['syncs']} syncs, {r['moved']} moved, {r['given_back']} given back "
+                      f"({r['early']} before the sync), {r['created']} created, "
+                      f"{r['shattered']} shattered; {r['sync_ms']:.1f} ms in syncs, "
+                      f"{r['after_ms']:.1f} after")
     return 0
 
 

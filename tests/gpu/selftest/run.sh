@@ -178,13 +178,18 @@ with open(log, "w") as f:
                  "vmmshim[1] debug: device 0: a block of 103710720 bytes took 9.25 ms: 1 syncs, "
                  "0 handles created, 0 released, 0 moved, 0 given back for new memory, "
                  "0 pieces given back for a large request, 0 shattered",
+                 "vmmshim[1] debug: device 0: a block of 3833856000 bytes took 40.10 ms: 1 syncs, "
+                 "1 handles created, 1700 released, 3 moved, 0 given back for new memory, "
+                 "1700 pieces given back for a large request (1600 before its sync), 0 shattered; "
+                 "12.50 ms in syncs, 3.20 ms after the last",
                  "vmmshim[1] info: not a slow line"):
         f.write(line + "\n")
 summ = subprocess.run([sys.executable, os.path.join(os.environ["GPU_DIR"], "slow_log_summary.py"),
                        "--top", "1", log], capture_output=True, text=True).stdout
 os.unlink(log)
-for part in ("3 slow requests", "all:         shattered 22 ms in 1; moved 74 ms in 1; "
-             "sync only 9 ms in 1", "3090.8 MiB   74.12 ms  moved: 0 syncs, 1383 moved"):
+for part in ("4 slow requests", "all:         shattered 22 ms in 1; given back 40 ms in 1; "
+             "moved 74 ms in 1; sync only 9 ms in 1; (waiting for syncs 12 ms, after them 3 ms)",
+             "3090.8 MiB   74.12 ms  moved: 0 syncs, 1383 moved"):
     if part not in summ:
         bad.append(f"slow_log_summary.py does not say {part!r}: {summ!r}")
 print("selftest:", "ok" if not bad else "FAILED: " + "; ".join(bad))
