@@ -333,7 +333,7 @@ static void slow_log(struct devheap *dh, const struct fit_probe *p0, size_t size
 		"device %d: a block of %zu bytes took %.2f ms%s: %llu syncs, %llu handles created, "
 		"%llu released, %llu moved, %llu given back for new memory, %llu pieces given back "
 		"for a large request (%llu before its sync), %llu shattered; %.2f ms in syncs, "
-		"%.2f ms after the last",
+		"%.2f ms after the last; ended at %.4f s",
 		dh->dev, size, ms, b ? "" : " (failed)",
 		(unsigned long long)(p1.syncs - p0->syncs),
 		(unsigned long long)(p1.created - p0->created),
@@ -343,7 +343,7 @@ static void slow_log(struct devheap *dh, const struct fit_probe *p0, size_t size
 		(unsigned long long)(p1.tally.given_back - p0->tally.given_back),
 		(unsigned long long)(p1.tally.given_back_early - p0->tally.given_back_early),
 		(unsigned long long)(p1.tally.shattered - p0->tally.shattered),
-		(p1.sync_wait_s - p0->sync_wait_s) * 1e3, after);
+		(p1.sync_wait_s - p0->sync_wait_s) * 1e3, after, now);
 }
 
 struct blk *arena_alloc_block(struct arena *a, size_t size, size_t align, vmm_error *err)

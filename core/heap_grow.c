@@ -19,7 +19,10 @@
  * A request of whole_handle_min or more that would have GIVE_BACK_MIN or more free 2 MiB pieces
  * moved to it gives them back to the driver instead and makes their bytes again, with the rest,
  * as new handles (plan_give_back): a move costs ~50 us a piece on the H200, a give-back ~25, and
- * the allocation is one handle, which a later request moves in one call.
+ * the allocation is one handle, which a later request moves in one call. When such a request must
+ * first wait for a device sync, the pieces that are idle already go back before it
+ * (arena_give_back_early), while the GPU still runs the program's queue; the growth after the
+ * sync counts them as taken.
  * A handle larger than a granule that a smaller allocation would share with free memory is
  * re-created first (handle_shatter; one larger than 64 MiB as 64 MiB handles, of which only the
  * one shared is cut further, into 2 MiB pieces, at the allocation's edges or in aligned

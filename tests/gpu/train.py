@@ -127,11 +127,21 @@ def varlen(args):
             t0 = time.perf_counter()
             with torch.autocast(args.device, dtype=torch.bfloat16):
                 logits = model(tokens[:, :-1])
+            t_fwd = time.perf_counter()
             loss = F.cross_entropy(logits.float().reshape(-1, vocab), tokens[:, 1:].reshape(-1))
+            t_loss = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            t_bwd = time.perf_counter()
             opt.step()
+            t_opt = time.perf_counter()
             sync()
+            # When the host had queued each phase, on the clock of the shim's debug log
+            # (CLOCK_MONOTONIC): a phase queued long before the step's end ran GPU-bound; one
+            # queued just before it, host-bound (its allocations, say).
+            print(f"STEPAT {step} {batch}x{length} start {t0:.4f} queued: forward "
+                  f"{t_fwd:.4f} loss {t_loss:.4f} backward {t_bwd:.4f} optimizer {t_opt:.4f}; "
+                  f"end {time.perf_counter():.4f}", flush=True)
             if timed and step >= args.warmup:
                 times.append((time.perf_counter() - t0) * 1e3)
             print(f"STEP {step} {batch}x{length} {(time.perf_counter() - t0) * 1e3:.1f} ms "
