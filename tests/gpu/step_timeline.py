@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Where one training step of the PyTorch benchmark spent its time, host against GPU.
+
+train.py --mode varlen prints, per step, when the host had queued its forward, loss, backward and
+optimizer (STEPAT lines), and at VMMSHIM_LOG=debug the heap logs each request of 1 ms or more
+with the moment it ended (core/heap_fit.c, slow_log), on the same clock (CLOCK_MONOTONIC). A
+step whose host queued everything long before the step's end was GPU-bound; one whose host
+finished queueing just before it was held up on the host, and the slow requests in between say
+by what: their time, syncs (and the time after the last, when the GPU had nothing queued),
+pieces given back (before a sync or after) and handles cut.
+
+Usage: step_timeline.py OUT ERR [STEP]   (STEP: a shape such as 16x1872, or "all"; default the
+  largest; OUT and ERR a run's stdout and stderr, e.g. bench_train.NO_CACHING+VMMSHIM_LOG=debug.
+  shim.0.out and .err from gpu-check-logs.tgz). Every step's line is printed; the slow requests
+  of the chosen step's runs (each pass) are listed under it.
+"""
+import re
+import sys
+
+STEP = re.compile(r"STEPAT (\d+) (\S+) start ([\d.]+) queued: forward ([\d.]+) loss ([\d.]+) "
+                  r"backward ([\d.]+) optimizer ([\d.]+); end ([\d.]+)")
+SLOW = re.compile(r"block of (\d+) bytes took ([\d.]+) ms.*?: (\d+) syncs, \d+ handles created, "
+                  r"(\d+) released, (\d+) moved, \d+ given back for new memory, (\d+) pieces given "
+                  r"back for a large request(?: \((\d+) before its sync\))?, (\d+) shattered; "
+                  r"([\d.]+) ms in syncs, ([\d.]+) ms after the last; ended at ([\d.]+)")
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    steps = []
+    with open(sys.argv[1], errors="replace") as f:
+        for line in f:
+            m = STEP.search(line)
+            if m:
+                g = m.groups()
+                steps.append((int(g[0]), g[1]) + tuple(float(x) for x in g[2:]))
+    slow = []
+    with open(sys.argv[2], errors="replace") as f:
+        for line in f:
+            m = SLOW.search(line)
+            if m:
+                g = m.groups()
+                slow.append({"mib": int(g[0]) / 2**20, "ms": float(g[1]), "syncs": int(g[2]),
+                             "released": int(g[3]), "moved": int(g[4]), "given": int(g[5]),
+                             "early": int(g[6] or 0), "cut": int(g[7]), "sync_ms": float(g[8]),
+                             "after": float(g[9]), "end": float(g[10])})
+    if not steps:
+        print(f"{sys.argv[1]}: no STEPAT lines (train.py --mode varlen prints them)")
+        return 1
+    want = sys.argv[3] if len(sys.argv) > 3 else \
+        max(steps, key=lambda s: eval(s[1].replace("x", "*")))[1]
+    for i, name, t0, fwd, loss, bwd, opt, end in steps:
+        ms = lambda t: (t - t0) * 1e3  # noqa: E731
+        print(f"step {i:2d} {name:8s} {ms(end):6.1f} ms; host queued: forward {ms(fwd):6.1f}, "
+              f"loss {ms(loss):6.1f}, backward {ms(bwd):6.1f}, optimizer {ms(opt):6.1f}")
+        if want not in (name, "all"):
+            continue
+        sel = [r for r in slow if t0 <= r["end"] <= end]
+        print(f"    {len(sel)} slow requests, {sum(r['ms'] for r in sel):.1f} ms; "
+              f"{sum(r['syncs'] for r in sel)} syncs, {sum(r['sync_ms'] for r in sel):.1f} ms in "
+              f"them, {sum(r['after'] for r in sel):.1f} ms after")
+        for r in sel:
+            print(f"      ended {ms(r['end']):7.1f} ms {r['mib']:8.1f} MiB {r['ms']:6.2f} ms: "
+                  f"{r['syncs']} syncs ({r['sync_ms']:.1f} ms, {r['after']:.1f} after), "
+                  f"{r['released']} released, {r['moved']} moved, {r['given']} pieces given "
+                  f"back ({r['early']} before the sync), {r['cut']} cut")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
