@@ -264,6 +264,21 @@ bool t_check(vmm_devptr p, size_t n, uint64_t seed)
 	return true;
 }
 
+void t_scatter(struct tctx *t, int n, vmm_devptr *kept)
+{
+	vmm_devptr *freed = calloc((size_t)n, sizeof(*freed));
+
+	cr_assert(freed);
+	for (int i = 0; i < n; i++) {
+		cr_assert_eq(vmm_malloc(t->core, 0, 4 * MiB, 0, NULL, &freed[i], NULL), VMM_OK);
+		cr_assert_eq(vmm_malloc(t->core, 0, 2 * MiB, 0, NULL, &kept[i], NULL), VMM_OK);
+		t_fill(kept[i], 2 * MiB, (unsigned char)(i + 1));
+	}
+	for (int i = 0; i < n; i++)
+		cr_assert_eq(vmm_free(t->core, freed[i], NULL), VMM_OK);
+	free(freed);
+}
+
 void t_wait_flag(atomic_bool *flag, const char *what)
 {
 	for (int i = 0; i < 10000 && !atomic_load(flag); i++)

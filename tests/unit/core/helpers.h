@@ -64,6 +64,11 @@ void t_import_drop(struct tctx *t, const vmm_share_info *want, vmm_devptr view);
 void t_fill(vmm_devptr p, size_t n, uint64_t seed);
 bool t_check(vmm_devptr p, size_t n, uint64_t seed);
 
+/* n pairs of a 4 MiB allocation and a kept 2 MiB one, kept[i] filled with i + 1, then the 4 MiB
+ * ones freed (into quarantine): free memory scattered in 4 MiB holes with no larger free range,
+ * as a large request finds it after a training step. */
+void t_scatter(struct tctx *t, int n, vmm_devptr *kept);
+
 /* Wait until another thread sets *flag, 10 s at most (a thread may start late on a loaded
  * machine: pauses a test makes after this count from that thread's own step); fails the test
  * naming `what` when it never is. */

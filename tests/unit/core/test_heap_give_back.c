@@ -24,17 +24,9 @@ struct scattered {
  * no free range over 4 MiB. `fail` names the driver calls that will fail (SIMDEV_FAIL). */
 static void setup(struct scattered *s, const char *fail)
 {
-	vmm_devptr freed[PAIRS];
-
 	t_simdev_env("512M", NULL, fail);
 	t_open(&s->t, NULL);
-	for (int i = 0; i < PAIRS; i++) {
-		cr_assert_eq(vmm_malloc(s->t.core, 0, 4 * MiB, 0, NULL, &freed[i], NULL), VMM_OK);
-		cr_assert_eq(vmm_malloc(s->t.core, 0, 2 * MiB, 0, NULL, &s->kept[i], NULL), VMM_OK);
-		t_fill(s->kept[i], 2 * MiB, (unsigned char)(i + 1));
-	}
-	for (int i = 0; i < PAIRS; i++)
-		cr_assert_eq(vmm_free(s->t.core, freed[i], NULL), VMM_OK);
+	t_scatter(&s->t, PAIRS, s->kept);
 	cr_assert_eq(t_stats(&s->t, 0, NULL).handles_created, SETUP_CREATES,
 		     "the fault numbers below assume %d creates, not %llu", SETUP_CREATES,
 		     (unsigned long long)t_stats(&s->t, 0, NULL).handles_created);

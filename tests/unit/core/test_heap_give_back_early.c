@@ -57,19 +57,13 @@ struct scene {
  * holds 128 + 192 + 64 = 384 MiB, and `first`. */
 static vmm_devptr setup(struct scene *s, const vmm_config *cfg, size_t first, vmm_devptr *z)
 {
-	vmm_devptr freed[PAIRS], big;
+	vmm_devptr big;
 
 	t_simdev_env("1G", NULL, NULL);
 	t_open(&s->t, cfg);
 	if (first)
 		cr_assert_eq(vmm_malloc(s->t.core, 0, first, 0, NULL, z, NULL), VMM_OK);
-	for (int i = 0; i < PAIRS; i++) {
-		cr_assert_eq(vmm_malloc(s->t.core, 0, 4 * MiB, 0, NULL, &freed[i], NULL), VMM_OK);
-		cr_assert_eq(vmm_malloc(s->t.core, 0, 2 * MiB, 0, NULL, &s->kept[i], NULL), VMM_OK);
-		t_fill(s->kept[i], 2 * MiB, (unsigned char)(i + 1));
-	}
-	for (int i = 0; i < PAIRS; i++)
-		cr_assert_eq(vmm_free(s->t.core, freed[i], NULL), VMM_OK);
+	t_scatter(&s->t, PAIRS, s->kept);
 	/* 256 MiB in quarantine: this request syncs, then is made of 32 pieces given back. */
 	cr_assert_eq(vmm_malloc(s->t.core, 0, 64 * MiB, 0, NULL, &big, NULL), VMM_OK);
 	cr_assert_eq(t_dev_used(&s->t, 0), 384 * MiB + first, "%llu MiB",
