@@ -25,27 +25,22 @@ SLOW = re.compile(r"block of (\d+) bytes took ([\d.]+) ms.*?: (\d+) syncs, \d+ h
                   r"([\d.]+) ms in syncs, ([\d.]+) ms after the last; ended at ([\d.]+)")
 
 
+def matches(path, pattern):
+    """The groups of each line of path that pattern finds."""
+    with open(path, errors="replace") as f:
+        return [m.groups() for m in map(pattern.search, f) if m]
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
-    steps = []
-    with open(sys.argv[1], errors="replace") as f:
-        for line in f:
-            m = STEP.search(line)
-            if m:
-                g = m.groups()
-                steps.append((int(g[0]), g[1]) + tuple(float(x) for x in g[2:]))
-    slow = []
-    with open(sys.argv[2], errors="replace") as f:
-        for line in f:
-            m = SLOW.search(line)
-            if m:
-                g = m.groups()
-                slow.append({"mib": int(g[0]) / 2**20, "ms": float(g[1]), "syncs": int(g[2]),
-                             "released": int(g[3]), "moved": int(g[4]), "given": int(g[5]),
-                             "early": int(g[6] or 0), "cut": int(g[7]), "sync_ms": float(g[8]),
-                             "after": float(g[9]), "end": float(g[10])})
+    steps = [(int(g[0]), g[1]) + tuple(float(x) for x in g[2:])
+             for g in matches(sys.argv[1], STEP)]
+    slow = [{"mib": int(g[0]) / 2**20, "ms": float(g[1]), "syncs": int(g[2]),
+             "released": int(g[3]), "moved": int(g[4]), "given": int(g[5]),
+             "early": int(g[6] or 0), "cut": int(g[7]), "sync_ms": float(g[8]),
+             "after": float(g[9]), "end": float(g[10])} for g in matches(sys.argv[2], SLOW)]
     if not steps:
         print(f"{sys.argv[1]}: no STEPAT lines (train.py --mode varlen prints them)")
         return 1

@@ -192,6 +192,27 @@ for part in ("4 slow requests", "all:         shattered 22 ms in 1; given back 4
              "3090.8 MiB   74.12 ms  moved: 0 syncs, 1383 moved"):
     if part not in summ:
         bad.append(f"slow_log_summary.py does not say {part!r}: {summ!r}")
+# The step timeline places a step's slow requests between its start and end.
+out, err = log + ".out", log + ".err"
+with open(out, "w") as f:
+    f.write("STEPAT 0 4x128 start 100.0000 queued: forward 100.0100 loss 100.0110 backward "
+            "100.0200 optimizer 100.0210; end 100.0500\n"
+            "STEPAT 1 16x1872 start 200.0000 queued: forward 200.0600 loss 200.0830 backward "
+            "200.2560 optimizer 200.2600; end 200.3620\n")
+with open(err, "w") as f:
+    f.write("vmmshim[1] debug: device 0: a block of 3833856000 bytes took 91.94 ms: 0 syncs, "
+            "1 handles created, 1732 released, 5 moved, 0 given back for new memory, 1732 pieces "
+            "given back for a large request (0 before its sync), 0 shattered; 0.00 ms in syncs, "
+            "0.00 ms after the last; ended at 200.1783\n")
+tl = subprocess.run([sys.executable, os.path.join(os.environ["GPU_DIR"], "step_timeline.py"),
+                     out, err], capture_output=True, text=True).stdout
+os.unlink(out)
+os.unlink(err)
+for part in ("step  1 16x1872   362.0 ms; host queued: forward   60.0, loss   83.0, backward  256.0",
+             "1 slow requests, 91.9 ms", "ended   178.3 ms   3656.2 MiB  91.94 ms", "1732 pieces "
+             "given back (0 before the sync)"):
+    if part not in tl:
+        bad.append(f"step_timeline.py does not say {part!r}: {tl!r}")
 print("selftest:", "ok" if not bad else "FAILED: " + "; ".join(bad))
 sys.exit(1 if bad else 0)
 PY
