@@ -552,17 +552,17 @@ static vmm_status grow_in_place(struct arena *a, struct blk *b, size_t size, siz
 	return st;
 }
 
-size_t arena_give_back_early(struct arena *a, size_t size, size_t align)
+void arena_give_back_early(struct arena *a, size_t size, size_t align)
 {
 	struct devheap *dh = a->dh;
 	struct grow_plan p = { 0 };
 	struct larger l = { 0 };
-	uint64_t before = dh->tally.given_back;
+	uint64_t before = dh->tally.given_back, went;
 	struct blk *b;
 	size_t want;
 
 	if (dh->core->cfg.give_back_late || piece_for(dh, size) <= dh->gran)
-		return 0;
+		return;
 	/* The growth's own first choice: in place after this block, else at a fresh range. */
 	b = extendable_block(a, size, align);
 	want = align_up(b ? need_in(b, size, align) - b->size : size, dh->gran);
@@ -570,9 +570,9 @@ size_t arena_give_back_early(struct arena *a, size_t size, size_t align)
 		plan_give_back(dh, &p);
 	free(l.h);
 	plan_done(&p); /* what is left in it was only looked at: still mapped, still free */
-	dh->tally.given_back_early += dh->tally.given_back - before;
-	dh->given_back_ahead += (size_t)(dh->tally.given_back - before) * dh->gran;
-	return (size_t)(dh->tally.given_back - before);
+	went = dh->tally.given_back - before;
+	dh->tally.given_back_early += went;
+	dh->given_back_ahead += (size_t)went * dh->gran;
 }
 
 /* A fresh range: granule-aligned, so no padding is needed for any alignment up to a granule. */

@@ -21,12 +21,12 @@ vmm_status arena_grow(struct arena *a, size_t size, size_t align, bool may_creat
  * release, ~35-50 us a piece on the H200, run while the GPU still works through the program's
  * queue; after the sync it would have nothing to run. The device's memory only shrinks, and
  * the request's growth after the sync takes that much less from free memory
- * (devheap.given_back_ahead, cleared when the request ends). Returns how many pieces went; none
+ * (devheap.given_back_ahead, cleared when the request ends; the tally counts them). None go
  * with give_back_late or for a request that gets new memory in pieces. The caller skips it
  * when the sync may make a block that fits (the pieces would then be made again for nothing).
  * On the H200 PyTorch benchmark (3 Dec night, 5 pairs) it was neutral: median step 105 against
  * 109 ms, mean 142 against 141, as its costliest request needs no sync at all. */
-size_t arena_give_back_early(struct arena *a, size_t size, size_t align);
+void arena_give_back_early(struct arena *a, size_t size, size_t align);
 
 /* Whether a request of size bytes gets new memory in handles of up to max_handle_bytes (else in
  * 2 MiB pieces): at least whole_handle_min, or max_handle_bytes when that is smaller. */
