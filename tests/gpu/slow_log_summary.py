@@ -20,7 +20,8 @@ LINE = re.compile(r"block of (\d+) bytes took ([\d.]+) ms(?: \(failed\))?: (\d+)
                   r"created, (\d+) released, (\d+) moved, (\d+) given back for new memory, "
                   r"(?:(\d+) pieces given back for a large request"
                   r"(?: \((\d+) before its sync\))?, )?(\d+) shattered"
-                  r"(?:; ([\d.]+) ms in syncs, ([\d.]+) ms after the last)?")
+                  r"(?:; ([\d.]+) ms in syncs, ([\d.]+) ms after the last"
+                  r"(?:; ended at ([\d.]+))?)?")
 KINDS = ("shattered", "given back", "moved", "created", "sync only", "other")
 
 
@@ -51,7 +52,8 @@ def parse(path):
                         "created": int(g[3]), "released": int(g[4]), "moved": int(g[5]),
                         "recycled": int(g[6]), "given_back": int(g[7] or 0),
                         "early": int(g[8] or 0), "shattered": int(g[9]),
-                        "sync_ms": float(g[10] or 0), "after_ms": float(g[11] or 0)})
+                        "sync_ms": float(g[10] or 0), "after_ms": float(g[11] or 0),
+                        "end": float(g[12]) if g[12] else None})
     return out
 
 

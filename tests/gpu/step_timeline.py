@@ -17,12 +17,10 @@ Usage: step_timeline.py OUT ERR [STEP]   (STEP: a shape such as 16x1872, or "all
 import re
 import sys
 
+from slow_log_summary import parse  # the one reader of the heap's slow-request lines
+
 STEP = re.compile(r"STEPAT (\d+) (\S+) start ([\d.]+) queued: forward ([\d.]+) loss ([\d.]+) "
                   r"backward ([\d.]+) optimizer ([\d.]+); end ([\d.]+)")
-SLOW = re.compile(r"block of (\d+) bytes took ([\d.]+) ms.*?: (\d+) syncs, \d+ handles created, "
-                  r"(\d+) released, (\d+) moved, \d+ given back for new memory, (\d+) pieces given "
-                  r"back for a large request(?: \((\d+) before its sync\))?, (\d+) shattered; "
-                  r"([\d.]+) ms in syncs, ([\d.]+) ms after the last; ended at ([\d.]+)")
 
 
 def matches(path, pattern):
@@ -31,21 +29,24 @@ def matches(path, pattern):
         return [m.groups() for m in map(pattern.search, f) if m]
 
 
+def tokens(shape):
+    """Batch times length of a shape such as 16x1872."""
+    batch, length = shape.split("x")
+    return int(batch) * int(length)
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__, file=sys.stderr)
         return 2
     steps = [(int(g[0]), g[1]) + tuple(float(x) for x in g[2:])
              for g in matches(sys.argv[1], STEP)]
-    slow = [{"mib": int(g[0]) / 2**20, "ms": float(g[1]), "syncs": int(g[2]),
-             "released": int(g[3]), "moved": int(g[4]), "given": int(g[5]),
-             "early": int(g[6] or 0), "cut": int(g[7]), "sync_ms": float(g[8]),
-             "after": float(g[9]), "end": float(g[10])} for g in matches(sys.argv[2], SLOW)]
+    slow = [r for r in parse(sys.argv[2]) if r["end"] is not None]
     if not steps:
         print(f"{sys.argv[1]}: no STEPAT lines (train.py --mode varlen prints them)")
         return 1
     want = sys.argv[3] if len(sys.argv) > 3 else \
-        max(steps, key=lambda s: eval(s[1].replace("x", "*")))[1]
+        max(steps, key=lambda s: tokens(s[1]))[1]
     for i, name, t0, fwd, loss, bwd, opt, end in steps:
         ms = lambda t: (t - t0) * 1e3  # noqa: E731
         print(f"step {i:2d} {name:8s} {ms(end):6.1f} ms; host queued: forward {ms(fwd):6.1f}, "
@@ -55,12 +56,13 @@ def main():
         sel = [r for r in slow if t0 <= r["end"] <= end]
         print(f"    {len(sel)} slow requests, {sum(r['ms'] for r in sel):.1f} ms; "
               f"{sum(r['syncs'] for r in sel)} syncs, {sum(r['sync_ms'] for r in sel):.1f} ms in "
-              f"them, {sum(r['after'] for r in sel):.1f} ms after")
+              f"them, {sum(r['after_ms'] for r in sel):.1f} ms after")
         for r in sel:
-            print(f"      ended {ms(r['end']):7.1f} ms {r['mib']:8.1f} MiB {r['ms']:6.2f} ms: "
-                  f"{r['syncs']} syncs ({r['sync_ms']:.1f} ms, {r['after']:.1f} after), "
-                  f"{r['released']} released, {r['moved']} moved, {r['given']} pieces given "
-                  f"back ({r['early']} before the sync), {r['cut']} cut")
+            print(f"      ended {ms(r['end']):7.1f} ms {r['size'] / 2**20:8.1f} MiB "
+                  f"{r['ms']:6.2f} ms: {r['syncs']} syncs ({r['sync_ms']:.1f} ms, "
+                  f"{r['after_ms']:.1f} after), {r['released']} released, {r['moved']} moved, "
+                  f"{r['given_back']} pieces given back ({r['early']} before the sync), "
+                  f"{r['shattered']} cut")
     return 0
 
 
