@@ -28,6 +28,27 @@ void vmm_config_defaults(vmm_config *cfg)
 	cfg->sync_ahead_min = 0;       /* the program's own thread synchronizes (the shim sets it) */
 }
 
+/* The caller's configuration, whole (so that a field added later cannot be dropped here), with
+ * the sizes whose 0 means "the default" given theirs (out holds the defaults). */
+static void config_take(vmm_config *out, const vmm_config *cfg)
+{
+	vmm_config def = *out;
+
+	*out = *cfg;
+	if (!cfg->cache_limit)
+		out->cache_limit = def.cache_limit;
+	if (!cfg->max_handle_bytes)
+		out->max_handle_bytes = def.max_handle_bytes;
+	if (!cfg->whole_handle_min)
+		out->whole_handle_min = def.whole_handle_min;
+	if (!cfg->small_max)
+		out->small_max = def.small_max;
+	if (!cfg->granule_start_min)
+		out->granule_start_min = def.granule_start_min;
+	if (!cfg->edge_cut_min)
+		out->edge_cut_min = def.edge_cut_min;
+}
+
 vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **out, vmm_error *err)
 {
 	struct vmm_core *c;
@@ -40,24 +61,8 @@ vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **ou
 	if (!c)
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the core");
 	vmm_config_defaults(&c->cfg);
-	if (cfg) {
-		if (cfg->cache_limit)
-			c->cfg.cache_limit = cfg->cache_limit;
-		c->cfg.reserve_bytes = cfg->reserve_bytes;
-		if (cfg->max_handle_bytes)
-			c->cfg.max_handle_bytes = cfg->max_handle_bytes;
-		if (cfg->whole_handle_min)
-			c->cfg.whole_handle_min = cfg->whole_handle_min;
-		if (cfg->small_max)
-			c->cfg.small_max = cfg->small_max;
-		if (cfg->granule_start_min)
-			c->cfg.granule_start_min = cfg->granule_start_min;
-		if (cfg->edge_cut_min)
-			c->cfg.edge_cut_min = cfg->edge_cut_min;
-		c->cfg.aligned_cuts = cfg->aligned_cuts;
-		c->cfg.give_back_late = cfg->give_back_late;
-		c->cfg.sync_ahead_min = cfg->sync_ahead_min;
-	}
+	if (cfg)
+		config_take(&c->cfg, cfg);
 	st = be->device_count(be, &c->ndev, err);
 	if (st) {
 		free(c);
