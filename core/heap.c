@@ -433,7 +433,6 @@ vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *ou
 			out->handles_cut += dh->tally.shattered;
 			out->pieces_given_back += dh->tally.given_back;
 			out->pieces_given_back_early += dh->tally.given_back_early;
-			out->pieces_trimmed += dh->tally.trimmed;
 		}
 		for (size_t k = 0; k < atomic_load(&dh->nres); k++)
 			out->reserved_bytes += dh->res[k].size;

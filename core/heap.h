@@ -60,8 +60,6 @@ typedef struct vmm_config {
 	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
 	size_t sync_ahead_min;     /* a thread synchronizes the device once this many freed bytes
 	                            * wait in its quarantine (CUDA only; heap_ahead.h); 0 = never */
-	double idle_trim_s;        /* after each sync ahead, that thread gives back the 2 MiB pieces
-	                            * wholly free for this many seconds (heap_trim.h); 0 = never */
 } vmm_config;
 
 /* The configuration's defaults, filled in. */

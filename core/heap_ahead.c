@@ -19,7 +19,6 @@
 #include <stdlib.h>
 
 #include "heap_records.h"
-#include "heap_trim.h"
 #include "lib_thread.h"
 #include "log.h"
 #include "mono_wait.h"
@@ -70,9 +69,6 @@ static void *ahead_main(void *arg)
 		pthread_mutex_lock(&dh->lock);
 		finish(dh, st == VMM_OK);
 		pthread_mutex_unlock(&dh->lock);
-		/* What the sync made free may have been idle long enough (heap_trim.h). */
-		if (st == VMM_OK)
-			trim_round(dh);
 		pthread_mutex_lock(&ah->lock);
 	}
 	ah->gone = true;

@@ -25,8 +25,7 @@
  *   heap_grow.c     growth: wholly free handles moved from anywhere, then new ones
  *                   -> phys, blocks, va
  *   heap_ahead.c    syncing ahead: the core's thread syncs the device and reclaims the
- *                   quarantine up to the free that came before it      -> trim, records
- *   heap_trim.c     idle pieces given back on the core's thread after its syncs -> phys
+ *                   quarantine up to the free that came before it          -> records
  *   heap_records.c  allocation records: index by base, quarantine, reclaim after a sync
  *                   -> slab, blocks
  *   heap_slab.c     small allocations packed in one-granule slabs        -> blocks

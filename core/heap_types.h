@@ -107,8 +107,6 @@ struct phandle {
 	 * program retained (its handle value names this physical memory). */
 	bool release_ok;
 	bool retained;
-	/* When a trim round (heap_trim.c) first saw it wholly free; 0: not free at the last. */
-	double free_since;
 	struct phandle *prev, *next;
 };
 
@@ -163,7 +161,6 @@ struct grow_tally {
 	uint64_t shattered;     /* large handles re-created as pieces (handle_shatter) */
 	uint64_t given_back;    /* free pieces given back for a large request (plan_give_back) */
 	uint64_t given_back_early; /* of those, before the request's sync (arena_give_back_early) */
-	uint64_t trimmed;       /* idle pieces given back on the core's thread (heap_trim.c) */
 };
 
 struct devheap {

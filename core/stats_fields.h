@@ -60,8 +60,6 @@
 	X(pieces_given_back, OWN, "", 0, PRIVATE)                                              \
 	/* of those, before the sync the request waited for (while the GPU still ran) */        \
 	X(pieces_given_back_early, OWN, "", 0, PRIVATE)                                        \
-	/* idle pieces given back on the core's thread (heap_trim.c, VMMSHIM_IDLE_TRIM) */      \
-	X(pieces_trimmed, OWN, "", 0, PRIVATE)                                                 \
 	/* legacy IPC (heap_share.c): bytes in handles another process may map (they stay      \
 	 * resident), and of those the bytes freed but not reusable; the status reply carries   \
 	 * them for the sides with legacy IPC only (dispatch.c, put_shared) */                 \

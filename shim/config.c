@@ -11,9 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-/* SET_SECONDS_OR_OFF: seconds as SET_SECONDS, or 0 / "off" for never (stored as 0). */
-enum setting_kind { SET_BOOL, SET_SIZE, SET_LOG, SET_STRING, SET_SECONDS, SET_SECONDS_OR_OFF,
-		    SET_INT };
+enum setting_kind { SET_BOOL, SET_SIZE, SET_LOG, SET_STRING, SET_SECONDS, SET_INT };
 
 struct setting {
 	const char *env;
@@ -66,11 +64,6 @@ static const struct setting settings[] = {
 	  "once this much freed memory waits to be reused on a CUDA device, a thread of the shim "
 	  "synchronizes the device while the program goes on, so that the program's allocations "
 	  "seldom wait for the GPU themselves; 0: never (the program's thread synchronizes)" },
-	{ "VMMSHIM_IDLE_TRIM", SET_SECONDS_OR_OFF, AT(core.idle_trim_s), "off",
-	  "seconds (or 500ms) after which 2 MiB pieces of freed device memory that stayed unused "
-	  "go back to the driver, given back by the shim's thread after its synchronizations "
-	  "while the program goes on; off: only when memory runs short or a large allocation "
-	  "needs them" },
 	{ "VMMSHIM_LONE_STREAM", SET_BOOL, AT(lone_stream), "1",
 	  "1: while all of the program's CUDA work goes to one stream, memory it frees is reused at "
 	  "once in that stream's order, with no wait for the device; a second stream first waits "
@@ -248,12 +241,6 @@ static bool apply(shim_config *cfg, const struct setting *s, const char *v)
 		return parse_log(v, field);
 	case SET_SECONDS:
 		return parse_seconds(v, field);
-	case SET_SECONDS_OR_OFF:
-		if (!strcmp(v, "off") || !strcmp(v, "0")) {
-			*(double *)field = 0;
-			return true;
-		}
-		return parse_seconds(v, field);
 	case SET_INT:
 		return parse_int(v, field);
 	case SET_STRING:
@@ -282,7 +269,6 @@ static void reset_field(shim_config *cfg, const struct setting *s)
 	static const size_t widths[] = { [SET_BOOL] = sizeof(bool), [SET_SIZE] = sizeof(size_t),
 					 [SET_LOG] = sizeof(vmm_log_level),
 					 [SET_SECONDS] = sizeof(double),
-					 [SET_SECONDS_OR_OFF] = sizeof(double),
 					 [SET_INT] = sizeof(int),
 					 [SET_STRING] = SHIM_RUN_DIR_MAX };
 	shim_config d;
@@ -349,12 +335,6 @@ void shim_config_describe(const shim_config *cfg, shim_config_line_fn fn, void *
 			break;
 		case SET_SECONDS:
 			snprintf(val, sizeof(val), "%g", *(const double *)field);
-			break;
-		case SET_SECONDS_OR_OFF:
-			if (*(const double *)field > 0)
-				snprintf(val, sizeof(val), "%g", *(const double *)field);
-			else
-				snprintf(val, sizeof(val), "off");
 			break;
 		case SET_INT:
 			snprintf(val, sizeof(val), "%d", *(const int *)field);

@@ -67,16 +67,15 @@ static void log_side(const shim_side *s)
 	vmm_log(VMM_LOG_INFO,
 		"exit: %s served %llu allocations (%llu frees), peak %llu bytes live / %llu mapped; "
 		"live at exit: %llu bytes in %llu allocations; %llu handles created, %llu released, "
-		"%llu moved, %llu cut, %llu pieces given back (%llu before a sync, %llu idle); "
-		"%llu device syncs (%llu ahead, %llu skipped)",
+		"%llu moved, %llu cut, %llu pieces given back (%llu before a sync); %llu device syncs "
+		"(%llu ahead, %llu skipped)",
 		s->name, (unsigned long long)st.alloc_calls, (unsigned long long)st.free_calls,
 		(unsigned long long)st.peak_live_bytes, (unsigned long long)st.peak_mapped_bytes,
 		(unsigned long long)st.live_bytes, (unsigned long long)st.live_count,
 		(unsigned long long)st.handles_created, (unsigned long long)st.handles_released,
 		(unsigned long long)st.handles_moved, (unsigned long long)st.handles_cut,
 		(unsigned long long)st.pieces_given_back,
-		(unsigned long long)st.pieces_given_back_early,
-		(unsigned long long)st.pieces_trimmed, (unsigned long long)st.syncs,
+		(unsigned long long)st.pieces_given_back_early, (unsigned long long)st.syncs,
 		(unsigned long long)st.syncs_ahead, (unsigned long long)st.syncs_skipped);
 }
 
