@@ -1,7 +1,8 @@
 #!/bin/sh
 # bench_core --replay takes the core's options last, in any order: --max-handle MIB makes a
 # 256 MiB allocation of 64 MiB handles (4 created, against 1 without it), whether it comes
-# before or after --sync-ahead; --edge-cut-min decides how a freed handle is cut.
+# before or after --sync-ahead; --edge-cut-min decides how a freed handle is cut; the heap's
+# counts line says how many handles were cut.
 # Usage: check_replay_options.sh BENCH_CORE
 set -u
 bench=$1
@@ -39,5 +40,19 @@ cut 36
 cut 6 --edge-cut-min 1
 cut 36 --edge-cut-min 200
 cut 6 --edge-cut-min 100 --sync-ahead 16
+# The heap's own counts: one large handle cut, however it is cut; none without a cut.
+counts() { # expected "moved cut given-back", trace, options...
+	want=$1 trace=$2
+	shift 2
+	got=$("$bench" --replay "$dir/$trace" "$@" |
+		sed -n 's/.*heap: \([0-9]*\) handles moved, \([0-9]*\) large handles cut, \([0-9]*\) free.*/\1 \2 \3/p')
+	if [ "$got" != "$want" ]; then
+		echo "FAIL: --replay of $trace with '$*': heap counts '${got:-none}', expected '$want'"
+		fail=1
+	fi
+}
+counts "0 1 0" cut.trace --max-handle 64
+counts "0 1 0" cut.trace --max-handle 64 --edge-cut-min 1
+counts "0 0 0" one.trace
 [ $fail -eq 0 ] && echo "replay options: ok"
 exit $fail

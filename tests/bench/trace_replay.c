@@ -194,6 +194,9 @@ int trace_replay(vmm_core *core, const char *path, bool one_stream, struct trace
 	out->peak_mapped = s.peak_mapped_bytes;
 	out->syncs = s.syncs;
 	out->syncs_ahead = s.syncs_ahead;
+	out->moved = s.handles_moved;
+	out->cut = s.handles_cut;
+	out->given_back = s.pieces_given_back;
 	out->ns_per_call = out->mallocs + out->frees ?
 		r.ns / (double)(out->mallocs + out->frees) : 0;
 	for (size_t i = 0; i <= r.t.mask; i++)
