@@ -60,6 +60,9 @@ typedef struct vmm_config {
 	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
 	size_t sync_ahead_min;     /* a thread synchronizes the device once this many freed bytes
 	                            * wait in its quarantine (CUDA only; heap_ahead.h); 0 = never */
+	double slow_log_s;         /* at debug level, a block request that takes this long or
+	                            * longer logs what the heap did for it (heap_fit.c, slow_log);
+	                            * 0 = default (50 us) */
 } vmm_config;
 
 /* The configuration's defaults, filled in. */

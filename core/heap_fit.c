@@ -314,9 +314,9 @@ static void probe_counts(struct devheap *dh, struct fit_probe *p)
 	p->sync_wait_s = dh->sync_wait_s;
 }
 
-/* At VMMSHIM_LOG=debug, a block request that took SLOW_MS or longer says what it did, so that a
- * run on a real GPU shows which allocations cost a training step its time, and why. */
-#define SLOW_MS 1.0
+/* At VMMSHIM_LOG=debug, a block request that took the configuration's slow_log_s or longer
+ * (VMMSHIM_SLOW_LOG) says what it did, so that a run on a real GPU shows which allocations cost a
+ * training step its time, and why. */
 
 static void slow_log(struct devheap *dh, const struct fit_probe *p0, size_t size,
 		     const struct blk *b)
@@ -324,7 +324,7 @@ static void slow_log(struct devheap *dh, const struct fit_probe *p0, size_t size
 	double now = vmm_now_s(), ms = (now - p0->t0) * 1e3, after;
 	struct fit_probe p1;
 
-	if (ms < SLOW_MS)
+	if (ms < dh->core->cfg.slow_log_s * 1e3)
 		return;
 	probe_counts(dh, &p1);
 	/* After its last sync the GPU had nothing queued: a GPU-bound program waited that long. */

@@ -99,6 +99,9 @@ static const struct setting settings[] = {
 	{ "VMMSHIM_SHARE_WAIT", SET_SECONDS, AT(share_wait_s), "15",
 	  "the longest an allocation of a sharing process waits for memory (a time slice to end, "
 	  "a peer to sleep) before it gets the driver's out-of-memory error" },
+	{ "VMMSHIM_SLOW_LOG", SET_SECONDS, AT(core.slow_log_s), "0.05ms",
+	  "at VMMSHIM_LOG=debug, a device allocation that takes this long or longer (seconds, or "
+	  "e.g. 2ms) logs what the heap did for it: syncs, handles made, moved, cut, given back" },
 	{ "VMMSHIM_ALLOC_TRACE", SET_STRING, AT(alloc_trace), "(none)",
 	  "an absolute file name ('%p' becomes the pid): every CUDA allocation and free the shim "
 	  "serves is written there, one line each, for bench_core --replay (a write per call: "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Where a program's slow allocations spent their time, from the heap's debug log.
 
-At VMMSHIM_LOG=debug every block request that took 1 ms or more logs one line (core/heap_fit.c,
+At VMMSHIM_LOG=debug every block request that took VMMSHIM_SLOW_LOG (0.05 ms by default) or more logs one line (core/heap_fit.c,
 slow_log): its size, its time, and what it did (device syncs, handles created, released, moved,
 given back, before the sync or after, shattered; the time in syncs and after the last). This sorts those lines into kinds, by what the request did that cost the
 most driver time, and sums each kind, over the whole log and over its second half (the timed pass

@@ -2,7 +2,7 @@
 """Where one training step of the PyTorch benchmark spent its time, host against GPU.
 
 train.py --mode varlen prints, per step, when the host had queued its forward, loss, backward and
-optimizer (STEPAT lines), and at VMMSHIM_LOG=debug the heap logs each request of 1 ms or more
+optimizer (STEPAT lines), and at VMMSHIM_LOG=debug the heap logs each request of VMMSHIM_SLOW_LOG (0.05 ms) or more
 with the moment it ended (core/heap_fit.c, slow_log), on the same clock (CLOCK_MONOTONIC). A
 step whose host queued everything long before the step's end was GPU-bound; one whose host
 finished queueing just before it was held up on the host, and the slow requests in between say
