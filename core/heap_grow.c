@@ -58,9 +58,10 @@
  * largest step from 380-436 to 323-344 ms, as the model says, but cost the small steps 30-50 ms
  * each (16x200: 70-106 against 40-55 ms), which the model does not see: mean step 149 against
  * 140 ms. Edges for requests of 16 or 64 MiB and more only (A/B with pieces, 3 rounds, same
- * day) lost too: mean 149 and 141 against 137 ms, the small steps 20-35 ms slower although the
- * heap's own slow requests took less time (915 against 1311 ms in a timed pass): the loss is
- * on the GPU, not in these calls. Aligned cuts (aligned_parts, VMMSHIM_ALIGNED_CUTS: ~6 handles a
+ * day) lost too: mean 149 and 141 against 137 ms, the small steps 20-35 ms slower. The slow
+ * requests of 1 ms or more took less time, which read as a loss on the GPU; at a 50 us log
+ * threshold (4 Dec) the loss is the heap's: ~100 cuts of 0.15-0.8 ms in each small step, where
+ * the host is the bottleneck, each request cutting the rest the last cut left. Aligned cuts (aligned_parts, VMMSHIM_ALIGNED_CUTS: ~6 handles a
  * cut, 965 against 1580 ms of driver time on the large-model replay) lost the same way: mean step
  * 147 against 134 ms in 5 pairs (3 Dec evening), small steps up to twice as long. So pieces stay
  * the default. Cutting 1 GiB handles at the edges was measured before and lost (+3-14% driver
