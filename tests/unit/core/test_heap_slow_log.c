@@ -50,9 +50,9 @@ static int at_debug(void)
 	return allocations(VMM_LOG_DEBUG, 1e-3);
 }
 
-static int at_debug_over_10ms(void)
+static int at_debug_over_50ms(void)
 {
-	return allocations(VMM_LOG_DEBUG, 10e-3);
+	return allocations(VMM_LOG_DEBUG, 50e-3);
 }
 
 static int at_info(void)
@@ -103,12 +103,13 @@ Test(heap_slow_log, silent_below_debug)
 	cr_assert_null(strstr(read_log(), "a block of"));
 }
 
-/* The 5 ms creation is under a 10 ms threshold: nothing is logged. */
+/* The 5 ms creation is under a 50 ms threshold (wide, for a loaded machine): nothing is
+ * logged. */
 Test(heap_slow_log, silent_under_the_threshold)
 {
 	long long live;
 
 	snprintf(log_path, sizeof(log_path), "/tmp/vmm-slowlog-%d", (int)getpid());
-	cr_assert_eq(t_run_child(at_debug_over_10ms, slow_create, &live), 0);
+	cr_assert_eq(t_run_child(at_debug_over_50ms, slow_create, &live), 0);
 	cr_assert_null(strstr(read_log(), "a block of"));
 }
