@@ -31,6 +31,7 @@ void vmm_config_defaults(vmm_config *cfg)
 	cfg->give_back_late = false;   /* before the sync: see heap_grow.h, arena_give_back_early */
 	cfg->small_max = DEFAULT_SMALL_MAX;
 	cfg->sync_ahead_min = 0;       /* the program's own thread synchronizes (the shim sets it) */
+	cfg->sync_whole = false;       /* wait for the sync ahead in flight first: heap_ahead.h */
 	cfg->slow_log_s = DEFAULT_SLOW_LOG_S;
 }
 

@@ -60,6 +60,10 @@ typedef struct vmm_config {
 	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
 	size_t sync_ahead_min;     /* a thread synchronizes the device once this many freed bytes
 	                            * wait in its quarantine (CUDA only; heap_ahead.h); 0 = never */
+	bool sync_whole;           /* an allocation that needs quarantined memory synchronizes the
+	                            * whole device at once; false = it first waits for the sync
+	                            * ahead in flight, which leaves the work queued after it on the
+	                            * GPU (heap_ahead.h, ahead_wait) */
 	double slow_log_s;         /* at debug level, a block request that takes this long or
 	                            * longer logs what the heap did for it (heap_fit.c, slow_log);
 	                            * 0 = default (50 us) */

@@ -24,12 +24,20 @@
 #include "mono_wait.h"
 
 #define STOP_WAIT_MS 5000
+/* A safety bound only: the sync waited for covers less work than the program's own would, so
+ * past it the program's thread synchronizes itself, as it did before. */
+#define AHEAD_WAIT_MS 10000
 
 struct ahead {
 	pthread_mutex_t lock;   /* taken after a devheap's lock, never before */
 	pthread_cond_t posted;  /* a device was posted, or stop */
 	pthread_cond_t exited;
+	pthread_cond_t synced;  /* a sync ahead returned (done_gen moved) */
 	unsigned pending;       /* bit d: device d has a sync posted */
+	/* Per device: the number of the sync posted, of the last one that returned, and whether
+	 * that one succeeded. */
+	uint64_t posted_gen[VMM_MAX_DEVICES], done_gen[VMM_MAX_DEVICES];
+	bool done_ok[VMM_MAX_DEVICES];
 	bool stop, gone;
 };
 
@@ -54,6 +62,7 @@ static void *ahead_main(void *arg)
 	for (;;) {
 		struct devheap *dh;
 		vmm_status st;
+		uint64_t gen;
 		int dev;
 
 		/* Idle until a free posts a device: nothing waits on this thread meanwhile. */
@@ -63,9 +72,17 @@ static void *ahead_main(void *arg)
 			break;
 		dev = __builtin_ctz(ah->pending);
 		ah->pending &= ~(1u << dev);
+		gen = ah->posted_gen[dev];
 		pthread_mutex_unlock(&ah->lock);
 		dh = atomic_load_explicit(&core->heaps[dev], memory_order_acquire);
 		st = core->be->synchronize(core->be, dev, NULL);
+		/* Said before the heap's lock is taken: a program's thread waiting in ahead_wait
+		 * holds it. */
+		pthread_mutex_lock(&ah->lock);
+		ah->done_gen[dev] = gen;
+		ah->done_ok[dev] = st == VMM_OK;
+		pthread_cond_broadcast(&ah->synced);
+		pthread_mutex_unlock(&ah->lock);
 		pthread_mutex_lock(&dh->lock);
 		finish(dh, st == VMM_OK);
 		pthread_mutex_unlock(&dh->lock);
@@ -99,6 +116,7 @@ static struct ahead *ahead_get(struct vmm_core *core)
 		pthread_mutex_init(&ah->lock, NULL);
 		pthread_cond_init(&ah->posted, NULL);
 		vmm_cond_init_monotonic(&ah->exited);
+		vmm_cond_init_monotonic(&ah->synced);
 		core->ahead = ah;
 		if (vmm_thread_create(&th, NULL, ahead_main, core)) {
 			core->ahead = NULL;
@@ -131,13 +149,47 @@ void ahead_kick(struct devheap *dh)
 	if (!ah)
 		return;
 	dh->ahead_running = true;
+	dh->ahead_taken = false;
 	dh->ahead_upto = dh->quar_seq;
 	/* Read before the synchronization begins (it begins after this post). */
 	dh->ahead_before = be->submitted(be);
 	pthread_mutex_lock(&ah->lock);
+	ah->posted_gen[dh->dev] = ++dh->ahead_gen;
 	ah->pending |= 1u << dh->dev;
 	pthread_cond_signal(&ah->posted);
 	pthread_mutex_unlock(&ah->lock);
+}
+
+bool ahead_wait(struct devheap *dh)
+{
+	struct ahead *ah = atomic_load_explicit(&dh->core->ahead, memory_order_acquire);
+	struct timespec deadline;
+	double t0;
+	bool ok;
+
+	if (!ah || !dh->ahead_running || dh->ahead_taken || dh->core->cfg.sync_whole)
+		return false;
+	t0 = vmm_now_s();
+	vmm_deadline_ms(&deadline, AHEAD_WAIT_MS);
+	pthread_mutex_lock(&ah->lock);
+	while (ah->done_gen[dh->dev] < dh->ahead_gen)
+		if (pthread_cond_timedwait(&ah->synced, &ah->lock, &deadline))
+			break;
+	ok = ah->done_gen[dh->dev] >= dh->ahead_gen && ah->done_ok[dh->dev];
+	pthread_mutex_unlock(&ah->lock);
+	/* Timed out or failed (a capture): nothing was drained here, and the caller does not skip
+	 * its own sync; one wait per post. */
+	dh->ahead_taken = true;
+	dh->sync_done_s = vmm_now_s();
+	dh->sync_wait_s += dh->sync_done_s - t0;
+	if (!ok)
+		return false;
+	/* What the thread's finish will do once the program's thread lets go of the lock: here
+	 * now, so that the request in progress can use it. Doing it twice changes nothing. */
+	heap_synced_upto(dh, dh->ahead_upto, dh->ahead_before);
+	if (dh->narenas)
+		dh->arenas[0]->st.syncs_waited++;
+	return true;
 }
 
 bool ahead_stop(struct vmm_core *core)
@@ -165,6 +217,7 @@ bool ahead_stop(struct vmm_core *core)
 	pthread_mutex_destroy(&ah->lock);
 	pthread_cond_destroy(&ah->posted);
 	pthread_cond_destroy(&ah->exited);
+	pthread_cond_destroy(&ah->synced);
 	free(ah);
 	core->ahead = NULL;
 	return true;

@@ -15,6 +15,17 @@
  * submissions. Starts the core's thread at the first post. */
 void ahead_kick(struct devheap *dh);
 
+/* Before the program's thread synchronizes the device to reuse quarantined memory (dh's lock
+ * held): wait for the sync ahead in flight instead, and reclaim what it covers (the memory freed
+ * before it was posted). That sync waits only for the work queued before it, so the work queued
+ * since stays on the GPU while the program's thread goes on: its own sync would drain it all,
+ * and whatever the host does next (e.g. giving pieces back to the driver, ~35 us each on the
+ * H200) would then run with the GPU idle. true: reclaimed; false: none in flight, the one in
+ * flight was waited for already, it failed (a capture) or took 10 s, or cfg.sync_whole; the
+ * caller then synchronizes itself. dh's lock stays held (the thread says it is done before it
+ * takes the lock). */
+bool ahead_wait(struct devheap *dh);
+
 /* Stop the core's thread (before the core is freed): false when it did not stop within 5 s
  * (it is waiting for the device), and then the core must not be freed. */
 bool ahead_stop(struct vmm_core *core);

@@ -1,6 +1,7 @@
 /* Block services of an arena (heap_fit.h): find, else sync, else grow; carve the block found. */
 #include "heap_fit.h"
 
+#include "heap_ahead.h"
 #include "heap_blocks.h"
 #include "heap_grow.h"
 #include "heap_phys.h"
@@ -149,8 +150,13 @@ static struct blk *find_or_reclaim(struct arena *a, size_t size, size_t align)
 	 * any growth. */
 	if (!(b ? reuse_syncs(a, b, size) : miss_syncs(a->dh) || heap_reclaim_free(a->dh)))
 		return b;
-	if (!b)
+	if (!b) {
 		give_back_before_sync(a, size, align);
+		/* What the sync ahead in flight reclaims may do, without draining the GPU's queue;
+		 * the growth then moves free memory, and syncs itself where that is not enough. */
+		if (ahead_wait(a->dh))
+			return find_fit(a, size, align);
+	}
 	if (heap_reclaim_capped(a->dh, a, NULL) == VMM_OK)
 		b = find_fit(a, size, align);
 	return b;
@@ -177,18 +183,29 @@ static void fail_oom(struct devheap *dh, size_t size, const vmm_error *local, vm
  * sync. A failed sync (stream capture) means new memory. */
 #define QUARANTINE_GROW_MAX (8ull << 20)
 
+static vmm_status grow_within_quarantine(struct arena *a, size_t size, size_t align,
+					 struct blk **b, vmm_error *err)
+{
+	return arena_grow(a, size, align, a->dh->quar_total < QUARANTINE_GROW_MAX, b, err);
+}
+
 static vmm_status grow_reclaimed(struct arena *a, size_t size, size_t align, struct blk **b,
 				 vmm_error *err)
 {
 	struct devheap *dh = a->dh;
-	vmm_status st;
+	vmm_status st = grow_within_quarantine(a, size, align, b, err);
 
-	if (dh->quar_total < QUARANTINE_GROW_MAX)
-		return arena_grow(a, size, align, true, b, err);
-	st = arena_grow(a, size, align, false, b, err);
-	if (st != VMM_E_OOM)
+	if (st != VMM_E_OOM || dh->quar_total < QUARANTINE_GROW_MAX)
 		return st;
 	give_back_before_sync(a, size, align);
+	/* The sync ahead in flight first (heap_ahead.h): its part of the quarantine may do. */
+	if (ahead_wait(dh)) {
+		if ((*b = find_fit(a, size, align)))
+			return VMM_OK;
+		st = grow_within_quarantine(a, size, align, b, err);
+		if (st != VMM_E_OOM || dh->quar_total < QUARANTINE_GROW_MAX)
+			return st;
+	}
 	if (heap_reclaim_capped(dh, a, NULL) == VMM_OK && (*b = find_fit(a, size, align)))
 		return VMM_OK;
 	return arena_grow(a, size, align, true, b, err);
@@ -317,7 +334,6 @@ static void probe_counts(struct devheap *dh, struct fit_probe *p)
 /* At VMMSHIM_LOG=debug, a block request that took the configuration's slow_log_s or longer
  * (VMMSHIM_SLOW_LOG) says what it did, so that a run on a real GPU shows which allocations cost a
  * training step its time, and why. */
-
 static void slow_log(struct devheap *dh, const struct fit_probe *p0, size_t size,
 		     const struct blk *b)
 {

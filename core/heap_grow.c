@@ -567,6 +567,11 @@ void arena_give_back_early(struct arena *a, size_t size, size_t align)
 	/* The growth's own first choice: in place after this block, else at a fresh range. */
 	b = extendable_block(a, size, align);
 	want = align_up(b ? need_in(b, size, align) - b->size : size, dh->gran);
+	/* A second call for the same request (after a wait that was not enough) gives back only
+	 * what the first did not. */
+	if (want <= dh->given_back_ahead)
+		return;
+	want -= dh->given_back_ahead;
 	if (plan_take_free(dh, &p, want, b, &l, NULL) == VMM_OK)
 		plan_give_back(dh, &p);
 	free(l.h);

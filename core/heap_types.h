@@ -199,6 +199,10 @@ struct devheap {
 	uint64_t quar_seq;
 	bool ahead_running;
 	uint64_t ahead_upto, ahead_before;
+	/* The number of the sync ahead in flight (counted from 1), and whether the program's thread
+	 * reclaimed what it covers already (ahead_wait). */
+	uint64_t ahead_gen;
+	bool ahead_taken;
 	struct grow_tally tally;
 	/* Bytes of free pieces the request in progress gave back before its sync
 	 * (arena_give_back_early): its growth takes that much less from free memory and makes it

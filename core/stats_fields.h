@@ -52,6 +52,9 @@
 	X(syncs_skipped, ARENA, "syncs_skipped", VMM_STAT_DEVICE, PRIVATE)                     \
 	/* made on the core's thread ahead of need (heap_ahead.c; not in syncs) */              \
 	X(syncs_ahead, ARENA, "syncs_ahead", VMM_STAT_DEVICE, PRIVATE)                         \
+	/* of the program's reuses, those that waited for a sync ahead in flight rather than    \
+	 * synchronize the device (heap_ahead.h, ahead_wait; not in syncs) */                   \
+	X(syncs_waited, ARENA, "syncs_waited", VMM_STAT_DEVICE, PRIVATE)                       \
 	/* what growth did with handles (heap_grow.c's tally; a device's, not a tag's): wholly   \
 	 * free ones mapped again at a new address, large ones re-created as smaller ones for a \
 	 * request that shares them, free pieces given back for a large request */              \

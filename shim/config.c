@@ -64,6 +64,10 @@ static const struct setting settings[] = {
 	  "once this much freed memory waits to be reused on a CUDA device, a thread of the shim "
 	  "synchronizes the device while the program goes on, so that the program's allocations "
 	  "seldom wait for the GPU themselves; 0: never (the program's thread synchronizes)" },
+	{ "VMMSHIM_SYNC_WHOLE", SET_BOOL, AT(core.sync_whole), "0",
+	  "1: an allocation that needs freed memory still waiting for the GPU synchronizes the whole "
+	  "device; 0: it first waits for the shim's synchronization already under way, which "
+	  "leaves the work queued after that one running on the GPU" },
 	{ "VMMSHIM_LONE_STREAM", SET_BOOL, AT(lone_stream), "1",
 	  "1: while all of the program's CUDA work goes to one stream, memory it frees is reused at "
 	  "once in that stream's order, with no wait for the device; a second stream first waits "

@@ -5,6 +5,7 @@
  * count is simdev's, as the shim gives the backend its own. */
 #include <criterion/criterion.h>
 #include <cuda.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <time.h>
 
@@ -150,4 +151,89 @@ Test(heap_ahead, the_core_is_destroyed_while_a_sync_ahead_waits)
 	t_close(&t);
 	CU_OK(cuStreamSynchronize(stream));
 	cr_expect(atomic_load(&w.done));
+}
+
+/* x and z allocated; x freed while a 600 ms kernel writes it (a sync ahead is posted for it);
+ * 200 ms later, once that sync began, z freed while a kernel held by *hold writes it. The
+ * next allocation of BIG needs quarantined memory. */
+static void free_under_two_kernels(struct tctx *t, struct writer *wx, struct writer *wz,
+				   vmm_devptr *x)
+{
+	vmm_devptr z;
+
+	cr_assert_eq(vmm_malloc(t->core, 0, BIG, 0, NULL, x, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t->core, 0, BIG, 0, NULL, &z, NULL), VMM_OK);
+	*wx = (struct writer){ .ptr = (void *)(uintptr_t)*x, .size = BIG, .value = 7, .ms = 600 };
+	launch(wx);
+	cr_assert_eq(vmm_free(t->core, *x, NULL), VMM_OK);
+	nanosleep(&(struct timespec){ 0, 200 * 1000000 }, NULL);
+	wz->ptr = (void *)(uintptr_t)z;
+	wz->size = BIG;
+	wz->value = 8;
+	wz->ms = 10;
+	launch(wz);
+	cr_assert_eq(vmm_free(t->core, z, NULL), VMM_OK);
+}
+
+Test(heap_ahead, a_reuse_waits_for_the_sync_in_flight_not_for_later_work)
+{
+	atomic_bool hold = true;
+	struct writer wx, wz = { .hold = &hold };
+	vmm_devptr x, y;
+	struct tctx t;
+	vmm_stats s;
+
+	t_simdev_env("1G", NULL, NULL);
+	open_ahead(&t);
+	free_under_two_kernels(&t, &wx, &wz, &x);
+	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &y, NULL), VMM_OK);
+	/* Returned while z's kernel still runs: the program's queue was not drained. */
+	cr_expect(!atomic_load(&wz.done), "the allocation waited for work queued after the sync "
+		  "ahead");
+	cr_expect(atomic_load(&wx.done), "the block was reused before its kernel ended");
+	cr_expect_eq(y, x, "the block the sync ahead freed is not the one reused");
+	s = t_stats(&t, 0, NULL);
+	cr_expect_eq(s.syncs, 0, "the program's allocation synchronized the device");
+	cr_expect_eq(s.syncs_waited, 1);
+	t_fill(y, BIG, 9);
+	atomic_store(&hold, false);
+	CU_OK(cuStreamSynchronize(stream));
+	cr_expect(t_check(y, BIG, 9), "a kernel wrote into the reused block");
+	cr_expect_eq(atomic_load(&wz.fault), 0, "z was unmapped under its kernel");
+	cr_assert_eq(vmm_free(t.core, y, NULL), VMM_OK);
+	t_close(&t);
+}
+
+static void *release_later(void *arg)
+{
+	nanosleep(&(struct timespec){ 0, 300 * 1000000 }, NULL);
+	atomic_store((atomic_bool *)arg, false);
+	return NULL;
+}
+
+Test(heap_ahead, sync_whole_drains_the_queue_as_before)
+{
+	atomic_bool hold = true;
+	struct writer wx, wz = { .hold = &hold };
+	vmm_devptr x, y;
+	struct tctx t;
+	vmm_config cfg;
+	pthread_t th;
+	vmm_stats s;
+
+	t_simdev_env("1G", NULL, NULL);
+	vmm_config_defaults(&cfg);
+	cfg.sync_ahead_min = 8 * MiB;
+	cfg.sync_whole = true;
+	stream = t_open_counted(&t, &cfg);
+	free_under_two_kernels(&t, &wx, &wz, &x);
+	cr_assert_eq(pthread_create(&th, NULL, release_later, &hold), 0);
+	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &y, NULL), VMM_OK);
+	cr_expect(atomic_load(&wz.done), "the allocation did not wait for the whole queue");
+	s = t_stats(&t, 0, NULL);
+	cr_expect_eq(s.syncs, 1);
+	cr_expect_eq(s.syncs_waited, 0);
+	pthread_join(th, NULL);
+	cr_assert_eq(vmm_free(t.core, y, NULL), VMM_OK);
+	t_close(&t);
 }
