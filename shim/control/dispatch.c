@@ -317,6 +317,18 @@ static void put_shared(proto_writer *w, const shim_side *s, int dev)
 	proto_put_u64(w, "ipc_imported", ipc_registry_imported_bytes(dev));
 }
 
+/* A device record's fields: backend and dev, the heap's figures, the program's own mappings', the
+ * four of legacy IPC and the driver's four. Checked here because a counter added to
+ * core/stats_fields.h lands in this record, and a record over the limit makes every status
+ * unreadable to vmmctl (it refuses the reply). */
+#define DEVICE_HEAP_FIELD(field, source, wire, records, public) +((records) & VMM_STAT_DEVICE ? 1 : 0)
+#define DEVICE_APP_FIELD(field, wire) +1
+_Static_assert(2 VMM_HEAP_STATS(DEVICE_HEAP_FIELD) VMM_APP_STATS(DEVICE_APP_FIELD) + 4 + 4 <=
+		       PROTO_MAX_FIELDS,
+	       "a device record has more fields than vmmctl reads (PROTO_MAX_FIELDS)");
+#undef DEVICE_HEAP_FIELD
+#undef DEVICE_APP_FIELD
+
 /* One device: the core's heap, the program's own mappings, and what the driver says is in use.
  * unmanaged = used - (the shim's resident memory, the handles the driver would not take back
  * included): context, modules, pass-through allocations;

@@ -119,7 +119,7 @@
 #define PROTO_TAG_MAX 32            /* bytes with the NUL: as VMM_TAG_MAX */
 #define PROTO_KEY_MAX 24
 #define PROTO_VALUE_MAX 512
-#define PROTO_MAX_FIELDS 32
+#define PROTO_MAX_FIELDS 48          /* a device record has 33 (shim/control/dispatch.c checks) */
 #define PROTO_MAX_DEVICE 15         /* VMM_MAX_DEVICES - 1 */
 
 /* Error words carried by "error status=...". */
