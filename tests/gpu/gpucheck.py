@@ -1228,7 +1228,10 @@ class Matrix:
         freed = 0
         for g in group:
             if g and g[0] == "status" and len(g) >= 10:
-                statuses.append({g[i]: int(g[i + 1]) for i in range(2, len(g) - 1, 2)})
+                try:
+                    statuses.append({g[i]: int(g[i + 1]) for i in range(2, len(g) - 1, 2)})
+                except ValueError:  # vmmctl printed an error, not figures: the row fails below
+                    reasons.append(f"unreadable status line: {' '.join(g)[:120]}")
             elif g and g[0] in ("sleep_rc", "wake_rc"):
                 kv.update({g[i]: g[i + 1] for i in range(0, len(g) - 1, 2)})
             elif g and g[0] == "child_sees_after":
