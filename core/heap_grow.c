@@ -28,8 +28,8 @@
  * one shared is cut further, into 2 MiB pieces, at the allocation's edges or in aligned
  * power-of-two handles), so that a large handle is always either wholly free or inside one
  * allocation: no free memory is ever stuck behind a live allocation in a handle that cannot be
- * cut, and every allocation can be given a handle of its own. The one exception, a sleep's joint handle across allocations, is
- * heap_coalesce.h's. */
+ * cut, and every allocation can be given a handle of its own. The one exception, a sleep's
+ * joint handle across allocations, is heap_coalesce.h's. */
 #include "heap_grow.h"
 
 #include <stdlib.h>
@@ -61,11 +61,14 @@
  * day) lost too: mean 149 and 141 against 137 ms, the small steps 20-35 ms slower. The slow
  * requests of 1 ms or more took less time, which read as a loss on the GPU; at a 50 us log
  * threshold (4 Dec) the loss is the heap's: ~100 cuts of 0.15-0.8 ms in each small step, where
- * the host is the bottleneck, each request cutting the rest the last cut left. Aligned cuts (aligned_parts, VMMSHIM_ALIGNED_CUTS: ~6 handles a
- * cut, 965 against 1580 ms of driver time on the large-model replay) lost the same way: mean step
- * 147 against 134 ms in 5 pairs (3 Dec evening), small steps up to twice as long. So pieces stay
- * the default. Cutting 1 GiB handles at the edges was measured before and lost (+3-14% driver
- * time): each cut then re-created up to 1 GiB, ~0.3 ms to release alone. */
+ * the host is the bottleneck, each request cutting the rest the last cut left. Aligned cuts
+ * (aligned_parts, VMMSHIM_ALIGNED_CUTS: ~6 handles a cut, 965 against 1580 ms of driver time on
+ * the large-model replay) lost the same way: mean step 147 against 134 ms in 5 pairs (3 Dec
+ * evening), small steps up to twice as long. Re-creating the shared handle as 8 MiB handles,
+ * of which only the shared one is cut into pieces, lost too (4 Dec evening, 5 pairs, not kept):
+ * mean step 146 against 137 ms, although the replay put its driver time 15% lower. So pieces
+ * stay the default. Cutting 1 GiB handles at the edges was measured before and lost (+3-14%
+ * driver time): each cut then re-created up to 1 GiB, ~0.3 ms to release alone. */
 #define SHATTER_STEP ((size_t)64 << 20)
 
 /* A large request gives the free pieces it would move back when there are at least this many
