@@ -172,6 +172,12 @@ bool ahead_wait(struct devheap *dh)
 	t0 = vmm_now_s();
 	vmm_deadline_ms(&deadline, AHEAD_WAIT_MS);
 	pthread_mutex_lock(&ah->lock);
+	/* Not begun yet (the thread is syncing another device): when it begins it covers all
+	 * that the program's own sync would, later. */
+	if (ah->pending & (1u << dh->dev)) {
+		pthread_mutex_unlock(&ah->lock);
+		return false;
+	}
 	while (ah->done_gen[dh->dev] < dh->ahead_gen)
 		if (pthread_cond_timedwait(&ah->synced, &ah->lock, &deadline))
 			break;

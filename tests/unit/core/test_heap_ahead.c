@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "helpers.h"
+#include "mono_wait.h"
 #include "simdev.h"
 #include "counted_heap.h"
 #include "slow_writer.h"
@@ -235,5 +236,50 @@ Test(heap_ahead, sync_whole_drains_the_queue_as_before)
 	cr_expect_eq(s.syncs_waited, 0);
 	pthread_join(th, NULL);
 	cr_assert_eq(vmm_free(t.core, y, NULL), VMM_OK);
+	t_close(&t);
+}
+
+Test(heap_ahead, a_device_whose_sync_ahead_has_not_begun_syncs_itself)
+{
+	atomic_bool hold = true;
+	struct writer w0 = { .size = BIG, .value = 1, .ms = 10, .hold = &hold };
+	struct writer w1 = { .size = BIG, .value = 2, .ms = 10 };
+	vmm_devptr x0, x1, y;
+	CUcontext c1;
+	CUstream s1;
+	struct tctx t;
+	vmm_stats s;
+	double t0;
+
+	t_simdev_env("1G", "2", NULL);
+	open_ahead(&t);
+	/* Device 0: the thread's sync waits for a held kernel over a freed block. */
+	x0 = freed_while_written(&t, &w0);
+	(void)x0;
+	nanosleep(&(struct timespec){ 0, 100 * 1000000 }, NULL);
+	/* Device 1: its sync ahead is posted behind device 0's, and cannot begin. */
+	CU_OK(cuDevicePrimaryCtxRetain(&c1, 1));
+	CU_OK(cuCtxSetCurrent(c1));
+	CU_OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+	cr_assert_eq(vmm_malloc(t.core, 1, BIG, 0, NULL, &x1, NULL), VMM_OK);
+	w1.ptr = (void *)(uintptr_t)x1;
+	t_launch_writer(s1, &w1);
+	cr_assert_eq(vmm_free(t.core, x1, NULL), VMM_OK);
+	t0 = vmm_now_s();
+	cr_assert_eq(vmm_malloc(t.core, 1, BIG, 0, NULL, &y, NULL), VMM_OK);
+	/* Waiting for the thread would take until the held kernel's 10 s bound. */
+	cr_expect(vmm_now_s() - t0 < 5, "device 1's allocation waited %.1f s for device 0's sync",
+		  vmm_now_s() - t0);
+	cr_expect(!atomic_load(&w0.done), "device 1's allocation waited for device 0's sync");
+	cr_expect(atomic_load(&w1.done), "the block was reused before its kernel ended");
+	cr_expect_eq(y, x1);
+	s = t_stats(&t, 1, NULL);
+	cr_expect_eq(s.syncs, 1, "device 1's allocation did not synchronize it");
+	cr_expect_eq(s.syncs_waited, 0);
+	atomic_store(&hold, false);
+	CU_OK(cuStreamSynchronize(s1));
+	CU_OK(cuStreamSynchronize(stream));
+	cr_assert_eq(vmm_free(t.core, y, NULL), VMM_OK);
+	CU_OK(cuStreamDestroy(s1));
 	t_close(&t);
 }
