@@ -7,7 +7,7 @@
  * is simdev's (simdev_submissions). Not Criterion, so that it also runs under TSan.
  * IDLE_SYNC_ROUNDS sets the rounds of each thread (400); IDLE_SYNC_AHEAD=N turns on syncing ahead
  * (heap_ahead.c) at N MiB of quarantine, whose thread then reclaims beside the two (it must
- * have, once at least). */
+ * have, once at least), and for which the reusing thread then waits (once at least). */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -138,8 +138,9 @@ static void *reuse_and_check(void *arg)
 	return NULL;
 }
 
-/* The heap's synchronizations on device 0: made (syncs) or skipped. */
-static void sync_counts(uint64_t *made, uint64_t *skipped, uint64_t *ahead)
+/* The heap's synchronizations on device 0: made (syncs) or skipped, made ahead, and the
+ * allocations that waited for one made ahead (heap_ahead.h, ahead_wait). */
+static void sync_counts(uint64_t *made, uint64_t *skipped, uint64_t *ahead, uint64_t *waited)
 {
 	vmm_stats st = { 0 };
 
@@ -147,6 +148,7 @@ static void sync_counts(uint64_t *made, uint64_t *skipped, uint64_t *ahead)
 	*made = st.syncs;
 	*skipped = st.syncs_skipped;
 	*ahead = st.syncs_ahead;
+	*waited = st.syncs_waited;
 }
 
 int main(void)
@@ -157,7 +159,7 @@ int main(void)
 	vmm_error err = { 0 };
 	pthread_t tl, tr;
 	void *rl, *rr;
-	uint64_t made_busy, skipped_busy, made_idle, skipped_idle, ahead, ahead_idle;
+	uint64_t made_busy, skipped_busy, made_idle, skipped_idle, ahead, ahead_idle, waited, waited_idle;
 
 	if (env)
 		rounds = atoi(env);
@@ -179,7 +181,7 @@ int main(void)
 	pthread_join(tr, &rr);
 	if (rl || rr)
 		return fprintf(stderr, "idle_sync_stress: %s\n", rl ? (char *)rl : (char *)rr), 1;
-	sync_counts(&made_busy, &skipped_busy, &ahead);
+	sync_counts(&made_busy, &skipped_busy, &ahead, &waited);
 	/* With the launches over, reuses skip: the rule was exercised, not only avoided. */
 	for (int i = 0; i < 40; i++) {
 		vmm_devptr p;
@@ -188,15 +190,15 @@ int main(void)
 			return fprintf(stderr, "idle_sync_stress: no memory at the end\n"), 1;
 		vmm_free(core, p, NULL);
 	}
-	sync_counts(&made_idle, &skipped_idle, &ahead_idle);
+	sync_counts(&made_idle, &skipped_idle, &ahead_idle, &waited_idle);
 	made_idle -= made_busy;
 	skipped_idle -= skipped_busy;
 	printf("idle_sync_stress: %d rounds each, %u launches, %u damaged; reuses while launching: "
-	       "%llu synchronized, %llu skipped, %llu syncs ahead; after: %llu synchronized, "
-	       "%llu skipped\n",
+	       "%llu synchronized, %llu skipped, %llu syncs ahead, %llu waited for; after: "
+	       "%llu synchronized, %llu skipped\n",
 	       rounds, atomic_load(&launched), atomic_load(&damaged),
 	       (unsigned long long)made_busy, (unsigned long long)skipped_busy,
-	       (unsigned long long)ahead, (unsigned long long)made_idle,
+	       (unsigned long long)ahead, (unsigned long long)waited, (unsigned long long)made_idle,
 	       (unsigned long long)skipped_idle);
 	vmm_core_destroy(core);
 	be->close(be);
@@ -206,5 +208,7 @@ int main(void)
 		return fprintf(stderr, "idle_sync_stress: idle reuses still synchronized\n"), 1;
 	if (ahead_env && !ahead)
 		return fprintf(stderr, "idle_sync_stress: no sync ahead was made\n"), 1;
+	if (ahead_env && !waited)
+		return fprintf(stderr, "idle_sync_stress: no reuse waited for a sync ahead\n"), 1;
 	return 0;
 }
