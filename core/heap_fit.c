@@ -183,27 +183,32 @@ static void fail_oom(struct devheap *dh, size_t size, const vmm_error *local, vm
  * sync. A failed sync (stream capture) means new memory. */
 #define QUARANTINE_GROW_MAX (8ull << 20)
 
-static vmm_status grow_within_quarantine(struct arena *a, size_t size, size_t align,
-					 struct blk **b, vmm_error *err)
+/* Grow, making new memory only while little waits in quarantine. true when *st is the answer:
+ * grown, failed otherwise than for memory, or refused with new memory allowed; false when only
+ * the quarantine held it back (a sync may then give the memory). */
+static bool grow_settles(struct arena *a, size_t size, size_t align, struct blk **b,
+			 vmm_error *err, vmm_status *st)
 {
-	return arena_grow(a, size, align, a->dh->quar_total < QUARANTINE_GROW_MAX, b, err);
+	bool may_create = a->dh->quar_total < QUARANTINE_GROW_MAX;
+
+	*st = arena_grow(a, size, align, may_create, b, err);
+	return *st != VMM_E_OOM || may_create;
 }
 
 static vmm_status grow_reclaimed(struct arena *a, size_t size, size_t align, struct blk **b,
 				 vmm_error *err)
 {
 	struct devheap *dh = a->dh;
-	vmm_status st = grow_within_quarantine(a, size, align, b, err);
+	vmm_status st;
 
-	if (st != VMM_E_OOM || dh->quar_total < QUARANTINE_GROW_MAX)
+	if (grow_settles(a, size, align, b, err, &st))
 		return st;
 	give_back_before_sync(a, size, align);
 	/* The sync ahead in flight first (heap_ahead.h): its part of the quarantine may do. */
 	if (ahead_wait(dh)) {
 		if ((*b = find_fit(a, size, align)))
 			return VMM_OK;
-		st = grow_within_quarantine(a, size, align, b, err);
-		if (st != VMM_E_OOM || dh->quar_total < QUARANTINE_GROW_MAX)
+		if (grow_settles(a, size, align, b, err, &st))
 			return st;
 	}
 	if (heap_reclaim_capped(dh, a, NULL) == VMM_OK && (*b = find_fit(a, size, align)))
