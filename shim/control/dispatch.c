@@ -321,7 +321,8 @@ static void put_shared(proto_writer *w, const shim_side *s, int dev)
  * four of legacy IPC and the driver's four. Checked here because a counter added to
  * core/stats_fields.h lands in this record, and a record over the limit makes every status
  * unreadable to vmmctl (it refuses the reply). */
-#define DEVICE_HEAP_FIELD(field, source, wire, records, public) +((records) & VMM_STAT_DEVICE ? 1 : 0)
+#define DEVICE_HEAP_FIELD(field, source, wire, records, public) \
+	+((records) & VMM_STAT_DEVICE ? 1 : 0)
 #define DEVICE_APP_FIELD(field, wire) +1
 _Static_assert(2 VMM_HEAP_STATS(DEVICE_HEAP_FIELD) VMM_APP_STATS(DEVICE_APP_FIELD) + 4 + 4 <=
 		       PROTO_MAX_FIELDS,

@@ -21,14 +21,20 @@
 
 static CUstream stream;
 
-/* Syncing ahead at 8 MiB of quarantine (t_simdev_env first). */
-static void open_ahead(struct tctx *t)
+/* Syncing ahead at 8 MiB of quarantine (t_simdev_env first); sync_whole as given. */
+static void open_ahead_as(struct tctx *t, bool sync_whole)
 {
 	vmm_config cfg;
 
 	vmm_config_defaults(&cfg);
 	cfg.sync_ahead_min = 8 * MiB;
+	cfg.sync_whole = sync_whole;
 	stream = t_open_counted(t, &cfg);
+}
+
+static void open_ahead(struct tctx *t)
+{
+	open_ahead_as(t, false);
 }
 
 static void launch(struct writer *w)
@@ -218,15 +224,11 @@ Test(heap_ahead, sync_whole_drains_the_queue_as_before)
 	struct writer wx, wz = { .hold = &hold };
 	vmm_devptr x, y;
 	struct tctx t;
-	vmm_config cfg;
 	pthread_t th;
 	vmm_stats s;
 
 	t_simdev_env("1G", NULL, NULL);
-	vmm_config_defaults(&cfg);
-	cfg.sync_ahead_min = 8 * MiB;
-	cfg.sync_whole = true;
-	stream = t_open_counted(&t, &cfg);
+	open_ahead_as(&t, true);
 	free_under_two_kernels(&t, &wx, &wz, &x);
 	cr_assert_eq(pthread_create(&th, NULL, release_later, &hold), 0);
 	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &y, NULL), VMM_OK);
