@@ -66,9 +66,12 @@
  * the large-model replay) lost the same way: mean step 147 against 134 ms in 5 pairs (3 Dec
  * evening), small steps up to twice as long. Re-creating the shared handle as 8 MiB handles,
  * of which only the shared one is cut into pieces, lost too (4 Dec evening, 5 pairs, not kept):
- * mean step 146 against 137 ms, although the replay put its driver time 15% lower. So pieces
- * stay the default. Cutting 1 GiB handles at the edges was measured before and lost (+3-14%
- * driver time): each cut then re-created up to 1 GiB, ~0.3 ms to release alone. */
+ * mean step 146 against 137 ms, although the replay put its driver time 15% lower. One handle
+ * for the allocation's part with pieces for the free rest ("inner cuts", 4 Dec night, 5 pairs,
+ * not kept) lost as well: mean 163 against 158 ms, the small steps cutting the inner handles the
+ * large steps left. So pieces stay the default. Cutting 1 GiB handles at the edges was
+ * measured before and lost (+3-14% driver time): each cut then re-created up to 1 GiB, ~0.3 ms
+ * to release alone. */
 #define SHATTER_STEP ((size_t)64 << 20)
 
 /* A large request gives the free pieces it would move back when there are at least this many
