@@ -6,9 +6,13 @@ slow_log): its size, its time, and what it did (device syncs, handles created, r
 given back, before the sync or after, shattered; the time in syncs and after the last). This sorts those lines into kinds, by what the request did that cost the
 most driver time, and sums each kind, over the whole log and over its second half (the timed pass
 of `train.py --passes 2` is roughly the second half: both passes play the same steps). With
---top N it also lists the N slowest requests in log order.
+--top N it also lists the N slowest requests in log order. With --costs it fits what one driver
+call cost on the machine that ran the log: a request's time as a fixed part plus so much per
+handle created (with its map and access grant), released (with its unmap) and moved, by least
+squares over the requests that waited for no sync. The same sources run slower on a machine whose
+calls cost more: on two H200 machines on 4 Dec, 48 and 68 us a created piece.
 
-Usage: slow_log_summary.py [--top N] LOG [LOG...]
+Usage: slow_log_summary.py [--top N] [--costs] LOG [LOG...]
   e.g. after GPUCHECK_TRAIN_ALLOCS=...,NO_CACHING+VMMSHIM_LOG=debug, the runs'
   bench_train.NO_CACHING+VMMSHIM_LOG=debug.shim.*.err in gpu-check-logs.tgz
 """
@@ -74,9 +78,43 @@ def summary(reqs):
     return "; ".join(parts)
 
 
+def solve(m, v):
+    """x with m x = v (Gauss-Jordan with partial pivoting); None when m is singular."""
+    n = len(v)
+    a = [row[:] + [v[i]] for i, row in enumerate(m)]
+    for i in range(n):
+        p = max(range(i, n), key=lambda r: abs(a[r][i]))
+        if abs(a[p][i]) < 1e-12:
+            return None
+        a[i], a[p] = a[p], a[i]
+        for r in range(n):
+            if r != i:
+                f = a[r][i] / a[i][i]
+                a[r] = [x - f * y for x, y in zip(a[r], a[i])]
+    return [a[i][n] / a[i][i] for i in range(n)]
+
+
+COSTS = ("created", "released", "moved")
+
+
+def call_costs(reqs):
+    """The least-squares fit ms = fixed + sum(cost[k] * count[k]) over the requests that waited
+    for no sync (a sync's time is the GPU's, not the call's): (fixed, {kind: ms}, requests fitted)
+    or None when they cannot tell the costs apart."""
+    rows = [([1.0] + [float(r[k]) for k in COSTS], r["ms"]) for r in reqs
+            if not r["syncs"] and not r["sync_ms"]]
+    n = len(COSTS) + 1
+    ata = [[sum(x[i] * x[j] for x, _ in rows) for j in range(n)] for i in range(n)]
+    aty = [sum(x[i] * y for x, y in rows) for i in range(n)]
+    c = solve(ata, aty) if len(rows) >= n else None
+    return None if c is None else (c[0], dict(zip(COSTS, c[1:])), len(rows))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--top", type=int, default=0, help="list the N slowest requests")
+    ap.add_argument("--costs", action="store_true",
+                    help="fit what one driver call cost (created, released, moved)")
     ap.add_argument("logs", nargs="+")
     a = ap.parse_args()
     for path in a.logs:
@@ -84,6 +122,13 @@ def main():
         print(f"{path}: {len(reqs)} slow requests")
         print(f"  all:         {summary(reqs)}")
         print(f"  second half: {summary(reqs[len(reqs) // 2:])}")
+        if a.costs:
+            fit = call_costs(reqs)
+            print("  call costs:  " + ("too few requests to tell them apart" if fit is None else
+                                       f"{fit[0]:.3f} ms + " + " + ".join(
+                                           f"{v * 1e3:.0f} us a handle {k}"
+                                           for k, v in fit[1].items()) +
+                                       f" ({fit[2]} requests without a sync)"))
         if a.top:
             top = sorted(range(len(reqs)), key=lambda i: -reqs[i]["ms"])[:a.top]
             for i in sorted(top):

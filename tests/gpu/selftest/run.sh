@@ -192,6 +192,21 @@ for part in ("4 slow requests", "all:         shattered 22 ms in 1; given back 4
              "3090.8 MiB   74.12 ms  moved: 0 syncs, 1383 moved"):
     if part not in summ:
         bad.append(f"slow_log_summary.py does not say {part!r}: {summ!r}")
+# --costs recovers the per-call costs the lines were made with, leaving out a request that synced.
+with open(log, "w") as f:
+    for c, r, m in ((32, 1, 0), (1, 900, 2), (0, 0, 300), (64, 2, 5), (1, 1700, 3), (3, 3, 3)):
+        f.write(f"vmmshim[1] debug: device 0: a block of 67108864 bytes took "
+                f"{0.05 + 0.06 * c + 0.04 * r + 0.05 * m:.4f} ms: 0 syncs, {c} handles created, "
+                f"{r} released, {m} moved, 0 given back for new memory, 0 shattered\n")
+    f.write("vmmshim[1] debug: device 0: a block of 67108864 bytes took 500.00 ms: 1 syncs, "
+            "1 handles created, 0 released, 0 moved, 0 given back for new memory, 0 shattered\n")
+costs = subprocess.run([sys.executable, os.path.join(os.environ["GPU_DIR"], "slow_log_summary.py"),
+                        "--costs", log], capture_output=True, text=True).stdout
+os.unlink(log)
+want = ("call costs:  0.050 ms + 60 us a handle created + 40 us a handle released + 50 us a "
+        "handle moved (6 requests without a sync)")
+if want not in costs:
+    bad.append(f"slow_log_summary.py --costs does not say {want!r}: {costs!r}")
 # The step timeline places a step's slow requests between its start and end.
 out, err = log + ".out", log + ".err"
 with open(out, "w") as f:
