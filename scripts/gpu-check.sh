@@ -90,6 +90,7 @@ declare -A jobs=(
 	[peer]="$nv $src/peer.cu -o $bin/peer"
 	[bench_alloc]="$nv $src/bench_alloc.cu -o $bin/bench_alloc"
 	[bench_bw]="$nv $src/bench_bw.cu -o $bin/bench_bw -lcuda"
+	[probe_overlap]="$nv $src/probe_overlap.cu -o $bin/probe_overlap -lcuda -lpthread"
 	[ckpt]="$cc_cuda $src/ckpt.c -o $bin/ckpt -lcuda"
 	[share_facts]="$cc_cuda $src/share_facts.c -o $bin/share_facts -lcuda"
 	[nccl_register]="$cc_cuda $src/nccl_register.c -o $bin/nccl_register -lcuda -ldl"

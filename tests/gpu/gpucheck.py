@@ -1582,6 +1582,32 @@ class Matrix:
         self.badd("empty kernel launch, host time (us)", fmt(s), fmt(n), ratio(s, n), "-",
                   f"adds {s - n:.3f} us a launch" if s is not None and n is not None else "")
 
+    def bench_overlap(self):
+        """A driver fact for the heap's design, not a figure of the shim: whether handle calls
+        on a second thread (2000 pieces given back and made again) hold up a program that
+        launches a kernel after every 15 us of host work (probe_overlap.cu). A share near 0%
+        means a heap could gather pieces off the program's thread for free; near 100%, that
+        the driver serializes them with the launches."""
+        if not self.want("bench overlap"):
+            return
+        if self.left() < 30:
+            self.badd("heap calls on a second thread", "not run", "", "", "", "out of time")
+            return
+        p = Proc("probe_overlap", [f"{self.a.bin}/probe_overlap"], self.env(False), self.log,
+                 self.timeout(60))
+        rc = p.finish()
+        v = {k: float(x) for k, x in p.values("BENCH").items()}
+        if rc != 0 or "heap_ms" not in v:
+            self.badd("heap calls on a second thread", "failed", "", "", "-",
+                      f"rc {rc} {p.stderr_tail()}")
+            return
+        added = v["program_both_ms"] - v["program_ms"]
+        self.badd("heap calls on a second thread: time the program lost (ms)", fmt(added),
+                  f"heap calls {fmt(v['heap_ms'])}", f"{added / v['heap_ms']:.2f}x", "-",
+                  f"program alone {fmt(v['program_ms'])} ms; heap calls beside it "
+                  f"{fmt(v['heap_both_ms'])} ms; slowest launch beside them "
+                  f"{v['slowest_launch_both_us']:.0f} us")
+
     def bench_bw(self):
         """Copy and kernel bandwidth on the shim's memory vs cudaMalloc memory: bench_bw run
         natively and under the shim, interleaved over 3 rounds, medians compared."""
@@ -2265,6 +2291,7 @@ def main():
             m.bench_alloc()
             m.bench_replay()  # early: ~1 min, and the heap's peak against the driver's
             m.bench_bw()
+            m.bench_overlap()
             m.bench_sleep()
             m.bench_small_handles()
             m.bench_group_one_gpu()

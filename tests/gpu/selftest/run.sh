@@ -10,7 +10,7 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 mkdir -p "$t/bin" "$t/root/tests/gpu" "$t/path" "$t/log"
 for n in alloc_static alloc_shared alloc_ptds driver_api cublas_gemm graph sleep_kernels hold \
-	bench_alloc bench_bw ckpt app_vmm_sleep ctx_sleep share_facts flag_wait nccl_register peer \
+	bench_alloc bench_bw probe_overlap ckpt app_vmm_sleep ctx_sleep share_facts flag_wait nccl_register peer \
 	trace_replay; do
 	ln -s "$here/fake_prog.py" "$t/bin/$n"
 done
@@ -160,6 +160,10 @@ for prefix in ("sleep 1 GiB", "wake 2 GiB", "discard sleep / wake 2 GiB",
 if "adds 0.200 us a launch" not in \
         bench.get("empty kernel launch, host time (us)", {}).get("note", ""):
     bad.append("no launch row saying what the shim adds a launch")
+ov = bench.get("heap calls on a second thread: time the program lost (ms)", {})
+if (ov.get("shim"), ov.get("anchor"), ov.get("ratio")) != ("50", "heap calls 200", "0.25x") or \
+        "heap calls beside it 260 ms; slowest launch beside them 900 us" not in ov.get("note", ""):
+    bad.append(f"the overlap row does not give the program's loss against the heap's calls: {ov!r}")
 sleep_note = next((b["note"] for m, b in bench.items() if m.startswith("sleep 1 GiB GB/s")), "")
 if "steady ms: all 50.00 = copy 45.00 + gate 1.00 + drain 2.00 + rest 2.00" not in sleep_note:
     bad.append(f"the sleep row does not split its steady time: {sleep_note!r}")
