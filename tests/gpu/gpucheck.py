@@ -1587,7 +1587,8 @@ class Matrix:
         on a second thread (2000 pieces given back and made again) hold up a program that
         launches a kernel after every 15 us of host work (probe_overlap.cu). A share near 0%
         means a heap could gather pieces off the program's thread for free; near 100%, that
-        the driver serializes them with the launches."""
+        the driver serializes them with the launches. The same run prices this machine's
+        per-piece calls, which the heap's share of the train rows moves with."""
         if not self.want("bench overlap"):
             return
         if self.left() < 30:
@@ -1606,7 +1607,9 @@ class Matrix:
                   f"heap calls {fmt(v['heap_ms'])}", f"{added / v['heap_ms']:.2f}x", "-",
                   f"program alone {fmt(v['program_ms'])} ms; heap calls beside it "
                   f"{fmt(v['heap_both_ms'])} ms; slowest launch beside them "
-                  f"{v['slowest_launch_both_us']:.0f} us")
+                  f"{v['slowest_launch_both_us']:.0f} us; this machine's driver alone: "
+                  f"{fmt(v.get('give_back_us'))} us to give a piece back, "
+                  f"{fmt(v.get('make_us'))} us to make one (the train rows move with these)")
 
     def bench_bw(self):
         """Copy and kernel bandwidth on the shim's memory vs cudaMalloc memory: bench_bw run

@@ -155,9 +155,10 @@ int main(int argc, char **argv)
 	       100.0 * (both.total_ms - alone.total_ms) / (c_alone.give_ms + c_alone.make_ms));
 	// For gpucheck (bench overlap).
 	printf("BENCH program_ms %.2f\nBENCH program_both_ms %.2f\nBENCH heap_ms %.2f\n"
-	       "BENCH heap_both_ms %.2f\nBENCH slowest_launch_both_us %.0f\n", alone.total_ms,
+	       "BENCH heap_both_ms %.2f\nBENCH slowest_launch_both_us %.0f\n"
+	       "BENCH give_back_us %.1f\nBENCH make_us %.1f\n", alone.total_ms,
 	       both.total_ms, c_alone.give_ms + c_alone.make_ms, c_both.give_ms + c_both.make_ms,
-	       both.slowest_us);
+	       both.slowest_us, c_alone.give_ms * 1e3 / npieces, c_alone.make_ms * 1e3 / npieces);
 	for (int i = 0; i < npieces; i++)
 		unmap_piece(i);
 	CK(cuMemAddressFree(base, npieces * PIECE));

@@ -219,7 +219,8 @@ elif name == "bench_bw":
 elif name == "probe_overlap":
     # The heap's calls took 200 ms alone; beside them the program lost 50 ms of its 400.
     print("BENCH program_ms 400.0\nBENCH program_both_ms 450.0\nBENCH heap_ms 200.0\n"
-          "BENCH heap_both_ms 260.0\nBENCH slowest_launch_both_us 900")
+          "BENCH heap_both_ms 260.0\nBENCH slowest_launch_both_us 900\n"
+          "BENCH give_back_us 40.0\nBENCH make_us 60.0")
 elif name == "ckpt":
     print("CKPT 1.0 500.0 250.0 1.0")
 elif name == "share_facts":
