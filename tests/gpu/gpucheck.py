@@ -1585,9 +1585,9 @@ class Matrix:
     def bench_overlap(self):
         """A driver fact for the heap's design, not a figure of the shim: whether handle calls
         on a second thread (2000 pieces given back and made again) hold up a program that
-        launches a kernel after every 15 us of host work (probe_overlap.cu). A share near 0%
-        means a heap could gather pieces off the program's thread for free; near 100%, that
-        the driver serializes them with the launches. The same run prices this machine's
+        launches a kernel after every 15 us of host work (probe_overlap.cu). A ratio near 0
+        means a heap could gather pieces off the program's thread for free; near 1, that the
+        driver serializes them with the launches. The same run prices this machine's
         per-piece calls, which the heap's share of the train rows moves with."""
         if not self.want("bench overlap"):
             return
@@ -1598,7 +1598,7 @@ class Matrix:
                  self.timeout(60))
         rc = p.finish()
         v = {k: float(x) for k, x in p.values("BENCH").items()}
-        if rc != 0 or "heap_ms" not in v:
+        if rc != 0 or not v.get("heap_ms") or "program_both_ms" not in v:
             self.badd("heap calls on a second thread", "failed", "", "", "-",
                       f"rc {rc} {p.stderr_tail()}")
             return

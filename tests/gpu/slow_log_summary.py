@@ -110,6 +110,15 @@ def call_costs(reqs):
     return None if c is None else (c[0], dict(zip(COSTS, c[1:])), len(rows))
 
 
+def costs_line(fit):
+    """call_costs' answer in words."""
+    if fit is None:
+        return "too few requests to tell them apart"
+    fixed, per, n = fit
+    each = " + ".join(f"{v * 1e3:.0f} us a handle {k}" for k, v in per.items())
+    return f"{fixed:.3f} ms + {each} ({n} requests without a sync)"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--top", type=int, default=0, help="list the N slowest requests")
@@ -123,12 +132,7 @@ def main():
         print(f"  all:         {summary(reqs)}")
         print(f"  second half: {summary(reqs[len(reqs) // 2:])}")
         if a.costs:
-            fit = call_costs(reqs)
-            print("  call costs:  " + ("too few requests to tell them apart" if fit is None else
-                                       f"{fit[0]:.3f} ms + " + " + ".join(
-                                           f"{v * 1e3:.0f} us a handle {k}"
-                                           for k, v in fit[1].items()) +
-                                       f" ({fit[2]} requests without a sync)"))
+            print(f"  call costs:  {costs_line(call_costs(reqs))}")
         if a.top:
             top = sorted(range(len(reqs)), key=lambda i: -reqs[i]["ms"])[:a.top]
             for i in sorted(top):
