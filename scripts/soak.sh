@@ -5,7 +5,8 @@
 # cancels, sends malformed requests, injects driver faults and kills the program mid-sleep.
 # It fails on a mismatch, a leak or a request not answered within its deadline, and prints the
 # seed to replay. Builds into build/ (or $BUILD_DIR; a ThreadSanitizer build works too: its
-# time limits stretch with CTL_SLOW, e.g. CTL_SLOW=4).
+# time limits stretch with CTL_SLOW, e.g. CTL_SLOW=4; so does an ASan+UBSan one, with the
+# ASAN_OPTIONS the meson tests set, since the shim is preloaded after ASan's runtime).
 # Usage: scripts/soak.sh [--seconds S (default 600)] [--seed N (default: random)] [--threads T]
 set -euo pipefail
 
@@ -22,6 +23,8 @@ ninja -C "$build" tests/integration/control/test_control_soak \
 	tests/simdev/libcuda.so.1 tests/simdev/libcudart.so.13 >/dev/null
 
 export LD_LIBRARY_PATH="$build/tests/simdev${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# As the meson tests set it (tests/integration/control/meson.build); ignored without ASan.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-verify_asan_link_order=0:detect_leaks=0:halt_on_error=1}
 export CTL_SHIM="$build/shim/libvmmshim.so" CTL_VMMCTL="$build/tools/vmmctl"
 export CTL_TARGET="$build/tests/integration/control/soak_target"
 exec "$build/tests/integration/control/test_control_soak" "${args[@]}"
