@@ -22,8 +22,8 @@ void ahead_kick(struct devheap *dh);
  * and whatever the host does next (e.g. giving pieces back to the driver, ~35 us each on the
  * H200) would then run with the GPU idle. true: reclaimed; false: none in flight, the one in
  * flight was waited for already or has not begun (the thread serves another device first), it
- * failed (a capture) or took 10 s, or cfg.sync_whole; the caller then synchronizes itself. dh's lock stays held (the thread says it is done before it
- * takes the lock). */
+ * failed (a capture) or took 10 s, or cfg.sync_whole; the caller then synchronizes itself.
+ * dh's lock stays held (the thread says it is done before it takes the lock). */
 bool ahead_wait(struct devheap *dh);
 
 /* Stop the core's thread (before the core is freed): false when it did not stop within 5 s
