@@ -143,6 +143,9 @@ void vmm_context_destroy_end(vmm_ctx_kind kind, void *ctx, bool destroyed);
 void vmm_capture_begin(void);
 void vmm_capture_end(void);
 bool vmm_sync_begin(void);
+/* Is any stream capture in progress in the process? (The heap then makes its memory on the
+ * program's own thread, as it always did during a capture.) */
+bool vmm_capture_active(void);
 void vmm_sync_end(void);
 void vmm_captures_after_fork(void);
 

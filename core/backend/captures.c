@@ -56,6 +56,16 @@ void vmm_capture_end(void)
 	pthread_mutex_unlock(&lock);
 }
 
+bool vmm_capture_active(void)
+{
+	bool active;
+
+	pthread_mutex_lock(&lock);
+	active = captures > 0;
+	pthread_mutex_unlock(&lock);
+	return active;
+}
+
 bool vmm_sync_begin(void)
 {
 	bool ok;
