@@ -4,6 +4,7 @@
 #include "heap_ahead.h"
 #include "heap_internal.h"
 #include "heap_keep.h"
+#include "heap_refill.h"
 #include "heap_share.h"
 #include "vmm_share.h"
 
@@ -29,6 +30,7 @@ void vmm_config_defaults(vmm_config *cfg)
 	cfg->edge_cut_min = SIZE_MAX;  /* never: see heap_grow.c, handle_shatter */
 	cfg->aligned_cuts = false;     /* 2 MiB pieces: see heap_grow.c, handle_shatter */
 	cfg->give_back_late = false;   /* before the sync: see heap_grow.h, arena_give_back_early */
+	cfg->refill_ahead = false;     /* a cut makes all its pieces itself (the shim sets it) */
 	cfg->small_max = DEFAULT_SMALL_MAX;
 	cfg->sync_ahead_min = 0;       /* the program's own thread synchronizes (the shim sets it) */
 	cfg->sync_whole = false;       /* wait for the sync ahead in flight first: heap_ahead.h */
@@ -87,8 +89,10 @@ vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **ou
 
 void vmm_core_after_fork(vmm_core *core)
 {
-	if (core)
+	if (core) {
 		ahead_after_fork(core);
+		refill_after_fork(core);
+	}
 }
 
 vmm_backend *vmm_core_backend(vmm_core *core)
@@ -101,7 +105,13 @@ void vmm_core_destroy(vmm_core *core)
 	if (!core)
 		return;
 	/* A thread still waiting for a device would then touch freed heaps. */
-	if (!ahead_stop(core))
+	for (int d = 0; d < VMM_MAX_DEVICES; d++)
+		if (core->heaps[d]) {
+			pthread_mutex_lock(&core->heaps[d]->lock);
+			refill_settle(core->heaps[d]);
+			pthread_mutex_unlock(&core->heaps[d]->lock);
+		}
+	if (!refill_stop(core) || !ahead_stop(core))
 		return;
 	for (int d = 0; d < VMM_MAX_DEVICES; d++)
 		if (core->heaps[d])
@@ -375,6 +385,8 @@ vmm_status vmm_set_peer_access(vmm_core *core, int dev, int peer, bool enable, v
 	if (!dh)
 		return err ? err->status : VMM_E_INVALID;
 	pthread_mutex_lock(&dh->lock);
+	/* A refill grants the peers it was queued with: none may be left to run with the old. */
+	refill_settle(dh);
 	nsaved = dh->npeers;
 	memcpy(saved, dh->peers, sizeof(saved));
 	for (i = 0; i < dh->npeers && dh->peers[i] != peer; i++)
@@ -442,6 +454,8 @@ vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *ou
 			out->handles_cut += dh->tally.shattered;
 			out->pieces_given_back += dh->tally.given_back;
 			out->pieces_given_back_early += dh->tally.given_back_early;
+			out->pieces_refilled += dh->tally.refilled;
+			out->pieces_refill_claimed += dh->tally.refill_claimed;
 		}
 		for (size_t k = 0; k < atomic_load(&dh->nres); k++)
 			out->reserved_bytes += dh->res[k].size;

@@ -53,6 +53,9 @@ typedef struct vmm_config {
 	                            * within it, with a 2 MiB piece where an allocation's edge falls
 	                            * inside a granule (at most ~10 handles, not 32 pieces); below
 	                            * edge_cut_min only; false = 2 MiB pieces */
+	bool refill_ahead;         /* a cut makes on the program's thread only the pieces the
+	                            * request lies on; a thread of the core makes the free rest
+	                            * (heap_refill.h); false = all of them on the program's thread */
 	bool give_back_late;       /* a large request that must wait for a device sync gives the
 	                            * free pieces its growth takes back only after the sync; false
 	                            * = before it, while the GPU still runs the program's queued

@@ -92,6 +92,9 @@ static struct devheap *devheap_new(struct vmm_core *core, int dev, vmm_error *er
 		return NULL;
 	}
 	settle_config(core, dh);
+	/* Asleep and one granule: nothing takes it for memory to move, cut or grant. */
+	dh->refill_mark.asleep = true;
+	dh->refill_mark.size = dh->gran;
 	pthread_mutex_init(&dh->lock, NULL);
 	return dh;
 }

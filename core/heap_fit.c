@@ -6,6 +6,7 @@
 #include "heap_grow.h"
 #include "heap_phys.h"
 #include "heap_records.h"
+#include "heap_refill.h"
 #include "heap_slab.h"
 #include "log.h"
 #include "mono_wait.h"
@@ -309,8 +310,13 @@ static struct blk *unshared_block(struct arena *a, size_t size, size_t align, vm
 			return NULL;
 		start = align > HEAP_ALIGN ? align_up(b->addr, align) : b->addr;
 		h = unshare ? shared_edge(dh, start, size) : NULL;
-		if (!h)
-			return b;
+		if (!h) {
+			/* Refills it lies on are made first (heap_refill.h); one that cannot be
+			 * left the free memory, and the search starts again. */
+			if (refill_claim(dh, start, start + size) == VMM_OK)
+				return b;
+			continue;
+		}
 		unshare = handle_shatter(dh, h, start, start + size, NULL) == VMM_OK;
 	}
 	vmm_fail(err, VMM_E_OOM, 0, "device %d: no block of %zu bytes", dh->dev, size);

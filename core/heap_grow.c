@@ -37,6 +37,7 @@
 
 #include "heap_blocks.h"
 #include "heap_phys.h"
+#include "heap_refill.h"
 #include "heap_va.h"
 
 /* The largest handles one is re-created as when a smaller allocation would share it; only the
@@ -570,6 +571,7 @@ void arena_give_back_early(struct arena *a, size_t size, size_t align)
 
 	if (dh->core->cfg.give_back_late || piece_for(dh, size) <= dh->gran)
 		return;
+	refill_settle(dh);
 	/* The growth's own first choice: in place after this block, else at a fresh range. */
 	b = extendable_block(a, size, align);
 	want = align_up(b ? need_in(b, size, align) - b->size : size, dh->gran);
@@ -614,8 +616,11 @@ static vmm_status grow_fresh(struct arena *a, size_t size, bool may_create, stru
 vmm_status arena_grow(struct arena *a, size_t size, size_t align, bool may_create,
 		      struct blk **out, vmm_error *err)
 {
-	struct blk *b = extendable_block(a, size, align);
+	struct blk *b;
 
+	/* What the refill thread holds in its queue is made here instead, as the growth needs. */
+	refill_settle(a->dh);
+	b = extendable_block(a, size, align);
 	if (b) {
 		vmm_status st = grow_in_place(a, b, size, align, may_create, out, err);
 
@@ -690,6 +695,31 @@ static size_t aligned_parts(const struct devheap *dh, const struct phandle *h, v
 	return n;
 }
 
+/* A handle [va, va+size) cut into pieces for the request [lo, hi), its range claimed and its
+ * memory released: the pieces the request lies on are made now, the rest of the range on the
+ * refill thread (heap_refill.h) when it takes it. true: *mva, *msize are what to make now. */
+static bool defer_rest(struct arena *a, vmm_devptr va, size_t size, vmm_devptr lo, vmm_devptr hi,
+		       vmm_devptr *mva, size_t *msize)
+{
+	size_t gran = a->dh->gran;
+	vmm_devptr end = va + size;
+	vmm_devptr need_lo = lo > va ? lo & ~(vmm_devptr)(gran - 1) : va;
+	vmm_devptr need_hi = hi < end ? align_up(hi, gran) : end;
+	bool left, right;
+
+	if (!a->dh->core->cfg.refill_ahead || need_lo >= need_hi ||
+	    (need_lo == va && need_hi == end))
+		return false;
+	left = need_lo > va && refill_defer(a, va, need_lo - va);
+	right = need_hi < end && refill_defer(a, need_hi, end - need_hi);
+	if (!left && !right)
+		return false;
+	/* A side not queued is made here with the request's pieces. */
+	*mva = left ? need_lo : va;
+	*msize = (right ? need_hi : end) - *mva;
+	return true;
+}
+
 vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_devptr lo, vmm_devptr hi,
 			  vmm_error *err)
 {
@@ -718,6 +748,9 @@ vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_devptr lo, 
 		return vmm_fail(err, VMM_E_INVALID, 0, "device %d: 0x%llx cannot be claimed again",
 				dh->dev, (unsigned long long)va);
 	dh->tally.shattered++;
+	/* Only what the request lies on, when the refill thread takes the rest. */
+	if (!nparts && piece == dh->gran)
+		defer_rest(a, va, size, lo, hi, &va, &size);
 	if (!nparts)
 		st = plan_create(a, &p, &none, size, piece, err);
 	for (size_t i = 0; i < nparts && !st; i++)

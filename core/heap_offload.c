@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "heap_backups.h"
+#include "heap_refill.h"
 #include "heap_sleep.h"
 #include "heap_wake.h"
 #include "log.h"
@@ -39,6 +40,8 @@ static vmm_status select_devices(vmm_core *core, const vmm_sleep_opts *o, struct
 
 		if (dh) {
 			pthread_mutex_lock(&dh->lock);
+			/* Nothing of the device's is made elsewhere while it sleeps or wakes. */
+			refill_settle(dh);
 			s->dh[s->n++] = dh;
 		}
 	}

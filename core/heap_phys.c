@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "heap_refill.h"
 #include "log.h"
 #include "offload/copy_engine.h"
 
@@ -388,6 +389,7 @@ void heap_release_free_handles(struct devheap *dh, size_t keep_bytes)
 	size_t free_bytes = 0, n = 0, cap = 0;
 	struct phandle **hs = NULL;
 
+	refill_settle(dh);
 	phys_retry_parked(dh);
 	for (struct phandle *h = dh->handles; h; h = h->next) {
 		if (handle_wholly_free(dh, h)) {

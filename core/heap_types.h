@@ -159,6 +159,8 @@ struct grow_tally {
 	uint64_t moved;         /* wholly free handles mapped again at a new address */
 	uint64_t recycled;      /* larger idle handles given back so that new memory is made */
 	uint64_t shattered;     /* large handles re-created as pieces (handle_shatter) */
+	uint64_t refilled;      /* pieces of a cut's free rest made on the refill thread */
+	uint64_t refill_claimed; /* pieces of a queued rest made by a request placed on them */
 	uint64_t given_back;    /* free pieces given back for a large request (plan_give_back) */
 	uint64_t given_back_early; /* of those, before the request's sync (arena_give_back_early) */
 };
@@ -204,6 +206,8 @@ struct devheap {
 	uint64_t ahead_gen;
 	bool ahead_taken;
 	struct grow_tally tally;
+	/* In the page index where a queued refill's pages are (heap_refill.c): not memory. */
+	struct phandle refill_mark;
 	/* Bytes of free pieces the request in progress gave back before its sync
 	 * (arena_give_back_early): its growth takes that much less from free memory and makes it
 	 * new instead. Cleared when the request ends. */
@@ -241,6 +245,8 @@ struct vmm_core {
 	_Atomic size_t kept_fds;        /* descriptors kept by all heaps (heap_keep.c) */
 	struct ahead *_Atomic ahead;    /* the sync-ahead thread (heap_ahead.c), from its first use */
 	bool ahead_failed;              /* no thread could be had: not tried again */
+	struct refill *_Atomic refill;  /* the refill thread (heap_refill.c), from its first use */
+	bool refill_failed;
 };
 
 static inline size_t align_up(size_t v, size_t a)

@@ -63,6 +63,10 @@
 	X(pieces_given_back, OWN, "", 0, PRIVATE)                                              \
 	/* of those, before the sync the request waited for (while the GPU still ran) */        \
 	X(pieces_given_back_early, OWN, "", 0, PRIVATE)                                        \
+	/* refilling ahead (heap_refill.h): pieces of cuts' free rests made on the core's       \
+	 * thread, and those made by a request placed on them before the thread came to them */ \
+	X(pieces_refilled, OWN, "", 0, PRIVATE)                                                \
+	X(pieces_refill_claimed, OWN, "", 0, PRIVATE)                                          \
 	/* legacy IPC (heap_share.c): bytes in handles another process may map (they stay      \
 	 * resident), and of those the bytes freed but not reusable; the status reply carries   \
 	 * them for the sides with legacy IPC only (dispatch.c, put_shared) */                 \

@@ -61,13 +61,13 @@ run_suites build-sanitize sanitize simdev unit failure-paths
 phase "build with ThreadSanitizer into build-tsan/"
 configure build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false
 tsan_tests=(simdev_race_primary core_fork_stress core_idle_sync_stress core_sync_ahead_stress
-  control_sleep control_cancel control_status
+  core_refill_stress control_sleep control_cancel control_status
   control_protocol control_trust control_group control_soak control_share control_peer_kept_threads)
 # What the drivers start is named here: ninja builds only the targets it is given, and the
 # drivers find these through the environment, not as link dependencies.
 ninja -C build-tsan -j "$jobs" tests/simdev/race_primary tests/unit/core/test_core_fork_stress \
   tests/unit/core/test_core_idle_sync_stress \
-  $(for t in "${tsan_tests[@]:4}"; do
+  $(for t in "${tsan_tests[@]:5}"; do
   echo "tests/integration/control/test_$t"; done) shim/libvmmshim.so tools/vmmctl \
   tests/simdev/libcuda.so.1 tests/simdev/libcudart.so.13 tests/simdev/libascendcl.so \
   tests/integration/control/ctl_target tests/integration/control/acl_target \
@@ -81,6 +81,8 @@ declare -A tsan_filter=(
   [core_idle_sync_stress]=''
   # The same with the heap's thread syncing ahead beside them (heap_ahead.c).
   [core_sync_ahead_stress]=''
+  # And with the refill thread making the cuts' free rests beside them (heap_refill.c).
+  [core_refill_stress]=''
   # The threaded ones (the ACL program is left out: simdev's ACL copies are not ordered with
   # the program's, and TSan spends minutes on that one report).
   [control_sleep]='@(sleep/releases_memory*|sleep/eight_threads*|sleep/a_copy_while_asleep*|sleep/a_kernel_while_asleep*|sleep/autowake_on_the_next*|sleep/a_held_tag_sleep*|sleep/a_sleep_that_fails*|sleep/a_forked_child*|sleep/the_programs_own_vmm*)'

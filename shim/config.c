@@ -54,6 +54,10 @@ static const struct setting settings[] = {
 	  "as handles of power-of-two sizes aligned within it (about 6, at most ~10), a 2 MiB piece "
 	  "where the allocation's edge falls inside a granule; 0: as 32 pieces of 2 MiB (faster: "
 	  "aligned cuts made the H200 PyTorch benchmark's mean step 7-9% slower)" },
+	{ "VMMSHIM_REFILL_AHEAD", SET_BOOL, AT(core.refill_ahead), "0",
+	  "1: a freed handle of 64 MiB that an allocation cuts into 2 MiB pieces is made again "
+	  "on the program's thread only where the allocation lies; a thread of the shim makes the "
+	  "free rest while the program goes on; 0: all of it on the program's thread" },
 	{ "VMMSHIM_GIVE_BACK_LATE", SET_BOOL, AT(core.give_back_late), "0",
 	  "1: a large allocation that must wait for a device synchronization gives the free "
 	  "2 MiB pieces it is made from back to the driver only after it; 0: before it, while "

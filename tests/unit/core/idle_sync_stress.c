@@ -7,7 +7,9 @@
  * is simdev's (simdev_submissions). Not Criterion, so that it also runs under TSan.
  * IDLE_SYNC_ROUNDS sets the rounds of each thread (400); IDLE_SYNC_AHEAD=N turns on syncing ahead
  * (heap_ahead.c) at N MiB of quarantine, whose thread then reclaims beside the two (it must
- * have, once at least), and for which the reusing thread then waits (once at least). */
+ * have, once at least), and for which the reusing thread then waits (once at least).
+ * IDLE_SYNC_REFILL=1 turns on refilling ahead (heap_refill.h) as well: the cuts' free rests are
+ * then made on a third thread of the core, beside the other two. */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -160,12 +162,14 @@ int main(void)
 	pthread_t tl, tr;
 	void *rl, *rr;
 	uint64_t made_busy, skipped_busy, made_idle, skipped_idle, ahead, ahead_idle, waited, waited_idle;
+	vmm_stats rst = { 0 };
 
 	if (env)
 		rounds = atoi(env);
 	vmm_config_defaults(&cfg);
 	if (ahead_env)
 		cfg.sync_ahead_min = (size_t)atoi(ahead_env) * MiB;
+	cfg.refill_ahead = getenv("IDLE_SYNC_REFILL") && atoi(getenv("IDLE_SYNC_REFILL"));
 	setenv("SIMDEV_MEMORY", "2G", 1);
 	if (vmm_backend_cuda_open(&be, &err))
 		return fprintf(stderr, "idle_sync_stress: opening on simdev: %s\n", err.msg), 1;
@@ -200,6 +204,11 @@ int main(void)
 	       (unsigned long long)made_busy, (unsigned long long)skipped_busy,
 	       (unsigned long long)ahead, (unsigned long long)waited, (unsigned long long)made_idle,
 	       (unsigned long long)skipped_idle);
+	vmm_stats_get(core, 0, NULL, &rst, NULL);
+	if (cfg.refill_ahead)
+		printf("idle_sync_stress: refills: %llu pieces made on the core's thread, %llu by a "
+		       "request placed on them\n", (unsigned long long)rst.pieces_refilled,
+		       (unsigned long long)rst.pieces_refill_claimed);
 	vmm_core_destroy(core);
 	be->close(be);
 	if (atomic_load(&damaged))
@@ -210,5 +219,7 @@ int main(void)
 		return fprintf(stderr, "idle_sync_stress: no sync ahead was made\n"), 1;
 	if (ahead_env && !waited)
 		return fprintf(stderr, "idle_sync_stress: no reuse waited for a sync ahead\n"), 1;
+	if (cfg.refill_ahead && !rst.pieces_refilled)
+		return fprintf(stderr, "idle_sync_stress: no refill ran on the core's thread\n"), 1;
 	return 0;
 }
