@@ -194,6 +194,8 @@ static bool one_stream;
 static bool aligned_cuts;
 /* --give-back-late: VMMSHIM_GIVE_BACK_LATE=1. */
 static bool give_back_late;
+/* --refill-ahead: VMMSHIM_REFILL_AHEAD=1. */
+static bool refill_ahead;
 static _Atomic uint64_t calls_counted;
 
 static uint64_t every_call_submits(vmm_backend *be)
@@ -217,6 +219,7 @@ static vmm_core *open_core(vmm_backend *be)
 	cfg.edge_cut_min = edge_cut_min;
 	cfg.aligned_cuts = aligned_cuts;
 	cfg.give_back_late = give_back_late;
+	cfg.refill_ahead = refill_ahead;
 	if (vmm_core_create(be, &cfg, &core, &err)) {
 		fprintf(stderr, "bench_core: %s\n", err.msg);
 		exit(1);
@@ -651,17 +654,24 @@ static int replay_trace(vmm_backend *be, const char *path)
 	}
 	printf("  syncs %llu (and %llu ahead); driver: %llu creates, %llu maps, %llu unmap calls, "
 	       "%llu access calls, %llu releases: %.1f ms on the H200 (model), %.1f ms of it after a "
-	       "sync inside a malloc (the GPU idle); %.0f ns per call here\n",
+	       "sync inside a malloc (the GPU idle), %.1f ms on the core's own threads; %.0f ns per "
+	       "call here\n",
 	       (unsigned long long)r.syncs, (unsigned long long)r.syncs_ahead,
 	       (unsigned long long)r.calls.creates,
 	       (unsigned long long)r.calls.maps, (unsigned long long)r.calls.unmap_calls,
 	       (unsigned long long)r.calls.access_calls, (unsigned long long)r.calls.releases,
-	       r.calls.us / 1e3, r.calls.after_sync_us / 1e3, r.ns_per_call);
+	       r.calls.us / 1e3, r.calls.after_sync_us / 1e3, r.calls.own_thread_us / 1e3,
+	       r.ns_per_call);
 	/* Where the driver calls came from: on the H200 what a cut costs depends on the step it
 	 * lands in, which the per-call model above does not see (docs/design.md). */
 	printf("  heap: %llu handles moved, %llu large handles cut, %llu free pieces given back for "
-	       "a large request\n", (unsigned long long)r.moved, (unsigned long long)r.cut,
+	       "a large request", (unsigned long long)r.moved, (unsigned long long)r.cut,
 	       (unsigned long long)r.given_back);
+	if (refill_ahead)
+		printf("; pieces of cuts' rests made on the core's thread %llu, by a request placed on "
+		       "them first %llu", (unsigned long long)r.refilled,
+		       (unsigned long long)r.refill_claimed);
+	printf("\n");
 	printf("  costliest mallocs on the H200 (model):\n");
 	for (int i = 0; i < REPLAY_COSTLIEST && r.costliest[i].calls.us > 0; i++) {
 		const struct costly_request *c = &r.costliest[i];
@@ -710,7 +720,8 @@ int main(int argc, char **argv)
 	for (int i = 2; i < argc; i++) {
 		bool *flag = !strcmp(argv[i], "--one-stream") ? &one_stream :
 			     !strcmp(argv[i], "--aligned-cuts") ? &aligned_cuts :
-			     !strcmp(argv[i], "--give-back-late") ? &give_back_late : NULL;
+			     !strcmp(argv[i], "--give-back-late") ? &give_back_late :
+			     !strcmp(argv[i], "--refill-ahead") ? &refill_ahead : NULL;
 
 		if (flag) {
 			*flag = true;

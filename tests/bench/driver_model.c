@@ -134,6 +134,8 @@ void driver_model_op_begin(void)
 static void charge(double us)
 {
 	m.c.us += us;
+	if (!op_open)
+		m.c.own_thread_us += us;
 	if (op_open && op_synced)
 		m.c.after_sync_us += us;
 }
@@ -345,6 +347,7 @@ struct driver_counts driver_counts_sub(struct driver_counts b, struct driver_cou
 		.releases = b.releases - a.releases, .syncs = b.syncs - a.syncs,
 		.us = b.us - a.us, .release_us = b.release_us - a.release_us,
 		.after_sync_us = b.after_sync_us - a.after_sync_us,
+		.own_thread_us = b.own_thread_us - a.own_thread_us,
 		.call_us = b.call_us - a.call_us,
 	};
 }

@@ -17,6 +17,9 @@ struct driver_counts {
 	double after_sync_us;   /* the part of it a thread spent after it synchronized the device
 				 * inside one operation (driver_model_op_begin): with the GPU's queue
 				 * drained, a GPU-bound program waits for all of it */
+	double own_thread_us;   /* the part of it spent on the core's own threads (those that
+				 * never began an operation): the refill thread's, beside the
+				 * program's */
 	double call_us;         /* wall time measured inside the calls here (simdev's, when on it),
 				 * summed over threads: the rest of an operation is the core's own */
 };

@@ -197,6 +197,8 @@ int trace_replay(vmm_core *core, const char *path, bool one_stream, struct trace
 	out->moved = s.handles_moved;
 	out->cut = s.handles_cut;
 	out->given_back = s.pieces_given_back;
+	out->refilled = s.pieces_refilled;
+	out->refill_claimed = s.pieces_refill_claimed;
 	out->ns_per_call = out->mallocs + out->frees ?
 		r.ns / (double)(out->mallocs + out->frees) : 0;
 	for (size_t i = 0; i <= r.t.mask; i++)
