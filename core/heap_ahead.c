@@ -29,16 +29,14 @@
 #define AHEAD_WAIT_MS 10000
 
 struct ahead {
-	pthread_mutex_t lock;   /* taken after a devheap's lock, never before */
-	pthread_cond_t posted;  /* a device was posted, or stop */
-	pthread_cond_t exited;
+	struct vmm_worker w;    /* its lock taken after a devheap's lock, never before; posted: a
+				 * device was posted, or stop */
 	pthread_cond_t synced;  /* a sync ahead returned (done_gen moved) */
 	unsigned pending;       /* bit d: device d has a sync posted */
 	/* Per device: the number of the sync posted, of the last one that returned, and whether
 	 * that one succeeded. */
 	uint64_t posted_gen[VMM_MAX_DEVICES], done_gen[VMM_MAX_DEVICES];
 	bool done_ok[VMM_MAX_DEVICES];
-	bool stop, gone;
 };
 
 static void finish(struct devheap *dh, bool synced)
@@ -58,7 +56,7 @@ static void *ahead_main(void *arg)
 	struct vmm_core *core = arg;
 	struct ahead *ah = core->ahead;
 
-	pthread_mutex_lock(&ah->lock);
+	pthread_mutex_lock(&ah->w.lock);
 	for (;;) {
 		struct devheap *dh;
 		vmm_status st;
@@ -66,31 +64,30 @@ static void *ahead_main(void *arg)
 		int dev;
 
 		/* Idle until a free posts a device: nothing waits on this thread meanwhile. */
-		while (!ah->pending && !ah->stop)
-			pthread_cond_wait(&ah->posted, &ah->lock);
-		if (ah->stop)
+		while (!ah->pending && !ah->w.stop)
+			pthread_cond_wait(&ah->w.posted, &ah->w.lock);
+		if (ah->w.stop)
 			break;
 		dev = __builtin_ctz(ah->pending);
 		ah->pending &= ~(1u << dev);
 		gen = ah->posted_gen[dev];
-		pthread_mutex_unlock(&ah->lock);
+		pthread_mutex_unlock(&ah->w.lock);
 		dh = atomic_load_explicit(&core->heaps[dev], memory_order_acquire);
 		st = core->be->synchronize(core->be, dev, NULL);
 		/* Said before the heap's lock is taken: a program's thread waiting in ahead_wait
 		 * holds it. */
-		pthread_mutex_lock(&ah->lock);
+		pthread_mutex_lock(&ah->w.lock);
 		ah->done_gen[dev] = gen;
 		ah->done_ok[dev] = st == VMM_OK;
 		pthread_cond_broadcast(&ah->synced);
-		pthread_mutex_unlock(&ah->lock);
+		pthread_mutex_unlock(&ah->w.lock);
 		pthread_mutex_lock(&dh->lock);
 		finish(dh, st == VMM_OK);
 		pthread_mutex_unlock(&dh->lock);
-		pthread_mutex_lock(&ah->lock);
+		pthread_mutex_lock(&ah->w.lock);
 	}
-	ah->gone = true;
-	pthread_cond_broadcast(&ah->exited);
-	pthread_mutex_unlock(&ah->lock);
+	vmm_worker_exiting(&ah->w);
+	pthread_mutex_unlock(&ah->w.lock);
 	return NULL;
 }
 
@@ -100,7 +97,6 @@ static void *ahead_main(void *arg)
 static struct ahead *ahead_get(struct vmm_core *core)
 {
 	struct ahead *ah;
-	pthread_t th;
 
 	ah = atomic_load_explicit(&core->ahead, memory_order_acquire);
 	if (ah)
@@ -113,18 +109,13 @@ static struct ahead *ahead_get(struct vmm_core *core)
 	}
 	ah = calloc(1, sizeof(*ah));
 	if (ah) {
-		pthread_mutex_init(&ah->lock, NULL);
-		pthread_cond_init(&ah->posted, NULL);
-		vmm_cond_init_monotonic(&ah->exited);
 		vmm_cond_init_monotonic(&ah->synced);
-		core->ahead = ah;
-		if (vmm_thread_create(&th, NULL, ahead_main, core)) {
+		core->ahead = ah; /* before the thread, which reads it */
+		if (!vmm_worker_start(&ah->w, ahead_main, core, "vmmshim-ahead")) {
 			core->ahead = NULL;
+			pthread_cond_destroy(&ah->synced);
 			free(ah);
 			ah = NULL;
-		} else {
-			pthread_detach(th);
-			pthread_setname_np(th, "vmmshim-ahead");
 		}
 	}
 	if (!ah) {
@@ -153,11 +144,11 @@ void ahead_kick(struct devheap *dh)
 	dh->ahead_upto = dh->quar_seq;
 	/* Read before the synchronization begins (it begins after this post). */
 	dh->ahead_before = be->submitted(be);
-	pthread_mutex_lock(&ah->lock);
+	pthread_mutex_lock(&ah->w.lock);
 	ah->posted_gen[dh->dev] = ++dh->ahead_gen;
 	ah->pending |= 1u << dh->dev;
-	pthread_cond_signal(&ah->posted);
-	pthread_mutex_unlock(&ah->lock);
+	pthread_cond_signal(&ah->w.posted);
+	pthread_mutex_unlock(&ah->w.lock);
 }
 
 bool ahead_wait(struct devheap *dh)
@@ -171,18 +162,18 @@ bool ahead_wait(struct devheap *dh)
 		return false;
 	t0 = vmm_now_s();
 	vmm_deadline_ms(&deadline, AHEAD_WAIT_MS);
-	pthread_mutex_lock(&ah->lock);
+	pthread_mutex_lock(&ah->w.lock);
 	/* Not begun yet (the thread is syncing another device): when it begins it covers all
 	 * that the program's own sync would, later. */
 	if (ah->pending & (1u << dh->dev)) {
-		pthread_mutex_unlock(&ah->lock);
+		pthread_mutex_unlock(&ah->w.lock);
 		return false;
 	}
 	while (ah->done_gen[dh->dev] < dh->ahead_gen)
-		if (pthread_cond_timedwait(&ah->synced, &ah->lock, &deadline))
+		if (pthread_cond_timedwait(&ah->synced, &ah->w.lock, &deadline))
 			break;
 	ok = ah->done_gen[dh->dev] >= dh->ahead_gen && ah->done_ok[dh->dev];
-	pthread_mutex_unlock(&ah->lock);
+	pthread_mutex_unlock(&ah->w.lock);
 	/* Timed out or failed (a capture): nothing was drained here, and the caller does not skip
 	 * its own sync; one wait per post. */
 	dh->ahead_taken = true;
@@ -201,28 +192,14 @@ bool ahead_wait(struct devheap *dh)
 bool ahead_stop(struct vmm_core *core)
 {
 	struct ahead *ah = core->ahead;
-	struct timespec deadline;
-	bool gone;
 
 	if (!ah)
 		return true;
-	vmm_deadline_ms(&deadline, STOP_WAIT_MS);
-	pthread_mutex_lock(&ah->lock);
-	ah->stop = true;
-	pthread_cond_signal(&ah->posted);
-	while (!ah->gone)
-		if (pthread_cond_timedwait(&ah->exited, &ah->lock, &deadline))
-			break;
-	gone = ah->gone;
-	pthread_mutex_unlock(&ah->lock);
-	if (!gone) {
+	if (!vmm_worker_stop(&ah->w, STOP_WAIT_MS)) {
 		vmm_log(VMM_LOG_WARN, "the sync-ahead thread is still waiting for a device after "
 			"%d s: the core is left to the end of the process", STOP_WAIT_MS / 1000);
 		return false;
 	}
-	pthread_mutex_destroy(&ah->lock);
-	pthread_cond_destroy(&ah->posted);
-	pthread_cond_destroy(&ah->exited);
 	pthread_cond_destroy(&ah->synced);
 	free(ah);
 	core->ahead = NULL;

@@ -59,13 +59,11 @@ struct refill_dev {
 };
 
 struct refill {
-	pthread_mutex_t lock;   /* taken after a devheap's lock, never before */
-	pthread_cond_t posted;  /* a range was queued, or stop */
+	struct vmm_worker w;    /* its lock taken after a devheap's lock, never before; posted: a
+				 * range was queued, or stop */
 	pthread_cond_t made;    /* a range left REFILL_MAKING */
-	pthread_cond_t exited;
 	unsigned pending;       /* bit d: device d has ranges queued */
 	struct refill_dev dev[VMM_MAX_DEVICES];
-	bool stop, gone;
 };
 
 /* Make w's pieces (no lock needed: the range is claimed address space that only w maps):
@@ -190,15 +188,15 @@ static void *refill_main(void *arg)
 	struct vmm_core *core = arg;
 	struct refill *rf = core->refill;
 
-	pthread_mutex_lock(&rf->lock);
+	pthread_mutex_lock(&rf->w.lock);
 	for (;;) {
 		struct refill_dev *d;
 		struct devheap *dh;
 		int dev;
 
-		while (!rf->pending && !rf->stop)
-			pthread_cond_wait(&rf->posted, &rf->lock);
-		if (rf->stop)
+		while (!rf->pending && !rf->w.stop)
+			pthread_cond_wait(&rf->w.posted, &rf->w.lock);
+		if (rf->w.stop)
 			break;
 		dev = __builtin_ctz(rf->pending);
 		d = &rf->dev[dev];
@@ -211,24 +209,23 @@ static void *refill_main(void *arg)
 		if (!d->n)
 			rf->pending &= ~(1u << dev);
 		d->state = REFILL_MAKING;
-		pthread_mutex_unlock(&rf->lock);
+		pthread_mutex_unlock(&rf->w.lock);
 		make(core->be, dev, core->heaps[dev]->gran, &d->cur);
-		pthread_mutex_lock(&rf->lock);
+		pthread_mutex_lock(&rf->w.lock);
 		d->state = REFILL_MADE;
 		pthread_cond_broadcast(&rf->made);
-		pthread_mutex_unlock(&rf->lock);
+		pthread_mutex_unlock(&rf->w.lock);
 		/* The heap's lock before the refill lock: a program's thread in refill_settle may
 		 * have added the range meanwhile. */
 		dh = atomic_load_explicit(&core->heaps[dev], memory_order_acquire);
 		pthread_mutex_lock(&dh->lock);
-		pthread_mutex_lock(&rf->lock);
+		pthread_mutex_lock(&rf->w.lock);
 		if (d->state == REFILL_MADE)
 			finish_made(dh, d);
 		pthread_mutex_unlock(&dh->lock);
 	}
-	rf->gone = true;
-	pthread_cond_broadcast(&rf->exited);
-	pthread_mutex_unlock(&rf->lock);
+	vmm_worker_exiting(&rf->w);
+	pthread_mutex_unlock(&rf->w.lock);
 	return NULL;
 }
 
@@ -238,7 +235,6 @@ static void *refill_main(void *arg)
 static struct refill *refill_get(struct vmm_core *core)
 {
 	struct refill *rf = atomic_load_explicit(&core->refill, memory_order_acquire);
-	pthread_t th;
 
 	if (rf)
 		return rf;
@@ -250,18 +246,14 @@ static struct refill *refill_get(struct vmm_core *core)
 	}
 	rf = calloc(1, sizeof(*rf));
 	if (rf) {
-		pthread_mutex_init(&rf->lock, NULL);
-		pthread_cond_init(&rf->posted, NULL);
 		vmm_cond_init_monotonic(&rf->made);
-		vmm_cond_init_monotonic(&rf->exited);
+		/* Before the thread, which reads it. */
 		atomic_store_explicit(&core->refill, rf, memory_order_release);
-		if (vmm_thread_create(&th, NULL, refill_main, core)) {
+		if (!vmm_worker_start(&rf->w, refill_main, core, "vmmshim-refill")) {
 			core->refill = NULL;
+			pthread_cond_destroy(&rf->made);
 			free(rf);
 			rf = NULL;
-		} else {
-			pthread_detach(th);
-			pthread_setname_np(th, "vmmshim-refill");
 		}
 	}
 	if (!rf) {
@@ -285,9 +277,9 @@ bool refill_defer(struct arena *a, vmm_devptr va, size_t size)
 	rf = refill_get(dh->core);
 	if (!rf)
 		return false;
-	pthread_mutex_lock(&rf->lock);
+	pthread_mutex_lock(&rf->w.lock);
 	d = &rf->dev[dh->dev];
-	if (d->n < QUEUE_MAX && !rf->stop) {
+	if (d->n < QUEUE_MAX && !rf->w.stop) {
 		struct refill_job *j = &d->q[d->n++];
 
 		j->a = a;
@@ -296,10 +288,10 @@ bool refill_defer(struct arena *a, vmm_devptr va, size_t size)
 		j->npeers = dh->npeers;
 		memcpy(j->peers, dh->peers, sizeof(j->peers));
 		rf->pending |= 1u << dh->dev;
-		pthread_cond_signal(&rf->posted);
+		pthread_cond_signal(&rf->w.posted);
 		queued = true;
 	}
-	pthread_mutex_unlock(&rf->lock);
+	pthread_mutex_unlock(&rf->w.lock);
 	/* Free memory for the fit from now on, as if made: a request placed on it makes it first
 	 * (refill_claim), so the heap's layout is the one it would have without refills. */
 	if (queued) {
@@ -323,7 +315,7 @@ static bool wait_made(struct refill *rf, struct devheap *dh, struct refill_dev *
 	if (d->state == REFILL_MAKING && !d->abandoned) {
 		vmm_deadline_ms(&deadline, SETTLE_WAIT_MS);
 		while (d->state == REFILL_MAKING)
-			if (pthread_cond_timedwait(&rf->made, &rf->lock, &deadline))
+			if (pthread_cond_timedwait(&rf->made, &rf->w.lock, &deadline))
 				break;
 	}
 	if (d->state == REFILL_MADE)
@@ -346,14 +338,14 @@ void refill_settle(struct devheap *dh)
 
 	if (!rf)
 		return;
-	pthread_mutex_lock(&rf->lock);
+	pthread_mutex_lock(&rf->w.lock);
 	d = &rf->dev[dh->dev];
 	for (int i = 0; i < d->n; i++)
 		withdraw(dh, d->q[i].a, d->q[i].va, d->q[i].size);
 	d->n = 0;
 	rf->pending &= ~(1u << dh->dev);
 	wait_made(rf, dh, d);
-	pthread_mutex_unlock(&rf->lock);
+	pthread_mutex_unlock(&rf->w.lock);
 }
 
 /* Queued range i, which [lo, hi) overlaps: *job becomes the granules of it under [lo, hi), and
@@ -402,7 +394,7 @@ vmm_status refill_claim(struct devheap *dh, vmm_devptr lo, vmm_devptr hi)
 
 	if (!rf)
 		return VMM_OK;
-	pthread_mutex_lock(&rf->lock);
+	pthread_mutex_lock(&rf->w.lock);
 	d = &rf->dev[dh->dev];
 	/* Not all backed (the driver ran out, or held the thread past the deadline): the part
 	 * that is not left the free memory, and the caller looks again. */
@@ -429,36 +421,22 @@ vmm_status refill_claim(struct devheap *dh, vmm_devptr lo, vmm_devptr hi)
 	}
 	if (!d->n)
 		rf->pending &= ~(1u << dh->dev);
-	pthread_mutex_unlock(&rf->lock);
+	pthread_mutex_unlock(&rf->w.lock);
 	return st;
 }
 
 bool refill_stop(struct vmm_core *core)
 {
 	struct refill *rf = core->refill;
-	struct timespec deadline;
-	bool gone;
 
 	if (!rf)
 		return true;
-	vmm_deadline_ms(&deadline, STOP_WAIT_MS);
-	pthread_mutex_lock(&rf->lock);
-	rf->stop = true;
-	pthread_cond_signal(&rf->posted);
-	while (!rf->gone)
-		if (pthread_cond_timedwait(&rf->exited, &rf->lock, &deadline))
-			break;
-	gone = rf->gone;
-	pthread_mutex_unlock(&rf->lock);
-	if (!gone) {
+	if (!vmm_worker_stop(&rf->w, STOP_WAIT_MS)) {
 		vmm_log(VMM_LOG_WARN, "the refill thread is still in the driver after %d s: the core "
 			"is left to the end of the process", STOP_WAIT_MS / 1000);
 		return false;
 	}
-	pthread_mutex_destroy(&rf->lock);
-	pthread_cond_destroy(&rf->posted);
 	pthread_cond_destroy(&rf->made);
-	pthread_cond_destroy(&rf->exited);
 	free(rf);
 	core->refill = NULL;
 	return true;
