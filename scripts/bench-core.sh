@@ -9,8 +9,12 @@
 # Usage: scripts/bench-core.sh [--quick] | --train [STEPS] [--varlen] [--seed N]
 #        | --sleep GIB [--pieces | --small] | --replay TRACE | --demo
 #        (--train and --replay take the core's options last: --sync-ahead MIB, --max-handle MIB,
-#        --edge-cut-min MIB|unlimited, --aligned-cuts, --give-back-late;
-#        --replay also --one-stream: plain calls ordered on one stream, as lone-stream ordering)
+#        --edge-cut-min MIB|unlimited, --aligned-cuts, --give-back-late, --refill-ahead;
+#        --replay also --one-stream: plain calls ordered on one stream, as lone-stream ordering,
+#        and --realtime GAP_US: each driver call also takes its modelled H200 time, one at a
+#        time across threads, with GAP_US of host time before each request, and the time
+#        inside the replay's mallocs and frees is printed: what the core's own threads take
+#        off the program's, on a machine with a core free for them)
 # (--train --varlen replays the H200's PyTorch benchmark instead, --replay a trace recorded with
 # VMMSHIM_ALLOC_TRACE, unpacked first when it ends in .gz: simdev then gets 141G)
 set -euo pipefail

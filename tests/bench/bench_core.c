@@ -196,6 +196,10 @@ static bool aligned_cuts;
 static bool give_back_late;
 /* --refill-ahead: VMMSHIM_REFILL_AHEAD=1. */
 static bool refill_ahead;
+/* --realtime GAP_US: driver calls take their modelled time, GAP_US of host time between the
+ * replay's requests (0: off). */
+static size_t realtime_gap_us;
+static bool realtime_on;
 static _Atomic uint64_t calls_counted;
 
 static uint64_t every_call_submits(vmm_backend *be)
@@ -621,6 +625,8 @@ static int replay_trace(vmm_backend *be, const char *path)
 	}
 	core = open_core(be);
 	driver_model_attach(be);
+	driver_model_realtime(realtime_on);
+	trace_replay_host_gap(realtime_on ? (double)realtime_gap_us : 0);
 	if (trace_replay(core, path, one_stream, &r)) {
 		fprintf(stderr, "bench_core: %s: %s\n", path, strerror(errno));
 		driver_model_detach(be);
@@ -664,6 +670,10 @@ static int replay_trace(vmm_backend *be, const char *path)
 	       r.ns_per_call);
 	/* Where the driver calls came from: on the H200 what a cut costs depends on the step it
 	 * lands in, which the per-call model above does not see (docs/design.md). */
+	if (realtime_on)
+		printf("  real time (driver calls at their modelled cost, one at a time; %zu us of "
+		       "host time before each request): %.1f ms inside the replay's mallocs and "
+		       "frees\n", realtime_gap_us, r.heap_ms);
 	printf("  heap: %llu handles moved, %llu large handles cut, %llu free pieces given back for "
 	       "a large request", (unsigned long long)r.moved, (unsigned long long)r.cut,
 	       (unsigned long long)r.given_back);
@@ -732,8 +742,10 @@ int main(int argc, char **argv)
 	}
 	for (int i = 2, end = argc; i + 1 < end; i++) {
 		size_t *opt = !strcmp(argv[i], "--sync-ahead") ? &sync_ahead_mib :
-			      !strcmp(argv[i], "--max-handle") ? &max_handle_mib : NULL;
+			      !strcmp(argv[i], "--max-handle") ? &max_handle_mib :
+			      !strcmp(argv[i], "--realtime") ? &realtime_gap_us : NULL;
 
+		realtime_on |= !strcmp(argv[i], "--realtime");
 		if (!strcmp(argv[i], "--edge-cut-min")) {
 			i++;
 			edge_cut_min = !strcmp(argv[i], "unlimited") ? SIZE_MAX :

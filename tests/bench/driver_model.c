@@ -123,11 +123,28 @@ static struct {
 /* Whether this thread synchronized the device since its driver_model_op_begin: what it spends
  * in the driver from then on is spent while the GPU has nothing queued (after_sync_us). */
 static __thread bool op_open, op_synced;
+static bool realtime;
+
+void driver_model_realtime(bool on)
+{
+	realtime = on;
+}
 
 void driver_model_op_begin(void)
 {
 	op_open = true;
 	op_synced = false;
+}
+
+static double now_us(void);
+
+/* The call that began at t0 (now_us) has taken what it took here; in real time it takes the
+ * rest of its modelled us now, with m.lock held: no other thread's call runs meanwhile. */
+static void take_rest(double t0, double us)
+{
+	if (realtime)
+		for (double end = t0 + us; now_us() < end;)
+			;
 }
 
 /* Add us of modelled driver time (m.lock held). */
@@ -196,6 +213,7 @@ static vmm_status w_create(vmm_backend *be, int dev, size_t size, vmm_phys *h, v
 	pthread_mutex_lock(&m.lock);
 	m.c.creates++;
 	charge(cost(OP_CREATE, size));
+	take_rest(t0, cost(OP_CREATE, size));
 	if (!st)
 		put(handles, *h + 1, size);
 	pthread_mutex_unlock(&m.lock);
@@ -219,6 +237,9 @@ static vmm_status w_release(vmm_backend *be, vmm_phys h, vmm_error *err)
 	t0 = now_us();
 	st = m.release(be, h, err);
 	took(t0);
+	pthread_mutex_lock(&m.lock);
+	take_rest(t0, us);
+	pthread_mutex_unlock(&m.lock);
 	return st;
 }
 
@@ -231,6 +252,7 @@ static vmm_status w_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys h,
 	pthread_mutex_lock(&m.lock);
 	m.c.maps++;
 	charge(cost(OP_MAP, size));
+	take_rest(t0, cost(OP_MAP, size));
 	if (!st)
 		put(maps, va, size);
 	pthread_mutex_unlock(&m.lock);
@@ -240,15 +262,19 @@ static vmm_status w_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys h,
 static vmm_status w_unmap(vmm_backend *be, vmm_devptr va, size_t size, vmm_error *err)
 {
 	vmm_status st;
-	double t0;
+	double t0, us;
 
 	pthread_mutex_lock(&m.lock);
 	m.c.unmap_calls++;
-	charge(range_cost(OP_UNMAP, va, size, &m.c.unmapped));
+	us = range_cost(OP_UNMAP, va, size, &m.c.unmapped);
+	charge(us);
 	pthread_mutex_unlock(&m.lock);
 	t0 = now_us();
 	st = m.unmap(be, va, size, err);
 	took(t0);
+	pthread_mutex_lock(&m.lock);
+	take_rest(t0, us);
+	pthread_mutex_unlock(&m.lock);
 	if (!st) {
 		pthread_mutex_lock(&m.lock);
 		for (vmm_devptr p = va; p < va + size;) {
@@ -268,16 +294,19 @@ static vmm_status w_access(vmm_backend *be, int dev, vmm_devptr va, size_t size,
 			   int npeers, vmm_error *err)
 {
 	vmm_status st;
-	double t0;
+	double t0, us;
 
 	pthread_mutex_lock(&m.lock);
 	m.c.access_calls++;
-	charge(range_cost(OP_ACCESS, va, size, &m.c.access_handles));
+	us = range_cost(OP_ACCESS, va, size, &m.c.access_handles);
+	charge(us);
 	pthread_mutex_unlock(&m.lock);
 	t0 = now_us();
 	st = m.set_access(be, dev, va, size, peers, npeers, err);
-
 	took(t0);
+	pthread_mutex_lock(&m.lock);
+	take_rest(t0, us);
+	pthread_mutex_unlock(&m.lock);
 	return st;
 }
 

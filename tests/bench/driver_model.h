@@ -5,6 +5,7 @@
 #ifndef VMM_BENCH_DRIVER_MODEL_H
 #define VMM_BENCH_DRIVER_MODEL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "backend/backend.h"
@@ -28,6 +29,10 @@ struct driver_counts {
 void driver_model_attach(vmm_backend *be);
 void driver_model_detach(vmm_backend *be);
 struct driver_counts driver_model_get(void);
+/* Real time: each call, on whichever thread, also takes its modelled time (spun, one call at a
+ * time across threads: the driver serializes its per-handle work), so that what a thread of
+ * the core does beside the program shows in the program's own time. */
+void driver_model_realtime(bool on);
 /* The calling thread starts an operation (a malloc): its driver time after a sync inside it
  * counts as after_sync_us. */
 void driver_model_op_begin(void);

@@ -66,6 +66,21 @@ static double now_ns(void)
 	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
+static double host_gap_ns;
+
+void trace_replay_host_gap(double us)
+{
+	host_gap_ns = us * 1e3;
+}
+
+/* The program's own work between two requests. */
+static void host_gap(void)
+{
+	if (host_gap_ns > 0)
+		for (double end = now_ns() + host_gap_ns; now_ns() < end;)
+			;
+}
+
 struct replay {
 	vmm_core *core;
 	struct live_table t;
@@ -177,6 +192,7 @@ int trace_replay(vmm_core *core, const char *path, bool one_stream, struct trace
 	phys_peak_start(&out->phys);
 	while (fgets(line, sizeof(line), f)) {
 		r.line++;
+		host_gap();
 		if (line[0] == 'a' && sscanf(line + 1, "%llu %llx", &size, &key) == 2 && key)
 			replay_malloc(&r, size, key, one_stream, ONE_STREAM);
 		else if (line[0] == 'A' && sscanf(line + 1, "%llu %llx %llx", &size, &key,
@@ -201,6 +217,7 @@ int trace_replay(vmm_core *core, const char *path, bool one_stream, struct trace
 	out->refill_claimed = s.pieces_refill_claimed;
 	out->ns_per_call = out->mallocs + out->frees ?
 		r.ns / (double)(out->mallocs + out->frees) : 0;
+	out->heap_ms = r.ns / 1e6;
 	for (size_t i = 0; i <= r.t.mask; i++)
 		if (r.t.slot[i].key && !r.t.slot[i].dead)
 			vmm_free(core, r.t.slot[i].ptr, NULL);

@@ -34,6 +34,7 @@ struct trace_result {
 	uint64_t refilled, refill_claimed; /* pieces of cuts' rests made on the core's thread, and
 	                                    * by requests placed on them (--refill-ahead) */
 	double ns_per_call;        /* mean host ns of one malloc or free */
+	double heap_ms;            /* all of the replay's time inside its mallocs and frees */
 	struct driver_counts calls; /* the driver calls of the whole replay (driver_model_attach'd) */
 	struct phys_peak phys;     /* the device's physical memory, where the driver says (simdev) */
 	/* The mallocs whose driver calls would cost most on the H200 (driver_model.h), costliest
@@ -47,5 +48,9 @@ struct trace_result {
  * ordered on one stream, as the shim does while all of a program's work goes to one
  * (shim/lone_stream.h). */
 int trace_replay(vmm_core *core, const char *path, bool one_stream, struct trace_result *out);
+
+/* Host time between the replay's requests, spun (0: none): the program's own code, during
+ * which the core's threads have the driver to themselves. */
+void trace_replay_host_gap(double us);
 
 #endif
