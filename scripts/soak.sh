@@ -7,6 +7,8 @@
 # seed to replay. Builds into build/ (or $BUILD_DIR; a ThreadSanitizer build works too: its
 # time limits stretch with CTL_SLOW, e.g. CTL_SLOW=4; so does an ASan+UBSan one, with the
 # ASAN_OPTIONS the meson tests set, since the shim is preloaded after ASan's runtime).
+# SOAK_LARGE_PCT=N makes N% of the program's allocations 33-80 MiB, so that large handles are
+# cut by smaller ones (with VMMSHIM_REFILL_AHEAD=1, the refill thread is then soaked too).
 # Usage: scripts/soak.sh [--seconds S (default 600)] [--seed N (default: random)] [--threads T]
 set -euo pipefail
 

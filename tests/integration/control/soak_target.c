@@ -11,7 +11,11 @@
  *   work T SECS SEED       T threads for SECS seconds -> "work started", then, when they end,
  *                          "work ops=.. copies=.. kernels=.. mismatches=.. errors=.." (each
  *                          thread frees what it allocated first)
- *   quit                   exit 0 */
+ *   quit                   exit 0
+ *
+ * SOAK_LARGE_PCT=N (manual soaks): N% of the allocations are 33-80 MiB, so that the heap makes
+ * large handles that smaller allocations then cut (and refill ahead, with
+ * VMMSHIM_REFILL_AHEAD=1); without it every allocation is under 3 MiB. */
 #include <cuda_runtime_api.h>
 
 #include <dlfcn.h>
@@ -135,9 +139,14 @@ static void set_tag(int id)
 		fn(tag);
 }
 
+static int large_pct; /* SOAK_LARGE_PCT */
+
 static size_t random_size(unsigned *seed)
 {
 	int r = rand_r(seed) % 100;
+
+	if (large_pct && rand_r(seed) % 100 < large_pct)
+		return (33u << 20) + (size_t)(rand_r(seed) % (48u << 20));
 
 	if (r < 70)
 		return 4096 + (size_t)(rand_r(seed) % (252 * 1024));
@@ -399,6 +408,8 @@ int main(void)
 	char line[256];
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (getenv("SOAK_LARGE_PCT"))
+		large_pct = atoi(getenv("SOAK_LARGE_PCT"));
 	if (cudaSetDevice(0) != cudaSuccess) {
 		say("error no device");
 		return 1;
