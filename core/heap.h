@@ -56,6 +56,9 @@ typedef struct vmm_config {
 	bool refill_ahead;         /* a cut makes on the program's thread only the pieces the
 	                            * request lies on; a thread of the core makes the free rest
 	                            * (heap_refill.h); false = all of them on the program's thread */
+	unsigned refill_wait_ms;   /* how long the program's thread waits for the refill thread's
+	                            * piece in hand before it leaves that range out; 0 = 2000
+	                            * (tests set less) */
 	bool give_back_late;       /* a large request that must wait for a device sync gives the
 	                            * free pieces its growth takes back only after the sync; false
 	                            * = before it, while the GPU still runs the program's queued

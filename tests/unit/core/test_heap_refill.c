@@ -23,6 +23,7 @@ static void open_refill_slow(struct tctx *t, bool refill, const char *delay)
 
 	vmm_config_defaults(&cfg);
 	cfg.refill_ahead = refill;
+	cfg.refill_wait_ms = 200; /* the deadline test's; the others never wait that long */
 	t_simdev_env("1G", NULL, NULL);
 	setenv("SIMDEV_DELAY", delay, 1);
 	t_open(t, &cfg);
@@ -175,15 +176,16 @@ Test(heap_refill, a_refill_stuck_in_the_driver_is_left_out_and_released_later)
 	vmm_devptr small, next;
 	double ms, t0;
 
-	/* Every map takes 100 ms: the thread's 30 take 3 s, past the 2 s a request waits. */
-	open_refill_slow(&t, true, "cuMemMap:100");
+	/* Every map takes 300 ms: the thread's piece in hand outlasts the 200 ms a request waits
+	 * for it (refill_wait_ms). */
+	open_refill_slow(&t, true, "cuMemMap:300");
 	small = cut_for_small(&t, &ms);
 	t0 = vmm_now_s();
 	cr_assert_eq(vmm_malloc(t.core, 0, 60 * MiB, 0, NULL, &next, NULL), VMM_OK);
 	cr_expect_lt(vmm_now_s() - t0, 10.0, "the request waited past its deadlines");
 	t_fill(next, 60 * MiB, 11);
-	/* The thread lets go of the driver ~3 s in; what it made goes back then. */
-	nanosleep(&(struct timespec){ 3, 0 }, NULL);
+	/* The thread lets go of the driver within 0.3 s; what it made goes back then. */
+	nanosleep(&(struct timespec){ 1, 0 }, NULL);
 	cr_assert_eq(vmm_trim(t.core, 0, NULL), VMM_OK);
 	cr_assert(t_check(next, 60 * MiB, 11) && t_check(small, 4 * MiB, 7));
 	cr_assert_eq(t_dev_used(&t, 0), 64 * MiB, "only the two allocations' memory is left: %llu",
