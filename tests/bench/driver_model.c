@@ -23,6 +23,8 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -138,13 +140,31 @@ void driver_model_op_begin(void)
 
 static double now_us(void);
 
-/* The call that began at t0 (now_us) has taken what it took here; in real time it takes the
- * rest of its modelled us now, with m.lock held: no other thread's call runs meanwhile. */
-static void take_rest(double t0, double us)
+/* Real time: the driver, one call at a time, first come first served (a ticket lock: a
+ * mutex would let a thread that calls again at once go first, and starve the other). */
+static _Atomic uint64_t drv_next, drv_serving;
+
+/* A call begins: wait for the driver (in real time); returns when it began. */
+static double drv_enter(void)
 {
-	if (realtime)
-		for (double end = t0 + us; now_us() < end;)
-			;
+	if (realtime) {
+		uint64_t me = atomic_fetch_add(&drv_next, 1);
+
+		while (atomic_load(&drv_serving) != me)
+			sched_yield();
+	}
+	return now_us();
+}
+
+/* The call that began at t0 has taken what it took here; in real time it takes the rest of its
+ * modelled us, and then lets the next call in. */
+static void drv_leave(double t0, double us)
+{
+	if (!realtime)
+		return;
+	for (double end = t0 + us; now_us() < end;)
+		;
+	atomic_fetch_add(&drv_serving, 1);
 }
 
 /* Add us of modelled driver time (m.lock held). */
@@ -206,17 +226,17 @@ static double range_cost(enum op op, vmm_devptr va, size_t size, uint64_t *handl
 
 static vmm_status w_create(vmm_backend *be, int dev, size_t size, vmm_phys *h, vmm_error *err)
 {
-	double t0 = now_us();
+	double t0 = drv_enter();
 	vmm_status st = m.create(be, dev, size, h, err);
 
 	took(t0);
 	pthread_mutex_lock(&m.lock);
 	m.c.creates++;
 	charge(cost(OP_CREATE, size));
-	take_rest(t0, cost(OP_CREATE, size));
 	if (!st)
 		put(handles, *h + 1, size);
 	pthread_mutex_unlock(&m.lock);
+	drv_leave(t0, cost(OP_CREATE, size));
 	return st;
 }
 
@@ -234,28 +254,26 @@ static vmm_status w_release(vmm_backend *be, vmm_phys h, vmm_error *err)
 	m.c.release_us += us;
 	del(handles, h + 1);
 	pthread_mutex_unlock(&m.lock);
-	t0 = now_us();
+	t0 = drv_enter();
 	st = m.release(be, h, err);
 	took(t0);
-	pthread_mutex_lock(&m.lock);
-	take_rest(t0, us);
-	pthread_mutex_unlock(&m.lock);
+	drv_leave(t0, us);
 	return st;
 }
 
 static vmm_status w_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys h, vmm_error *err)
 {
-	double t0 = now_us();
+	double t0 = drv_enter();
 	vmm_status st = m.map(be, va, size, h, err);
 
 	took(t0);
 	pthread_mutex_lock(&m.lock);
 	m.c.maps++;
 	charge(cost(OP_MAP, size));
-	take_rest(t0, cost(OP_MAP, size));
 	if (!st)
 		put(maps, va, size);
 	pthread_mutex_unlock(&m.lock);
+	drv_leave(t0, cost(OP_MAP, size));
 	return st;
 }
 
@@ -269,12 +287,10 @@ static vmm_status w_unmap(vmm_backend *be, vmm_devptr va, size_t size, vmm_error
 	us = range_cost(OP_UNMAP, va, size, &m.c.unmapped);
 	charge(us);
 	pthread_mutex_unlock(&m.lock);
-	t0 = now_us();
+	t0 = drv_enter();
 	st = m.unmap(be, va, size, err);
 	took(t0);
-	pthread_mutex_lock(&m.lock);
-	take_rest(t0, us);
-	pthread_mutex_unlock(&m.lock);
+	drv_leave(t0, us);
 	if (!st) {
 		pthread_mutex_lock(&m.lock);
 		for (vmm_devptr p = va; p < va + size;) {
@@ -301,12 +317,10 @@ static vmm_status w_access(vmm_backend *be, int dev, vmm_devptr va, size_t size,
 	us = range_cost(OP_ACCESS, va, size, &m.c.access_handles);
 	charge(us);
 	pthread_mutex_unlock(&m.lock);
-	t0 = now_us();
+	t0 = drv_enter();
 	st = m.set_access(be, dev, va, size, peers, npeers, err);
 	took(t0);
-	pthread_mutex_lock(&m.lock);
-	take_rest(t0, us);
-	pthread_mutex_unlock(&m.lock);
+	drv_leave(t0, us);
 	return st;
 }
 
