@@ -46,6 +46,7 @@ struct refill_work {
 	struct refill_job job;
 	vmm_phys *ph;
 	size_t made;
+	bool ungranted;         /* ph[made] is mapped but its grant failed: commit gives it back */
 	/* The program's thread wants the range (a settle, or a request placed on it): stop after
 	 * the piece in hand. */
 	atomic_bool stop;
@@ -78,9 +79,8 @@ struct refill {
  * heap (its lock held), since the driver serializes per-handle work and a piece made now would
  * hold up the program's own calls (a gather's ~1700 give-backs would wait behind as many
  * pieces), unless the program stopped the range. On the program's own thread (refill_claim)
- * there is nothing to give way to. In bench_core's real-time replay (20 us of host time a
- * request) the program's time in the heap was 11% longer with refills that did not give way,
- * 15% with one grant per range rather than per piece. */
+ * there is nothing to give way to. Without it, bench_core's real-time replay had the program
+ * longer in the heap with refills than without (docs/design.md). */
 static void give_way(struct devheap *dh, struct refill_work *w)
 {
 	while (!atomic_load_explicit(&w->stop, memory_order_relaxed)) {
@@ -104,6 +104,7 @@ static void make(struct devheap *dh, struct refill_work *w, bool polite)
 	int dev = dh->dev;
 
 	w->made = 0;
+	w->ungranted = false;
 	w->ph = calloc(n ? n : 1, sizeof(*w->ph));
 	if (!w->ph)
 		return;
@@ -121,9 +122,8 @@ static void make(struct devheap *dh, struct refill_work *w, bool polite)
 			break;
 		}
 		if (be->set_access(be, dev, va, gran, w->job.peers, w->job.npeers, NULL)) {
-			if (!be->unmap(be, va, gran, NULL))
-				be->release(be, w->ph[i], NULL);
-			break; /* a piece that would not unmap stays mapped, unused, in claimed VA */
+			w->ungranted = true; /* unmapped and released under the heap's lock */
+			break;
 		}
 		w->made++;
 	}
@@ -170,6 +170,16 @@ static bool commit(struct devheap *dh, struct refill_work *w, struct refill_dev 
 		page_handle_set(dh, at, gran, NULL);
 		if (phys_unmap_release(dh, w->ph[i], at, gran, true, "a refill without a record"))
 			va_free(dh, at, gran);
+	}
+	if (w->ungranted) {
+		vmm_devptr at = va + w->made * gran;
+
+		arena_take_free_range(a, at, gran);
+		page_handle_set(dh, at, gran, NULL);
+		if (phys_unmap_release(dh, w->ph[w->made], at, gran, true, "a refill not granted"))
+			va_free(dh, at, gran);
+		w->ungranted = false;
+		w->made++; /* past it: the rest begins after it */
 	}
 	if (w->made * gran < w->job.size) {
 		struct refill_job rest = w->job;
