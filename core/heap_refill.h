@@ -1,6 +1,7 @@
 /* Refilling ahead (heap_refill.c): when a request cuts a large free handle into 2 MiB pieces
  * (handle_shatter), the program's thread makes only the pieces the request lies on; the free
- * rest of the handle's range is made again by a thread of the core while the program goes on.
+ * rest of the handle's range is made again by a thread of the core while the program is
+ * outside the heap.
  * On the H200 the driver runs that thread's calls beside the program's launches: 2000 pieces
  * given back and made again on a second thread cost a program that launched every 15 us 1.1 ms
  * against 178 ms of calls (tests/gpu/probe_overlap.cu). Until it is made, the rest is free
@@ -17,19 +18,21 @@
 
 /* [va, va+size) of arena a (dh's lock held) is claimed address space without memory, granules
  * whole: queue it to be made free pieces on the core's thread, and make it free memory of a
- * until then. false when it is not queued
- * (cfg.refill_ahead off, no thread, a full queue, a capture in progress); the caller then makes
- * the pieces itself. */
+ * until then. false when it is not queued (cfg.refill_ahead off, no thread, a full queue, a
+ * capture in progress); the caller then makes the pieces itself. */
 bool refill_defer(struct arena *a, vmm_devptr va, size_t size);
 
-/* Before a request is placed on [lo, hi) (dh's lock held): the queued ranges it overlaps are
- * made here, the one being made is waited for. VMM_OK: all of [lo, hi) is backed; else some
- * was not made and left the free memory, and the caller looks for another place. */
+/* Before a request is placed on [lo, hi) (dh's lock held): the granules of queued ranges it
+ * lies on are made here (the rest stays queued); the range being made, if it lies on it, is
+ * stopped after its piece in hand and queued again for the rest. VMM_OK: all of [lo, hi) is
+ * backed; else some was not made and left the free memory (VMM_E_BUSY: the thread's piece took
+ * past the deadline), and the caller looks for another place. */
 vmm_status refill_claim(struct devheap *dh, vmm_devptr lo, vmm_devptr hi);
 
 /* dh's lock held: the queued refills are dropped (taken out of the free memory, their address
- * space given back: the growth that follows makes what it needs) and the one being made is waited for, at most a few
- * seconds, and added as free memory. After it no memory of the heap is being made elsewhere. */
+ * space given back: the growth that follows makes what it needs), and the range being made is
+ * stopped after its piece in hand, waited for (2 s at most) and backed as far as it was made.
+ * After it no memory of the heap is being made elsewhere. */
 void refill_settle(struct devheap *dh);
 
 /* Stop the refill thread (before the core is freed; every heap settled first): false when it
