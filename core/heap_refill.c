@@ -137,6 +137,12 @@ static void withdraw(struct devheap *dh, struct arena *a, vmm_devptr va, size_t 
 	va_free(dh, va, size);
 }
 
+/* The pieces w holds mapped: those made, and one whose grant failed. */
+static size_t in_hand(const struct refill_work *w)
+{
+	return w->made + (w->ungranted ? 1 : 0);
+}
+
 /* w's pieces back its range, which is free memory of the arena already (dh's lock held); what
  * was not made goes back to the front of requeue's queue (NULL, or a full queue: it leaves the
  * free memory). true: all of the range is backed. */
@@ -162,25 +168,17 @@ static bool commit(struct devheap *dh, struct refill_work *w, struct refill_dev 
 	}
 	if (added)
 		stats_mapped(a, (int64_t)added);
-	/* No host memory for its record: not usable. */
-	for (; i < w->made; i++) {
+	/* Mapped but not usable (no host memory for its record, or the grant failed): given
+	 * back, and the rest of the range begins after it. */
+	for (w->made = in_hand(w); i < w->made; i++) {
 		vmm_devptr at = va + i * gran;
 
 		arena_take_free_range(a, at, gran);
 		page_handle_set(dh, at, gran, NULL);
-		if (phys_unmap_release(dh, w->ph[i], at, gran, true, "a refill without a record"))
+		if (phys_unmap_release(dh, w->ph[i], at, gran, true, "a refill not usable"))
 			va_free(dh, at, gran);
 	}
-	if (w->ungranted) {
-		vmm_devptr at = va + w->made * gran;
-
-		arena_take_free_range(a, at, gran);
-		page_handle_set(dh, at, gran, NULL);
-		if (phys_unmap_release(dh, w->ph[w->made], at, gran, true, "a refill not granted"))
-			va_free(dh, at, gran);
-		w->ungranted = false;
-		w->made++; /* past it: the rest begins after it */
-	}
+	w->ungranted = false;
 	if (w->made * gran < w->job.size) {
 		struct refill_job rest = w->job;
 
@@ -207,7 +205,7 @@ static void drop_abandoned(struct devheap *dh, struct refill_dev *d)
 	struct refill_work *w = &d->cur;
 	bool all = true;
 
-	for (size_t i = 0; i < w->made; i++)
+	for (size_t i = 0; i < in_hand(w); i++)
 		all &= phys_unmap_release(dh, w->ph[i], w->job.va + i * dh->gran, dh->gran, true,
 					  "a refill abandoned");
 	if (all)
@@ -215,6 +213,7 @@ static void drop_abandoned(struct devheap *dh, struct refill_dev *d)
 	free(w->ph);
 	w->ph = NULL;
 	w->made = 0;
+	w->ungranted = false;
 	d->abandoned = false;
 	d->state = REFILL_IDLE;
 }
