@@ -219,19 +219,16 @@ static void drop_abandoned(struct devheap *dh, struct refill_dev *d)
 }
 
 /* The thread's range is made: it backs its free memory (dh's lock and rf's held); what it did
- * not make is queued again (requeue) or dropped. true: all of it is backed. */
-static bool finish_made(struct devheap *dh, struct refill_dev *d, bool requeue)
+ * not make is queued again (requeue) or dropped. */
+static void finish_made(struct devheap *dh, struct refill_dev *d, bool requeue)
 {
-	bool whole;
-
 	if (d->abandoned) {
 		drop_abandoned(dh, d);
-		return false;
+		return;
 	}
 	dh->tally.refilled += d->cur.made;
-	whole = commit(dh, &d->cur, requeue ? d : NULL);
+	commit(dh, &d->cur, requeue ? d : NULL);
 	d->state = REFILL_IDLE;
-	return whole;
 }
 
 static bool overlaps(const struct refill_job *j, vmm_devptr lo, vmm_devptr hi)
@@ -361,15 +358,15 @@ bool refill_defer(struct arena *a, vmm_devptr va, size_t size)
 	return queued;
 }
 
-/* Stop the range being made after its piece in hand, wait for that (settle_wait_ms at most),
- * and back what was made (rf's lock held, with dh's); the rest is queued again (requeue) or
- * dropped. Past the deadline the range leaves the free memory instead, so that no request is
- * placed on it unmade; the thread releases what it made when the driver lets it go. */
 static int settle_wait_ms(const struct devheap *dh)
 {
 	return dh->core->cfg.refill_wait_ms ? (int)dh->core->cfg.refill_wait_ms : SETTLE_WAIT_MS;
 }
 
+/* Stop the range being made after its piece in hand, wait for that (settle_wait_ms at most),
+ * and back what was made (rf's lock held, with dh's); the rest is queued again (requeue) or
+ * dropped. Past the deadline the range leaves the free memory instead, so that no request is
+ * placed on it unmade; the thread releases what it made when the driver lets it go. */
 static void stop_made(struct refill *rf, struct devheap *dh, struct refill_dev *d, bool requeue)
 {
 	struct timespec deadline;
@@ -384,9 +381,7 @@ static void stop_made(struct refill *rf, struct devheap *dh, struct refill_dev *
 	}
 	if (d->state == REFILL_MADE) {
 		finish_made(dh, d, requeue);
-		return;
-	}
-	if (d->state == REFILL_MAKING && !d->abandoned) {
+	} else if (d->state == REFILL_MAKING && !d->abandoned) {
 		vmm_log(VMM_LOG_WARN, "device %d: a refill of %zu bytes still in the driver after "
 			"%d ms: its range is left out of the free memory", dh->dev, d->cur.job.size,
 			settle_wait_ms(dh));
