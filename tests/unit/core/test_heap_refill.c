@@ -16,6 +16,8 @@
 
 /* Every cuMemCreate waits this long: a cut of 32 pieces then takes ~1 s on its own. */
 #define CREATE_MS 30
+#define STRINGIFY(x) #x
+#define CREATE_DELAY(ms) "cuMemCreate:" STRINGIFY(ms)
 
 static void open_refill_slow(struct tctx *t, bool refill, const char *delay)
 {
@@ -31,7 +33,7 @@ static void open_refill_slow(struct tctx *t, bool refill, const char *delay)
 
 static void open_refill(struct tctx *t, bool refill)
 {
-	open_refill_slow(t, refill, "cuMemCreate:30");
+	open_refill_slow(t, refill, CREATE_DELAY(CREATE_MS));
 }
 
 /* A freed 128 MiB handle, then a 4 MiB request that cuts its first 64 MiB: the request's
