@@ -12,7 +12,8 @@
  *
  * The program's thread never waits for the thread: its rules (heap_fit.c) see only what the
  * quarantine holds when it allocates, and synchronize themselves as before when they must. No
- * synchronization runs while the program captures a stream (the backend refuses it). */
+ * sync is posted while the program captures a stream, and one the backend refused (a capture
+ * begun after the post) waits for the program's next free. */
 #include "heap_ahead.h"
 
 #include <stdatomic.h>
@@ -47,8 +48,11 @@ static void finish(struct devheap *dh, bool synced)
 			dh->arenas[0]->st.syncs_ahead++;
 	}
 	dh->ahead_running = false;
-	/* What was freed meanwhile may be enough for the next one. */
-	ahead_kick(dh);
+	/* What was freed meanwhile may be enough for the next one. Not after a refusal (a
+	 * capture): posting again at once would spin this thread on the device's lock for as long
+	 * as the capture lasts; the program's next free posts again. */
+	if (synced)
+		ahead_kick(dh);
 }
 
 static void *ahead_main(void *arg)
@@ -134,7 +138,8 @@ void ahead_kick(struct devheap *dh)
 	struct ahead *ah;
 
 	if (!core->cfg.sync_ahead_min || dh->ahead_running || !be->submitted ||
-	    dh->quar_total < core->cfg.sync_ahead_min || heap_reclaim_free(dh))
+	    dh->quar_total < core->cfg.sync_ahead_min || heap_reclaim_free(dh) ||
+	    vmm_capture_active())
 		return;
 	ah = ahead_get(core);
 	if (!ah)

@@ -105,6 +105,16 @@ Test(heap_ahead, nothing_below_the_threshold)
 	t_close(&t);
 }
 
+/* The backend's synchronize, counted: how often the core's thread asks for one. */
+static vmm_status (*real_synchronize)(vmm_backend *, int, vmm_error *);
+static atomic_int sync_calls;
+
+static vmm_status counted_synchronize(vmm_backend *be, int dev, vmm_error *err)
+{
+	atomic_fetch_add(&sync_calls, 1);
+	return real_synchronize(be, dev, err);
+}
+
 Test(heap_ahead, no_sync_ahead_while_the_program_captures_a_stream)
 {
 	struct writer w = { .size = BIG, .value = 2, .ms = 20 };
@@ -115,6 +125,8 @@ Test(heap_ahead, no_sync_ahead_while_the_program_captures_a_stream)
 
 	t_simdev_env("1G", NULL, NULL);
 	open_ahead(&t);
+	real_synchronize = t.be->synchronize;
+	t.be->synchronize = counted_synchronize;
 	CU_OK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
 	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
 	w.ptr = (void *)(uintptr_t)x;
@@ -126,6 +138,10 @@ Test(heap_ahead, no_sync_ahead_while_the_program_captures_a_stream)
 	CU_OK(cuStreamEndCapture(cs, &g));
 	cr_expect_not_null(g, "the sync ahead broke the program's capture");
 	vmm_capture_end();
+	/* Refused, a sync is not asked for again until the next free: asking again at once
+	 * would spin the thread through the whole capture, and succeed just after it. */
+	cr_expect_leq(atomic_load(&sync_calls), 1, "the thread asked for %d syncs during the capture",
+		      atomic_load(&sync_calls));
 	cr_expect_eq(t_stats(&t, 0, NULL).syncs_ahead, 0, "a sync ahead ran during the capture");
 	/* Once the capture ended the next free syncs ahead again. The malloc may start one for x
 	 * first, which need not cover y's kernel: the count is taken after it. */
