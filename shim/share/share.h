@@ -53,7 +53,7 @@ void share_note_slept(long by_pid, const char *reason);
 void share_note_woken(void);
 
 /* The info record's sharing fields (share, priority, gpus, idle_ms, resident_ms, slept_by,
- * slept_why, asleep_ms, waiting, waited_ms). */
+ * slept_why, asleep_ms, waiting, waited_ms, looks). */
 void share_put_info(proto_writer *w);
 
 /* The UUID string of a driver ordinal ("GPU-..."); false when the driver does not say. */

@@ -48,5 +48,7 @@ void share_event_end(struct share_waiter *w);
 /* Waiting for memory, for the info record. */
 void share_wait_begin(void);
 void share_wait_end(void);
+/* One round of making room (looks, in the info record). */
+void share_note_look(void);
 
 #endif

@@ -355,6 +355,7 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 	for (;;) {
 		struct round_seen seen;
 
+		share_note_look();
 		rc = one_round(dev, uuid, need, attempt, arg, what, deadline, &seen);
 		if (rc == 1)
 			break;

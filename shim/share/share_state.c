@@ -20,6 +20,7 @@ static share_settings settings;
 static atomic_llong resident_since_ms;
 static atomic_llong waiting_since_ms; /* 0: not waiting */
 static atomic_llong waited_ms;        /* in total */
+static atomic_llong looks;            /* rounds of making room, in total */
 static atomic_int waiters;
 static pthread_mutex_t slept_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -96,6 +97,11 @@ void share_wait_end(void)
 	}
 }
 
+void share_note_look(void)
+{
+	atomic_fetch_add(&looks, 1);
+}
+
 void share_put_info(proto_writer *w)
 {
 	char gpus[PROTO_VALUE_MAX] = "", uuid[SHARE_UUID_MAX];
@@ -132,4 +138,5 @@ void share_put_info(proto_writer *w)
 	}
 	proto_put_bool(w, "waiting", waiting != 0);
 	proto_put_int(w, "waited_ms", atomic_load(&waited_ms) + (waiting ? now - waiting : 0));
+	proto_put_int(w, "looks", atomic_load(&looks));
 }
