@@ -25,6 +25,12 @@
 /* The longest wait between two looks even with events: memory freed by a process outside
  * sharing (not under the shim, or without VMMSHIM_SHARE) sends none. */
 #define RECHECK_MS 1000
+/* A peer that frees all the time signals the waiter at every free. Woken by frees, looks are at
+ * least this far apart, the gap doubling while frees keep waking it: each look asks every peer
+ * twice and trims their caches, so one per free would load the peers and the lock for nothing
+ * (a look after a quiet spell still comes at once). */
+#define FREE_GAP_MIN_MS 5
+#define FREE_GAP_MAX_MS 100
 
 struct peer {
 	pid_t pid;
@@ -298,11 +304,37 @@ out:
 	return rc;
 }
 
+/* When looks may come (share_make_room's loop): the start of the last, and the least gap
+ * before the next when frees wake the waiter. */
+struct look_pace {
+	long long last_ms, free_gap_ms;
+};
+
+static void sleep_ms(long long ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L };
+
+	if (ms > 0)
+		nanosleep(&ts, NULL);
+}
+
+/* Woken by a free: wait out the gap since the last look (not past until), then widen it. */
+static void pace_after_free(struct look_pace *p, long long until)
+{
+	long long next = p->last_ms + p->free_gap_ms;
+
+	if (next > until)
+		next = until;
+	sleep_ms(next - vmm_now_ms());
+	p->free_gap_ms = p->free_gap_ms * 2 < FREE_GAP_MAX_MS ? p->free_gap_ms * 2 : FREE_GAP_MAX_MS;
+}
+
 /* Wait for what may let the next round succeed: an event of the GPU (a free, a sleep, an exit of a
  * sharing process), a peer becoming eligible (seen->later), at most RECHECK_MS, never past the
  * deadline. Without the event, a pause that grows to MAX_PAUSE_MS. */
 static void wait_for_change(struct share_waiter *w, const struct round_seen *seen,
-			    long long deadline, long long *pause, const char *what, const char *uuid)
+			    long long deadline, long long *pause, struct look_pace *pace,
+			    const char *what, const char *uuid)
 {
 	long long now = vmm_now_ms(), until = deadline, latency_us;
 	pid_t who;
@@ -310,12 +342,7 @@ static void wait_for_change(struct share_waiter *w, const struct round_seen *see
 	if (seen->later && seen->later < until)
 		until = seen->later > now ? seen->later : now + 1;
 	if (!w->ev) {
-		struct timespec ts;
-		long long p = until - now < *pause ? until - now : *pause;
-
-		ts.tv_sec = p / 1000;
-		ts.tv_nsec = (p % 1000) * 1000000L;
-		nanosleep(&ts, NULL);
+		sleep_ms(until - now < *pause ? until - now : *pause);
 		if (*pause < MAX_PAUSE_MS)
 			*pause *= 2;
 		return;
@@ -326,12 +353,15 @@ static void wait_for_change(struct share_waiter *w, const struct round_seen *see
 	case SHARE_WOKEN_FREE:
 		vmm_log(VMM_LOG_INFO, "share: %s on %s: woken by a free (%.1f ms after it)", what,
 			uuid, latency_us / 1000.0);
+		pace_after_free(pace, until);
 		break;
 	case SHARE_WOKEN_EXIT:
 		vmm_log(VMM_LOG_INFO, "share: %s on %s: woken by the exit of pid %ld", what, uuid,
 			(long)who);
+		pace->free_gap_ms = FREE_GAP_MIN_MS;
 		break;
 	case SHARE_WOKEN_TIMEOUT:
+		pace->free_gap_ms = FREE_GAP_MIN_MS;
 		break;
 	}
 }
@@ -341,6 +371,7 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 {
 	const share_settings *ss = share_settings_get();
 	long long t0 = vmm_now_ms(), deadline = t0 + ss->wait_ms, pause = 10;
+	struct look_pace pace = { .free_gap_ms = FREE_GAP_MIN_MS };
 	char uuid[SHARE_UUID_MAX];
 	struct share_event *ev;
 	struct share_waiter w = { .ev = NULL, .inotify = -1 };
@@ -356,6 +387,7 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 		struct round_seen seen;
 
 		share_note_look();
+		pace.last_ms = vmm_now_ms();
 		rc = one_round(dev, uuid, need, attempt, arg, what, deadline, &seen);
 		if (rc == 1)
 			break;
@@ -369,7 +401,7 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 			waited = true;
 			share_wait_begin();
 		}
-		wait_for_change(&w, &seen, deadline, &pause, what, uuid);
+		wait_for_change(&w, &seen, deadline, &pause, &pace, what, uuid);
 	}
 	share_event_end(&w);
 	if (waited)

@@ -385,6 +385,49 @@ Test(share, a_waiting_wake_is_woken_by_a_peers_death, .timeout = 120)
 	waiter_woken_by(true);
 }
 
+/* A waiter beside a peer that frees all the time: each free signals the waiter, but it must not
+ * look (two calls to every peer, a trim of their caches) once per free. a waits as above while b
+ * (which a may not sleep) runs two seconds of allocate-free loops; a's looks over them are
+ * counted, and printed. */
+Test(share, a_peer_freeing_all_the_time_does_not_drive_the_waiter_round, .timeout = 120)
+{
+	struct target *a, *b;
+	char reply[256];
+	long long looks0, looks1;
+
+	setup_group();
+	a = start(1, NULL);
+	b = start(2, NULL);
+	cmd_ok(a, PHASE, "ok");
+	vmmctl_run(&o, dir, -1, "sleep %ld --autowake", (long)a->pid);
+	cr_assert_eq(o.code, 0, "vmmctl sleep a: %s%s", o.out, o.err);
+	cmd_ok(b, PHASE, "ok");
+	cr_assert_eq(target_send(a, "check"), 0); /* a's autowake waits for b's memory */
+	for (int i = 0; i < 100; i++) {
+		status_of(a);
+		if (strstr(o.out, "\"waiting\": true"))
+			break;
+		usleep(50000);
+	}
+	cr_assert(strstr(o.out, "\"waiting\": true"), "a does not wait:\n%s", o.out);
+	looks0 = json_num(o.out, NULL, "looks");
+	cmd_ok(b, "threads 1 2", "threads ok");
+	status_of(a);
+	looks1 = json_num(o.out, NULL, "looks");
+	cr_log_info("a looked %lld times over b's 2 s of frees", looks1 - looks0);
+	printf("share wait: %lld looks over a peer's 2 s of frees\n", looks1 - looks0);
+	/* Unthrottled, a looked once per free: hundreds a second. The bound is a look every
+	 * ~100 ms once the frees keep coming, with room for the first short gaps. */
+	cr_expect_leq(looks1 - looks0, 40, "a looked %lld times in 2 s", looks1 - looks0);
+	cr_expect(strstr(o.out, "\"waiting\": true"), "a stopped waiting:\n%s", o.out);
+	cmd_ok(b, "freeall", "freed 6");
+	cr_assert_eq(target_read(a, reply, sizeof(reply), 60000), 0, "a never answered");
+	cr_expect(!strncmp(reply, "ok", 2), "a's check: %s", reply);
+	cr_expect_eq(target_stop(a, 10000), 0);
+	cr_expect_eq(target_stop(b, 10000), 0);
+	teardown_group();
+}
+
 /* The race between an allocation's attempt and a sleep: a slept while its attempt, holding the
  * GPU's lock, is between its look at a's state and the gate (the test hook widens that window to
  * 2 s). The attempt must not then wait at the closed gate holding the lock (vmmctl's sleep holds a
