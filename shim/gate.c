@@ -22,6 +22,10 @@ static pthread_once_t conds_once = PTHREAD_ONCE_INIT;
 static bool autowake;
 static void (*wake_fn)(void);
 static bool wake_running;
+/* No autowake before this (vmm_now_ms): one try a second after a failed one, for all the
+ * waiting threads together. */
+#define WAKE_RETRY_MS 1000
+static long long wake_retry_ms;
 
 static _Thread_local int depth;     /* this thread's nesting inside the gate */
 static atomic_bool track;           /* remember when device work was last submitted */
@@ -80,15 +84,18 @@ static void leave_count(void)
 	}
 }
 
-/* Closed: wait until it opens. With autowake, the first waiter asks for a wake (outside the lock:
- * the wake opens the gate itself) and retries every second while the wake fails. */
+/* Closed: wait until it opens. With autowake, a waiter asks for a wake (outside the lock: the
+ * wake opens the gate itself); while wakes fail, one waiter tries again a second after the last
+ * failure, and the others wait (each on its own timer, they would all try). */
 static void wait_open(void)
 {
 	struct timespec ts;
 
 	lock_gate();
 	while (atomic_load(&closed)) {
-		if (autowake && wake_fn && !wake_running) {
+		long long wait_ms = WAKE_RETRY_MS;
+
+		if (autowake && wake_fn && !wake_running && vmm_now_ms() >= wake_retry_ms) {
 			void (*fn)(void) = wake_fn;
 
 			wake_running = true;
@@ -98,12 +105,12 @@ static void wait_open(void)
 			wake_running = false;
 			if (!atomic_load(&closed))
 				break;
-			vmm_deadline_ms(&ts, 1000);
-			pthread_cond_timedwait(&reopened, &lock, &ts);
-			continue;
+			wake_retry_ms = vmm_now_ms() + WAKE_RETRY_MS;
+		} else if (autowake && !wake_running && wake_retry_ms - vmm_now_ms() < wait_ms) {
+			wait_ms = wake_retry_ms - vmm_now_ms(); /* this thread may be the one */
 		}
 		if (autowake) {
-			vmm_deadline_ms(&ts, 1000);
+			vmm_deadline_ms(&ts, wait_ms > 0 ? (int)wait_ms : 1);
 			pthread_cond_timedwait(&reopened, &lock, &ts);
 		} else {
 			pthread_cond_wait(&reopened, &lock);

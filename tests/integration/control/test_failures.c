@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness_assert.h"
@@ -315,4 +316,61 @@ Test(failures, memory_the_driver_will_not_take_back_shows_and_goes_at_the_next_s
 	no_sanitizer_report(t);
 	cr_expect_eq(target_stop(t, 10000), 0);
 	target_free(t);
+}
+
+/* How many times t's log says `what`. */
+static int log_count(struct target *t, const char *what)
+{
+	static char log[1 << 20];
+	int n = 0;
+
+	target_log(t, log, sizeof(log));
+	for (const char *p = log; (p = strstr(p, what)); p++)
+		n++;
+	return n;
+}
+
+/* An autowake that keeps failing is retried once a second, however many threads wait for it:
+ * a slept with --autowake, another program (b, one simdev device for both) takes its memory, and
+ * four of a's threads meet the closed gate. Each thread used to retry on its own second, so the
+ * wakes (and their warnings) came about four times as often. Once b has ended, a wakes and its
+ * threads end with their data intact. */
+Test(failures, a_failing_autowake_is_retried_once_a_second_for_all_threads, .timeout = 120)
+{
+	char group[96], mem[] = "SIMDEV_MEMORY=256M", cmd[160], reply[128];
+	const char *env[] = { group, mem, SAN_ENV, NULL };
+	struct target *a, *b;
+	int tries;
+	double t0, span;
+
+	snprintf(group, sizeof(group), "SIMDEV_SHARED=autowake%d_%ld", (int)getpid(),
+		 (long)time(NULL));
+	a = start_under_shim(env);
+	cmd_ok(a, "alloc 6 25000000", "ok");
+	vmmctl_run(&o, a->run_dir, -1, "sleep %d --autowake", (int)a->pid);
+	cr_assert_eq(o.code, 0, "vmmctl sleep: %s%s", o.out, o.err);
+	b = start_under_shim(env);
+	cmd_ok(b, "alloc 1 200000000", "ok"); /* a's wake cannot have its 150 MB back now */
+	cr_assert_eq(target_send(a, "threads 4 0.2"), 0);
+	cr_assert(log_has(a, "autowake failed", 20), "no autowake was tried");
+	t0 = now_s();
+	usleep(3000000);
+	tries = log_count(a, "autowake failed");
+	span = now_s() - t0;
+	cr_log_info("%d failed autowakes in the first %.1f s with 4 threads waiting", tries, span);
+	printf("autowake: %d failed tries over %.1f s, 4 threads waiting\n", tries, span);
+	/* One at the start, then one a second (and one more for the edges of the span). */
+	cr_expect_leq(tries, (int)span + 2, "%d tries in %.1f s", tries, span);
+	cr_expect_eq(target_stop(b, 10000), 0); /* its memory back to the driver (a free keeps it) */
+	cr_assert_eq(target_read(a, reply, sizeof(reply), 30000), 0, "a's threads never ended");
+	cr_expect(!strncmp(reply, "threads ok", 10), "a's threads: %s", reply);
+	cmd_ok(a, "check", "ok");
+	no_sanitizer_report(a);
+	cr_expect_eq(target_stop(a, 10000), 0);
+	target_free(a);
+	target_free(b);
+	snprintf(cmd, sizeof(cmd), "rm -f /dev/shm/simdev-cuda-%u-%s*", (unsigned)getuid(),
+		 group + strlen("SIMDEV_SHARED="));
+	if (system(cmd))
+		fprintf(stderr, "could not remove %s's device\n", group);
 }
