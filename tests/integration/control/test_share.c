@@ -315,32 +315,38 @@ static double last_wake_seconds(struct target *t)
 	return s;
 }
 
-/* a (priority 1) was slept (vmmctl, with autowake) and b (priority 2) took the memory without
- * ever having to make room; a waits, at its next device work, for memory b holds (it may not
- * sleep b). What ends the wait, b's free or b's death, must wake it at once:
- * the time from the free to a's answer, less its wake's own copy, is printed (the "retry
- * latency"), and a's log must name the event that woke it. */
+/* A new group where a (priority 1) was slept (vmmctl, with autowake) and b (priority 2) took the
+ * memory without ever having to make room; a's autowake, sent a check, waits for memory b holds
+ * (it may not sleep b). Returns once a's status says it waits; o holds that status. */
+static void a_waits_for_b(struct target **a, struct target **b)
+{
+	setup_group();
+	*a = start(1, NULL);
+	*b = start(2, NULL);
+	cmd_ok(*a, PHASE, "ok");
+	vmmctl_run(&o, dir, -1, "sleep %ld --autowake", (long)(*a)->pid);
+	cr_assert_eq(o.code, 0, "vmmctl sleep a: %s%s", o.out, o.err);
+	cmd_ok(*b, PHASE, "ok"); /* fits: b's first allocation, no room made */
+	cr_assert_eq(target_send(*a, "check"), 0);
+	for (int i = 0; i < 100; i++) {
+		status_of(*a);
+		if (strstr(o.out, "\"waiting\": true"))
+			break;
+		usleep(50000);
+	}
+	cr_assert(strstr(o.out, "\"waiting\": true"), "a does not wait:\n%s", o.out);
+}
+
+/* a waits for b's memory (a_waits_for_b). What ends the wait, b's free or b's death, must wake
+ * it at once: the time from the free to a's answer, less its wake's own copy, is printed (the
+ * "retry latency"), and a's log must name the event that woke it. */
 static void waiter_woken_by(bool kill_b)
 {
 	struct target *a, *b;
 	char reply[256], log[1 << 14];
 	double t_free, t_done, latency, t_check, woke_ms;
 
-	setup_group();
-	a = start(1, NULL);
-	b = start(2, NULL);
-	cmd_ok(a, PHASE, "ok");
-	vmmctl_run(&o, dir, -1, "sleep %ld --autowake", (long)a->pid);
-	cr_assert_eq(o.code, 0, "vmmctl sleep a: %s%s", o.out, o.err);
-	cmd_ok(b, PHASE, "ok"); /* fits: b's first allocation, no room made */
-	cr_assert_eq(target_send(a, "check"), 0); /* a's autowake waits: b may not be slept */
-	for (int i = 0; i < 100; i++) {
-		status_of(a);
-		if (strstr(o.out, "\"waiting\": true"))
-			break;
-		usleep(50000);
-	}
-	cr_assert(strstr(o.out, "\"waiting\": true"), "a does not wait:\n%s", o.out);
+	a_waits_for_b(&a, &b);
 	usleep(500000); /* well inside the wait: a sleeps, not between two looks */
 	if (kill_b) {
 		kill(b->pid, SIGKILL);
@@ -386,8 +392,8 @@ Test(share, a_waiting_wake_is_woken_by_a_peers_death, .timeout = 120)
 }
 
 /* A waiter beside a peer that frees all the time: each free signals the waiter, but it must not
- * look (two calls to every peer, a trim of their caches) once per free. a waits as above while b
- * (which a may not sleep) runs two seconds of allocate-free loops; a's looks over them are
+ * look (two calls to every peer, a trim of their caches) once per free. a waits for b's memory
+ * (a_waits_for_b) while b runs two seconds of allocate-free loops; a's looks over them are
  * counted, and printed. */
 Test(share, a_peer_freeing_all_the_time_does_not_drive_the_waiter_round, .timeout = 120)
 {
@@ -395,21 +401,7 @@ Test(share, a_peer_freeing_all_the_time_does_not_drive_the_waiter_round, .timeou
 	char reply[256];
 	long long looks0, looks1;
 
-	setup_group();
-	a = start(1, NULL);
-	b = start(2, NULL);
-	cmd_ok(a, PHASE, "ok");
-	vmmctl_run(&o, dir, -1, "sleep %ld --autowake", (long)a->pid);
-	cr_assert_eq(o.code, 0, "vmmctl sleep a: %s%s", o.out, o.err);
-	cmd_ok(b, PHASE, "ok");
-	cr_assert_eq(target_send(a, "check"), 0); /* a's autowake waits for b's memory */
-	for (int i = 0; i < 100; i++) {
-		status_of(a);
-		if (strstr(o.out, "\"waiting\": true"))
-			break;
-		usleep(50000);
-	}
-	cr_assert(strstr(o.out, "\"waiting\": true"), "a does not wait:\n%s", o.out);
+	a_waits_for_b(&a, &b);
 	looks0 = json_num(o.out, NULL, "looks");
 	cmd_ok(b, "threads 1 2", "threads ok");
 	status_of(a);
