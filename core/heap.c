@@ -6,6 +6,7 @@
 #include "heap_keep.h"
 #include "heap_refill.h"
 #include "heap_share.h"
+#include "heap_trim.h"
 #include "vmm_share.h"
 
 #include <stdlib.h>
@@ -92,6 +93,7 @@ void vmm_core_after_fork(vmm_core *core)
 	if (core) {
 		ahead_after_fork(core);
 		refill_after_fork(core);
+		trims_after_fork(core);
 	}
 }
 
@@ -99,6 +101,9 @@ vmm_backend *vmm_core_backend(vmm_core *core)
 {
 	return core->be;
 }
+
+/* How long the destroy waits for a trim in the driver (heap_trim.c). */
+#define TRIM_STOP_WAIT_MS 5000
 
 void vmm_core_destroy(vmm_core *core)
 {
@@ -111,7 +116,7 @@ void vmm_core_destroy(vmm_core *core)
 			refill_settle(core->heaps[d]);
 			pthread_mutex_unlock(&core->heaps[d]->lock);
 		}
-	if (!refill_stop(core) || !ahead_stop(core))
+	if (!refill_stop(core) || !ahead_stop(core) || !trims_stop(core, TRIM_STOP_WAIT_MS))
 		return;
 	for (int d = 0; d < VMM_MAX_DEVICES; d++)
 		if (core->heaps[d])
@@ -343,32 +348,6 @@ bool vmm_lookup(vmm_core *core, vmm_devptr ptr, vmm_alloc_info *info)
 	}
 	pthread_mutex_unlock(&dh->lock);
 	return r != NULL;
-}
-
-vmm_status vmm_trim(vmm_core *core, int dev, vmm_error *err)
-{
-	vmm_status st = VMM_OK;
-
-	if (dev >= core->ndev)
-		return vmm_fail(err, VMM_E_INVALID, 0, "no device %d", dev);
-	for (int d = dev < 0 ? 0 : dev; d < (dev < 0 ? core->ndev : dev + 1); d++) {
-		struct devheap *dh = heap_for(core, d, false, NULL);
-		vmm_status s;
-
-		if (!dh)
-			continue;
-		pthread_mutex_lock(&dh->lock);
-		/* A failed sync leaves the quarantine alone; what is free still goes back. */
-		s = heap_reclaim(dh, NULL, err);
-		for (int i = 0; i < dh->narenas; i++)
-			slab_release_empty(dh, dh->arenas[i]);
-		heap_release_free_handles(dh, 0);
-		share_settle(dh);
-		pthread_mutex_unlock(&dh->lock);
-		if (s && !st)
-			st = s;
-	}
-	return st;
 }
 
 vmm_status vmm_set_peer_access(vmm_core *core, int dev, int peer, bool enable, vmm_error *err)

@@ -112,7 +112,9 @@ typedef struct vmm_alloc_info {
 } vmm_alloc_info;
 bool vmm_lookup(vmm_core *core, vmm_devptr ptr, vmm_alloc_info *info);
 
-/* Give every cached (free) physical handle of dev back to the driver; dev < 0: all devices. */
+/* Give every cached (free) physical handle of dev back to the driver; dev < 0: all devices. The
+ * quarantine's device synchronization is made without the heap's lock: the program's own
+ * allocations and frees go on meanwhile. */
 vmm_status vmm_trim(vmm_core *core, int dev, vmm_error *err);
 
 /* Peer access: grant (or revoke) `peer` read/write access to every present and future mapping of

@@ -247,6 +247,8 @@ struct vmm_core {
 	bool ahead_failed;              /* no thread could be had: not tried again */
 	struct refill *_Atomic refill;  /* the refill thread (heap_refill.c), from its first use */
 	bool refill_failed;
+	atomic_int trims_out;           /* trims that may use a heap without its lock (heap_trim.c) */
+	atomic_bool closing;            /* the core's destroy has begun: no trim starts */
 };
 
 static inline size_t align_up(size_t v, size_t a)
