@@ -62,7 +62,8 @@ phase "build with ThreadSanitizer into build-tsan/"
 configure build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false
 tsan_tests=(simdev_race_primary core_fork_stress core_idle_sync_stress core_sync_ahead_stress
   core_refill_stress control_sleep control_cancel control_status
-  control_protocol control_trust control_group control_soak control_share control_peer_kept_threads)
+  control_protocol control_trust control_group control_soak control_share control_peer_kept_threads
+  control_failures)
 # What the drivers start is named here: ninja builds only the targets it is given, and the
 # drivers find these through the environment, not as link dependencies.
 ninja -C build-tsan -j "$jobs" tests/simdev/race_primary tests/unit/core/test_core_fork_stress \
@@ -98,11 +99,14 @@ declare -A tsan_filter=(
   # The randomized soak (not Criterion: no filter), 50 s with its fixed seed.
   [control_soak]=''
   # GPU sharing (sizes a quarter under TSan, about 80 s): two processes taking turns, waiters
-  # woken by a peer's free or death (inotify, pidfds, the control server), and a sleep between
-  # an attempt and the gate. Simdev's group lock is one TSan follows (sim_group.c).
-  [control_share]='@(share/two_processes*|share/a_waiting*|share/a_sleep_between*)'
+  # woken by a peer's free or death (inotify, pidfds, the control server), a sleep between
+  # an attempt and the gate, and a waiter paced beside a peer that frees all the time. Simdev's
+  # group lock is one TSan follows (sim_group.c).
+  [control_share]='@(share/two_processes*|share/a_waiting*|share/a_sleep_between*|share/a_peer_freeing*)'
   # Kept connections to a peer, eight threads at once (not Criterion: no filter).
   [control_peer_kept_threads]=''
+  # Four threads held at the gate while autowakes fail: one try a second for all of them.
+  [control_failures]='failures/a_failing_autowake*'
 )
 tsan_ok=0; tsan_bad=0; tsan_failed=(); tsan_flaky=()
 tsan_run() { # test; filter args...
