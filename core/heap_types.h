@@ -249,6 +249,7 @@ struct vmm_core {
 	bool refill_failed;
 	atomic_int trims_out;           /* trims that may use a heap without its lock (heap_trim.c) */
 	atomic_bool closing;            /* the core's destroy has begun: no trim starts */
+	atomic_bool trim_syncing;       /* a trim is in its device synchronization */
 };
 
 static inline size_t align_up(size_t v, size_t a)

@@ -1,7 +1,8 @@
 /* Trims (heap_trim.c): the quarantine's device synchronization is made without the heap's lock,
  * so that the program's own frees and allocations go on while a trim (a sharing peer's, say)
- * waits for the device; what it waited for still goes back to the driver; and the core's
- * destroy waits for a trim in its synchronization instead of freeing the heap under it.
+ * waits for the device; what it waited for still goes back to the driver; a second trim meanwhile
+ * does not wait too; and the core's destroy waits for a trim in its synchronization instead of
+ * freeing the heap under it.
  * Kernels are simdev's slow writers, whose submissions the heap counts. */
 #include <criterion/criterion.h>
 #include <pthread.h>
@@ -85,6 +86,30 @@ Test(heap_trim, the_programs_free_goes_on_while_a_trim_waits_for_the_device)
 	/* What the sync covered went back: x's 64 MiB; y, freed after it began, may stay. */
 	cr_expect_leq(t_stats(&t, 0, NULL).mapped_bytes, 4 * MiB, "mapped %zu after the trim",
 		      (size_t)t_stats(&t, 0, NULL).mapped_bytes);
+	t_close(&t);
+}
+
+/* A sharing waiter asks for trims again and again: while one waits for the device, the next
+ * gives back what is free at once instead of waiting too (each holds a worker of the control
+ * server meanwhile). */
+Test(heap_trim, a_second_trim_does_not_wait_for_the_device_again)
+{
+	struct writer w = { .value = 9, .ms = 600 };
+	struct trim_call c;
+	struct tctx t;
+	double t0, took;
+
+	open_plain(&t);
+	freed_while_written(&t, &w);
+	trim_start(&c, t.core);
+	t0 = vmm_now_s();
+	cr_expect_eq(vmm_trim(t.core, 0, NULL), VMM_OK);
+	took = vmm_now_s() - t0;
+	cr_expect(!atomic_load(&w.done), "the kernel ended before the second trim: nothing tested");
+	cr_expect_lt(took, 0.2, "the second trim waited %.0f ms for the device", took * 1000);
+	pthread_join(c.thread, NULL);
+	cr_expect_eq(c.st, VMM_OK);
+	cr_expect_eq(t_stats(&t, 0, NULL).mapped_bytes, 0, "the first trim gave x back");
 	t_close(&t);
 }
 
