@@ -4,6 +4,7 @@
 #include "heap_ahead.h"
 #include "heap_internal.h"
 #include "heap_keep.h"
+#include "heap_reads.h"
 #include "heap_refill.h"
 #include "heap_share.h"
 #include "heap_trim.h"
@@ -411,9 +412,8 @@ vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *ou
 	for (int d = dev < 0 ? 0 : dev; d < (dev < 0 ? core->ndev : dev + 1); d++) {
 		struct devheap *dh = heap_for(core, d, false, NULL);
 
-		if (!dh)
+		if (!dh || !heap_lock_read(dh))
 			continue;
-		pthread_mutex_lock(&dh->lock);
 		for (int i = 0; i < dh->narenas; i++) {
 			struct arena *a = dh->arenas[i];
 
@@ -448,9 +448,8 @@ int vmm_tags_list(vmm_core *core, int dev, char (*names)[VMM_TAG_MAX], int max)
 	struct devheap *dh = heap_for(core, dev, false, NULL);
 	int n = 0;
 
-	if (!dh)
+	if (!dh || !heap_lock_read(dh))
 		return 0;
-	pthread_mutex_lock(&dh->lock);
 	for (int i = 0; i < dh->narenas && n < max; i++)
 		memcpy(names[n++], dh->arenas[i]->tag, VMM_TAG_MAX);
 	pthread_mutex_unlock(&dh->lock);

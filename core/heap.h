@@ -128,6 +128,18 @@ typedef struct vmm_stats {
 
 /* dev < 0: all devices; tag NULL: all tags. VMM_E_INVALID for an unknown device. */
 vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *out, vmm_error *err);
+
+/* Reads of the heaps' figures on this thread (vmm_stats_get, vmm_is_asleep, vmm_tags_list,
+ * vmm_share_list, vmm_share_asleep_bytes) wait at most wait_ms in all, from now, for a heap's
+ * lock, until vmm_bounded_reads_end. The program's thread holds that lock while its allocator
+ * waits for the device, as long as the device's work lasts; a read that misses it leaves that
+ * heap out. For the control server, whose answers must not wait for the program's device. */
+void vmm_bounded_reads_begin(int wait_ms);
+/* Ends them; false when a read left a heap out (the figures read are incomplete). */
+bool vmm_bounded_reads_end(void);
+/* How long the program's thread has waited for a device inside the allocator with a heap's lock
+ * held, in ms: the longest over the devices, 0 when none does now. */
+long long vmm_lock_wait_ms(vmm_core *core);
 /* Names of the tags that have (or had) memory on dev; returns how many (up to max). */
 int vmm_tags_list(vmm_core *core, int dev, char (*names)[VMM_TAG_MAX], int max);
 /* Devices the core has a heap on (bitmask of ordinals). */

@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
+#include "heap_reads.h"
 #include "heap_records.h"
 #include "lib_thread.h"
 #include "log.h"
@@ -174,9 +175,11 @@ bool ahead_wait(struct devheap *dh)
 		pthread_mutex_unlock(&ah->w.lock);
 		return false;
 	}
+	heap_lock_wait_begin(dh);
 	while (ah->done_gen[dh->dev] < dh->ahead_gen)
 		if (pthread_cond_timedwait(&ah->synced, &ah->w.lock, &deadline))
 			break;
+	heap_lock_wait_end(dh);
 	ok = ah->done_gen[dh->dev] >= dh->ahead_gen && ah->done_ok[dh->dev];
 	pthread_mutex_unlock(&ah->w.lock);
 	/* Timed out or failed (a capture): nothing was drained here, and the caller does not skip

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "heap_blocks.h"
+#include "heap_reads.h"
 #include "heap_slab.h"
 #include "mono_wait.h"
 
@@ -245,7 +246,9 @@ vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 	 * count past it, so it is never taken as drained. */
 	dh->synced_known = false;
 	t0 = vmm_now_s();
+	heap_lock_wait_begin(dh);
 	st = be->synchronize(be, dh->dev, err);
+	heap_lock_wait_end(dh);
 	dh->sync_done_s = vmm_now_s();
 	dh->sync_wait_s += dh->sync_done_s - t0;
 	if (st)

@@ -9,6 +9,7 @@
 
 #include "heap_internal.h"
 #include "heap_keep.h"
+#include "heap_reads.h"
 #include "heap_share.h"
 #include "vmm_share.h"
 
@@ -314,9 +315,8 @@ uint64_t vmm_share_asleep_bytes(vmm_core *core, int dev)
 	struct devheap *dh = dev >= 0 && dev < core->ndev ? heap_for(core, dev, false, NULL) : NULL;
 	uint64_t bytes = 0;
 
-	if (!dh)
+	if (!dh || !heap_lock_read(dh))
 		return 0;
-	pthread_mutex_lock(&dh->lock);
 	for (size_t i = 0; i < dh->nshared; i++)
 		if (dh->shared[i]->asleep)
 			bytes += dh->shared[i]->size;
@@ -652,9 +652,8 @@ size_t vmm_share_list(vmm_core *core, vmm_share_info *out, size_t max)
 	for (int d = 0; d < core->ndev; d++) {
 		struct devheap *dh = heap_for(core, d, false, NULL);
 
-		if (!dh)
+		if (!dh || !heap_lock_read(dh))
 			continue;
-		pthread_mutex_lock(&dh->lock);
 		for (size_t i = 0; dh->hash && i <= dh->hash_mask; i++)
 			for (struct alloc *r = dh->hash[i]; r; r = r->hnext)
 				if (r->share_id && n++ < max)

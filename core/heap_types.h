@@ -215,6 +215,9 @@ struct devheap {
 	/* Seconds the heap's own syncs (heap_reclaim) waited in all, and when the last one ended:
 	 * a slow request's log line says how long it waited and how long it took after. */
 	double sync_wait_s, sync_done_s;
+	/* When the program's thread began waiting for the device with the lock held (heap_reclaim,
+	 * ahead_wait), on vmm_now_ms's clock; 0: it does not. Read without the lock. */
+	atomic_llong lock_wait_since_ms;
 	/* Host backups of the handles, carved from the offload engine's pool (created with the
 	 * first backup). The hooks keep the allocator free of a link-time dependency on it. */
 	struct vmm_backup_pool *backups;

@@ -454,16 +454,46 @@ static bool client_op_running(const char **operation, long long *ms)
 	return running;
 }
 
+/* The info record while the program's allocator waits for its device with a heap's lock held
+ * (vmm_bounded_reads_begin): no memory figures, and how long it has waited. */
+static void put_info_busy(proto_writer *w, shim_runtime *rt)
+{
+	char command[PROTO_VALUE_MAX];
+	long long waited = 0;
+
+	read_command(command, sizeof(command));
+	for (int i = 0; rt && i < SHIM_NSIDES; i++)
+		if (rt->side[i].core && vmm_lock_wait_ms(rt->side[i].core) > waited)
+			waited = vmm_lock_wait_ms(rt->side[i].core);
+	proto_record_begin(w, "info");
+	proto_put_int(w, "pid", getpid());
+	proto_put_str(w, "command", command);
+	proto_put_str(w, "version", VMMSHIM_VERSION);
+	proto_put_int(w, "protocol", PROTO_VERSION);
+	proto_put_str(w, "state", "busy");
+	proto_put_int(w, "busy_ms", waited);
+	put_passthrough(w);
+	share_put_info(w);
+	proto_record_end(w);
+}
+
+/* How long hello and status wait in all for the heaps' locks (heap_reads.c): the program's
+ * allocator holds one for as long as its device's queue when it must wait for the device. */
+#define INFO_HEAP_WAIT_MS 300
+
 /* hello and status: the figures when no sleep or wake runs, else what can be said without
- * waiting for it. */
+ * waiting for it; without figures too while the program's allocator waits for its device. */
 static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
 {
 	const char *operation = NULL;
 	long long ms = 0;
 	control_state cs;
+	proto_mark figures;
 
 	proto_header(w, "ok");
+	figures = proto_writer_mark(w);
 	if (!client_op_running(&operation, &ms)) {
+		vmm_bounded_reads_begin(INFO_HEAP_WAIT_MS);
 		if (control_state_hold(&cs)) {
 			put_info(w, rt, &cs);
 			if (req->verb == PROTO_STATUS)
@@ -471,6 +501,10 @@ static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
 			control_state_release();
 		} else if (!client_op_running(&operation, &ms)) {
 			operation = "unknown"; /* one the program started itself */
+		}
+		if (!vmm_bounded_reads_end() && !operation) {
+			proto_writer_rewind(w, figures);
+			put_info_busy(w, rt);
 		}
 	}
 	if (operation) {

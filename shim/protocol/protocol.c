@@ -675,6 +675,22 @@ void proto_writer_free(proto_writer *w)
 	proto_writer_init(w);
 }
 
+proto_mark proto_writer_mark(const proto_writer *w)
+{
+	return (proto_mark){ .len = w->len, .failed = w->failed, .in_record = w->in_record,
+			     .records = w->records };
+}
+
+void proto_writer_rewind(proto_writer *w, proto_mark m)
+{
+	w->len = m.len;
+	if (w->buf)
+		w->buf[w->len] = '\0';
+	w->failed = m.failed;
+	w->in_record = m.in_record;
+	w->records = m.records;
+}
+
 /* Make room for `need` more bytes plus a NUL. */
 static bool reserve(proto_writer *w, size_t need)
 {

@@ -221,6 +221,15 @@ typedef struct proto_writer {
 
 void proto_writer_init(proto_writer *w);
 void proto_writer_free(proto_writer *w);
+/* A point in a reply to come back to: what is written after it is dropped by the rewind (a part
+ * that could not be completed). */
+typedef struct proto_mark {
+	size_t len;
+	bool failed, in_record;
+	int records;
+} proto_mark;
+proto_mark proto_writer_mark(const proto_writer *w);
+void proto_writer_rewind(proto_writer *w, proto_mark m);
 void proto_header(proto_writer *w, const char *word);
 void proto_record_begin(proto_writer *w, const char *kind);
 void proto_put_u64(proto_writer *w, const char *key, uint64_t v);

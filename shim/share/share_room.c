@@ -108,6 +108,12 @@ static bool look_at(pid_t pid, const char *uuid, struct peer *out)
 	record_i64(info, "resident_ms", &out->resident_ms);
 	state = proto_record_str(info, "state");
 	out->awake = state && !strcmp(state, "awake");
+	/* Its allocator waits for its device: no figures now, and its status would not have
+	 * them either; it is looked at again in the next round. */
+	if (state && !strcmp(state, "busy")) {
+		peer_client_free(&r);
+		return false;
+	}
 	peer_client_free(&r);
 	req.verb = PROTO_STATUS;
 	req.device = out->ordinal;

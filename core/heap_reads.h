@@ -1,0 +1,19 @@
+/* Reads of a heap's figures that wait for its lock only as long as the caller allows
+ * (heap.h: vmm_bounded_reads_begin). */
+#ifndef VMM_HEAP_READS_H
+#define VMM_HEAP_READS_H
+
+#include <stdbool.h>
+
+#include "heap_types.h"
+
+/* dh's lock for a read of its figures: at once outside bounded reads; within them, until their
+ * deadline (false then, and the reads are marked incomplete). */
+bool heap_lock_read(struct devheap *dh);
+
+/* The program's thread waits for the device while holding dh's lock (heap_reclaim,
+ * ahead_wait): for vmm_lock_wait_ms. */
+void heap_lock_wait_begin(struct devheap *dh);
+void heap_lock_wait_end(struct devheap *dh);
+
+#endif
