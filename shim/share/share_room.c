@@ -19,7 +19,8 @@
 #include "../protocol/peer_client.h"
 #include "share_internal.h"
 
-#define PEER_TIMEOUT_MS 2000       /* hello, status, trim */
+#define PEER_TIMEOUT_MS 2000       /* hello, status, trim: at most this, and not past the wait */
+#define PEER_TIMEOUT_MIN_MS 100    /* ... but this much even at the end of the wait */
 #define SLEEP_TIMEOUT_MIN_MS 10000 /* a peer's sleep: at least this long */
 #define MAX_PAUSE_MS 200           /* without the GPU's event: the longest pause between looks */
 /* The longest wait between two looks even with events: memory freed by a process outside
@@ -80,7 +81,18 @@ static bool record_i64(const proto_record *r, const char *key, long long *out)
 
 /* What a peer is on this GPU (hello, then status of its device); false when it does not share
  * this GPU or does not answer. */
-static bool look_at(pid_t pid, const char *uuid, struct peer *out)
+/* How long a call to a peer may take: PEER_TIMEOUT_MS, but not past the deadline by more than
+ * PEER_TIMEOUT_MIN_MS. A peer that does not answer (stopped, or its answer held up) then costs a
+ * round what is left of the wait, not 2 s per call while the GPU's lock is held. */
+static int call_ms(long long deadline)
+{
+	long long left = deadline - vmm_now_ms();
+
+	return left > PEER_TIMEOUT_MS ? PEER_TIMEOUT_MS :
+	       left > PEER_TIMEOUT_MIN_MS ? (int)left : PEER_TIMEOUT_MIN_MS;
+}
+
+static bool look_at(pid_t pid, const char *uuid, long long deadline, struct peer *out)
 {
 	const share_settings *ss = share_settings_get();
 	proto_request req = { .verb = PROTO_HELLO, .device = -1 };
@@ -94,7 +106,7 @@ static bool look_at(pid_t pid, const char *uuid, struct peer *out)
 
 	memset(out, 0, sizeof(*out));
 	out->pid = pid;
-	if (peer_client_call(ss->run_dir, pid, &req, PEER_TIMEOUT_MS, &r, why, sizeof(why)))
+	if (peer_client_call(ss->run_dir, pid, &req, call_ms(deadline), &r, why, sizeof(why)))
 		return false;
 	info = peer_client_find(&r, "info");
 	if (!info || !proto_record_bool(info, "share", &share) || !share ||
@@ -117,7 +129,7 @@ static bool look_at(pid_t pid, const char *uuid, struct peer *out)
 	peer_client_free(&r);
 	req.verb = PROTO_STATUS;
 	req.device = out->ordinal;
-	if (peer_client_call(ss->run_dir, pid, &req, PEER_TIMEOUT_MS, &r, why, sizeof(why)))
+	if (peer_client_call(ss->run_dir, pid, &req, call_ms(deadline), &r, why, sizeof(why)))
 		return false;
 	dev = peer_client_find(&r, "device");
 	if (dev) {
@@ -176,14 +188,14 @@ static void trim_own(int dev)
 		vmm_trim(rt->side[SHIM_CUDA].core, dev, NULL);
 }
 
-static void ask_trim(const struct peer *p)
+static void ask_trim(const struct peer *p, long long deadline)
 {
 	proto_request req = { .verb = PROTO_TRIM, .device = p->ordinal };
 	peer_client_reply r;
 	char why[160];
 
-	if (!peer_client_call(share_settings_get()->run_dir, p->pid, &req, PEER_TIMEOUT_MS, &r, why,
-		       sizeof(why)))
+	if (!peer_client_call(share_settings_get()->run_dir, p->pid, &req, call_ms(deadline), &r,
+			      why, sizeof(why)))
 		peer_client_free(&r);
 }
 
@@ -268,13 +280,14 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 	if (held_without_autowake())
 		goto out;
 	npids = peer_client_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
-	for (int i = 0; i < npids; i++)
-		if (look_at(pids[i], uuid, &peers[n]))
+	/* Past the deadline the round looks at nobody more: the caller's wait has ended. */
+	for (int i = 0; i < npids && vmm_now_ms() < deadline; i++)
+		if (look_at(pids[i], uuid, deadline, &peers[n]))
 			seen->pids[seen->npids++] = peers[n++].pid;
 	/* Memory a peer keeps only in its cache counts as free: it goes back first. */
 	for (int i = 0; i < n; i++) {
 		if (peers[i].cached) {
-			ask_trim(&peers[i]);
+			ask_trim(&peers[i], deadline);
 			peers[i].resident -= peers[i].resident > peers[i].cached ?
 						     peers[i].cached : peers[i].resident;
 		}

@@ -420,6 +420,36 @@ Test(share, a_peer_freeing_all_the_time_does_not_drive_the_waiter_round, .timeou
 	teardown_group();
 }
 
+/* A sharing peer that is stopped (SIGSTOP: its socket still takes connections, nobody answers)
+ * costs a round what is left of the wait, not 2 s per call to it: a (VMMSHIM_SHARE_WAIT=1) needs
+ * memory that b (higher priority) holds, and its out-of-memory answer comes within about its
+ * wait, the GPU's lock held no longer. */
+Test(share, a_stopped_peer_does_not_hold_a_round_past_the_wait, .timeout = 120)
+{
+	struct target *a, *b, *c;
+	double t0, took;
+
+	setup_group();
+	a = start(0, "VMMSHIM_SHARE_WAIT=1");
+	b = start(1, NULL);
+	c = start(0, NULL);
+	cmd_ok(c, alloc_cmd(1, 10000000), "ok"); /* its socket is there */
+	cmd_ok(b, PHASE, "ok");
+	cr_assert_eq(kill(c->pid, SIGSTOP), 0);
+	t0 = now_s();
+	cmd_ok(a, alloc_cmd(1, 150000000), "error cudaMalloc");
+	took = now_s() - t0;
+	cr_assert_eq(kill(c->pid, SIGCONT), 0);
+	cr_log_info("out of memory after %.2f s beside a stopped peer", took);
+	printf("share wait: out of memory after %.2f s beside a stopped peer (wait 1 s)\n", took);
+	cr_expect_lt(took, 1.8, "the answer took %.2f s for a wait of 1 s", took);
+	cmd_ok(b, "check", "ok");
+	cmd_ok(c, "check", "ok");
+	for (int i = 0; i < 3; i++)
+		cr_expect_eq(target_stop(i == 0 ? a : i == 1 ? b : c, 10000), 0);
+	teardown_group();
+}
+
 /* The race between an allocation's attempt and a sleep: a slept while its attempt, holding the
  * GPU's lock, is between its look at a's state and the gate (the test hook widens that window to
  * 2 s). The attempt must not then wait at the closed gate holding the lock (vmmctl's sleep holds a
