@@ -210,20 +210,27 @@ static void put_info(proto_writer *w, shim_runtime *rt, const control_state *cs)
 	proto_record_end(w);
 }
 
-/* The info record while a sleep or wake runs: no memory figures (see the file's comment). */
-static void put_info_changing(proto_writer *w, const char *operation, long long ms)
+/* The start of an info record without memory figures: who the process is, and its state. */
+static void put_info_head(proto_writer *w, const char *state)
 {
 	char command[PROTO_VALUE_MAX];
-	control_state cs;
 
 	read_command(command, sizeof(command));
-	control_state_get(&cs);
 	proto_record_begin(w, "info");
 	proto_put_int(w, "pid", getpid());
 	proto_put_str(w, "command", command);
 	proto_put_str(w, "version", VMMSHIM_VERSION);
 	proto_put_int(w, "protocol", PROTO_VERSION);
-	proto_put_str(w, "state", "changing");
+	proto_put_str(w, "state", state);
+}
+
+/* The info record while a sleep or wake runs: no memory figures (see the file's comment). */
+static void put_info_changing(proto_writer *w, const char *operation, long long ms)
+{
+	control_state cs;
+
+	control_state_get(&cs);
+	put_info_head(w, "changing");
 	proto_put_bool(w, "held", cs.held);
 	proto_put_bool(w, "autowake", cs.autowake);
 	proto_put_str(w, "operation", operation);
@@ -458,19 +465,12 @@ static bool client_op_running(const char **operation, long long *ms)
  * (vmm_bounded_reads_begin): no memory figures, and how long it has waited. */
 static void put_info_busy(proto_writer *w, shim_runtime *rt)
 {
-	char command[PROTO_VALUE_MAX];
 	long long waited = 0;
 
-	read_command(command, sizeof(command));
 	for (int i = 0; rt && i < SHIM_NSIDES; i++)
 		if (rt->side[i].core && vmm_lock_wait_ms(rt->side[i].core) > waited)
 			waited = vmm_lock_wait_ms(rt->side[i].core);
-	proto_record_begin(w, "info");
-	proto_put_int(w, "pid", getpid());
-	proto_put_str(w, "command", command);
-	proto_put_str(w, "version", VMMSHIM_VERSION);
-	proto_put_int(w, "protocol", PROTO_VERSION);
-	proto_put_str(w, "state", "busy");
+	put_info_head(w, "busy");
 	proto_put_int(w, "busy_ms", waited);
 	put_passthrough(w);
 	share_put_info(w);
