@@ -44,6 +44,8 @@ vmm_status control_group_wake(const vmm_offload_parts *parts, const vmm_selectio
 
 /* Cancel the sleep or wake in progress (it rolls back); VMM_E_INVALID when none runs. */
 vmm_status control_cancel(vmm_error *err);
+/* Is a sleep or wake (a client's or the program's own) in progress now? */
+bool control_op_running(void);
 
 /* The process's sleep state, for info and status. Answered at once, also while a sleep or wake
  * is in progress (then `changing`, with what is known without waiting for it). */

@@ -759,6 +759,12 @@ static void do_trim(const proto_request *req, const control_client *client, prot
 		proto_error_response(w, PROTO_ERR_NOT_READY, "no device memory is managed yet");
 		return;
 	}
+	/* It would wait for the operation's drain or copy, holding this worker. */
+	if (control_op_running()) {
+		proto_error_response(w, PROTO_ERR_BUSY, "a sleep or wake is in progress: it gives "
+				     "back what it releases itself");
+		return;
+	}
 	vmm_stats_get(rt->side[SHIM_CUDA].core, req->device, NULL, &before, NULL);
 	if (vmm_trim(rt->side[SHIM_CUDA].core, req->device, &err)) {
 		proto_error_response(w, control_error_word(err.status), err.msg);

@@ -364,6 +364,11 @@ vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,
 	return run_transition(&t, lim, res, err);
 }
 
+bool control_op_running(void)
+{
+	return atomic_load(&running_op) != 0;
+}
+
 vmm_status control_cancel(vmm_error *err)
 {
 	unsigned long long id = atomic_load(&running_op);

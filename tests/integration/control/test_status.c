@@ -278,3 +278,39 @@ Test(status, the_answer_does_not_wait_for_an_allocation_waiting_for_the_device, 
 	cmd_ok(t, "check", "ok 1");
 	stop_cleanly(t);
 }
+
+/* A trim (what a sharing peer asks for) while a sleep runs is refused at once: the sleep gives
+ * back what it releases itself, and a trim beside it would wait for the sleep's drain or copy,
+ * holding one of the server's workers. */
+Test(status, a_trim_during_a_sleep_is_refused_at_once, .timeout = 120)
+{
+	struct target *t = start_holding(NULL, 4, 1000000);
+	char cmd[32], sock[400], reply[4096], state[32] = "";
+	const char *req = "vmmshim/1 trim device=0\n";
+	double t0, took;
+	pid_t sleeper;
+	ssize_t n;
+
+	snprintf(cmd, sizeof(cmd), "busy %d", (int)(3000 * ctl_slow()));
+	cmd_ok(t, cmd, "busy launched");
+	sleeper = vmmctl_spawn(t->run_dir, "sleep %d", (int)t->pid);
+	cr_assert_gt(sleeper, 0);
+	for (int i = 0; i < 200 && strcmp(state, "changing"); i++) {
+		usleep(10000);
+		vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
+		json_str(o.out, "\"info\"", "state", state, sizeof(state));
+	}
+	cr_assert_str_eq(state, "changing", "the sleep never showed: %s", o.out);
+	target_socket(t, sock, sizeof(sock));
+	t0 = now_s();
+	n = raw_request(sock, req, strlen(req), true, 0, reply, sizeof(reply), 10000);
+	took = now_s() - t0;
+	cr_assert_gt(n, 0, "no answer to the trim");
+	cr_expect(strstr(reply, "busy"), "the trim during a sleep: %s", reply);
+	cr_expect_lt(took, 0.5 * ctl_slow(), "the trim's answer took %.2f s", took);
+	cr_expect_eq(vmmctl_wait(sleeper, &bg, 60000), 0, "the sleep: %s %s", bg.out, bg.err);
+	vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
+	cr_expect_eq(o.code, 0, "%s %s", o.out, o.err);
+	cmd_ok(t, "check", "ok 4");
+	stop_cleanly(t);
+}
