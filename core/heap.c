@@ -95,6 +95,10 @@ void vmm_core_after_fork(vmm_core *core)
 		ahead_after_fork(core);
 		refill_after_fork(core);
 		trims_after_fork(core);
+		/* The parent's thread that waited for a device is not in the child. */
+		for (int d = 0; d < core->ndev; d++)
+			if (core->heaps[d])
+				heap_lock_wait_end(core->heaps[d]);
 	}
 }
 

@@ -54,30 +54,35 @@ bool trims_stop(struct vmm_core *core, int wait_ms)
 void trims_after_fork(struct vmm_core *core)
 {
 	atomic_store(&core->trims_out, 0);
-	atomic_store(&core->trim_syncing, false);
+	for (int d = 0; d < core->ndev; d++) {
+		struct devheap *dh = atomic_load(&core->heaps[d]);
+
+		if (dh)
+			dh->trim_syncing = false;
+	}
 }
 
 /* The quarantine made free, with the synchronization it needs made outside dh's lock (held on
  * entry and on return). A failed one (a capture in progress) leaves the quarantine as it was.
- * One trim synchronizes at a time: the others give back what is free without waiting, so that a
- * waiter asking again and again while the device's queue is long does not hold one of the
- * control server's workers in the driver per ask. */
+ * One trim per device synchronizes at a time: the others give back what is free without
+ * waiting, so that a waiter asking again and again while the device's queue is long does not
+ * hold one of the control server's workers in the driver per ask. */
 static vmm_status reclaim_unlocked(struct devheap *dh, vmm_error *err)
 {
 	struct vmm_core *core = dh->core;
 	uint64_t upto, before;
-	bool idle = false;
 	vmm_status st;
 
 	if (!dh->quar_total || heap_device_idle(dh, &before))
 		return heap_reclaim(dh, NULL, err); /* nothing to wait for: no sync */
-	if (!atomic_compare_exchange_strong(&core->trim_syncing, &idle, true))
+	if (dh->trim_syncing)
 		return VMM_OK;
+	dh->trim_syncing = true;
 	upto = dh->quar_seq;
 	pthread_mutex_unlock(&dh->lock);
 	st = core->be->synchronize(core->be, dh->dev, err);
 	pthread_mutex_lock(&dh->lock);
-	atomic_store(&core->trim_syncing, false);
+	dh->trim_syncing = false;
 	if (!st)
 		heap_synced_upto(dh, upto, before);
 	return st;

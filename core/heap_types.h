@@ -218,6 +218,7 @@ struct devheap {
 	/* When the program's thread began waiting for the device with the lock held (heap_reclaim,
 	 * ahead_wait), on vmm_now_ms's clock; 0: it does not. Read without the lock. */
 	atomic_llong lock_wait_since_ms;
+	bool trim_syncing;      /* a trim waits for the device without the lock (heap_trim.c) */
 	/* Host backups of the handles, carved from the offload engine's pool (created with the
 	 * first backup). The hooks keep the allocator free of a link-time dependency on it. */
 	struct vmm_backup_pool *backups;
@@ -252,7 +253,6 @@ struct vmm_core {
 	bool refill_failed;
 	atomic_int trims_out;           /* trims that may use a heap without its lock (heap_trim.c) */
 	atomic_bool closing;            /* the core's destroy has begun: no trim starts */
-	atomic_bool trim_syncing;       /* a trim is in its device synchronization */
 };
 
 static inline size_t align_up(size_t v, size_t a)
