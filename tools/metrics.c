@@ -205,7 +205,7 @@ static void put_info(FILE *f, const survey_item *items, int n)
 			continue;
 		if (!headed) {
 			fputs("# HELP vmmshim_process_info A process under vmmshim that answered; "
-			      "state is awake, asleep, partial, changing or busy.\n"
+			      "state is awake, asleep, partial or changing.\n"
 			      "# TYPE vmmshim_process_info gauge\n", f);
 			headed = true;
 		}

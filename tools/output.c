@@ -184,11 +184,7 @@ static void print_info(FILE *f, const proto_record *info)
 	proto_record_bool(info, "held", &held);
 	proto_record_bool(info, "autowake", &autowake);
 	fprintf(f, "pid %" PRIu64 ": %s\n", u64(info, "pid"), str(info, "command"));
-	if (!strcmp(str(info, "state"), "busy")) {
-		/* The program's allocator holds a heap while it waits for the device. */
-		fprintf(f, "  state busy: the program's allocator has waited %.1f s for its device "
-			"(memory figures come back when it returns)\n", u64(info, "busy_ms") / 1000.0);
-	} else if (proto_record_str(info, "operation")) {
+	if (proto_record_str(info, "operation")) {
 		/* A sleep or wake runs: the figures are being changed and come back after it. */
 		fprintf(f, "  state %s%s: a %s has been running for %.1f s (memory figures come "
 			"back when it ends; vmmctl cancel stops it)\n", str(info, "state"),

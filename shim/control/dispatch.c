@@ -477,23 +477,27 @@ static void put_info_busy(proto_writer *w, shim_runtime *rt)
 	proto_record_end(w);
 }
 
-/* How long hello and status wait in all for the heaps' locks (heap_reads.c): the program's
- * allocator holds one for as long as its device's queue when it must wait for the device. */
-#define INFO_HEAP_WAIT_MS 300
+/* How long hello waits in all for the heaps' locks (heap_reads.c): the program's allocator
+ * holds one for as long as its device's queue when it must wait for the device. */
+#define HELLO_HEAP_WAIT_MS 300
 
 /* hello and status: the figures when no sleep or wake runs, else what can be said without
- * waiting for it; without figures too while the program's allocator waits for its device. */
+ * waiting for it. hello, which sharing peers ask at every look and `vmmctl list` of every
+ * process, also answers without figures while the program's allocator waits for its device;
+ * status waits for the figures (a group's plan needs them), within its client's timeout. */
 static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
 {
 	const char *operation = NULL;
+	bool bounded = req->verb == PROTO_HELLO;
 	long long ms = 0;
 	control_state cs;
 	proto_mark figures;
 
 	proto_header(w, "ok");
 	figures = proto_writer_mark(w);
+	if (bounded)
+		vmm_bounded_reads_begin(HELLO_HEAP_WAIT_MS);
 	if (!client_op_running(&operation, &ms)) {
-		vmm_bounded_reads_begin(INFO_HEAP_WAIT_MS);
 		if (control_state_hold(&cs)) {
 			put_info(w, rt, &cs);
 			if (req->verb == PROTO_STATUS)
@@ -502,14 +506,14 @@ static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
 		} else if (!client_op_running(&operation, &ms)) {
 			operation = "unknown"; /* one the program started itself */
 		}
-		if (!vmm_bounded_reads_end() && !operation) {
-			proto_writer_rewind(w, figures);
-			put_info_busy(w, rt);
-		}
 	}
 	if (operation) {
 		put_info_changing(w, operation, ms);
 		put_progress(w);
+	}
+	if (bounded && !vmm_bounded_reads_end()) {
+		proto_writer_rewind(w, figures);
+		put_info_busy(w, rt);
 	}
 	put_counters(w);
 	proto_end(w);
