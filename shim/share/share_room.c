@@ -92,7 +92,17 @@ static int call_ms(long long deadline)
 	       left > PEER_TIMEOUT_MIN_MS ? (int)left : PEER_TIMEOUT_MIN_MS;
 }
 
-static bool look_at(pid_t pid, const char *uuid, long long deadline, struct peer *out)
+/* What a look at a process found. */
+enum look {
+	LOOK_NONE,  /* not a sharing process of this GPU, or no answer */
+	LOOK_PEER,  /* a peer: *out says what it holds and may do */
+	LOOK_BUSY,  /* a peer whose allocator waits for its device: no figures now */
+};
+
+/* How soon a round after one that found a busy peer looks again. */
+#define BUSY_RECHECK_MS 100
+
+static enum look look_at(pid_t pid, const char *uuid, long long deadline, struct peer *out)
 {
 	const share_settings *ss = share_settings_get();
 	proto_request req = { .verb = PROTO_HELLO, .device = -1 };
@@ -107,30 +117,30 @@ static bool look_at(pid_t pid, const char *uuid, long long deadline, struct peer
 	memset(out, 0, sizeof(*out));
 	out->pid = pid;
 	if (peer_client_call(ss->run_dir, pid, &req, call_ms(deadline), &r, why, sizeof(why)))
-		return false;
+		return LOOK_NONE;
 	info = peer_client_find(&r, "info");
 	if (!info || !proto_record_bool(info, "share", &share) || !share ||
 	    !record_i64(info, "priority", &prio) || !(gpus = proto_record_str(info, "gpus")) ||
 	    (out->ordinal = ordinal_of(gpus, uuid)) < 0) {
 		peer_client_free(&r);
-		return false;
+		return LOOK_NONE;
 	}
 	out->priority = (int)prio;
 	record_i64(info, "idle_ms", &out->idle_ms);
 	record_i64(info, "resident_ms", &out->resident_ms);
 	state = proto_record_str(info, "state");
 	out->awake = state && !strcmp(state, "awake");
-	/* Its allocator waits for its device: no figures now, and its status would not have
-	 * them either; it is looked at again in the next round. */
+	/* Its allocator waits for its device: no figures now (its status would wait for them);
+	 * the caller looks again soon. */
 	if (state && !strcmp(state, "busy")) {
 		peer_client_free(&r);
-		return false;
+		return LOOK_BUSY;
 	}
 	peer_client_free(&r);
 	req.verb = PROTO_STATUS;
 	req.device = out->ordinal;
 	if (peer_client_call(ss->run_dir, pid, &req, call_ms(deadline), &r, why, sizeof(why)))
-		return false;
+		return LOOK_NONE;
 	dev = peer_client_find(&r, "device");
 	if (dev) {
 		proto_record_u64(dev, "mapped", &mapped);
@@ -140,7 +150,7 @@ static bool look_at(pid_t pid, const char *uuid, long long deadline, struct peer
 	}
 	out->resident = mapped + (app_bytes > app_asleep ? app_bytes - app_asleep : 0);
 	peer_client_free(&r);
-	return true;
+	return LOOK_PEER;
 }
 
 /* May we sleep p now? If not, *later: the monotonic time it may become eligible (0: never). */
@@ -264,6 +274,7 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 	struct peer peers[SHARE_MAX_PEERS];
 	int npids, n = 0, rc = 0;
 	uint64_t could = 0;
+	bool busy = false;
 	long long now;
 
 	*later = 0;
@@ -281,9 +292,16 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 		goto out;
 	npids = peer_client_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
 	/* Past the deadline the round looks at nobody more: the caller's wait has ended. */
-	for (int i = 0; i < npids && vmm_now_ms() < deadline; i++)
-		if (look_at(pids[i], uuid, deadline, &peers[n]))
-			seen->pids[seen->npids++] = peers[n++].pid;
+	for (int i = 0; i < npids && vmm_now_ms() < deadline; i++) {
+		enum look l = look_at(pids[i], uuid, deadline, &peers[n]);
+
+		if (l != LOOK_NONE)
+			seen->pids[seen->npids++] = pids[i]; /* its exit wakes the waiter */
+		if (l == LOOK_PEER)
+			n++;
+		else if (l == LOOK_BUSY)
+			busy = true;
+	}
 	/* Memory a peer keeps only in its cache counts as free: it goes back first. */
 	for (int i = 0; i < n; i++) {
 		if (peers[i].cached) {
@@ -298,6 +316,9 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 	}
 	qsort(peers, (size_t)n, sizeof(peers[0]), by_preference);
 	now = vmm_now_ms();
+	/* A busy peer may hold what is needed, and may be eligible once it answers. */
+	if (busy)
+		*later = now + BUSY_RECHECK_MS;
 	for (int i = 0; i < n; i++) {
 		long long t;
 

@@ -450,6 +450,38 @@ Test(share, a_stopped_peer_does_not_hold_a_round_past_the_wait, .timeout = 120)
 	teardown_group();
 }
 
+/* A peer whose allocator waits for its device answers hello busy, without figures: the round
+ * must look again soon, not take it for nobody and fail. b (priority 0) waits 3 s for its device
+ * inside an allocation; a (priority 1) asks meanwhile for memory b holds: it waits, then sleeps
+ * b once b answers, and both keep their data (b's allocation ends once a has gone). */
+Test(share, a_peer_busy_at_its_device_is_looked_at_again, .timeout = 120)
+{
+	struct target *a, *b;
+	char reply[256], cmd[32];
+
+	setup_group();
+	a = start(1, NULL);
+	b = start(0, NULL);
+	cmd_ok(b, alloc_cmd(6, 25000000), "ok");
+	snprintf(cmd, sizeof(cmd), "busy %d", 3000);
+	cmd_ok(b, cmd, "busy launched");
+	cmd_ok(b, "freeall", "freed 6");
+	/* Its quarantine is what it needs: it waits for the busy work, its heap held. */
+	cr_assert_eq(target_send(b, alloc_cmd(1, 140000000)), 0);
+	usleep(700000);
+	cmd_ok(a, alloc_cmd(1, 140000000), "ok");
+	status_of(b);
+	cr_expect_eq(json_num(o.out, NULL, "slept_by"), a->pid, "%s", o.out);
+	cmd_ok(a, "check", "ok");
+	/* b's allocation writes its data once it wakes, which it can only once a is gone. */
+	cr_expect_eq(target_stop(a, 10000), 0);
+	cr_assert_eq(target_read(b, reply, sizeof(reply), 30000), 0, "b's allocation never returned");
+	cr_expect(!strncmp(reply, "ok", 2), "b's allocation: %s", reply);
+	cmd_ok(b, "check", "ok");
+	cr_expect_eq(target_stop(b, 10000), 0);
+	teardown_group();
+}
+
 /* The race between an allocation's attempt and a sleep: a slept while its attempt, holding the
  * GPU's lock, is between its look at a's state and the gate (the test hook widens that window to
  * 2 s). The attempt must not then wait at the closed gate holding the lock (vmmctl's sleep holds a
