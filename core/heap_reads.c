@@ -4,8 +4,9 @@
  * The control server reads the figures for hello and status, and sharing peers ask for those at
  * every look; waiting there held one of the server's workers per request, and sixteen made it
  * answer busy to everything, cancel included. Within bounded reads a read polls the lock until
- * the thread's deadline and leaves that heap out past it; the caller then says the heap is busy
- * instead of giving figures. */
+ * the thread's deadline and leaves that heap out past it when its holder waits for the device
+ * (a lock only busy with the program's allocations is waited for a little longer); the caller
+ * then says the heap is busy instead of giving figures. */
 #include "heap_reads.h"
 
 #include <time.h>
@@ -14,6 +15,9 @@
 #include "mono_wait.h"
 
 #define POLL_US 200
+/* How much longer than its deadline a read waits for a lock held by anything else than a wait
+ * for the device (a busy program's allocations and frees): a bound all the same. */
+#define HOT_GRACE_MS 2000
 
 static _Thread_local struct {
 	bool on, missed;
@@ -43,7 +47,13 @@ bool heap_lock_read(struct devheap *dh)
 		return true;
 	}
 	while (pthread_mutex_trylock(&dh->lock)) {
-		if (vmm_now_ms() >= bounded.deadline_ms) {
+		long long now = vmm_now_ms();
+
+		/* Past the deadline only a wait for the device counts as busy: a lock that the
+		 * program's threads keep taking and letting go is had within the grace. */
+		if (now >= bounded.deadline_ms + HOT_GRACE_MS ||
+		    (now >= bounded.deadline_ms &&
+		     atomic_load_explicit(&dh->lock_wait_since_ms, memory_order_relaxed))) {
 			bounded.missed = true;
 			return false;
 		}
