@@ -255,6 +255,7 @@ void gate_open(void)
 {
 	lock_gate();
 	atomic_store(&closed, false);
+	wake_retry_ms = 0; /* the next sleep's autowake is tried at once */
 	pthread_cond_broadcast(&reopened);
 	pthread_mutex_unlock(&lock);
 }
@@ -283,4 +284,5 @@ void gate_reset_after_fork(void)
 	atomic_store(&inflight, depth > 0 ? 1 : 0);
 	atomic_store(&closed, false);
 	wake_running = false;
+	wake_retry_ms = 0;
 }
