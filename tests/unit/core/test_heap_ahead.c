@@ -160,6 +160,57 @@ Test(heap_ahead, no_sync_ahead_while_the_program_captures_a_stream)
 	t_close(&t);
 }
 
+/* The backend's synchronize, its first call made 50 ms late (counted as above): a sync posted
+ * before a capture begins then reaches the backend after, which refuses it. */
+static atomic_bool entered;
+
+static vmm_status late_synchronize(vmm_backend *be, int dev, vmm_error *err)
+{
+	if (!atomic_exchange(&entered, true))
+		nanosleep(&(struct timespec){ 0, 50 * 1000000 }, NULL);
+	return counted_synchronize(be, dev, err);
+}
+
+/* A sync ahead refused because a capture began after it was posted is not asked for again until
+ * a free after the capture (asking again at once spun the core's thread ~10^6 times in 100 ms,
+ * taking the heap's lock each time); a free during the capture posts none. */
+Test(heap_ahead, a_sync_refused_by_a_capture_is_not_asked_for_again)
+{
+	struct writer w = { .size = BIG, .value = 5, .ms = 20 };
+	vmm_devptr x, y;
+	CUstream cs;
+	CUgraph g = NULL;
+	struct tctx t;
+
+	t_simdev_env("1G", NULL, NULL);
+	open_ahead(&t);
+	real_synchronize = t.be->synchronize;
+	t.be->synchronize = late_synchronize;
+	CU_OK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &y, NULL), VMM_OK);
+	w.ptr = (void *)(uintptr_t)x;
+	launch(&w);
+	cr_assert_eq(vmm_free(t.core, x, NULL), VMM_OK); /* posts a sync ahead */
+	for (int i = 0; i < 10000 && !atomic_load(&entered); i++)
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
+	cr_assert(atomic_load(&entered), "the sync ahead never reached the backend");
+	vmm_capture_begin();
+	CU_OK(cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED));
+	cr_assert_eq(vmm_free(t.core, y, NULL), VMM_OK);
+	nanosleep(&(struct timespec){ 0, 150 * 1000000 }, NULL);
+	CU_OK(cuStreamEndCapture(cs, &g));
+	vmm_capture_end();
+	cr_expect_leq(atomic_load(&sync_calls), 2, "the thread asked for %d syncs",
+		      atomic_load(&sync_calls));
+	cr_expect_eq(t_stats(&t, 0, NULL).syncs_ahead, 0, "a sync ahead ran during the capture");
+	cr_expect_not_null(g, "the sync ahead broke the program's capture");
+	CU_OK(cuStreamSynchronize(stream));
+	CU_OK(cuGraphDestroy(g));
+	CU_OK(cuStreamDestroy(cs));
+	t_close(&t);
+}
+
 Test(heap_ahead, the_core_is_destroyed_while_a_sync_ahead_waits)
 {
 	struct writer w = { .value = 4, .ms = 300 };
