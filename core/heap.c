@@ -110,10 +110,10 @@ vmm_backend *vmm_core_backend(vmm_core *core)
 /* How long the destroy waits for a trim in the driver (heap_trim.c). */
 #define TRIM_STOP_WAIT_MS 5000
 
-void vmm_core_destroy(vmm_core *core)
+bool vmm_core_destroy(vmm_core *core)
 {
 	if (!core)
-		return;
+		return true;
 	/* A thread still waiting for a device would then touch freed heaps. */
 	for (int d = 0; d < VMM_MAX_DEVICES; d++)
 		if (core->heaps[d]) {
@@ -122,12 +122,13 @@ void vmm_core_destroy(vmm_core *core)
 			pthread_mutex_unlock(&core->heaps[d]->lock);
 		}
 	if (!refill_stop(core) || !ahead_stop(core) || !trims_stop(core, TRIM_STOP_WAIT_MS))
-		return;
+		return false;
 	for (int d = 0; d < VMM_MAX_DEVICES; d++)
 		if (core->heaps[d])
 			devheap_destroy(core->heaps[d]);
 	pthread_mutex_destroy(&core->init_lock);
 	free(core);
+	return true;
 }
 
 /* Give r a block of its own (it is not a small allocation). */

@@ -79,8 +79,10 @@ typedef struct vmm_config {
 void vmm_config_defaults(vmm_config *cfg);
 
 vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **out, vmm_error *err);
-/* Unmaps and releases every handle and reservation the core holds. Live allocations die with it. */
-void vmm_core_destroy(vmm_core *core);
+/* Unmaps and releases every handle and reservation the core holds. Live allocations die with it.
+ * false: one of the core's threads, or a trim, is still in the driver after its bound; the core
+ * is then left as it is (and the backend must not be closed under it). */
+bool vmm_core_destroy(vmm_core *core);
 /* In a forked child (pthread_atfork): the parent's helper threads are not there. */
 void vmm_core_after_fork(vmm_core *core);
 vmm_backend *vmm_core_backend(vmm_core *core);

@@ -89,7 +89,8 @@ static void destroy_side(shim_side *s)
 	}
 	if (s->core) {
 		vmm_trim(s->core, -1, NULL);
-		vmm_core_destroy(s->core);
+		if (!vmm_core_destroy(s->core))
+			return; /* a thread of it is still in the driver: the backend stays open */
 		s->core = NULL;
 	}
 	if (s->be) {
