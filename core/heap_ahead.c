@@ -175,7 +175,7 @@ bool ahead_wait(struct devheap *dh)
 		pthread_mutex_unlock(&ah->w.lock);
 		return false;
 	}
-	heap_lock_wait_begin(dh);
+	heap_lock_wait_begin(dh, t0);
 	while (ah->done_gen[dh->dev] < dh->ahead_gen)
 		if (pthread_cond_timedwait(&ah->synced, &ah->w.lock, &deadline))
 			break;

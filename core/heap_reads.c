@@ -62,9 +62,12 @@ bool heap_lock_read(struct devheap *dh)
 	return true;
 }
 
-void heap_lock_wait_begin(struct devheap *dh)
+void heap_lock_wait_begin(struct devheap *dh, double t0_s)
 {
-	atomic_store_explicit(&dh->lock_wait_since_ms, vmm_now_ms(), memory_order_relaxed);
+	/* 0 means none: a clock that started at 0 is read as 1 ms. */
+	long long ms = (long long)(t0_s * 1000);
+
+	atomic_store_explicit(&dh->lock_wait_since_ms, ms ? ms : 1, memory_order_relaxed);
 }
 
 void heap_lock_wait_end(struct devheap *dh)

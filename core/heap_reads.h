@@ -12,8 +12,9 @@
 bool heap_lock_read(struct devheap *dh);
 
 /* The program's thread waits for the device while holding dh's lock (heap_reclaim,
- * ahead_wait): for vmm_lock_wait_ms. */
-void heap_lock_wait_begin(struct devheap *dh);
+ * ahead_wait), since t0_s (vmm_now_s, which the caller has read already): for
+ * vmm_lock_wait_ms. */
+void heap_lock_wait_begin(struct devheap *dh, double t0_s);
 void heap_lock_wait_end(struct devheap *dh);
 
 #endif

@@ -246,7 +246,7 @@ vmm_status heap_reclaim(struct devheap *dh, struct arena *who, vmm_error *err)
 	 * count past it, so it is never taken as drained. */
 	dh->synced_known = false;
 	t0 = vmm_now_s();
-	heap_lock_wait_begin(dh);
+	heap_lock_wait_begin(dh, t0);
 	st = be->synchronize(be, dh->dev, err);
 	heap_lock_wait_end(dh);
 	dh->sync_done_s = vmm_now_s();

@@ -9,6 +9,7 @@
  * which costs growth, never a broken capture. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "../log.h"
 #include "../mono_wait.h"
@@ -23,7 +24,7 @@
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t syncs_ended;
 static pthread_once_t cond_once = PTHREAD_ONCE_INIT;
-static int captures; /* begun and not ended */
+static atomic_int captures; /* begun and not ended; changed under lock, read without it */
 static int syncs;    /* synchronizations in progress */
 
 static void init_cond(void)
@@ -56,14 +57,11 @@ void vmm_capture_end(void)
 	pthread_mutex_unlock(&lock);
 }
 
+/* Without the lock: it sits on the heap's free path (heap_ahead.c), and a capture that begins
+ * just after the read is still refused its synchronizations by vmm_sync_begin. */
 bool vmm_capture_active(void)
 {
-	bool active;
-
-	pthread_mutex_lock(&lock);
-	active = captures > 0;
-	pthread_mutex_unlock(&lock);
-	return active;
+	return atomic_load_explicit(&captures, memory_order_relaxed) > 0;
 }
 
 bool vmm_sync_begin(void)
