@@ -463,40 +463,49 @@ static bool client_op_running(const char **operation, long long *ms)
 
 /* The info record while the program's allocator waits for its device with a heap's lock held
  * (vmm_bounded_reads_begin): no memory figures, and how long it has waited. */
-static void put_info_busy(proto_writer *w, shim_runtime *rt)
+/* How long the program's allocator has waited for a device, the longest over the sides. */
+static long long lock_wait_ms(shim_runtime *rt)
 {
 	long long waited = 0;
 
 	for (int i = 0; rt && i < SHIM_NSIDES; i++)
 		if (rt->side[i].core && vmm_lock_wait_ms(rt->side[i].core) > waited)
 			waited = vmm_lock_wait_ms(rt->side[i].core);
+	return waited;
+}
+
+static void put_info_busy(proto_writer *w, shim_runtime *rt)
+{
 	put_info_head(w, "busy");
-	proto_put_int(w, "busy_ms", waited);
+	proto_put_int(w, "busy_ms", lock_wait_ms(rt));
 	put_passthrough(w);
 	share_put_info(w);
 	proto_record_end(w);
 }
 
-/* How long hello waits in all for the heaps' locks (heap_reads.c): the program's allocator
- * holds one for as long as its device's queue when it must wait for the device. */
+/* How long hello and status wait in all for the heaps' locks (heap_reads.c): the program's
+ * allocator holds one for as long as its device's queue when it must wait for the device. hello
+ * is what sharing peers ask at every look and vmmctl list of every process; status waits as
+ * long as vmmctl's own default timeout for it. */
 #define HELLO_HEAP_WAIT_MS 300
+#define STATUS_HEAP_WAIT_MS 10000
 
 /* hello and status: the figures when no sleep or wake runs, else what can be said without
- * waiting for it. hello, which sharing peers ask at every look and `vmmctl list` of every
- * process, also answers without figures while the program's allocator waits for its device;
- * status waits for the figures (a group's plan needs them), within its client's timeout. */
+ * waiting for it. While the program's allocator waits for its device, hello answers without
+ * figures; status waits for them (a group's plan needs them all), and past its bound answers
+ * busy, so that the worker is free again. */
 static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
 {
 	const char *operation = NULL;
-	bool bounded = req->verb == PROTO_HELLO;
+	bool hello = req->verb == PROTO_HELLO;
 	long long ms = 0;
 	control_state cs;
-	proto_mark figures;
+	proto_mark start = proto_writer_mark(w), figures;
+	long long t0 = vmm_now_ms();
 
 	proto_header(w, "ok");
 	figures = proto_writer_mark(w);
-	if (bounded)
-		vmm_bounded_reads_begin(HELLO_HEAP_WAIT_MS);
+	vmm_bounded_reads_begin(hello ? HELLO_HEAP_WAIT_MS : STATUS_HEAP_WAIT_MS);
 	if (!client_op_running(&operation, &ms)) {
 		if (control_state_hold(&cs)) {
 			put_info(w, rt, &cs);
@@ -511,9 +520,20 @@ static void do_info(const proto_request *req, proto_writer *w, shim_runtime *rt)
 		put_info_changing(w, operation, ms);
 		put_progress(w);
 	}
-	if (bounded && !vmm_bounded_reads_end()) {
-		proto_writer_rewind(w, figures);
-		put_info_busy(w, rt);
+	if (!vmm_bounded_reads_end()) {
+		char why[160];
+
+		if (hello) {
+			proto_writer_rewind(w, figures);
+			put_info_busy(w, rt);
+		} else {
+			snprintf(why, sizeof(why), "the program's allocator has held its heap for over "
+				 "%.1f s while it waits for its device; the memory figures come back "
+				 "when it returns", (vmm_now_ms() - t0) / 1000.0);
+			proto_writer_rewind(w, start);
+			proto_error_response(w, PROTO_ERR_BUSY, why);
+			return;
+		}
 	}
 	put_counters(w);
 	proto_end(w);

@@ -281,6 +281,34 @@ Test(status, hello_does_not_wait_for_an_allocation_waiting_for_the_device, .time
 	stop_cleanly(t);
 }
 
+/* status waits for the figures while the program's allocator waits for its device (12 s of
+ * work here), but not past 10 s: then it answers busy, saying so, and the server's worker is
+ * free again (it waited as long as the allocator before). */
+Test(status, status_gives_up_after_10_s_of_an_allocation_waiting_for_the_device, .timeout = 120)
+{
+	const char *env[] = { "SIMDEV_MEMORY=256M", NULL };
+	struct target *t = start_under_shim(env);
+	char reply[64], cmd[32];
+	double t0, took;
+
+	cmd_ok(t, "alloc 6 25000000", "ok");
+	snprintf(cmd, sizeof(cmd), "busy %d", (int)(12000 + 1000 * ctl_slow()));
+	cmd_ok(t, cmd, "busy launched");
+	cmd_ok(t, "freeall", "freed 6");
+	cr_assert_eq(target_send(t, "alloc 1 200000000"), 0); /* waits for the busy work */
+	usleep((useconds_t)(500000 * ctl_slow()));
+	t0 = now_s();
+	vmmctl_run(&o, t->run_dir, -1, "--timeout 30 status %d", (int)t->pid);
+	took = now_s() - t0;
+	cr_expect_neq(o.code, 0, "status answered: %s", o.out);
+	cr_expect(strstr(o.err, "allocator has held its heap for over"), "%s%s", o.out, o.err);
+	cr_expect(took >= 9.5 && took < 10 + 1.5 * ctl_slow(), "status answered after %.2f s", took);
+	cr_assert_eq(target_read(t, reply, sizeof(reply), 30000), 0, "the allocation never returned");
+	cr_expect(!strncmp(reply, "ok", 2), "the allocation: %s", reply);
+	cmd_ok(t, "check", "ok 1");
+	stop_cleanly(t);
+}
+
 /* A trim (what a sharing peer asks for) while a sleep runs is refused at once: the sleep gives
  * back what it releases itself, and a trim beside it would wait for the sleep's drain or copy,
  * holding one of the server's workers. */
