@@ -31,3 +31,22 @@ void t_launch_writer(CUstream s, struct writer *w)
 				    writer_params(w), NULL),
 		     CUDA_SUCCESS, "the writer's launch failed");
 }
+
+vmm_devptr t_written_block(struct tctx *t, CUstream s, struct writer *w, size_t size)
+{
+	vmm_devptr x;
+
+	cr_assert_eq(vmm_malloc(t->core, 0, size, 0, NULL, &x, NULL), VMM_OK);
+	w->ptr = (void *)(uintptr_t)x;
+	w->size = size;
+	t_launch_writer(s, w);
+	return x;
+}
+
+vmm_devptr t_freed_while_written(struct tctx *t, CUstream s, struct writer *w, size_t size)
+{
+	vmm_devptr x = t_written_block(t, s, w, size);
+
+	cr_assert_eq(vmm_free(t->core, x, NULL), VMM_OK);
+	return x;
+}

@@ -14,5 +14,9 @@
 CUstream t_open_counted(struct tctx *t, const vmm_config *cfg);
 /* Launch w on s. */
 void t_launch_writer(CUstream s, struct writer *w);
+/* A block of size on device 0 that w writes over w->ms (launched on s); its address. */
+vmm_devptr t_written_block(struct tctx *t, CUstream s, struct writer *w, size_t size);
+/* The same, freed while w writes it: quarantined until a sync after the free. */
+vmm_devptr t_freed_while_written(struct tctx *t, CUstream s, struct writer *w, size_t size);
 
 #endif

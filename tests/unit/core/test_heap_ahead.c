@@ -45,14 +45,7 @@ static void launch(struct writer *w)
 /* A block of BIG that w writes over w->ms, freed while it does; its address. */
 static vmm_devptr freed_while_written(struct tctx *t, struct writer *w)
 {
-	vmm_devptr x;
-
-	cr_assert_eq(vmm_malloc(t->core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
-	w->ptr = (void *)(uintptr_t)x;
-	w->size = BIG;
-	launch(w);
-	cr_assert_eq(vmm_free(t->core, x, NULL), VMM_OK);
-	return x;
+	return t_freed_while_written(t, stream, w, BIG);
 }
 
 /* Wait until the core's thread made n syncs ahead (10 s at most). */
@@ -115,22 +108,29 @@ static vmm_status counted_synchronize(vmm_backend *be, int dev, vmm_error *err)
 	return real_synchronize(be, dev, err);
 }
 
-Test(heap_ahead, no_sync_ahead_while_the_program_captures_a_stream)
+/* Syncing ahead with the backend's synchronize replaced by sync (which calls real_synchronize);
+ * a stream for the test to capture. */
+static CUstream open_wrapped(struct tctx *t, vmm_status (*sync)(vmm_backend *, int, vmm_error *))
 {
-	struct writer w = { .size = BIG, .value = 2, .ms = 20 };
-	vmm_devptr x, y;
 	CUstream cs;
-	CUgraph g = NULL;
-	struct tctx t;
 
 	t_simdev_env("1G", NULL, NULL);
-	open_ahead(&t);
-	real_synchronize = t.be->synchronize;
-	t.be->synchronize = counted_synchronize;
+	open_ahead(t);
+	real_synchronize = t->be->synchronize;
+	t->be->synchronize = sync;
 	CU_OK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
-	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
-	w.ptr = (void *)(uintptr_t)x;
-	launch(&w);
+	return cs;
+}
+
+Test(heap_ahead, no_sync_ahead_while_the_program_captures_a_stream)
+{
+	struct writer w = { .value = 2, .ms = 20 };
+	vmm_devptr x, y;
+	CUgraph g = NULL;
+	struct tctx t;
+	CUstream cs = open_wrapped(&t, counted_synchronize);
+
+	x = t_written_block(&t, stream, &w, BIG);
 	vmm_capture_begin(); /* as the shim brackets cuStreamBeginCapture */
 	CU_OK(cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_RELAXED));
 	cr_assert_eq(vmm_free(t.core, x, NULL), VMM_OK);
@@ -176,22 +176,14 @@ static vmm_status late_synchronize(vmm_backend *be, int dev, vmm_error *err)
  * taking the heap's lock each time); a free during the capture posts none. */
 Test(heap_ahead, a_sync_refused_by_a_capture_is_not_asked_for_again)
 {
-	struct writer w = { .size = BIG, .value = 5, .ms = 20 };
-	vmm_devptr x, y;
-	CUstream cs;
+	struct writer w = { .value = 5, .ms = 20 };
+	vmm_devptr y;
 	CUgraph g = NULL;
 	struct tctx t;
+	CUstream cs = open_wrapped(&t, late_synchronize);
 
-	t_simdev_env("1G", NULL, NULL);
-	open_ahead(&t);
-	real_synchronize = t.be->synchronize;
-	t.be->synchronize = late_synchronize;
-	CU_OK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
-	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
 	cr_assert_eq(vmm_malloc(t.core, 0, BIG, 0, NULL, &y, NULL), VMM_OK);
-	w.ptr = (void *)(uintptr_t)x;
-	launch(&w);
-	cr_assert_eq(vmm_free(t.core, x, NULL), VMM_OK); /* posts a sync ahead */
+	t_freed_while_written(&t, stream, &w, BIG); /* posts a sync ahead */
 	for (int i = 0; i < 10000 && !atomic_load(&entered); i++)
 		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	cr_assert(atomic_load(&entered), "the sync ahead never reached the backend");

@@ -35,17 +35,6 @@ static void open_plain(struct tctx *t)
 	open_on(t, NULL);
 }
 
-/* A block of BIG that w writes over w->ms, freed while it does (quarantined). */
-static void freed_while_written(struct tctx *t, struct writer *w)
-{
-	vmm_devptr x;
-
-	cr_assert_eq(vmm_malloc(t->core, 0, BIG, 0, NULL, &x, NULL), VMM_OK);
-	w->ptr = (void *)(uintptr_t)x;
-	w->size = BIG;
-	t_launch_writer(stream, w);
-	cr_assert_eq(vmm_free(t->core, x, NULL), VMM_OK);
-}
 
 struct trim_call {
 	pthread_t thread;
@@ -97,7 +86,7 @@ Test(heap_trim, the_programs_free_goes_on_while_a_trim_waits_for_the_device)
 
 	open_plain(&t);
 	cr_assert_eq(vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &y, NULL), VMM_OK);
-	freed_while_written(&t, &w);
+	t_freed_while_written(&t, stream, &w, BIG);
 	trim_start(&c, &t);
 	t0 = vmm_now_s();
 	cr_assert_eq(vmm_free(t.core, y, NULL), VMM_OK);
@@ -125,7 +114,7 @@ Test(heap_trim, a_second_trim_does_not_wait_for_the_device_again)
 	double t0, took;
 
 	open_plain(&t);
-	freed_while_written(&t, &w);
+	t_freed_while_written(&t, stream, &w, BIG);
 	trim_start(&c, &t);
 	t0 = vmm_now_s();
 	cr_expect_eq(vmm_trim(t.core, 0, NULL), VMM_OK);
@@ -150,7 +139,7 @@ Test(heap_trim, a_trim_of_another_device_is_not_held_back)
 	open_on(&t, "2");
 	cr_assert_eq(vmm_malloc(t.core, 1, BIG, 0, NULL, &z, NULL), VMM_OK);
 	cr_assert_eq(vmm_free(t.core, z, NULL), VMM_OK);
-	freed_while_written(&t, &w);
+	t_freed_while_written(&t, stream, &w, BIG);
 	trim_start(&c, &t);
 	cr_expect_eq(vmm_trim(t.core, 1, NULL), VMM_OK);
 	cr_expect(!atomic_load(&w.done), "the kernel ended before device 1's trim: nothing tested");
@@ -167,7 +156,7 @@ Test(heap_trim, the_core_is_destroyed_while_a_trim_waits_for_the_device)
 	struct tctx t;
 
 	open_plain(&t);
-	freed_while_written(&t, &w);
+	t_freed_while_written(&t, stream, &w, BIG);
 	trim_start(&c, &t);
 	/* The destroy waits for the trim, which would otherwise take the lock of a freed heap (a
 	 * crash here, a report under ASan). */
