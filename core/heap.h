@@ -132,7 +132,7 @@ typedef struct vmm_stats {
 vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *out, vmm_error *err);
 
 /* Reads of the heaps' figures on this thread (vmm_stats_get, vmm_is_asleep, vmm_tags_list,
- * vmm_share_list, vmm_share_asleep_bytes) wait until wait_ms from now for a heap's lock held by
+ * vmm_share_list, vmm_share_asleep_bytes; and vmm_trim's lock) wait until wait_ms from now for a heap's lock held by
  * an allocator waiting for its device (as long as the device's work lasts), and 2 s more for
  * one held otherwise, until vmm_bounded_reads_end; a read that misses its lock leaves that heap
  * out. For the control server, whose answers must not wait for the program's device. */

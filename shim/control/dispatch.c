@@ -461,8 +461,6 @@ static bool client_op_running(const char **operation, long long *ms)
 	return running;
 }
 
-/* The info record while the program's allocator waits for its device with a heap's lock held
- * (vmm_bounded_reads_begin): no memory figures, and how long it has waited. */
 /* How long the program's allocator has waited for a device, the longest over the sides. */
 static long long lock_wait_ms(shim_runtime *rt)
 {
@@ -474,6 +472,8 @@ static long long lock_wait_ms(shim_runtime *rt)
 	return waited;
 }
 
+/* The info record while the program's allocator waits for its device with a heap's lock held
+ * (vmm_bounded_reads_begin): no memory figures, and how long it has waited. */
 static void put_info_busy(proto_writer *w, shim_runtime *rt)
 {
 	put_info_head(w, "busy");
@@ -777,6 +777,7 @@ static void do_trim(const proto_request *req, const control_client *client, prot
 {
 	vmm_stats before = { 0 }, after = { 0 };
 	vmm_error err;
+	vmm_status st;
 
 	vmm_error_clear(&err);
 	if (!rt || !rt->side[SHIM_CUDA].core) {
@@ -789,8 +790,16 @@ static void do_trim(const proto_request *req, const control_client *client, prot
 				     "back what it releases itself");
 		return;
 	}
+	/* Nor for an allocator at its device: its heap is held as long as the device's queue. */
+	vmm_bounded_reads_begin(HELLO_HEAP_WAIT_MS);
 	vmm_stats_get(rt->side[SHIM_CUDA].core, req->device, NULL, &before, NULL);
-	if (vmm_trim(rt->side[SHIM_CUDA].core, req->device, &err)) {
+	st = vmm_trim(rt->side[SHIM_CUDA].core, req->device, &err);
+	if (!vmm_bounded_reads_end()) {
+		proto_error_response(w, PROTO_ERR_BUSY, "the program's allocator waits for its "
+				     "device: nothing can be given back before it returns");
+		return;
+	}
+	if (st) {
 		proto_error_response(w, control_error_word(err.status), err.msg);
 		return;
 	}

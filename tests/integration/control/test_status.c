@@ -242,12 +242,12 @@ Test(status, vmmctl_status_on_other_threads_never_waits_for_the_sleep, .timeout 
 /* The program's allocator waits for its device with its heap held: it needs memory freed while
  * work still queued (a host function of 3 s on its stream) may use it. hello (what sharing peers
  * and `vmmctl list` ask) answers at once all the same, says busy and for how long, and gives the
- * figures again once the allocation has returned. (It waited for the allocation before, holding
- * one of the server's workers.) */
+ * figures again once the allocation has returned; a peer's trim is refused as soon. (Both waited
+ * for the allocation before, holding one of the server's workers.) */
 Test(status, hello_does_not_wait_for_an_allocation_waiting_for_the_device, .timeout = 120)
 {
 	const char *env[] = { "SIMDEV_MEMORY=256M", NULL };
-	const char *hello = "vmmshim/1 hello\n";
+	const char *hello = "vmmshim/1 hello\n", *trim = "vmmshim/1 trim device=0\n";
 	struct target *t = start_under_shim(env);
 	char cmd[32], sock[400], reply[4096], state[32] = "";
 	double t0, took;
@@ -271,6 +271,12 @@ Test(status, hello_does_not_wait_for_an_allocation_waiting_for_the_device, .time
 	cr_expect(!strstr(reply, "managed="), "figures in a busy answer: %s", reply);
 	vmmctl_run(&o, t->run_dir, -1, "list");
 	cr_expect(strstr(o.out, "busy"), "vmmctl list: %s", o.out);
+	/* A peer's trim (nothing can go back before the allocator returns) is refused as soon. */
+	t0 = now_s();
+	n = raw_request(sock, trim, strlen(trim), true, 0, reply, sizeof(reply), 10000);
+	took = now_s() - t0;
+	cr_expect(n > 0 && strstr(reply, "busy"), "the trim: %s", n > 0 ? reply : "no answer");
+	cr_expect_lt(took, 1.0 * ctl_slow(), "the trim took %.2f s", took);
 	cr_assert_eq(target_read(t, reply, sizeof(reply), 30000), 0, "the allocation never returned");
 	cr_expect(!strncmp(reply, "ok", 2), "the allocation: %s", reply);
 	vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
