@@ -49,9 +49,9 @@ static void finish(struct devheap *dh, bool synced)
 			dh->arenas[0]->st.syncs_ahead++;
 	}
 	dh->ahead_running = false;
-	/* What was freed meanwhile may be enough for the next one. Not after a refusal (a
-	 * capture): posting again at once would spin this thread on the device's lock for as long
-	 * as the capture lasts; the program's next free posts again. */
+	/* What was freed meanwhile may be enough for the next one. Not after a failure (a capture,
+	 * a driver error): posting again at once would spin this thread on the heap's lock for as
+	 * long as the cause lasts; the program's next free posts again. */
 	if (synced)
 		ahead_kick(dh);
 }

@@ -466,9 +466,12 @@ static long long lock_wait_ms(shim_runtime *rt)
 {
 	long long waited = 0;
 
-	for (int i = 0; rt && i < SHIM_NSIDES; i++)
-		if (rt->side[i].core && vmm_lock_wait_ms(rt->side[i].core) > waited)
-			waited = vmm_lock_wait_ms(rt->side[i].core);
+	for (int i = 0; rt && i < SHIM_NSIDES; i++) {
+		long long w = rt->side[i].core ? vmm_lock_wait_ms(rt->side[i].core) : 0;
+
+		if (w > waited)
+			waited = w;
+	}
 	return waited;
 }
 
