@@ -89,6 +89,10 @@ static const struct setting settings[] = {
 	{ "VMMSHIM_SLEEP_TIMEOUT", SET_SECONDS, AT(sleep_timeout_s), "30",
 	  "seconds (2.5 or 500ms also) a sleep waits for each device to finish its work before it "
 	  "gives up, rolls back and says why; a request's own timeout bounds the whole sleep too" },
+	{ "VMMSHIM_OP_WAIT", SET_SECONDS, AT(op_wait_s), "60",
+	  "seconds the program's own sleep or wake (the API, an automatic wake) waits for one "
+	  "already in progress before it answers busy; vmmctl's requests wait as their timeout "
+	  "says" },
 	{ "VMMSHIM_SHARE", SET_BOOL, AT(share), "0",
 	  "1: share the GPU with the other VMMSHIM_SHARE=1 processes of this user: an allocation "
 	  "that finds no device memory sleeps eligible ones (their memory to host) and they wake "

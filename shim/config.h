@@ -26,6 +26,8 @@ typedef struct shim_config {
 	double sleep_timeout_s;    /* VMMSHIM_SLEEP_TIMEOUT: the longest a sleep waits for the device
 	                            * to finish its work before it gives up (a request's timeout
 	                            * replaces it) */
+	double op_wait_s;          /* VMMSHIM_OP_WAIT: the longest an in-process sleep or wake waits
+	                            * for one in progress (control_internal.h) */
 	bool share;                /* VMMSHIM_SHARE: take part in GPU sharing (shim/share*) */
 	int priority;              /* VMMSHIM_PRIORITY */
 	double share_idle_s;       /* VMMSHIM_SHARE_IDLE */

@@ -37,7 +37,8 @@ enum vmmshim_result {
 	VMMSHIM_E_NOT_OURS = 4,
 	VMMSHIM_E_DRIVER = 5,
 	VMMSHIM_E_ALREADY = 6,        /* already asleep / awake: nothing changed */
-	VMMSHIM_E_BUSY = 7,           /* device calls did not drain in time, or exiting */
+	VMMSHIM_E_BUSY = 7,           /* device calls did not drain in time, another sleep or wake
+	                               * ran past VMMSHIM_OP_WAIT, or exiting */
 	VMMSHIM_E_UNSUPPORTED = 8,
 };
 

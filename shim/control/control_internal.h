@@ -16,6 +16,8 @@
 typedef struct control_limits {
 	int timeout_ms;              /* the whole operation, gate and drain included; <= 0: defaults */
 	int drain_ms;                /* the drain alone, when shorter than VMMSHIM_SLEEP_TIMEOUT */
+	int begin_ms;                /* the wait for another sleep or wake to end; <= 0: timeout_ms,
+	                              * else unbounded while a client polls gone, else VMMSHIM_OP_WAIT */
 	bool (*gone)(void *arg);     /* polled between steps and while waiting; true: roll back */
 	void *gone_arg;
 	const char *share_group;     /* sleep: a group sleep's share_group ("PID,..."), or NULL */
@@ -24,10 +26,12 @@ typedef struct control_limits {
 } control_limits;
 
 /* shim_sleep / shim_wake with every knob: autowake (a submission while held wakes the process)
- * and the limits. Always: the gate waits at most CONTROL_GATE_TIMEOUT_MS for calls in flight,
- * the device drain at most VMMSHIM_SLEEP_TIMEOUT; lim's timeout bounds the whole operation on
- * top (NULL or <= 0: the copies take as long as they take). An operation that gives up
- * (deadline, gone, control_cancel, exit) rolls back and answers VMM_E_BUSY with why. */
+ * and the limits. Always: the wait for an operation already in progress is bounded (begin_ms,
+ * VMMSHIM_OP_WAIT for the program's own calls: lim NULL), the gate waits at most
+ * CONTROL_GATE_TIMEOUT_MS for calls in flight, the device drain at most VMMSHIM_SLEEP_TIMEOUT;
+ * lim's timeout bounds the whole operation on top (NULL or <= 0: the copies take as long as they
+ * take). An operation that gives up (deadline, gone, control_cancel, exit) rolls back and
+ * answers VMM_E_BUSY with why. */
 vmm_status control_sleep(const vmm_sleep_opts *opts, bool hold, bool autowake,
 			 const control_limits *lim, vmm_transfer_result *res, vmm_error *err);
 vmm_status control_wake(const vmm_sleep_opts *opts, const control_limits *lim,

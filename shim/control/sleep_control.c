@@ -166,12 +166,31 @@ static vmm_status check_opts(const vmm_sleep_opts *opts, vmm_error *err)
 	return VMM_OK;
 }
 
-/* Take ctl_lock for a new operation (waiting for one in progress, as long as the caller is
- * there and its deadline allows), or fail when the process is exiting or manages nothing. */
+/* How long op_begin waits for an operation in progress: the caller's bound, else its timeout,
+ * else as long as a client is there to hang up (it polls gone), else VMMSHIM_OP_WAIT: the
+ * program's own calls (the API, autowake) must not wait forever on an operation that hangs.
+ * 0: unbounded. */
+static double begin_bound_s(const control_limits *lim)
+{
+	const shim_runtime *rt;
+
+	if (lim && lim->begin_ms > 0)
+		return lim->begin_ms / 1000.0;
+	if (lim && lim->timeout_ms > 0)
+		return lim->timeout_ms / 1000.0;
+	if (lim && lim->gone)
+		return 0;
+	rt = shim_runtime_peek();
+	return rt && rt->cfg.op_wait_s > 0 ? rt->cfg.op_wait_s : 60;
+}
+
+/* Take ctl_lock for a new operation (waiting for one in progress within begin_bound_s, while the
+ * caller is there), or fail when the process is exiting or manages nothing. */
 static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtime **rt,
 			   vmm_error *err)
 {
 	int t = lim && lim->timeout_ms > 0 ? lim->timeout_ms : 0;
+	double bound = begin_bound_s(lim);
 
 	memset(op, 0, sizeof(*op));
 	op->lim = lim;
@@ -179,9 +198,11 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 	while (pthread_rwlock_trywrlock(&ctl_lock)) {
 		/* Held by another operation, or shared by a look at the state: that one ends soon. */
 		struct timespec pause = { 0, (atomic_load(&running_op) ? 20 : 1) * 1000000L };
+		double waited = vmm_now_s() - op->t0;
 
-		if ((t && vmm_now_s() - op->t0 >= t / 1000.0) || op_stop(op))
-			return vmm_fail(err, VMM_E_BUSY, 0, "another sleep or wake is in progress");
+		if ((bound > 0 && waited >= bound) || op_stop(op))
+			return vmm_fail(err, VMM_E_BUSY, 0,
+					"another sleep or wake is in progress (waited %.1f s)", waited);
 		nanosleep(&pause, NULL);
 	}
 	if (atomic_load(&shut_down) || forked_child) {

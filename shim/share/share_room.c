@@ -460,6 +460,7 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 struct wake_try {
 	int dev;
 	uint64_t need;
+	long long deadline_ms; /* the wake waits for a sleep or wake in progress until then */
 };
 
 /* An allocation's attempt: inside the gate, as every allocation. */
@@ -571,6 +572,10 @@ static bool try_wake(void *arg)
 {
 	const struct wake_try *w = arg;
 	vmm_sleep_opts all = { .tag = NULL, .device = -1 };
+	/* The GPU's lock may be held: a sleep or wake of this process in progress is waited for
+	 * only within the wait (the copies of the wake itself are bounded by the link). */
+	long long left = w->deadline_ms - vmm_now_ms();
+	control_limits lim = { .begin_ms = left > 100 ? (int)left : 100 };
 	vmm_transfer_result res;
 	vmm_error err;
 	vmm_status s;
@@ -581,7 +586,7 @@ static bool try_wake(void *arg)
 	if (device_free(w->dev) < w->need)
 		return false;
 	vmm_error_clear(&err);
-	s = control_wake(&all, NULL, &res, &err);
+	s = control_wake(&all, &lim, &res, &err);
 	if (s == VMM_OK)
 		vmm_log(VMM_LOG_INFO, "share: woke by itself: %llu bytes back in %.3f s",
 			(unsigned long long)res.bytes_copied, res.seconds);
@@ -625,9 +630,11 @@ void share_autowake(void)
 	if (!wake_need(&w) || share_lock_held()) {
 		if (w.dev < 0)
 			w.dev = 0;
+		w.deadline_ms = vmm_now_ms(); /* the least wait (try_wake's floor) */
 		try_wake(&w);
 		return;
 	}
+	w.deadline_ms = vmm_now_ms() + share_settings_get()->wait_ms;
 	if (share_make_room(w.dev, w.need, try_wake, &w, "a wake", true, &err))
 		vmm_log(VMM_LOG_INFO, "share: still asleep (will retry at the next device work): %s",
 			err.msg);

@@ -85,6 +85,27 @@ Test(cancel, status_answers_at_once_while_a_sleep_runs, .timeout = 60)
 	stop_cleanly(t);
 }
 
+/* The program's own wake (vmmshim_wake) while a vmmctl sleep runs waits for it at most
+ * VMMSHIM_OP_WAIT, then answers busy: it used to wait as long as the sleep took, and forever for
+ * one that hung. The sleep is not disturbed, and a later wake brings everything back. */
+Test(cancel, the_programs_own_wake_waits_for_a_sleep_at_most_op_wait, .timeout = 60)
+{
+	const char *env[] = { "VMMSHIM_OP_WAIT=500ms", NULL };
+	struct target *t = start_holding(env, 4, 1000000);
+	pid_t sl = long_sleep(t, 4000, "");
+	char reply[512];
+	double t0 = now_s(), took;
+
+	cr_assert_eq(target_cmd(t, "waketag all", reply, sizeof(reply), 30000), 0);
+	took = now_s() - t0;
+	cr_expect(strstr(reply, "rc=7 ") && strstr(reply, "in progress"), "%s", reply);
+	cr_expect(took >= 0.45 && took < 2.0 * ctl_slow(), "the wake answered after %.2f s", took);
+	cr_expect_eq(vmmctl_wait(sl, &bg, 30000), 0, "the sleep: %s %s", bg.out, bg.err);
+	cmd_ok(t, "waketag all", "rc=0");
+	untouched(t);
+	stop_cleanly(t);
+}
+
 Test(cancel, cancel_rolls_the_sleep_back, .timeout = 60)
 {
 	struct target *t = start_holding(NULL, 4, 1000000);
