@@ -20,6 +20,32 @@ typedef struct share_settings {
 } share_settings;
 const share_settings *share_settings_get(void);
 
+/* A sharing peer of a GPU as a look found it. */
+struct share_peer {
+	pid_t pid;
+	int priority, ordinal;
+	long long idle_ms, resident_ms;
+	uint64_t resident, cached;
+	bool awake;
+};
+
+/* What a look at a process found. */
+enum share_look {
+	SHARE_LOOK_NONE,  /* not a sharing process of this GPU, no answer, or not looked at */
+	SHARE_LOOK_PEER,  /* a peer: its share_peer says what it holds and may do */
+	SHARE_LOOK_BUSY,  /* a peer whose allocator waits for its device: no figures now */
+};
+
+/* hello, status, trim: a call to a peer takes at most this, and not past the wait */
+#define SHARE_PEER_TIMEOUT_MS 2000
+/* The time a call to a peer may take now, for a wait that ends at deadline (monotonic ms). */
+int share_call_ms(long long deadline);
+
+/* Look at pids[0..n) on the GPU uuid, side by side, within deadline (share_look.c); looks[i] and
+ * peers[i] say what pids[i] is. Returns once every look has ended. */
+void share_look_all(const pid_t *pids, int n, const char *uuid, long long deadline,
+		    enum share_look *looks, struct share_peer *peers);
+
 /* The per-GPU decision lock (share_gpu.c): 0 once held (bounded by deadline_ms on the monotonic
  * clock), -1 when not. Re-entrant on one thread for one GPU; a thread never holds two. */
 int share_lock(const char *dir, const char *uuid, long long deadline_ms);

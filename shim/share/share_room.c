@@ -1,5 +1,6 @@
 /* Making room on a GPU for a sharing process (share.h): under the GPU's lock, first the caller's
- * own caches, then the peers' caches (trim), then eligible peers put to sleep one by one (lower
+ * own caches, then the peers' caches (trim; the processes of the control folder are looked at side
+ * by side, share_look.c), then eligible peers put to sleep one by one (lower
  * priority first, then the longest idle), each followed by an attempt. When nothing is eligible
  * now but a peer will be within the wait (its time slice or minimum residency ends, or it may turn
  * idle), the lock is let go and the caller blocks on the GPU's event (share_event.c): it is woken
@@ -19,9 +20,8 @@
 #include "../protocol/peer_client.h"
 #include "share_internal.h"
 
-#define PEER_TIMEOUT_MS 2000       /* hello, status, trim: at most this, and not past the wait */
-#define PEER_TIMEOUT_MIN_MS 100    /* ... but this much even at the end of the wait */
 #define SLEEP_TIMEOUT_MIN_MS 10000 /* a peer's sleep: at least this long */
+#define BUSY_RECHECK_MS 100        /* how soon a round that found a busy peer looks again */
 #define MAX_PAUSE_MS 200           /* without the GPU's event: the longest pause between looks */
 /* The longest wait between two looks even with events: memory freed by a process outside
  * sharing (not under the shim, or without VMMSHIM_SHARE) sends none. */
@@ -33,17 +33,9 @@
 #define FREE_GAP_MIN_MS 5
 #define FREE_GAP_MAX_MS 100
 
-struct peer {
-	pid_t pid;
-	int priority, ordinal;
-	long long idle_ms, resident_ms;
-	uint64_t resident, cached;
-	bool awake;
-};
-
 static int by_preference(const void *a, const void *b)
 {
-	const struct peer *x = a, *y = b;
+	const struct share_peer *x = a, *y = b;
 
 	if (x->priority != y->priority)
 		return x->priority < y->priority ? -1 : 1;
@@ -52,109 +44,8 @@ static int by_preference(const void *a, const void *b)
 	return x->resident > y->resident ? -1 : x->resident < y->resident;
 }
 
-/* The peer's ordinal for uuid in its "gpus" list, or -1. */
-static int ordinal_of(const char *gpus, const char *uuid)
-{
-	size_t ul = strlen(uuid);
-	int i = 0;
-
-	for (const char *p = gpus; p && *p; i++) {
-		const char *c = strchr(p, ',');
-		size_t n = c ? (size_t)(c - p) : strlen(p);
-
-		if (n == ul && !memcmp(p, uuid, n))
-			return i;
-		p = c ? c + 1 : NULL;
-	}
-	return -1;
-}
-
-static bool record_i64(const proto_record *r, const char *key, long long *out)
-{
-	double v;
-
-	if (!proto_record_double(r, key, &v))
-		return false;
-	*out = (long long)v;
-	return true;
-}
-
-/* What a peer is on this GPU (hello, then status of its device); false when it does not share
- * this GPU or does not answer. */
-/* How long a call to a peer may take: PEER_TIMEOUT_MS, but not past the deadline by more than
- * PEER_TIMEOUT_MIN_MS. A peer that does not answer (stopped, or its answer held up) then costs a
- * round what is left of the wait, not 2 s per call while the GPU's lock is held. */
-static int call_ms(long long deadline)
-{
-	long long left = deadline - vmm_now_ms();
-
-	return left > PEER_TIMEOUT_MS ? PEER_TIMEOUT_MS :
-	       left > PEER_TIMEOUT_MIN_MS ? (int)left : PEER_TIMEOUT_MIN_MS;
-}
-
-/* What a look at a process found. */
-enum look {
-	LOOK_NONE,  /* not a sharing process of this GPU, or no answer */
-	LOOK_PEER,  /* a peer: *out says what it holds and may do */
-	LOOK_BUSY,  /* a peer whose allocator waits for its device: no figures now */
-};
-
-/* How soon a round after one that found a busy peer looks again. */
-#define BUSY_RECHECK_MS 100
-
-static enum look look_at(pid_t pid, const char *uuid, long long deadline, struct peer *out)
-{
-	const share_settings *ss = share_settings_get();
-	proto_request req = { .verb = PROTO_HELLO, .device = -1 };
-	const proto_record *info, *dev;
-	peer_client_reply r;
-	char why[160];
-	long long prio;
-	bool share = false;
-	const char *gpus, *state;
-	uint64_t mapped = 0, app_bytes = 0, app_asleep = 0;
-
-	memset(out, 0, sizeof(*out));
-	out->pid = pid;
-	if (peer_client_call(ss->run_dir, pid, &req, call_ms(deadline), &r, why, sizeof(why)))
-		return LOOK_NONE;
-	info = peer_client_find(&r, "info");
-	if (!info || !proto_record_bool(info, "share", &share) || !share ||
-	    !record_i64(info, "priority", &prio) || !(gpus = proto_record_str(info, "gpus")) ||
-	    (out->ordinal = ordinal_of(gpus, uuid)) < 0) {
-		peer_client_free(&r);
-		return LOOK_NONE;
-	}
-	out->priority = (int)prio;
-	record_i64(info, "idle_ms", &out->idle_ms);
-	record_i64(info, "resident_ms", &out->resident_ms);
-	state = proto_record_str(info, "state");
-	out->awake = state && !strcmp(state, "awake");
-	/* Its allocator waits for its device: no figures now (its status would wait for them);
-	 * the caller looks again soon. */
-	if (state && !strcmp(state, "busy")) {
-		peer_client_free(&r);
-		return LOOK_BUSY;
-	}
-	peer_client_free(&r);
-	req.verb = PROTO_STATUS;
-	req.device = out->ordinal;
-	if (peer_client_call(ss->run_dir, pid, &req, call_ms(deadline), &r, why, sizeof(why)))
-		return LOOK_NONE;
-	dev = peer_client_find(&r, "device");
-	if (dev) {
-		proto_record_u64(dev, "mapped", &mapped);
-		proto_record_u64(dev, "cached", &out->cached);
-		proto_record_u64(dev, "app_bytes", &app_bytes);
-		proto_record_u64(dev, "app_asleep", &app_asleep);
-	}
-	out->resident = mapped + (app_bytes > app_asleep ? app_bytes - app_asleep : 0);
-	peer_client_free(&r);
-	return LOOK_PEER;
-}
-
 /* May we sleep p now? If not, *later: the monotonic time it may become eligible (0: never). */
-static bool eligible(const struct peer *p, long long now, long long *later)
+static bool eligible(const struct share_peer *p, long long now, long long *later)
 {
 	const share_settings *ss = share_settings_get();
 	long long t;
@@ -198,20 +89,20 @@ static void trim_own(int dev)
 		vmm_trim(rt->side[SHIM_CUDA].core, dev, NULL);
 }
 
-static void ask_trim(const struct peer *p, long long deadline)
+static void ask_trim(const struct share_peer *p, long long deadline)
 {
 	proto_request req = { .verb = PROTO_TRIM, .device = p->ordinal };
 	peer_client_reply r;
 	char why[160];
 
-	if (!peer_client_call(share_settings_get()->run_dir, p->pid, &req, call_ms(deadline), &r,
-			      why, sizeof(why)))
+	if (!peer_client_call(share_settings_get()->run_dir, p->pid, &req, share_call_ms(deadline),
+			      &r, why, sizeof(why)))
 		peer_client_free(&r);
 }
 
 /* Sleep p's memory on this GPU; true when it is asleep. */
-static bool put_to_sleep(const struct peer *p, const char *uuid, uint64_t need, const char *what,
-			 long long deadline)
+static bool put_to_sleep(const struct share_peer *p, const char *uuid, uint64_t need,
+			 const char *what, long long deadline)
 {
 	const share_settings *ss = share_settings_get();
 	proto_request req = { .verb = PROTO_SLEEP, .device = p->ordinal, .autowake = true };
@@ -225,7 +116,7 @@ static bool put_to_sleep(const struct peer *p, const char *uuid, uint64_t need, 
 	req.timeout_ms = (int)(left > SLEEP_TIMEOUT_MIN_MS ? left : SLEEP_TIMEOUT_MIN_MS);
 	snprintf(req.reason, sizeof(req.reason), "pid %ld (priority %d) needed %llu bytes on %s",
 		 (long)getpid(), ss->priority, (unsigned long long)need, uuid);
-	if (peer_client_call(ss->run_dir, p->pid, &req, req.timeout_ms + PEER_TIMEOUT_MS, &r, why,
+	if (peer_client_call(ss->run_dir, p->pid, &req, req.timeout_ms + SHARE_PEER_TIMEOUT_MS, &r, why,
 		      sizeof(why))) {
 		vmm_log(VMM_LOG_INFO, "share: could not sleep pid %ld: %s", (long)p->pid, why);
 		return false;
@@ -271,7 +162,8 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 	long long *later = &seen->later;
 	const share_settings *ss = share_settings_get();
 	pid_t pids[SHARE_MAX_PEERS];
-	struct peer peers[SHARE_MAX_PEERS];
+	struct share_peer peers[SHARE_MAX_PEERS], found[SHARE_MAX_PEERS];
+	enum share_look looks[SHARE_MAX_PEERS];
 	int npids, n = 0, rc = 0;
 	uint64_t could = 0;
 	bool busy = false;
@@ -291,15 +183,13 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 	if (held_without_autowake())
 		goto out;
 	npids = peer_client_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
-	/* Past the deadline the round looks at nobody more: the caller's wait has ended. */
-	for (int i = 0; i < npids && vmm_now_ms() < deadline; i++) {
-		enum look l = look_at(pids[i], uuid, deadline, &peers[n]);
-
-		if (l != LOOK_NONE)
+	share_look_all(pids, npids, uuid, deadline, looks, found);
+	for (int i = 0; i < npids; i++) {
+		if (looks[i] != SHARE_LOOK_NONE)
 			seen->pids[seen->npids++] = pids[i]; /* its exit wakes the waiter */
-		if (l == LOOK_PEER)
-			n++;
-		else if (l == LOOK_BUSY)
+		if (looks[i] == SHARE_LOOK_PEER)
+			peers[n++] = found[i];
+		else if (looks[i] == SHARE_LOOK_BUSY)
 			busy = true;
 	}
 	/* Memory a peer keeps only in its cache counts as free: it goes back first. */

@@ -450,6 +450,45 @@ Test(share, a_stopped_peer_does_not_hold_a_round_past_the_wait, .timeout = 120)
 	teardown_group();
 }
 
+/* Processes that do not answer (stopped) are looked at beside the others, not before them: a
+ * (priority 1, VMMSHIM_SHARE_WAIT=6) needs memory that b (priority 0) holds, with three stopped
+ * processes in the folder. One after another, each took 2 s of the wait before anything was slept
+ * (6 s: the whole wait); side by side a's allocation succeeds once the slowest call ends. */
+Test(share, stopped_processes_are_looked_at_beside_the_others, .timeout = 120)
+{
+	struct target *a, *b, *c[3];
+	double t0, took;
+
+	setup_group();
+	a = start(1, "VMMSHIM_SHARE_WAIT=6");
+	b = start(0, NULL);
+	for (int i = 0; i < 3; i++) {
+		c[i] = start(0, NULL);
+		cmd_ok(c[i], alloc_cmd(1, 4000000), "ok"); /* its socket is there */
+	}
+	cmd_ok(b, PHASE, "ok");
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(kill(c[i]->pid, SIGSTOP), 0);
+	t0 = now_s();
+	cmd_ok(a, alloc_cmd(1, 150000000), "ok");
+	took = now_s() - t0;
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(kill(c[i]->pid, SIGCONT), 0);
+	cr_log_info("room made after %.2f s beside 3 stopped processes", took);
+	printf("share wait: room made after %.2f s beside 3 stopped processes (wait 6 s)\n", took);
+	cr_expect_lt(took, 4.5, "the room came after %.2f s", took);
+	cmd_ok(a, "check", "ok");
+	cmd_ok(a, "freeall", "freed 1");
+	cmd_ok(b, "check", "ok"); /* wakes by itself */
+	for (int i = 0; i < 3; i++)
+		cmd_ok(c[i], "check", "ok");
+	cr_expect_eq(target_stop(a, 10000), 0);
+	cr_expect_eq(target_stop(b, 10000), 0);
+	for (int i = 0; i < 3; i++)
+		cr_expect_eq(target_stop(c[i], 10000), 0);
+	teardown_group();
+}
+
 /* A peer whose allocator waits for its device answers hello busy, without figures: the round
  * must look again soon, not take it for nobody and fail. b (priority 0) waits 3 s for its device
  * inside an allocation; a (priority 1) asks meanwhile for memory b holds: it waits, then sleeps
