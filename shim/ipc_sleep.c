@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../core/log.h"
+#include "../core/mono_wait.h"
 #include "hooks_common.h"
 #include "ipc_handle.h"
 #include "ipc_open_reply.h"
@@ -207,18 +208,30 @@ static void release_restored(vmm_backend *be, const ipc_import *v, size_t n)
 	free(now);
 }
 
+/* timeout_ms bounds all of v's restores together: each exporter is asked within what is left,
+ * so that a stopped one costs the wake its timeout once, not once per import. */
 static vmm_status restore_released(const ipc_import *v, size_t n, int timeout_ms, vmm_error *err)
 {
 	shim_runtime *rt = shim_runtime_peek();
 	vmm_backend *be = backend();
+	long long deadline = vmm_now_ms() + timeout_ms;
 	vmm_status st = VMM_OK;
 
 	if (!be || !rt)
 		return vmm_fail(err, VMM_E_INVALID, 0, "no CUDA backend");
 	ipc_parked_retry(be); /* a mapping left in a range to restore would block it */
-	for (size_t i = 0; i < n && !st; i++)
-		if (v[i].released)
-			st = restore_one(be, rt->cfg.run_dir, &v[i], timeout_ms, err);
+	for (size_t i = 0; i < n && !st; i++) {
+		long long left = deadline - vmm_now_ms();
+
+		if (!v[i].released)
+			continue;
+		if (left < 1)
+			st = vmm_fail(err, VMM_E_BUSY, 0, "the wake's %d ms passed before pid %d was "
+				      "asked for the memory mapped at 0x%llx again", timeout_ms,
+				      (int)v[i].exporter, (unsigned long long)v[i].base);
+		else
+			st = restore_one(be, rt->cfg.run_dir, &v[i], (int)left, err);
+	}
 	if (st)
 		release_restored(be, v, n);
 	return st;

@@ -12,6 +12,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -290,6 +291,38 @@ Test(group_ipc, an_exporter_killed_while_asleep_does_not_strand_its_importer, .t
 	peer_exit(&s.ps[1]);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", se.run_dir);
 	cr_expect_eq(system(cmd), 0);
+}
+
+/* A wake's re-imports share its timeout: with the exporter stopped (asleep, it cannot answer),
+ * an importer of two allocations woken alone with --timeout 2 fails after about 2 s, not 2 s per
+ * import, and is woken in full by a group wake once the exporter runs again. */
+Test(group_ipc, a_stopped_exporter_costs_a_wake_its_timeout_once, .timeout = 60)
+{
+	struct sharing s;
+	long long second, opened;
+	double t0, took;
+
+	setup_env();
+	build(&s, 2, NULL);
+	second = peer_ok(&s.ps[0], "alloc %u", SHARED_BYTES);
+	peer_ok(&s.ps[0], "write %lld second-by-0", second);
+	peer_cmd(&s.ps[0], -1, "ipcget %lld", second);
+	cr_assert(!strncmp(s.ps[0].reply, "ok ", 3), "ipcget: %s", s.ps[0].reply);
+	opened = peer_ok(&s.ps[1], "ipcopen %s", s.ps[0].reply + 3);
+	cr_assert_eq(group("sleep", s.ps, 2), 0, "%s %s", o.out, o.err);
+	cr_assert_eq(kill(s.ps[0].pid, SIGSTOP), 0);
+	t0 = now_s();
+	vmmctl_run(&o, se.run_dir, -1, "--timeout 2 --json wake %d", (int)s.ps[1].pid);
+	took = now_s() - t0;
+	cr_assert_eq(kill(s.ps[0].pid, SIGCONT), 0);
+	cr_expect_neq(o.code, 0, "the wake succeeded with its exporter stopped: %s", o.out);
+	cr_log_info("a wake with two imports from a stopped exporter failed after %.2f s", took);
+	cr_expect_lt(took, 3.5, "the wake took %.2f s for a timeout of 2 s: %s %s", took, o.out,
+		     o.err);
+	cr_assert_eq(group("wake", s.ps, 2), 0, "%s %s", o.out, o.err);
+	expect_read(&s.ps[1], opened, "second-by-0");
+	check(&s, "shared-by-0");
+	finish(&s, NULL);
 }
 
 /* An importer that was asleep already (slept alone: it kept its mapping) answers "already" to
