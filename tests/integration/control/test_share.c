@@ -457,7 +457,9 @@ Test(share, a_stopped_peer_does_not_hold_a_round_past_the_wait, .timeout = 120)
 Test(share, stopped_processes_are_looked_at_beside_the_others, .timeout = 120)
 {
 	struct target *a, *b, *c[3];
-	double t0, took;
+	static char log[65536];
+	const char *served;
+	double t0, took, in_shim = 0;
 
 	setup_group();
 	a = start(1, "VMMSHIM_SHARE_WAIT=6");
@@ -474,9 +476,16 @@ Test(share, stopped_processes_are_looked_at_beside_the_others, .timeout = 120)
 	took = now_s() - t0;
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(kill(c[i]->pid, SIGCONT), 0);
-	cr_log_info("room made after %.2f s beside 3 stopped processes", took);
-	printf("share wait: room made after %.2f s beside 3 stopped processes (wait 6 s)\n", took);
-	cr_expect_lt(took, 4.5, "the room came after %.2f s", took);
+	/* The shim's own figure: the command's time adds the program's fill of the memory, slow
+	 * under TSan. */
+	target_log(a, log, sizeof(log));
+	served = strstr(log, "served after ");
+	cr_assert(served && sscanf(served, "served after %lf", &in_shim) == 1, "a's log:\n%s", log);
+	cr_log_info("room made after %.2f s (%.2f s in the shim) beside 3 stopped processes", took,
+		    in_shim);
+	printf("share wait: room made after %.2f s (%.2f s in the shim) beside 3 stopped processes "
+	       "(wait 6 s)\n", took, in_shim);
+	cr_expect_lt(in_shim, 4.0, "the room came after %.2f s", in_shim);
 	cmd_ok(a, "check", "ok");
 	cmd_ok(a, "freeall", "freed 1");
 	cmd_ok(b, "check", "ok"); /* wakes by itself */
