@@ -14,6 +14,8 @@
 
 #include "../core/backend/backend.h"
 #include "../core/log.h"
+#include "../core/mono_wait.h"
+#include "../core/offload/drain.h"
 #include "alloc_trace.h"
 #include "lone_stream.h"
 #include "shim_internal.h"
@@ -81,6 +83,35 @@ static void log_side(const shim_side *s)
 		(unsigned long long)st.pieces_refilled, (unsigned long long)st.pieces_refill_claimed);
 }
 
+/* At exit a device may never finish its work (a collective whose peer died or was stopped, a
+ * kernel spinning on a flag): the exit's trim would synchronize it for good, and releasing the
+ * memory under kernels still running faults them. So the exit waits EXIT_DRAIN_S at most for
+ * each device the side used; past that the core is left as it is, and the driver frees its
+ * memory with the process. The heaps' locks are waited for within EXIT_LOCK_MS the same way
+ * (bounded reads: an allocator waiting for its device holds one). */
+#define EXIT_DRAIN_S 2.0
+#define EXIT_LOCK_MS 1000
+
+static bool drained_at_exit(shim_side *s)
+{
+	vmm_limits lim = { .deadline = vmm_now_s() + EXIT_DRAIN_S, .drain_s = EXIT_DRAIN_S };
+	unsigned used = vmm_devices_used(s->core);
+	vmm_error err;
+
+	for (int d = 0; d < VMM_MAX_DEVICES; d++) {
+		if (!(used & (1u << d)))
+			continue;
+		vmm_error_clear(&err);
+		if (vmm_drain(s->be, d, &lim, &err)) {
+			vmm_log(VMM_LOG_WARN, "exit: %s%d did not finish its work (%s): its memory is "
+				"left to the driver, which frees it with the process", s->device_prefix,
+				d, err.msg);
+			return false;
+		}
+	}
+	return true;
+}
+
 static void destroy_side(shim_side *s)
 {
 	if (s->app) {
@@ -88,6 +119,8 @@ static void destroy_side(shim_side *s)
 		s->app = NULL;
 	}
 	if (s->core) {
+		if (!drained_at_exit(s))
+			return; /* the core and the backend stay to the end of the process */
 		vmm_trim(s->core, -1, NULL);
 		if (!vmm_core_destroy(s->core))
 			return; /* a thread of it is still in the driver: the backend stays open */
@@ -107,6 +140,7 @@ void shim_runtime_teardown(bool quiet)
 	/* Hooks that run after this (other exit handlers freeing memory) pass through. */
 	for (int i = 0; i < SHIM_NSIDES; i++)
 		atomic_store(&side_state[i], SIDE_UNAVAILABLE);
+	vmm_bounded_reads_begin(EXIT_LOCK_MS);
 	if (quiet) /* the statistics take the heaps' locks, which the operation may hold */
 		for (int i = 0; i < SHIM_NSIDES; i++)
 			log_side(&rt.side[i]);
@@ -119,6 +153,7 @@ void shim_runtime_teardown(bool quiet)
 	if (quiet)
 		for (int i = 0; i < SHIM_NSIDES; i++)
 			destroy_side(&rt.side[i]);
+	vmm_bounded_reads_end();
 	pthread_mutex_unlock(&create_lock);
 }
 

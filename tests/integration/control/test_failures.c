@@ -207,6 +207,30 @@ static void cannot_drain(const char *timeout_env, const char *raw)
 	target_free(t);
 }
 
+/* The program exits while a kernel of it cannot finish (it waits for a flag nobody writes, as a
+ * collective whose peer died waits), with freed memory in quarantine: the exit waits for the
+ * device 2 s at most, leaves the memory to the driver and ends. It used to synchronize for the
+ * exit's trim until the kernel ended (60 s here; for good on a GPU). */
+Test(failures, an_exit_does_not_wait_for_a_device_that_never_finishes, .timeout = 120)
+{
+	const char *env[] = { "VMMSHIM_LOG=info", SAN_ENV, NULL };
+	struct target *t = start_under_shim(env);
+	char log[16384];
+	double t0, took;
+
+	cmd_ok(t, "alloc 2 1000000", "ok");
+	cmd_ok(t, "spin", "spinning");
+	cmd_ok(t, "freeall", "freed 2");
+	t0 = now_s();
+	cr_expect_eq(target_stop(t, 30000), 0, "the program did not exit cleanly");
+	took = now_s() - t0;
+	cr_log_info("exit beside a kernel that never ends: %.2f s", took);
+	cr_expect_lt(took, 6.0 * ctl_slow(), "the exit took %.2f s", took);
+	target_log(t, log, sizeof(log));
+	cr_expect(strstr(log, "did not finish its work"), "%s", log);
+	target_free(t);
+}
+
 Test(failures, a_sleep_that_cannot_drain_gives_up_after_its_timeout, .timeout = 120)
 {
 	cannot_drain("VMMSHIM_SLEEP_TIMEOUT=2", NULL);
