@@ -478,7 +478,11 @@ vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share
 	if (!dh || !be->export_fd)
 		return vmm_fail(err, VMM_E_NOT_OURS, 0, "no export at 0x%llx",
 				(unsigned long long)base);
-	pthread_mutex_lock(&dh->lock);
+	/* Within bounded reads (the control server's), an allocator waiting for its device does
+	 * not hold the request past them. */
+	if (!heap_lock_read(dh))
+		return vmm_fail(err, VMM_E_BUSY, 0, "the allocator of device %d is waiting for the "
+				"device", dh->dev);
 	st = export_at(dh, base, id, &r, err);
 	if (!st && !pieces)
 		st = vmm_fail(err, VMM_E_INVALID, 0, "no room for the pieces");

@@ -56,7 +56,8 @@ vmm_status vmm_share_own(vmm_core *core, vmm_devptr ptr, vmm_share_info *out, vm
 /* New file descriptors for the pieces of the exported allocation at base with that id (both must
  * match: a freed allocation's id is gone). VMM_E_NOT_OURS when there is no such export. They are
  * duplicates of the kept ones when the export is kept (*exported false, when exported is not
- * NULL), else exported now (*exported true) and kept too where the budget allows. */
+ * NULL), else exported now (*exported true) and kept too where the budget allows. Within
+ * bounded reads (heap.h) VMM_E_BUSY when the heap's allocator holds it past them. */
 vmm_status vmm_share_fds(vmm_core *core, vmm_devptr base, uint64_t id, vmm_share_info *info,
 			 vmm_share_piece *pieces, size_t max, size_t *n, bool *exported,
 			 vmm_error *err);

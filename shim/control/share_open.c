@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../core/heap.h"
 #include "../../core/log.h"
 #include "../../core/mono_wait.h"
 #include "../../core/vmm_share.h"
@@ -17,6 +18,11 @@
 #include "../runtime.h"
 #include "control_internal.h"
 #include "../protocol/fd_pass.h"
+
+/* How long a share_open waits for the heap's lock when the program's allocator holds it (then
+ * HOT_GRACE more unless that allocator waits for its device): under the importer's 10 s
+ * (IPC_OPEN_TIMEOUT_MS), so that it hears busy rather than nothing. */
+#define SHARE_OPEN_WAIT_MS 7000
 
 void control_share_close_fds(const int *fds, size_t n)
 {
@@ -89,6 +95,7 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 	vmm_share_piece pieces[VMM_SHARE_MAX_PIECES];
 	vmm_share_info info;
 	vmm_error err;
+	vmm_status st;
 	struct timespec t0, t1;
 	size_t n = 0;
 
@@ -98,8 +105,13 @@ void control_share_open(const proto_request *req, unsigned uid, long pid, proto_
 		return;
 	vmm_error_clear(&err);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	if (vmm_share_fds(core, (vmm_devptr)req->share_base, req->share_id,
-			  &info, pieces, VMM_SHARE_MAX_PIECES, &n, exported, &err)) {
+	/* The heap's lock within SHARE_OPEN_WAIT_MS (and its grace): past that the importer hears
+	 * busy before its own timeout, and this worker is free again. */
+	vmm_bounded_reads_begin(SHARE_OPEN_WAIT_MS);
+	st = vmm_share_fds(core, (vmm_devptr)req->share_base, req->share_id, &info, pieces,
+			   VMM_SHARE_MAX_PIECES, &n, exported, &err);
+	vmm_bounded_reads_end();
+	if (st) {
 		vmm_log(VMM_LOG_INFO, "share_open of export %llu from pid %ld: %s",
 			(unsigned long long)req->share_id, pid, err.msg);
 		proto_error_response(w, err.status == VMM_E_NOT_OURS ? PROTO_ERR_INVALID :
