@@ -118,6 +118,12 @@ bool vmm_lookup(vmm_core *core, vmm_devptr ptr, vmm_alloc_info *info);
  * quarantine's device synchronization is made without the heap's lock: the program's own
  * allocations and frees go on meanwhile. */
 vmm_status vmm_trim(vmm_core *core, int dev, vmm_error *err);
+/* The same, its synchronization (made only when the quarantine needs one) within lim's deadline
+ * (vmm_drain): VMM_E_BUSY when the device did not finish its work by then, the quarantine left
+ * as it was and what was free given back. */
+struct vmm_limits; /* offload/transfer.h */
+vmm_status vmm_trim_within(vmm_core *core, int dev, const struct vmm_limits *lim,
+			   vmm_error *err);
 
 /* Peer access: grant (or revoke) `peer` read/write access to every present and future mapping of
  * dev's heap, kept across sleep and wake. */

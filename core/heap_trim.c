@@ -20,6 +20,7 @@
 #include "heap_share.h"
 #include "heap_slab.h"
 #include "log.h"
+#include "offload/drain.h"
 
 /* A trim may use the core's heaps without their locks until trim_leave. false: the core is
  * being destroyed. The count before the flag here, the flag before the count in trims_stop:
@@ -68,7 +69,7 @@ void trims_after_fork(struct vmm_core *core)
  * One trim per device synchronizes at a time: the others give back what is free without
  * waiting, so that a waiter asking again and again while the device's queue is long does not
  * hold one of the control server's workers in the driver per ask. */
-static vmm_status reclaim_unlocked(struct devheap *dh, vmm_error *err)
+static vmm_status reclaim_unlocked(struct devheap *dh, const vmm_limits *lim, vmm_error *err)
 {
 	struct vmm_core *core = dh->core;
 	uint64_t upto, before;
@@ -81,7 +82,10 @@ static vmm_status reclaim_unlocked(struct devheap *dh, vmm_error *err)
 	dh->trim_syncing = true;
 	upto = dh->quar_seq;
 	pthread_mutex_unlock(&dh->lock);
-	st = core->be->synchronize(core->be, dh->dev, err);
+	/* Within limits (the exit's), on the drain's helper thread: a device that never finishes
+	 * its work leaves the quarantine as it is. */
+	st = lim ? vmm_drain(core->be, dh->dev, lim, err) :
+		   core->be->synchronize(core->be, dh->dev, err);
 	pthread_mutex_lock(&dh->lock);
 	dh->trim_syncing = false;
 	if (!st)
@@ -90,6 +94,12 @@ static vmm_status reclaim_unlocked(struct devheap *dh, vmm_error *err)
 }
 
 vmm_status vmm_trim(vmm_core *core, int dev, vmm_error *err)
+{
+	return vmm_trim_within(core, dev, NULL, err);
+}
+
+vmm_status vmm_trim_within(vmm_core *core, int dev, const struct vmm_limits *lim,
+			   vmm_error *err)
 {
 	vmm_status st = VMM_OK;
 
@@ -106,7 +116,7 @@ vmm_status vmm_trim(vmm_core *core, int dev, vmm_error *err)
 		if (!dh || !heap_lock_read(dh))
 			continue;
 		/* A failed sync leaves the quarantine alone; what is free still goes back. */
-		s = reclaim_unlocked(dh, err);
+		s = reclaim_unlocked(dh, lim, err);
 		for (int i = 0; i < dh->narenas; i++)
 			slab_release_empty(dh, dh->arenas[i]);
 		heap_release_free_handles(dh, 0);

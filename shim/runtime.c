@@ -15,7 +15,7 @@
 #include "../core/backend/backend.h"
 #include "../core/log.h"
 #include "../core/mono_wait.h"
-#include "../core/offload/drain.h"
+#include "../core/offload/transfer.h"
 #include "alloc_trace.h"
 #include "lone_stream.h"
 #include "shim_internal.h"
@@ -84,33 +84,13 @@ static void log_side(const shim_side *s)
 }
 
 /* At exit a device may never finish its work (a collective whose peer died or was stopped, a
- * kernel spinning on a flag): the exit's trim would synchronize it for good, and releasing the
- * memory under kernels still running faults them. So the exit waits EXIT_DRAIN_S at most for
- * each device the side used; past that the core is left as it is, and the driver frees its
- * memory with the process. The heaps' locks are waited for within EXIT_LOCK_MS the same way
- * (bounded reads: an allocator waiting for its device holds one). */
+ * kernel spinning on a flag): the exit's trim would synchronize it for good (for the quarantine),
+ * and releasing memory under kernels still running faults them. So that synchronization waits
+ * EXIT_DRAIN_S at most; past that the core is left as it is, and the driver frees its memory
+ * with the process. The heaps' locks are waited for within EXIT_LOCK_MS the same way (bounded
+ * reads: an allocator waiting for its device holds one). */
 #define EXIT_DRAIN_S 2.0
 #define EXIT_LOCK_MS 1000
-
-static bool drained_at_exit(shim_side *s)
-{
-	vmm_limits lim = { .deadline = vmm_now_s() + EXIT_DRAIN_S, .drain_s = EXIT_DRAIN_S };
-	unsigned used = vmm_devices_used(s->core);
-	vmm_error err;
-
-	for (int d = 0; d < VMM_MAX_DEVICES; d++) {
-		if (!(used & (1u << d)))
-			continue;
-		vmm_error_clear(&err);
-		if (vmm_drain(s->be, d, &lim, &err)) {
-			vmm_log(VMM_LOG_WARN, "exit: %s%d did not finish its work (%s): its memory is "
-				"left to the driver, which frees it with the process", s->device_prefix,
-				d, err.msg);
-			return false;
-		}
-	}
-	return true;
-}
 
 static void destroy_side(shim_side *s)
 {
@@ -119,9 +99,15 @@ static void destroy_side(shim_side *s)
 		s->app = NULL;
 	}
 	if (s->core) {
-		if (!drained_at_exit(s))
+		vmm_limits lim = { .deadline = vmm_now_s() + EXIT_DRAIN_S, .drain_s = EXIT_DRAIN_S };
+		vmm_error err;
+
+		vmm_error_clear(&err);
+		if (vmm_trim_within(s->core, -1, &lim, &err) == VMM_E_BUSY) {
+			vmm_log(VMM_LOG_WARN, "exit: %s: %s; its memory is left to the driver, which "
+				"frees it with the process", s->name, err.msg);
 			return; /* the core and the backend stay to the end of the process */
-		vmm_trim(s->core, -1, NULL);
+		}
 		if (!vmm_core_destroy(s->core))
 			return; /* a thread of it is still in the driver: the backend stays open */
 		s->core = NULL;
