@@ -220,7 +220,9 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 	/* Sleep only when it can be enough: a sleep that cannot make room is pure loss. */
 	if (device_free(dev) + could < need)
 		goto out;
-	for (int i = 0; i < n && rc == 0; i++) {
+	/* A peer's sleep may take past the wait (its copy needs the time), but past the deadline
+	 * no further peer is slept: each could hold the GPU's lock that long again. */
+	for (int i = 0; i < n && rc == 0 && vmm_now_ms() < deadline; i++) {
 		long long t;
 
 		if (!eligible(&peers[i], now, &t) || !put_to_sleep(&peers[i], uuid, need, what,
