@@ -4,6 +4,7 @@
  *   of the allocation the program asked for, as for cuMemAlloc memory (the driver alone would
  *   answer with the core's mapping);
  * Everything else, and every pointer that is not the core's, is the driver's answer. */
+#include "../core/heap.h"
 #include "../core/log.h"
 #include "hooks_common.h"
 
@@ -14,15 +15,26 @@ static bool ours(CUdeviceptr p, vmm_alloc_info *info)
 	return core && p && vmm_lookup(core, (vmm_devptr)p, info);
 }
 
+/* How long cuMemGetInfo waits for the heap's figures. The driver answers at once, but the heap's
+ * lock may be held by an allocation waiting for the device (a collective behind it, say): past
+ * this (and the grace bounded reads give a lock busy only with allocations) the driver's answer
+ * stands alone, without the cache counted as free. */
+#define MEMINFO_WAIT_MS 50
+
 CUresult CUDAAPI cuMemGetInfo_v2(size_t *free, size_t *total)
 {
 	CUresult r = CALL_REAL(cuMemGetInfo_v2, (free, total));
 	vmm_core *core = hook_cuda_core();
 	vmm_stats st;
+	bool got, whole;
 	int dev;
 
-	if (r == CUDA_SUCCESS && free && core && hook_current_device(&dev) &&
-	    !vmm_stats_get(core, dev, NULL, &st, NULL)) {
+	if (r != CUDA_SUCCESS || !free || !core || !hook_current_device(&dev))
+		return r;
+	vmm_bounded_reads_begin(MEMINFO_WAIT_MS);
+	got = !vmm_stats_get(core, dev, NULL, &st, NULL);
+	whole = vmm_bounded_reads_end();
+	if (got && whole) {
 		*free += st.cached_bytes;
 		if (total && *free > *total)
 			*free = *total;

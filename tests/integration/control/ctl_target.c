@@ -23,6 +23,8 @@
  *                      answers "bgsleep started", then "bgsleep rc=N MESSAGE" when it returns
  *   threads N SECS     N threads allocating, filling, checking and freeing for SECS seconds
  *   memused            device memory in use as the program sees it (cudaMemGetInfo)
+ *   bgmeminfo MS       on a thread of its own, after MS ms, cudaMemGetInfo, timed: answers
+ *                      "bgmeminfo started", then "meminfo took N ms"
  *   device N           cudaSetDevice(N): later allocations land there
  *   primary N          whether device N's primary context is active -> "primary N active 0|1"
  *   fork               fork a child that exits at once; answers with the child's status
@@ -455,6 +457,22 @@ static void *bgsleep_main(void *arg)
 	return NULL;
 }
 
+static double now(void);
+static int bg_meminfo_ms;
+
+static void *bgmeminfo_main(void *arg)
+{
+	size_t fr = 0, tot = 0;
+	double t0;
+
+	(void)arg;
+	usleep((useconds_t)bg_meminfo_ms * 1000);
+	t0 = now();
+	cudaMemGetInfo(&fr, &tot);
+	say("meminfo took %.0f ms", (now() - t0) * 1e3);
+	return NULL;
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -572,6 +590,13 @@ int main(void)
 			pthread_create(&t, NULL, bgsleep_main, NULL);
 			pthread_detach(t);
 			say("bgsleep started");
+		} else if (!strcmp(a, "bgmeminfo") && n == 2) {
+			pthread_t t;
+
+			bg_meminfo_ms = atoi(b);
+			pthread_create(&t, NULL, bgmeminfo_main, NULL);
+			pthread_detach(t);
+			say("bgmeminfo started");
 		} else if (!strcmp(a, "threads") && n == 3)
 			cmd_threads(atoi(b), atof(c));
 		else if (!strcmp(a, "memused")) {

@@ -287,6 +287,36 @@ Test(status, hello_does_not_wait_for_an_allocation_waiting_for_the_device, .time
 	stop_cleanly(t);
 }
 
+/* The program's own cuMemGetInfo on another thread does not wait for an allocation that waits
+ * for the device either: the driver answers at once, and past 50 ms the shim gives the driver's
+ * answer alone (its cache not counted). It used to wait for the allocation's whole device wait. */
+Test(status, meminfo_does_not_wait_for_an_allocation_waiting_for_the_device, .timeout = 120)
+{
+	const char *env[] = { "SIMDEV_MEMORY=256M", NULL };
+	struct target *t = start_under_shim(env);
+	char cmd[32], a[256], b[256];
+	const char *alloc_reply, *meminfo;
+	int ms = -1;
+
+	cmd_ok(t, "alloc 6 25000000", "ok");
+	snprintf(cmd, sizeof(cmd), "busy %d", (int)(3000 * ctl_slow()));
+	cmd_ok(t, cmd, "busy launched");
+	cmd_ok(t, "freeall", "freed 6");
+	cmd_ok(t, "bgmeminfo 500", "bgmeminfo started");
+	/* As above: the allocation waits for the busy work, the heap's lock held. */
+	cr_assert_eq(target_send(t, "alloc 1 200000000"), 0);
+	cr_assert_eq(target_read(t, a, sizeof(a), 30000), 0, "no answer");
+	cr_assert_eq(target_read(t, b, sizeof(b), 30000), 0, "one answer only: %s", a);
+	meminfo = !strncmp(a, "meminfo", 7) ? a : b;
+	alloc_reply = meminfo == a ? b : a;
+	cr_expect(!strncmp(alloc_reply, "ok", 2), "the allocation: %s", alloc_reply);
+	cr_assert_eq(sscanf(meminfo, "meminfo took %d ms", &ms), 1, "%s / %s", a, b);
+	cr_log_info("cuMemGetInfo beside an allocation at its device: %d ms", ms);
+	cr_expect_lt(ms, 1000, "cuMemGetInfo took %d ms", ms);
+	cmd_ok(t, "check", "ok 1");
+	stop_cleanly(t);
+}
+
 /* status waits for the figures while the program's allocator waits for its device (12 s of
  * work here), but not past 10 s: then it answers busy, saying so, and the server's worker is
  * free again (it waited as long as the allocator before). */
