@@ -108,7 +108,6 @@ static enum share_look look_at(pid_t pid, const char *uuid, long long deadline,
 	return SHARE_LOOK_PEER;
 }
 
-
 /* One round's looks, shared by the threads that make them. */
 struct look_job {
 	const pid_t *pids;
