@@ -773,12 +773,20 @@ static void do_cancel(const proto_request *req, const control_client *client, pr
 	put_cancel(w, "ok", operation, outcome, vmm_now_ms() - t0);
 }
 
+/* How long a trim waits for the device to finish the work issued before the frees in quarantine
+ * when the request names no timeout_ms: a sharing peer asks at every look, and a device that
+ * never finishes (a collective waiting for a dead rank) held one of the server's workers for
+ * good. Past it what is free goes back all the same, and the reply says the quarantine stayed. */
+#define TRIM_DRAIN_MS 2000
+
 /* Give the device's cached free memory back to the driver (a sharing peer needs it). Not while
  * a sleep or wake runs: that one is changing the heap, and trims what it releases itself. */
 static void do_trim(const proto_request *req, const control_client *client, proto_writer *w,
 		    shim_runtime *rt)
 {
 	vmm_stats before = { 0 }, after = { 0 };
+	vmm_limits lim = { .cancelled = client->gone, .arg = client->gone_arg };
+	const char *undrained = NULL;
 	vmm_error err;
 	vmm_status st;
 
@@ -796,13 +804,18 @@ static void do_trim(const proto_request *req, const control_client *client, prot
 	/* Nor for an allocator at its device: its heap is held as long as the device's queue. */
 	vmm_bounded_reads_begin(HELLO_HEAP_WAIT_MS);
 	vmm_stats_get(rt->side[SHIM_CUDA].core, req->device, NULL, &before, NULL);
-	st = vmm_trim(rt->side[SHIM_CUDA].core, req->device, &err);
+	lim.deadline = vmm_now_s() + (req->timeout_ms > 0 ? req->timeout_ms : TRIM_DRAIN_MS) / 1e3;
+	st = vmm_trim_within(rt->side[SHIM_CUDA].core, req->device, &lim, &err);
 	if (!vmm_bounded_reads_end()) {
 		proto_error_response(w, PROTO_ERR_BUSY, "the program's allocator waits for its "
 				     "device: nothing can be given back before it returns");
 		return;
 	}
-	if (st) {
+	/* A drain given up (or a capture's refusal) leaves the quarantine: what was free went
+	 * back all the same, which is what the asker wants. */
+	if (st == VMM_E_BUSY)
+		undrained = err.msg;
+	else if (st) {
 		proto_error_response(w, control_error_word(err.status), err.msg);
 		return;
 	}
@@ -821,6 +834,9 @@ static void do_trim(const proto_request *req, const control_client *client, prot
 	proto_put_double(w, "seconds", 0);
 	proto_put_double(w, "gbps", 0);
 	proto_put_bool(w, "already", before.mapped_bytes == after.mapped_bytes);
+	proto_put_bool(w, "drained", !undrained);
+	if (undrained)
+		proto_put_str(w, "why", undrained);
 	proto_record_end(w);
 	proto_end(w);
 }

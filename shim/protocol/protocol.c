@@ -404,7 +404,7 @@ static bool verb_takes(proto_verb v, const char *key)
 	if (!strcmp(key, "discard") || !strcmp(key, "autowake"))
 		return v == PROTO_SLEEP;
 	if (!strcmp(key, "timeout_ms"))
-		return v == PROTO_SLEEP || v == PROTO_WAKE || v == PROTO_CANCEL;
+		return v == PROTO_SLEEP || v == PROTO_WAKE || v == PROTO_CANCEL || v == PROTO_TRIM;
 	if (!strcmp(key, "drain_ms"))
 		return v == PROTO_SLEEP;
 	return false;

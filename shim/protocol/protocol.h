@@ -16,7 +16,8 @@
  *            discard=true|false, autowake=true|false (sleep only), timeout_ms=N (sleep and
  *            wake: the longest the whole operation may take, waiting for another one, the gate
  *            and the drain included, after which it rolls back; cancel: how long to wait for
- *            the cancelled operation to end; 0 or absent: the server's default),
+ *            the cancelled operation to end; trim: how long to wait for the device before the
+ *            memory in quarantine is given back too; 0 or absent: the server's default),
  *            drain_ms=N (sleep: the longest wait for the device to finish its work, below
  *            VMMSHIM_SLEEP_TIMEOUT; a group sleep asks for short drains and retries, so that
  *            a collective half-launched across the group never holds it; 0 or absent: the

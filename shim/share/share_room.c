@@ -81,22 +81,28 @@ static uint64_t device_free(int dev)
 	return fr;
 }
 
-static void trim_own(int dev)
+/* Under the GPU's lock, which every other sharing process waits for: the wait for this
+ * process's own device (the quarantine's sync) ends with the sharing wait. */
+static void trim_own(int dev, long long deadline)
 {
 	shim_runtime *rt = shim_runtime_peek();
+	vmm_limits lim = { .deadline = deadline / 1e3 };
 
 	if (rt && rt->side[SHIM_CUDA].core)
-		vmm_trim(rt->side[SHIM_CUDA].core, dev, NULL);
+		vmm_trim_within(rt->side[SHIM_CUDA].core, dev, &lim, NULL);
 }
 
 static void ask_trim(const struct share_peer *p, long long deadline)
 {
 	proto_request req = { .verb = PROTO_TRIM, .device = p->ordinal };
+	int call_ms = share_call_ms(deadline);
 	peer_client_reply r;
 	char why[160];
 
-	if (!peer_client_call(share_settings_get()->run_dir, p->pid, &req, share_call_ms(deadline),
-			      &r, why, sizeof(why)))
+	/* Its drain ends well before this call does: what it gives back without one still comes. */
+	req.timeout_ms = call_ms / 2;
+	if (!peer_client_call(share_settings_get()->run_dir, p->pid, &req, call_ms, &r, why,
+			      sizeof(why)))
 		peer_client_free(&r);
 }
 
@@ -173,7 +179,7 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 	seen->npids = 0;
 	if (share_lock(ss->run_dir, uuid, deadline))
 		return -1;
-	trim_own(dev);
+	trim_own(dev, deadline);
 	if (attempt(arg)) {
 		rc = 1;
 		goto out;
@@ -474,7 +480,7 @@ static bool try_wake(void *arg)
 
 	/* The process's own cache counts as free (the wake trims it too). */
 	if (device_free(w->dev) < w->need)
-		trim_own(w->dev);
+		trim_own(w->dev, w->deadline_ms);
 	if (device_free(w->dev) < w->need)
 		return false;
 	vmm_error_clear(&err);

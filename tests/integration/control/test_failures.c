@@ -231,6 +231,45 @@ Test(failures, an_exit_does_not_wait_for_a_device_that_never_finishes, .timeout 
 	target_free(t);
 }
 
+/* A sharing peer asks for a trim while a kernel of the program cannot finish, with freed memory
+ * in quarantine: the trim waits for the device as long as the request says (the default 2 s,
+ * here 1 s), gives back what is free, and says the quarantine stayed. It used to synchronize
+ * on a worker of the control server until the kernel ended (60 s here; for good on a GPU). */
+static void trim_beside_a_kernel_that_never_ends(const char *req, double within_s)
+{
+	struct target *t = start_under_shim(san_only);
+	char sock[400], reply[2048];
+	double t0, took;
+	ssize_t n;
+
+	cmd_ok(t, "alloc 2 1000000", "ok");
+	cmd_ok(t, "spin", "spinning");
+	cmd_ok(t, "freeall", "freed 2");
+	target_socket(t, sock, sizeof(sock));
+	t0 = now_s();
+	n = raw_request(sock, req, strlen(req), false, 0, reply, sizeof(reply) - 1, 30000);
+	took = now_s() - t0;
+	cr_assert_gt(n, 0, "no reply to the trim in %.1f s", took);
+	reply[n] = 0;
+	cr_log_info("trim beside a kernel that never ends: answered in %.2f s", took);
+	cr_expect_lt(took, within_s * ctl_slow(), "the trim took %.2f s", took);
+	cr_expect(!strncmp(reply, "vmmshim/1 ok\n", 13), "%s", reply);
+	cr_expect(strstr(reply, "drained=false") && strstr(reply, "did%20not%20drain"), "%s", reply);
+	cmd_ok(t, "check", "ok 0"); /* the program goes on */
+	cr_expect_eq(target_stop(t, 30000), 0);
+	target_free(t);
+}
+
+Test(failures, a_peers_trim_waits_for_the_device_as_long_as_it_asks, .timeout = 120)
+{
+	trim_beside_a_kernel_that_never_ends("vmmshim/1 trim device=0 timeout_ms=1000\n", 3.0);
+}
+
+Test(failures, a_peers_trim_waits_for_the_device_two_seconds_by_default, .timeout = 120)
+{
+	trim_beside_a_kernel_that_never_ends("vmmshim/1 trim device=0\n", 4.0);
+}
+
 Test(failures, a_sleep_that_cannot_drain_gives_up_after_its_timeout, .timeout = 120)
 {
 	cannot_drain("VMMSHIM_SLEEP_TIMEOUT=2", NULL);
