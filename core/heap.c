@@ -95,10 +95,13 @@ void vmm_core_after_fork(vmm_core *core)
 		ahead_after_fork(core);
 		refill_after_fork(core);
 		trims_after_fork(core);
-		/* The parent's thread that waited for a device is not in the child. */
+		/* The parent's thread that waited for a device is not in the child, nor are
+		 * its threads that were viewing the heap meanwhile. */
 		for (int d = 0; d < core->ndev; d++)
-			if (core->heaps[d])
+			if (core->heaps[d]) {
+				atomic_store(&core->heaps[d]->viewers, 0);
 				heap_lock_wait_end(core->heaps[d]);
+			}
 	}
 }
 
@@ -334,11 +337,14 @@ bool vmm_lookup(vmm_core *core, vmm_devptr ptr, vmm_alloc_info *info)
 {
 	struct devheap *dh = heap_of_ptr(core, ptr);
 	struct alloc *r = NULL;
+	enum heap_view view;
 	struct blk *b;
 
 	if (!dh)
 		return false;
-	pthread_mutex_lock(&dh->lock);
+	/* Not behind an allocation's wait for the device: another thread's pointer query may be
+	 * what that device's work waits for. */
+	view = heap_view_begin(dh);
 	b = blk_containing(dh, ptr);
 	if (b && b->state == BLK_USED)
 		r = b->alloc;
@@ -354,7 +360,7 @@ bool vmm_lookup(vmm_core *core, vmm_devptr ptr, vmm_alloc_info *info)
 		info->device = dh->dev;
 		memcpy(info->tag, r->arena->tag, VMM_TAG_MAX);
 	}
-	pthread_mutex_unlock(&dh->lock);
+	heap_view_end(dh, view);
 	return r != NULL;
 }
 

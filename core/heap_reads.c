@@ -9,6 +9,7 @@
  * then says the heap is busy instead of giving figures. */
 #include "heap_reads.h"
 
+#include <sched.h>
 #include <time.h>
 
 #include "heap_internal.h"
@@ -62,17 +63,61 @@ bool heap_lock_read(struct devheap *dh)
 	return true;
 }
 
+/* The views' handshake with the waiting thread is sequentially consistent on both sides (the
+ * flag, then the count; the count, then the flag): a view that sees the wait still on after it
+ * counted itself is seen by the end, which waits for it. The flag's store also publishes
+ * everything the thread wrote to the heap before its wait. */
 void heap_lock_wait_begin(struct devheap *dh, double t0_s)
 {
 	/* 0 means none: a clock that started at 0 is read as 1 ms. */
 	long long ms = (long long)(t0_s * 1000);
 
-	atomic_store_explicit(&dh->lock_wait_since_ms, ms ? ms : 1, memory_order_relaxed);
+	atomic_store(&dh->lock_wait_since_ms, ms ? ms : 1);
 }
 
 void heap_lock_wait_end(struct devheap *dh)
 {
-	atomic_store_explicit(&dh->lock_wait_since_ms, 0, memory_order_relaxed);
+	atomic_store(&dh->lock_wait_since_ms, 0);
+	while (atomic_load(&dh->viewers))
+		sched_yield(); /* a lookup's few reads */
+}
+
+static bool borrow(struct devheap *dh)
+{
+	if (!atomic_load(&dh->lock_wait_since_ms))
+		return false;
+	atomic_fetch_add(&dh->viewers, 1);
+	if (atomic_load(&dh->lock_wait_since_ms))
+		return true;
+	atomic_fetch_sub(&dh->viewers, 1);
+	return false;
+}
+
+/* How many times a view tries the lock between yields before it sleeps between tries: a lock
+ * held for an allocation is let go within microseconds. */
+#define VIEW_SPINS 64
+#define VIEW_POLL_US 20
+
+enum heap_view heap_view_begin(struct devheap *dh)
+{
+	for (int i = 0;; i++) {
+		if (!pthread_mutex_trylock(&dh->lock))
+			return HEAP_VIEW_LOCKED;
+		if (borrow(dh))
+			return HEAP_VIEW_BORROWED;
+		if (i < VIEW_SPINS)
+			sched_yield();
+		else
+			nanosleep(&(struct timespec){ 0, VIEW_POLL_US * 1000 }, NULL);
+	}
+}
+
+void heap_view_end(struct devheap *dh, enum heap_view how)
+{
+	if (how == HEAP_VIEW_LOCKED)
+		pthread_mutex_unlock(&dh->lock);
+	else
+		atomic_fetch_sub(&dh->viewers, 1);
 }
 
 long long vmm_lock_wait_ms(vmm_core *core)

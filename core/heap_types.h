@@ -218,6 +218,9 @@ struct devheap {
 	/* When the program's thread began waiting for the device with the lock held (heap_reclaim,
 	 * ahead_wait), on vmm_now_ms's clock; 0: it does not. Read without the lock. */
 	atomic_llong lock_wait_since_ms;
+	/* Pointer queries reading the heap meanwhile, without the lock (heap_reads.h: heap_view):
+	 * the waiting thread changes nothing before they are done. */
+	atomic_int viewers;
 	bool trim_syncing;      /* a trim waits for the device without the lock (heap_trim.c) */
 	/* Host backups of the handles, carved from the offload engine's pool (created with the
 	 * first backup). The hooks keep the allocator free of a link-time dependency on it. */

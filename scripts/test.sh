@@ -89,9 +89,10 @@ declare -A tsan_filter=(
   [control_sleep]='@(sleep/releases_memory*|sleep/eight_threads*|sleep/a_copy_while_asleep*|sleep/a_kernel_while_asleep*|sleep/autowake_on_the_next*|sleep/a_held_tag_sleep*|sleep/a_sleep_that_fails*|sleep/a_forked_child*|sleep/the_programs_own_vmm*)'
   [control_cancel]='*'
   # Many statuses at once while sleeps start (the state held shared while figures are read),
-  # hello beside an allocator at its device, a trim during a sleep. Not status's 10 s bound
-  # (a timer, no thread of its own: the plain and ASan passes run it).
-  [control_status]='@(status/statuses_at_once*|status/vmmctl_status_on*|status/hello*|status/a_trim*)'
+  # hello and a pointer query (a view of the heap without its lock) beside an allocator at its
+  # device, a trim during a sleep. Not status's 10 s bound (a timer, no thread of its own: the
+  # plain and ASan passes run it).
+  [control_status]='@(status/statuses_at_once*|status/vmmctl_status_on*|status/hello*|status/a_trim*|status/a_pointer_query*)'
   [control_protocol]='@(protocol/*|vmmctl/list*)'
   [control_trust]='@(trust/list_is_not_held_up*|trust/escapes*|trust/a_server_that_never*)'
   # vmmctl's concurrent group requests and the servers' undo; not the capacity tests (clean

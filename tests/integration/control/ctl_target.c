@@ -25,6 +25,9 @@
  *   memused            device memory in use as the program sees it (cudaMemGetInfo)
  *   bgmeminfo MS       on a thread of its own, after MS ms, cudaMemGetInfo, timed: answers
  *                      "bgmeminfo started", then "meminfo took N ms"
+ *   bgquery MS         on a thread of its own, a cudaMalloc of 4 MiB ("bgquery started"), then
+ *                      after MS ms cuMemGetAddressRange of a pointer inside it, timed: answers
+ *                      "query took N ms size S" (S: the range's size, the allocation's)
  *   device N           cudaSetDevice(N): later allocations land there
  *   primary N          whether device N's primary context is active -> "primary N active 0|1"
  *   fork               fork a child that exits at once; answers with the child's status
@@ -473,6 +476,23 @@ static void *bgmeminfo_main(void *arg)
 	return NULL;
 }
 
+static int bg_query_ms;
+static CUdeviceptr bg_query_ptr;
+
+static void *bgquery_main(void *arg)
+{
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	double t0;
+
+	(void)arg;
+	usleep((useconds_t)bg_query_ms * 1000);
+	t0 = now();
+	cuMemGetAddressRange(&base, &size, bg_query_ptr + 4096);
+	say("query took %.0f ms size %zu", (now() - t0) * 1e3, base == bg_query_ptr ? size : 0);
+	return NULL;
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -597,6 +617,19 @@ int main(void)
 			pthread_create(&t, NULL, bgmeminfo_main, NULL);
 			pthread_detach(t);
 			say("bgmeminfo started");
+		} else if (!strcmp(a, "bgquery") && n == 2) {
+			pthread_t t;
+			void *p = NULL;
+
+			bg_query_ms = atoi(b);
+			if (cudaMalloc(&p, 4 << 20) != cudaSuccess) {
+				say("error cudaMalloc");
+				continue;
+			}
+			bg_query_ptr = (CUdeviceptr)(uintptr_t)p;
+			pthread_create(&t, NULL, bgquery_main, NULL);
+			pthread_detach(t);
+			say("bgquery started");
 		} else if (!strcmp(a, "threads") && n == 3)
 			cmd_threads(atoi(b), atof(c));
 		else if (!strcmp(a, "memused")) {

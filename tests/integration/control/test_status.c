@@ -317,6 +317,40 @@ Test(status, meminfo_does_not_wait_for_an_allocation_waiting_for_the_device, .ti
 	stop_cleanly(t);
 }
 
+/* Nor does a pointer query on another thread (cuMemGetAddressRange, as PyTorch and NCCL make):
+ * the driver answers those without waiting for the device, and the device's work may itself wait
+ * for the thread that asks. It reads the heap as the waiting allocation left it, and answers with
+ * the allocation's bounds. It used to wait for the allocation's whole device wait. */
+Test(status, a_pointer_query_does_not_wait_for_an_allocation_waiting_for_the_device, .timeout = 120)
+{
+	const char *env[] = { "SIMDEV_MEMORY=256M", NULL };
+	struct target *t = start_under_shim(env);
+	char cmd[32], a[256], b[256];
+	const char *alloc_reply, *query;
+	int ms = -1;
+	size_t size = 0;
+
+	cmd_ok(t, "alloc 6 25000000", "ok");
+	/* Its 4 MiB now, its query once the allocation below waits. */
+	cmd_ok(t, "bgquery 1000", "bgquery started");
+	snprintf(cmd, sizeof(cmd), "busy %d", (int)(3000 * ctl_slow()));
+	cmd_ok(t, cmd, "busy launched");
+	cmd_ok(t, "freeall", "freed 6");
+	/* As above: the allocation waits for the busy work, the heap's lock held. */
+	cr_assert_eq(target_send(t, "alloc 1 180000000"), 0);
+	cr_assert_eq(target_read(t, a, sizeof(a), 30000), 0, "no answer");
+	cr_assert_eq(target_read(t, b, sizeof(b), 30000), 0, "one answer only: %s", a);
+	query = !strncmp(a, "query", 5) ? a : b;
+	alloc_reply = query == a ? b : a;
+	cr_expect(!strncmp(alloc_reply, "ok", 2), "the allocation: %s", alloc_reply);
+	cr_assert_eq(sscanf(query, "query took %d ms size %zu", &ms, &size), 2, "%s / %s", a, b);
+	cr_log_info("cuMemGetAddressRange beside an allocation at its device: %d ms", ms);
+	cr_expect_lt(ms, 200, "the query took %d ms", ms);
+	cr_expect_eq(size, 4u << 20, "the allocation's bounds, not the mapping's: %zu", size);
+	cmd_ok(t, "check", "ok 1");
+	stop_cleanly(t);
+}
+
 /* status waits for the figures while the program's allocator waits for its device (12 s of
  * work here), but not past 10 s: then it answers busy, saying so, and the server's worker is
  * free again (it waited as long as the allocator before). */
