@@ -416,6 +416,35 @@ static void stats_add(vmm_stats *o, const struct arena *a)
 	o->quarantined_bytes += a->quar_bytes;
 }
 
+/* dh's figures added to out (its lock held, or a view). */
+static void heap_stats_add(struct devheap *dh, const char *tag, vmm_stats *out)
+{
+	for (int i = 0; i < dh->narenas; i++) {
+		struct arena *a = dh->arenas[i];
+
+		if (tag && strcmp(tag, a->tag))
+			continue;
+		stats_add(out, a);
+		if (tag) {
+			out->peak_live_bytes += a->st.peak_live_bytes;
+			out->peak_mapped_bytes += a->st.peak_mapped_bytes;
+		}
+	}
+	if (!tag) {
+		out->peak_live_bytes += dh->peak_live;
+		out->peak_mapped_bytes += dh->peak_mapped;
+		out->release_pending_bytes += dh->parked_bytes;
+		out->handles_moved += dh->tally.moved;
+		out->handles_cut += dh->tally.shattered;
+		out->pieces_given_back += dh->tally.given_back;
+		out->pieces_given_back_early += dh->tally.given_back_early;
+		out->pieces_refilled += dh->tally.refilled;
+		out->pieces_refill_claimed += dh->tally.refill_claimed;
+	}
+	for (size_t k = 0; k < atomic_load(&dh->nres); k++)
+		out->reserved_bytes += dh->res[k].size;
+}
+
 vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *out, vmm_error *err)
 {
 	memset(out, 0, sizeof(*out));
@@ -427,33 +456,23 @@ vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *ou
 
 		if (!dh || !heap_lock_read(dh))
 			continue;
-		for (int i = 0; i < dh->narenas; i++) {
-			struct arena *a = dh->arenas[i];
-
-			if (tag && strcmp(tag, a->tag))
-				continue;
-			stats_add(out, a);
-			if (tag) {
-				out->peak_live_bytes += a->st.peak_live_bytes;
-				out->peak_mapped_bytes += a->st.peak_mapped_bytes;
-			}
-		}
-		if (!tag) {
-			out->peak_live_bytes += dh->peak_live;
-			out->peak_mapped_bytes += dh->peak_mapped;
-			out->release_pending_bytes += dh->parked_bytes;
-			out->handles_moved += dh->tally.moved;
-			out->handles_cut += dh->tally.shattered;
-			out->pieces_given_back += dh->tally.given_back;
-			out->pieces_given_back_early += dh->tally.given_back_early;
-			out->pieces_refilled += dh->tally.refilled;
-			out->pieces_refill_claimed += dh->tally.refill_claimed;
-		}
-		for (size_t k = 0; k < atomic_load(&dh->nres); k++)
-			out->reserved_bytes += dh->res[k].size;
+		heap_stats_add(dh, tag, out);
 		pthread_mutex_unlock(&dh->lock);
 	}
 	return VMM_OK;
+}
+
+void vmm_stats_now(vmm_core *core, int dev, vmm_stats *out)
+{
+	struct devheap *dh = dev >= 0 && dev < core->ndev ? heap_for(core, dev, false, NULL) : NULL;
+	enum heap_view view;
+
+	memset(out, 0, sizeof(*out));
+	if (!dh)
+		return;
+	view = heap_view_begin(dh);
+	heap_stats_add(dh, NULL, out);
+	heap_view_end(dh, view);
 }
 
 int vmm_tags_list(vmm_core *core, int dev, char (*names)[VMM_TAG_MAX], int max)

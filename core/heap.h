@@ -136,6 +136,10 @@ typedef struct vmm_stats {
 
 /* dev < 0: all devices; tag NULL: all tags. VMM_E_INVALID for an unknown device. */
 vmm_status vmm_stats_get(vmm_core *core, int dev, const char *tag, vmm_stats *out, vmm_error *err);
+/* Device dev's figures (every tag; zeros for a device without a heap), never behind an
+ * allocation's wait for the device: read as that allocation left them while it waits (a view,
+ * as vmm_lookup's). For the program's own queries, which the driver answers at once. */
+void vmm_stats_now(vmm_core *core, int dev, vmm_stats *out);
 
 /* Reads of the heaps' figures on this thread (vmm_stats_get, vmm_is_asleep, vmm_tags_list,
  * vmm_share_list, vmm_share_asleep_bytes; and vmm_trim's lock) wait until wait_ms from now for a heap's lock held by

@@ -15,30 +15,22 @@ static bool ours(CUdeviceptr p, vmm_alloc_info *info)
 	return core && p && vmm_lookup(core, (vmm_devptr)p, info);
 }
 
-/* How long cuMemGetInfo waits for the heap's figures. The driver answers at once, but the heap's
- * lock may be held by an allocation waiting for the device (a collective behind it, say): past
- * this (and the grace bounded reads give a lock busy only with allocations) the driver's answer
- * stands alone, without the cache counted as free. */
-#define MEMINFO_WAIT_MS 50
-
+/* The driver answers at once, and so does this: the heap's lock may be held by an allocation
+ * waiting for the device (a collective behind it, say), and the heap's figures are then read as
+ * that allocation left them (vmm_stats_now, a view). */
 CUresult CUDAAPI cuMemGetInfo_v2(size_t *free, size_t *total)
 {
 	CUresult r = CALL_REAL(cuMemGetInfo_v2, (free, total));
 	vmm_core *core = hook_cuda_core();
 	vmm_stats st;
-	bool got, whole;
 	int dev;
 
 	if (r != CUDA_SUCCESS || !free || !core || !hook_current_device(&dev))
 		return r;
-	vmm_bounded_reads_begin(MEMINFO_WAIT_MS);
-	got = !vmm_stats_get(core, dev, NULL, &st, NULL);
-	whole = vmm_bounded_reads_end();
-	if (got && whole) {
-		*free += st.cached_bytes;
-		if (total && *free > *total)
-			*free = *total;
-	}
+	vmm_stats_now(core, dev, &st);
+	*free += st.cached_bytes;
+	if (total && *free > *total)
+		*free = *total;
 	return r;
 }
 

@@ -24,7 +24,7 @@
  *   threads N SECS     N threads allocating, filling, checking and freeing for SECS seconds
  *   memused            device memory in use as the program sees it (cudaMemGetInfo)
  *   bgmeminfo MS       on a thread of its own, after MS ms, cudaMemGetInfo, timed: answers
- *                      "bgmeminfo started", then "meminfo took N ms"
+ *                      "bgmeminfo started", then "meminfo took N ms free BYTES"
  *   bgquery MS         on a thread of its own, a cudaMalloc of 4 MiB ("bgquery started"), then
  *                      after MS ms cuMemGetAddressRange of a pointer inside it, timed: answers
  *                      "query took N ms size S" (S: the range's size, the allocation's)
@@ -472,7 +472,7 @@ static void *bgmeminfo_main(void *arg)
 	usleep((useconds_t)bg_meminfo_ms * 1000);
 	t0 = now();
 	cudaMemGetInfo(&fr, &tot);
-	say("meminfo took %.0f ms", (now() - t0) * 1e3);
+	say("meminfo took %.0f ms free %zu", (now() - t0) * 1e3, fr);
 	return NULL;
 }
 

@@ -9,7 +9,10 @@
  * (heap_ahead.c) at N MiB of quarantine, whose thread then reclaims beside the two (it must
  * have, once at least), and for which the reusing thread then waits (once at least).
  * IDLE_SYNC_REFILL=1 turns on refilling ahead (heap_refill.h) as well: the cuts' free rests are
- * then made on a third thread of the core, beside the other two. */
+ * then made on a third thread of the core, beside the other two.
+ * A third thread looks up pointers inside blocks of its own all the while (vmm_lookup, which
+ * reads the heap without its lock while an allocation waits for the device: heap_reads.h's
+ * views); every answer must name the block's base and size. */
 #include <cuda.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -57,6 +60,40 @@ static void late_fill(void **params)
 	memset((void *)(uintptr_t)j->ptr, 0xee, j->size);
 	free(j);
 	atomic_fetch_add(&finished, 1);
+}
+
+static atomic_bool workers_done;
+static atomic_uint lookups, lookups_beside_wait, wrong_lookups;
+
+/* Pointer queries into long-lived blocks of every kind (slab slots, a granule, large), beside
+ * the other threads' allocations and the heap's syncs. */
+static void *look_up(void *arg)
+{
+	static const size_t sizes[] = { 256, 4096, 100000, 2 * MiB + 4096, 24 * MiB };
+	enum { N = sizeof(sizes) / sizeof(sizes[0]) };
+	vmm_devptr base[N];
+	unsigned seed = 13;
+
+	(void)arg;
+	for (int i = 0; i < N; i++)
+		if (vmm_malloc(core, 0, sizes[i], 0, NULL, &base[i], NULL))
+			return (void *)"no memory to look up";
+	while (!atomic_load(&workers_done)) {
+		int i = rand_r(&seed) % N;
+		vmm_devptr p = base[i] + (vmm_devptr)(rand_r(&seed) % sizes[i]);
+		vmm_alloc_info info;
+		bool beside_wait = vmm_lock_wait_ms(core) > 0;
+
+		if (!vmm_lookup(core, p, &info) || info.base != base[i] || info.size != sizes[i])
+			atomic_fetch_add(&wrong_lookups, 1);
+		atomic_fetch_add(&lookups, 1);
+		if (beside_wait)
+			atomic_fetch_add(&lookups_beside_wait, 1);
+		sleep_us(50);
+	}
+	for (int i = 0; i < N; i++)
+		vmm_free(core, base[i], NULL);
+	return NULL;
 }
 
 static size_t some_size(unsigned *seed)
@@ -185,8 +222,8 @@ int main(void)
 	vmm_config cfg;
 	vmm_backend *be;
 	vmm_error err = { 0 };
-	pthread_t tl, tr;
-	void *rl, *rr;
+	pthread_t tl, tr, tk;
+	void *rl, *rr, *rk;
 	uint64_t made_busy, skipped_busy, made_idle, skipped_idle, ahead, ahead_idle, waited, waited_idle;
 	vmm_stats rst = { 0 };
 
@@ -204,13 +241,22 @@ int main(void)
 		return fprintf(stderr, "idle_sync_stress: the core: %s\n", err.msg), 1;
 	if (cuDevicePrimaryCtxRetain(&ctx, 0))
 		return fprintf(stderr, "idle_sync_stress: no primary context\n"), 1;
-	if (pthread_create(&tl, NULL, launch_and_free, NULL) ||
+	if (pthread_create(&tk, NULL, look_up, NULL) ||
+	    pthread_create(&tl, NULL, launch_and_free, NULL) ||
 	    pthread_create(&tr, NULL, reuse_and_check, NULL))
 		return fprintf(stderr, "idle_sync_stress: pthread_create refused\n"), 1;
 	pthread_join(tl, &rl);
 	pthread_join(tr, &rr);
-	if (rl || rr)
-		return fprintf(stderr, "idle_sync_stress: %s\n", rl ? (char *)rl : (char *)rr), 1;
+	atomic_store(&workers_done, true);
+	pthread_join(tk, &rk);
+	if (rl || rr || rk)
+		return fprintf(stderr, "idle_sync_stress: %s\n",
+			       rl ? (char *)rl : rr ? (char *)rr : (char *)rk), 1;
+	printf("idle_sync_stress: %u lookups beside them, %u while an allocation waited for the "
+	       "device, %u wrong\n", atomic_load(&lookups), atomic_load(&lookups_beside_wait),
+	       atomic_load(&wrong_lookups));
+	if (atomic_load(&wrong_lookups))
+		return fprintf(stderr, "idle_sync_stress: a lookup named the wrong block\n"), 1;
 	sync_counts(&made_busy, &skipped_busy, &ahead, &waited);
 	/* With the launches over, reuses skip: the rule was exercised, not only avoided. */
 	for (int i = 0; i < 40; i++) {
