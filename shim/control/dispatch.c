@@ -669,6 +669,48 @@ static void answer_transfer(const proto_request *req, const control_client *clie
 			     err->msg[0] ? err->msg : vmm_status_name(s));
 }
 
+/* A wake from outside of a sharing process, run again under the GPU's lock once room is made
+ * (share_wake_from_outside): each attempt within what is left of the request's time. */
+struct outside_wake {
+	const vmm_sleep_opts *opts;
+	control_limits *lim;
+	long long deadline;
+	vmm_transfer_result *res;
+	vmm_error *err;
+	vmm_status st;
+};
+
+static bool outside_wake_try(void *arg)
+{
+	struct outside_wake *o = arg;
+
+	if (o->deadline) {
+		long long left = o->deadline - vmm_now_ms();
+
+		o->lim->timeout_ms = left > 1 ? (int)left : 1;
+	}
+	vmm_error_clear(o->err);
+	o->st = control_wake(o->opts, o->lim, o->res, o->err);
+	return o->st == VMM_OK || o->st == VMM_E_ALREADY;
+}
+
+/* The process shares its GPU and its wake found too little memory: make room as its own wake
+ * would, instead of failing while peers that the rules let it sleep hold the memory. */
+static vmm_status wake_sharing(const vmm_sleep_opts *opts, control_limits *lim,
+			       long long deadline, vmm_transfer_result *res, vmm_error *err)
+{
+	struct outside_wake o = { opts, lim, deadline, res, err, VMM_E_OOM };
+	vmm_error why;
+
+	vmm_error_clear(&why);
+	if (!share_wake_from_outside(outside_wake_try, &o, deadline, &why))
+		return o.st;
+	/* The last attempt's error says what stopped it, unless it was memory. */
+	if (o.st == VMM_E_OOM)
+		*err = why;
+	return o.st;
+}
+
 static void do_transfer(const proto_request *req, const control_client *client, proto_writer *w,
 			shim_runtime *rt)
 {
@@ -705,8 +747,11 @@ static void do_transfer(const proto_request *req, const control_client *client, 
 	 * know it is asleep and would otherwise touch released memory. */
 	if (req->verb == PROTO_SLEEP)
 		s = control_sleep(&opts, true, req->autowake, &lim, &res, &err);
-	else
+	else {
 		s = control_wake(&opts, &lim, &res, &err);
+		if (s == VMM_E_OOM && share_enabled())
+			s = wake_sharing(&opts, &lim, deadline, &res, &err);
+	}
 	release_op_slot(ow.gen, s);
 	answer_transfer(req, client, ow.gen, s, &res, &err, w);
 }

@@ -31,6 +31,11 @@ typedef bool (*share_try_fn)(void *arg);
  * submission gate (others may sleep this process while it waits). */
 vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *arg,
 			   const char *what, bool patient, vmm_error *err);
+/* The same, ending by until_ms (vmm_now_ms's clock) when that comes before the sharing wait
+ * (0: the sharing wait alone). */
+vmm_status share_make_room_until(int dev, uint64_t need, share_try_fn attempt, void *arg,
+				 const char *what, bool patient, long long until_ms,
+				 vmm_error *err);
 
 /* Allocation with sharing: vmm_malloc (vmm_malloc_on_stream), and on VMM_E_OOM share_make_room
  * then again. Called from the hooks inside the gate (it leaves and re-enters the gate around the
@@ -47,6 +52,12 @@ void share_note_freed(void);
 
 /* The autowake of a process with sharing on: wake, waiting for memory under the rules. */
 void share_autowake(void);
+/* A wake asked from outside (vmmctl) that found too little free memory: room made under the
+ * same rules as the process's own wake (peers trimmed, eligible ones slept, a wait for memory
+ * freed), `wake` run under the GPU's lock, until until_ms or the sharing wait. VMM_E_OOM with
+ * why when no room came. */
+vmm_status share_wake_from_outside(share_try_fn wake, void *arg, long long until_ms,
+				   vmm_error *err);
 
 /* The control server: a sharing peer slept this process (why), or a wake brought it back. */
 void share_note_slept(long by_pid, const char *reason);

@@ -144,6 +144,9 @@ static bool put_to_sleep(const struct share_peer *p, const char *uuid, uint64_t 
 	return true;
 }
 
+/* This thread's rounds make room for a wake asked from outside, which ends the hold. */
+static _Thread_local bool waking_from_outside;
+
 static bool held_without_autowake(void)
 {
 	control_state cs;
@@ -186,7 +189,7 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 	}
 	/* Held asleep until someone wakes it (vmmctl, no autowake): sleeping peers now would free
 	 * memory nobody here can use. */
-	if (held_without_autowake())
+	if (held_without_autowake() && !waking_from_outside)
 		goto out;
 	npids = peer_client_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
 	share_look_all(pids, npids, uuid, deadline, looks, found);
@@ -307,6 +310,13 @@ static void wait_for_change(struct share_waiter *w, const struct round_seen *see
 vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *arg,
 			   const char *what, bool patient, vmm_error *err)
 {
+	return share_make_room_until(dev, need, attempt, arg, what, patient, 0, err);
+}
+
+vmm_status share_make_room_until(int dev, uint64_t need, share_try_fn attempt, void *arg,
+				 const char *what, bool patient, long long until_ms,
+				 vmm_error *err)
+{
 	const share_settings *ss = share_settings_get();
 	long long t0 = vmm_now_ms(), deadline = t0 + ss->wait_ms, pause = 10;
 	struct look_pace pace = { .free_gap_ms = FREE_GAP_MIN_MS };
@@ -316,6 +326,8 @@ vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *a
 	bool waited = false;
 	int rc;
 
+	if (until_ms > 0 && until_ms < deadline)
+		deadline = until_ms;
 	if (!share_enabled() || !share_gpu_uuid(dev, uuid, sizeof(uuid)))
 		return vmm_fail(err, VMM_E_OOM, 0, "device %d has too little free memory", dev);
 	/* Listening before the first look: a free after it wakes the wait that follows. */
@@ -514,6 +526,21 @@ static bool wake_need(struct wake_try *w)
 		}
 	}
 	return w->dev >= 0;
+}
+
+vmm_status share_wake_from_outside(share_try_fn wake, void *arg, long long until_ms,
+				   vmm_error *err)
+{
+	struct wake_try w;
+	vmm_status st;
+
+	if (!share_enabled() || !wake_need(&w))
+		return vmm_fail(err, VMM_E_OOM, 0, "too little free device memory to wake");
+	waking_from_outside = true;
+	st = share_make_room_until(w.dev, w.need, wake, arg, "a wake asked by vmmctl", true,
+				   until_ms, err);
+	waking_from_outside = false;
+	return st;
 }
 
 void share_autowake(void)

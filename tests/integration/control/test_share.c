@@ -381,6 +381,59 @@ static void waiter_woken_by(bool kill_b)
 	teardown_group();
 }
 
+/* An operator holds a asleep (vmmctl sleep, no autowake) and wakes it later, when b (lower
+ * priority) has taken the memory: the wake makes room under the sharing rules, as a's own wake
+ * would, by sleeping b. It used to fail at once, "waking needs N bytes", and again at every
+ * retry for as long as b held the memory (the sharing soak found it). */
+Test(share, a_wake_from_vmmctl_makes_room_under_the_rules, .timeout = 120)
+{
+	struct target *a, *b;
+
+	setup_group();
+	a = start(1, NULL);
+	b = start(0, NULL);
+	cmd_ok(a, PHASE, "ok");
+	vmmctl_run(&o, dir, -1, "sleep %ld", (long)a->pid);
+	cr_assert_eq(o.code, 0, "vmmctl sleep a: %s%s", o.out, o.err);
+	cmd_ok(b, PHASE, "ok"); /* the memory a released */
+	vmmctl_run(&o, dir, -1, "--json wake %ld", (long)a->pid);
+	cr_expect_eq(o.code, 0, "vmmctl wake a: %s%s", o.out, o.err);
+	status_of(b);
+	cr_expect_eq(json_num(o.out, NULL, "slept_by"), a->pid, "b was slept for a's wake: %s",
+		     o.out);
+	cmd_ok(a, "check", "ok");
+	cr_expect_eq(target_stop(a, 10000), 0); /* its memory back: b wakes at its check */
+	cmd_ok(b, "check", "ok");
+	cr_expect_eq(target_stop(b, 10000), 0);
+	teardown_group();
+}
+
+/* The same wake with nobody the rules let it sleep (b has the higher priority): it waits the
+ * sharing wait for memory freed, then fails out of memory, saying so; a stays asleep, whole. */
+Test(share, a_wake_from_vmmctl_sleeps_no_higher_priority, .timeout = 120)
+{
+	struct target *a, *b;
+
+	setup_group();
+	a = start(0, "VMMSHIM_SHARE_WAIT=2");
+	b = start(1, NULL);
+	cmd_ok(a, PHASE, "ok");
+	vmmctl_run(&o, dir, -1, "sleep %ld", (long)a->pid);
+	cr_assert_eq(o.code, 0, "vmmctl sleep a: %s%s", o.out, o.err);
+	cmd_ok(b, PHASE, "ok");
+	vmmctl_run(&o, dir, -1, "--json wake %ld", (long)a->pid);
+	cr_expect_eq(o.code, 1, "vmmctl wake a: %s%s", o.out, o.err);
+	cr_expect(strstr(o.out, "no sharing process could make room"), "%s", o.out);
+	status_of(b);
+	cr_expect(strstr(o.out, "\"state\": \"awake\""), "b stays awake: %s", o.out);
+	cr_expect_eq(target_stop(b, 10000), 0);
+	vmmctl_run(&o, dir, -1, "wake %ld", (long)a->pid); /* room now */
+	cr_expect_eq(o.code, 0, "vmmctl wake a after b: %s%s", o.out, o.err);
+	cmd_ok(a, "check", "ok");
+	cr_expect_eq(target_stop(a, 10000), 0);
+	teardown_group();
+}
+
 Test(share, a_waiting_wake_is_woken_by_a_peers_free, .timeout = 120)
 {
 	waiter_woken_by(false);
