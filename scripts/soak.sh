@@ -9,18 +9,27 @@
 # ASAN_OPTIONS the meson tests set, since the shim is preloaded after ASan's runtime).
 # SOAK_LARGE_PCT=N makes N% of the program's allocations 33-80 MiB, so that large handles are
 # cut by smaller ones (with VMMSHIM_REFILL_AHEAD=1, the refill thread is then soaked too).
+# --share runs the sharing soak instead (share_soak.c, CI: control_share_soak): P sharing
+# processes take turns on one simulated GPU too small for all, sleeping one another, while the
+# soak kills and replaces them, sleeps them from outside and lists them.
 # Usage: scripts/soak.sh [--seconds S (default 600)] [--seed N (default: random)] [--threads T]
+#        scripts/soak.sh --share [--seconds S] [--seed N] [--procs P (default 3)] [--threads T]
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build}
+soak=test_control_soak
+if [ "${1:-}" = --share ]; then
+	soak=test_control_share_soak
+	shift
+fi
 args=("$@")
 [[ " $* " == *" --seconds "* ]] || args+=(--seconds 600)
 
 if [ ! -f "$build/build.ninja" ]; then
 	meson setup "$build" "$root" -Dtests=enabled >/dev/null
 fi
-ninja -C "$build" tests/integration/control/test_control_soak \
+ninja -C "$build" "tests/integration/control/$soak" \
 	tests/integration/control/soak_target shim/libvmmshim.so tools/vmmctl \
 	tests/simdev/libcuda.so.1 tests/simdev/libcudart.so.13 >/dev/null
 
@@ -29,4 +38,4 @@ export LD_LIBRARY_PATH="$build/tests/simdev${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-verify_asan_link_order=0:detect_leaks=0:halt_on_error=1}
 export CTL_SHIM="$build/shim/libvmmshim.so" CTL_VMMCTL="$build/tools/vmmctl"
 export CTL_TARGET="$build/tests/integration/control/soak_target"
-exec "$build/tests/integration/control/test_control_soak" "${args[@]}"
+exec "$build/tests/integration/control/$soak" "${args[@]}"

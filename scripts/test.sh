@@ -63,7 +63,7 @@ configure build-tsan -Dtests=enabled -Db_sanitize=thread -Db_lundef=false
 tsan_tests=(simdev_race_primary core_fork_stress core_idle_sync_stress core_sync_ahead_stress
   core_refill_stress control_sleep control_cancel control_status
   control_protocol control_trust control_group control_soak control_share control_peer_kept_threads
-  control_failures)
+  control_failures control_share_soak)
 # What the drivers start is named here: ninja builds only the targets it is given, and the
 # drivers find these through the environment, not as link dependencies.
 ninja -C build-tsan -j "$jobs" tests/simdev/race_primary tests/unit/core/test_core_fork_stress \
@@ -101,6 +101,9 @@ declare -A tsan_filter=(
   [control_group]='@(group/a_member*|group/an_undo*|group/a_group_with*|group/a_sleep_makes*)'
   # The randomized soak (not Criterion: no filter), 50 s with its fixed seed.
   [control_soak]=''
+  # The sharing soak: three sharing processes sleeping one another, killed and replaced
+  # (not Criterion: no filter).
+  [control_share_soak]=''
   # GPU sharing (sizes a quarter under TSan, about 80 s): two processes taking turns, waiters
   # woken by a peer's free or death (inotify, pidfds, the control server), a sleep between
   # an attempt and the gate, a waiter paced beside a peer that frees all the time, and a round's

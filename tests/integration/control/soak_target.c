@@ -9,8 +9,12 @@
  *   base N BYTES           N long-lived buffers (they live through every cycle) -> "ok"
  *   check                  compare the long-lived buffers -> "ok N", "corrupt I" or "error I"
  *   work T SECS SEED       T threads for SECS seconds -> "work started", then, when they end,
- *                          "work ops=.. copies=.. kernels=.. mismatches=.. errors=.." (each
- *                          thread frees what it allocated first)
+ *                          "work ops=.. copies=.. kernels=.. mismatches=.. errors=.. unfreed=..
+ *                          ooms=.." (each thread frees what it allocated first; ooms: its
+ *                          allocations refused for want of memory, which a GPU shared with
+ *                          other processes may do, counted apart from errors)
+ *   memused                device memory in use, as the program sees it (cudaMemGetInfo) ->
+ *                          "used N"
  *   quit                   exit 0
  *
  * SOAK_LARGE_PCT=N (manual soaks): N% of the allocations are 33-80 MiB, so that the heap makes
@@ -47,7 +51,7 @@ struct worker {
 	cudaStream_t stream;
 	struct buf bufs[BUFS_PER_THREAD];
 	int nbufs;
-	long ops, copies, kernels, errors;
+	long ops, copies, kernels, errors, ooms;
 	int mismatches;
 };
 
@@ -163,7 +167,14 @@ static void op_alloc(struct worker *w)
 	b->mirror = malloc(b->size);
 	if (!b->mirror)
 		return;
-	if (cudaMalloc((void **)&b->dev, b->size) != cudaSuccess) {
+	switch (cudaMalloc((void **)&b->dev, b->size)) {
+	case cudaSuccess:
+		break;
+	case cudaErrorMemoryAllocation:
+		free(b->mirror);
+		w->ooms++;
+		return;
+	default:
 		free(b->mirror);
 		w->errors++;
 		return;
@@ -322,7 +333,7 @@ static void *worker_main(void *p)
 static void *work_main(void *p)
 {
 	struct worker *w = p;
-	long ops = 0, copies = 0, kernels = 0, errors = 0;
+	long ops = 0, copies = 0, kernels = 0, errors = 0, ooms = 0;
 	int mismatches = 0, left = 0;
 
 	for (int i = 0; i < w[0].id; i++)
@@ -333,11 +344,12 @@ static void *work_main(void *p)
 		copies += w[i].copies;
 		kernels += w[i].kernels;
 		errors += w[i].errors;
+		ooms += w[i].ooms;
 		mismatches += w[i].mismatches;
 		left += w[i].nbufs;
 	}
-	say("work ops=%ld copies=%ld kernels=%ld mismatches=%d errors=%ld unfreed=%d", ops,
-	    copies, kernels, mismatches, errors, left);
+	say("work ops=%ld copies=%ld kernels=%ld mismatches=%d errors=%ld unfreed=%d ooms=%ld",
+	    ops, copies, kernels, mismatches, errors, left, ooms);
 	free(w);
 	return NULL;
 }
@@ -427,7 +439,14 @@ int main(void)
 			cmd_check();
 		else if (!strcmp(a, "work") && n == 4)
 			cmd_work(atoi(b), atof(c), (unsigned)strtoul(d, NULL, 10));
-		else if (!strcmp(a, "quit"))
+		else if (!strcmp(a, "memused")) {
+			size_t fr = 0, tot = 0;
+
+			if (cudaMemGetInfo(&fr, &tot) == cudaSuccess)
+				say("used %zu", tot - fr);
+			else
+				say("error meminfo");
+		} else if (!strcmp(a, "quit"))
 			break;
 		else
 			say("error unknown command");

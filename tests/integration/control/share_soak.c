@@ -1,0 +1,367 @@
+/* The sharing soak: soak_target processes with VMMSHIM_SHARE=1 take turns on one simulated GPU
+ * (SIMDEV_SHARED) with too little memory for all of them at once. Their threads allocate, free,
+ * copy and check device memory against host mirrors, so the shims sleep one another to make
+ * room, and each wakes itself at its next device work. Meanwhile this driver kills a process
+ * now and then (SIGKILL, whatever it is doing: deciding under the GPU's lock, being slept,
+ * copying) and starts a fresh one in its place, sleeps and wakes one from outside with vmmctl,
+ * and asks `vmmctl list` and `status`. It fails on:
+ *  - a mismatch (data lost across a sleep made by a peer, or by vmmctl),
+ *  - an error other than out of memory (an allocation may be refused after its sharing wait:
+ *    those are counted and printed),
+ *  - a wedge: a vmmctl request not answered within its deadline, threads not done within their
+ *    time plus twice the sharing wait, a process that does not exit when asked,
+ *  - a leak: once every process of an epoch has ended, killed ones included, the GPU's memory
+ *    in use must be back to zero, as a fresh process sees it.
+ *
+ *   share_soak [--seconds S] [--seed N] [--procs P] [--threads T]
+ *
+ * The seed picks the driver's choices and the threads' work; the interleaving is the machine's.
+ * CI runs it for a short time with a fixed seed (meson test control_share_soak); longer runs:
+ * scripts/soak.sh --share. Plain C (no Criterion), so that it runs under TSan as it is. */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define MAX_PROCS 6
+#define BASE_BUFS 4
+#define BASE_BYTES (4u << 20)
+/* The GPU per process: each holds 16 MiB for good and its threads up to ~20 MiB each. */
+#define MIB_PER_PROC 40
+
+struct proc {
+	struct target *t;
+	int prio;
+	double work_end; /* when its threads stop (they then free what they hold) */
+};
+
+static struct proc procs[MAX_PROCS];
+static int nprocs = 3, threads = 3;
+static double seconds = 60, timeout_s, share_wait_s;
+static unsigned rng;
+static unsigned long long seed0;
+static char dir[64], group[64];
+static struct ctl_out o;
+
+static struct {
+	long epochs, starts, kills, lists, statuses, outside_sleeps, outside_refused, ops,
+		copies, kernels, ooms, slept_by_peer;
+} n;
+
+static unsigned rnd(unsigned below)
+{
+	return below ? (unsigned)rand_r(&rng) % below : 0;
+}
+
+static void cleanup_group(void)
+{
+	char cmd[256];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'; rm -f /dev/shm/simdev-cuda-%u-%s*", dir,
+		 (unsigned)getuid(), group);
+	if (system(cmd))
+		fprintf(stderr, "share_soak: could not clean %s\n", dir);
+}
+
+static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void fail(const char *fmt, ...)
+{
+	static char log[8192];
+	va_list ap;
+
+	fprintf(stderr, "share_soak: FAILED (epoch %ld): ", n.epochs);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+	for (int i = 0; i < nprocs; i++) {
+		if (!procs[i].t)
+			continue;
+		target_log(procs[i].t, log, sizeof(log));
+		fprintf(stderr, "share_soak: pid %ld (priority %d), its log's last part:\n%s\n",
+			(long)procs[i].t->pid, procs[i].prio,
+			strlen(log) > 2500 ? log + strlen(log) - 2500 : log);
+	}
+	fprintf(stderr, "share_soak: seed %llu; replay: scripts/soak.sh --share --seed %llu "
+		"--seconds %g --procs %d --threads %d\n", seed0, seed0, seconds, nprocs, threads);
+	harness_cleanup();
+	cleanup_group();
+	exit(1);
+}
+
+static void cmd(struct proc *p, const char *c, const char *want, double within_s)
+{
+	char reply[256];
+
+	if (target_cmd(p->t, c, reply, sizeof(reply), (int)(within_s * 1000)))
+		fail("pid %ld did not answer '%s' within %.0f s", (long)p->t->pid, c, within_s);
+	if (strncmp(reply, want, strlen(want)))
+		fail("pid %ld: '%s' answered '%s', expected '%s'", (long)p->t->pid, c, reply, want);
+}
+
+/* vmmctl with the soak's deadline; exit 5 (no answer in time) is a wedge. */
+static int ctl(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int ctl(const char *fmt, ...)
+{
+	char args[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(args, sizeof(args), fmt, ap);
+	va_end(ap);
+	vmmctl_run(&o, dir, -1, "--json --timeout %g %s", timeout_s, args);
+	if (o.code == 5 || o.seconds > timeout_s + 5)
+		fail("'vmmctl %s' was not answered within %g s (%.1f s): %s", args, timeout_s,
+		     o.seconds, o.err);
+	return o.code;
+}
+
+/* A sharing soak_target in slot i, its long-lived buffers made and its threads working until
+ * `until`. */
+static void start(int i, double until, unsigned work_seed)
+{
+	static char e[10][160];
+	const char *env[11];
+	struct proc *p = &procs[i];
+	char line[64];
+	int k = 0;
+
+	p->prio = (int)rnd(2);
+	snprintf(e[k++], 160, "VMMSHIM_RUN_DIR=%s", dir);
+	snprintf(e[k++], 160, "SIMDEV_SHARED=%s", group);
+	snprintf(e[k++], 160, "SIMDEV_MEMORY=%dM", MIB_PER_PROC * nprocs * 2 / 3);
+	snprintf(e[k++], 160, "VMMSHIM_SHARE=1");
+	snprintf(e[k++], 160, "VMMSHIM_PRIORITY=%d", p->prio);
+	snprintf(e[k++], 160, "VMMSHIM_SHARE_IDLE=200ms");
+	snprintf(e[k++], 160, "VMMSHIM_SHARE_SLICE=1");
+	snprintf(e[k++], 160, "VMMSHIM_SHARE_WAIT=%d", (int)share_wait_s);
+	snprintf(e[k++], 160, "VMMSHIM_LOG=info");
+	for (int j = 0; j < k; j++)
+		env[j] = e[j];
+	env[k] = NULL;
+	p->t = target_start(env);
+	if (!p->t)
+		fail("a sharing program did not start under the shim");
+	n.starts++;
+	/* Its long-lived buffers may have to wait for room like any allocation. */
+	snprintf(line, sizeof(line), "base %d %u", BASE_BUFS, BASE_BYTES);
+	cmd(p, line, "ok", share_wait_s * 2 + timeout_s);
+	p->work_end = until;
+	snprintf(line, sizeof(line), "work %d %.1f %u", threads, until - now_s() > 0.5 ?
+		 until - now_s() : 0.5, work_seed);
+	cmd(p, line, "work started", timeout_s);
+}
+
+/* Killed whatever it is doing; a fresh process takes its place for the rest of the epoch. */
+static void kill_and_replace(int i, double until)
+{
+	kill(procs[i].t->pid, SIGKILL);
+	target_kill(procs[i].t);
+	procs[i].t = NULL;
+	n.kills++;
+	start(i, until, (unsigned)rand_r(&rng));
+}
+
+/* vmmctl sleeps it (with autowake, or held and woken again by vmmctl): refused is allowed (a
+ * sleep or wake of its own in progress, memory it cannot get back yet), a wedge is not. */
+static void outside_cycle(int i)
+{
+	bool autowake = rnd(2);
+	double end;
+
+	if (ctl("sleep %d%s", (int)procs[i].t->pid, autowake ? " --autowake" : "")) {
+		n.outside_refused++;
+		return;
+	}
+	n.outside_sleeps++;
+	if (autowake)
+		return;
+	usleep(rnd(300000));
+	/* Its threads are held until this wake: it must come, within the sharing wait's rules. */
+	end = now_s() + share_wait_s * 3 + timeout_s;
+	while (ctl("wake %d", (int)procs[i].t->pid)) {
+		if (now_s() > end)
+			fail("pid %ld could not be woken for %.0f s: %s", (long)procs[i].t->pid,
+			     share_wait_s * 3 + timeout_s, o.out);
+		usleep(200000);
+	}
+}
+
+static void list(void)
+{
+	if (ctl("list"))
+		fail("vmmctl list failed: %s %s", o.out, o.err);
+	n.lists++;
+}
+
+static void status(int i)
+{
+	if (ctl("status %d", (int)procs[i].t->pid) && !strstr(o.out, "busy"))
+		fail("status of pid %ld failed: %s %s", (long)procs[i].t->pid, o.out, o.err);
+	n.statuses++;
+	if (json_num(o.out, NULL, "slept_by") > 0)
+		n.slept_by_peer++;
+}
+
+/* Its threads' report: no mismatch, no error but out of memory, nothing left unfreed. */
+static void collect(struct proc *p)
+{
+	double within = p->work_end - now_s() + share_wait_s * 2 + timeout_s;
+	long ops, copies, kernels, errors, ooms;
+	int mismatches, unfreed;
+	char reply[256];
+
+	if (target_read(p->t, reply, sizeof(reply), (int)((within > 1 ? within : 1) * 1000)))
+		fail("pid %ld's threads were not done within %.0f s of their end",
+		     (long)p->t->pid, share_wait_s * 2 + timeout_s);
+	if (sscanf(reply, "work ops=%ld copies=%ld kernels=%ld mismatches=%d errors=%ld "
+		   "unfreed=%d ooms=%ld", &ops, &copies, &kernels, &mismatches, &errors, &unfreed,
+		   &ooms) != 7)
+		fail("pid %ld's threads said '%s'", (long)p->t->pid, reply);
+	if (mismatches)
+		fail("pid %ld: %d mismatches: data lost (%s)", (long)p->t->pid, mismatches, reply);
+	if (errors)
+		fail("pid %ld: %ld errors other than out of memory (%s)", (long)p->t->pid, errors,
+		     reply);
+	if (unfreed)
+		fail("pid %ld: %d buffers could not be freed", (long)p->t->pid, unfreed);
+	n.ops += ops;
+	n.copies += copies;
+	n.kernels += kernels;
+	n.ooms += ooms;
+}
+
+/* With every process of the epoch gone, a fresh one sees the whole GPU free. */
+static void no_leak(void)
+{
+	const char *env[] = { "VMMSHIM_RUN_DIR=", NULL, NULL, NULL };
+	char run[160], shared[160], mem[64], reply[64];
+	struct proc fresh = { 0 };
+	unsigned long long used = 1;
+
+	snprintf(run, sizeof(run), "VMMSHIM_RUN_DIR=%s", dir);
+	snprintf(shared, sizeof(shared), "SIMDEV_SHARED=%s", group);
+	snprintf(mem, sizeof(mem), "SIMDEV_MEMORY=%dM", MIB_PER_PROC * nprocs * 2 / 3);
+	env[0] = run;
+	env[1] = shared;
+	env[2] = mem;
+	fresh.t = target_start(env);
+	if (!fresh.t)
+		fail("the fresh program did not start");
+	if (target_cmd(fresh.t, "memused", reply, sizeof(reply), (int)(timeout_s * 1000)) ||
+	    sscanf(reply, "used %llu", &used) != 1)
+		fail("the fresh program did not say its memory: '%s'", reply);
+	if (used)
+		fail("%llu bytes of the GPU still in use once every process has ended", used);
+	if (target_stop(fresh.t, (int)(timeout_s * 1000)))
+		fail("the fresh program did not exit cleanly");
+	target_free(fresh.t);
+}
+
+static void epoch(double secs)
+{
+	double until = now_s() + secs;
+
+	n.epochs++;
+	printf("share_soak: epoch %ld, %.0f s, %d processes of %d threads\n", n.epochs, secs,
+	       nprocs, threads);
+	fflush(stdout);
+	for (int i = 0; i < nprocs; i++)
+		start(i, until, (unsigned)rand_r(&rng));
+	while (now_s() < until - 0.5) {
+		int r = (int)rnd(100), i = (int)rnd((unsigned)nprocs);
+
+		if (r < 8)
+			kill_and_replace(i, until);
+		else if (r < 30)
+			outside_cycle(i);
+		else if (r < 50)
+			list();
+		else
+			status(i);
+		usleep(100000 + rnd(300000));
+	}
+	for (int i = 0; i < nprocs; i++)
+		collect(&procs[i]);
+	/* Every process's long-lived bytes, asleep or not (a check wakes it). */
+	for (int i = 0; i < nprocs; i++)
+		cmd(&procs[i], "check", "ok", share_wait_s * 2 + timeout_s);
+	list();
+	/* Most exit when asked; one epoch in three kills one at the end. */
+	for (int i = 0; i < nprocs; i++) {
+		if (i == 0 && rnd(3) == 0) {
+			kill(procs[i].t->pid, SIGKILL);
+			target_kill(procs[i].t);
+			n.kills++;
+		} else {
+			int code = target_stop(procs[i].t, (int)(timeout_s * 1000));
+
+			if (code)
+				fail("pid %ld did not exit cleanly (%d)", (long)procs[i].t->pid, code);
+			target_free(procs[i].t);
+		}
+		procs[i].t = NULL;
+	}
+	no_leak();
+}
+
+int main(int argc, char **argv)
+{
+	double start_s = now_s(), epoch_s;
+
+	seed0 = (unsigned long long)time(NULL) ^ (unsigned long long)getpid();
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
+			seconds = atof(argv[++i]);
+		else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+			seed0 = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--procs") && i + 1 < argc)
+			nprocs = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+			threads = atoi(argv[++i]);
+		else {
+			fprintf(stderr, "usage: share_soak [--seconds S] [--seed N] [--procs P] "
+				"[--threads T]\n");
+			return 2;
+		}
+	}
+	if (seconds < 5 || nprocs < 2 || nprocs > MAX_PROCS || threads < 1 || threads > 16) {
+		fprintf(stderr, "share_soak: --seconds at least 5, --procs 2 to %d, --threads 1 "
+			"to 16\n", MAX_PROCS);
+		return 2;
+	}
+	rng = (unsigned)(seed0 ^ (seed0 >> 32));
+	timeout_s = 15 * ctl_slow();
+	share_wait_s = 5 * ctl_slow();
+	snprintf(dir, sizeof(dir), "/tmp/vmmshim-sharesoak-XXXXXX");
+	if (!mkdtemp(dir))
+		return fprintf(stderr, "share_soak: no run folder\n"), 1;
+	snprintf(group, sizeof(group), "sharesoak%ld_%ld", (long)getpid(), (long)time(NULL));
+	epoch_s = seconds < 30 ? seconds / 2 : 15;
+	printf("share_soak: seed %llu, %g s, %d processes, %d threads each\n", seed0, seconds,
+	       nprocs, threads);
+	while (now_s() - start_s < seconds - epoch_s * 0.5) {
+		double left = seconds - (now_s() - start_s);
+
+		epoch(left < epoch_s * 1.5 ? left * 0.7 : epoch_s);
+	}
+	cleanup_group();
+	printf("share_soak: passed, seed %llu, %.0f s: %ld epochs, %ld processes started, %ld "
+	       "killed; %ld vmmctl sleeps from outside (%ld refused), %ld lists, %ld statuses "
+	       "(%ld showed a process slept by a peer); the threads: %ld operations, %ld copies, "
+	       "%ld kernels, %ld allocations refused for want of memory, 0 mismatches, 0 errors, "
+	       "0 leaks, 0 wedges\n",
+	       seed0, now_s() - start_s, n.epochs, n.starts, n.kills, n.outside_sleeps,
+	       n.outside_refused, n.lists, n.statuses, n.slept_by_peer, n.ops, n.copies,
+	       n.kernels, n.ooms);
+	return 0;
+}
