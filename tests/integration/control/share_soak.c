@@ -3,11 +3,12 @@
  * copy and check device memory against host mirrors, so the shims sleep one another to make
  * room, and each wakes itself at its next device work. Meanwhile this driver kills a process
  * now and then (SIGKILL, whatever it is doing: deciding under the GPU's lock, being slept,
- * copying) and starts a fresh one in its place, sleeps and wakes one from outside with vmmctl,
- * and asks `vmmctl list` and `status`. It fails on:
+ * copying) and starts a fresh one in its place, sleeps and wakes one, or two as a group, from
+ * outside with vmmctl, and asks `vmmctl list` and `status`. In half the epochs some processes
+ * run with driver faults injected (SIMDEV_FAIL, one or two calls each). It fails on:
  *  - a mismatch (data lost across a sleep made by a peer, or by vmmctl),
- *  - an error other than out of memory (an allocation may be refused after its sharing wait:
- *    those are counted and printed),
+ *  - an error other than out of memory in a process without faults (an allocation may be
+ *    refused after its sharing wait: those are counted and printed),
  *  - a wedge: a vmmctl request not answered within its deadline, threads not done within their
  *    time plus twice the sharing wait, a process that does not exit when asked,
  *  - a leak: once every process of an epoch has ended, killed ones included, the GPU's memory
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "soak_faults.h"
 
 #define MAX_PROCS 6
 #define BASE_BUFS 4
@@ -39,20 +41,24 @@
 struct proc {
 	struct target *t;
 	int prio;
+	bool faults;     /* driver faults injected: errors allowed, never a mismatch */
+	char armed[256]; /* which (SIMDEV_FAIL) */
 	double work_end; /* when its threads stop (they then free what they hold) */
 };
 
 static struct proc procs[MAX_PROCS];
 static int nprocs = 3, threads = 3;
-static double seconds = 60, timeout_s, share_wait_s;
+static double seconds = 60, timeout_s, share_wait_s, epoch_len_s;
+static bool faults_epoch;
 static unsigned rng;
 static unsigned long long seed0;
 static char dir[64], group[64];
 static struct ctl_out o;
 
 static struct {
-	long epochs, starts, kills, lists, statuses, outside_sleeps, outside_refused, ops,
-		copies, kernels, ooms, slept_by_peer;
+	long epochs, starts, kills, lists, statuses, outside_sleeps, outside_refused,
+		group_sleeps, group_refused, ops, copies, kernels, ooms, errors, slept_by_peer,
+		faulty, base_short;
 } n;
 
 static unsigned rnd(unsigned below)
@@ -86,9 +92,10 @@ static void fail(const char *fmt, ...)
 		if (!procs[i].t)
 			continue;
 		target_log(procs[i].t, log, sizeof(log));
-		fprintf(stderr, "share_soak: pid %ld (priority %d), its log's last part:\n%s\n",
-			(long)procs[i].t->pid, procs[i].prio,
-			strlen(log) > 2500 ? log + strlen(log) - 2500 : log);
+		fprintf(stderr, "share_soak: pid %ld (priority %d, faults '%s'), its log's last "
+			"part:\n%s\n", (long)procs[i].t->pid, procs[i].prio,
+			procs[i].faults ? procs[i].armed : "", strlen(log) > 2500 ?
+			log + strlen(log) - 2500 : log);
 	}
 	fprintf(stderr, "share_soak: seed %llu; replay: scripts/soak.sh --share --seed %llu "
 		"--seconds %g --procs %d --threads %d\n", seed0, seed0, seconds, nprocs, threads);
@@ -129,22 +136,29 @@ static int ctl(const char *fmt, ...)
  * `until`. */
 static void start(int i, double until, unsigned work_seed)
 {
-	static char e[10][160];
-	const char *env[11];
+	static char e[11][320];
+	const char *env[12];
 	struct proc *p = &procs[i];
 	char line[64];
 	int k = 0;
 
 	p->prio = (int)rnd(2);
-	snprintf(e[k++], 160, "VMMSHIM_RUN_DIR=%s", dir);
-	snprintf(e[k++], 160, "SIMDEV_SHARED=%s", group);
-	snprintf(e[k++], 160, "SIMDEV_MEMORY=%dM", MIB_PER_PROC * nprocs * 2 / 3);
-	snprintf(e[k++], 160, "VMMSHIM_SHARE=1");
-	snprintf(e[k++], 160, "VMMSHIM_PRIORITY=%d", p->prio);
-	snprintf(e[k++], 160, "VMMSHIM_SHARE_IDLE=200ms");
-	snprintf(e[k++], 160, "VMMSHIM_SHARE_SLICE=1");
-	snprintf(e[k++], 160, "VMMSHIM_SHARE_WAIT=%d", (int)share_wait_s);
-	snprintf(e[k++], 160, "VMMSHIM_LOG=info");
+	p->faults = faults_epoch && rnd(2);
+	snprintf(e[k++], 320, "VMMSHIM_RUN_DIR=%s", dir);
+	snprintf(e[k++], 320, "SIMDEV_SHARED=%s", group);
+	snprintf(e[k++], 320, "SIMDEV_MEMORY=%dM", MIB_PER_PROC * nprocs * 2 / 3);
+	snprintf(e[k++], 320, "VMMSHIM_SHARE=1");
+	snprintf(e[k++], 320, "VMMSHIM_PRIORITY=%d", p->prio);
+	snprintf(e[k++], 320, "VMMSHIM_SHARE_IDLE=200ms");
+	snprintf(e[k++], 320, "VMMSHIM_SHARE_SLICE=1");
+	snprintf(e[k++], 320, "VMMSHIM_SHARE_WAIT=%d", (int)share_wait_s);
+	snprintf(e[k++], 320, "VMMSHIM_LOG=info");
+	if (p->faults) {
+		soak_faults_draw(rnd, 1 + (int)rnd(2), epoch_len_s, ctl_slow(), p->armed,
+				 sizeof(p->armed));
+		snprintf(e[k++], 320, "SIMDEV_FAIL=%s", p->armed);
+		n.faulty++;
+	}
 	for (int j = 0; j < k; j++)
 		env[j] = e[j];
 	env[k] = NULL;
@@ -152,9 +166,26 @@ static void start(int i, double until, unsigned work_seed)
 	if (!p->t)
 		fail("a sharing program did not start under the shim");
 	n.starts++;
-	/* Its long-lived buffers may have to wait for room like any allocation. */
+	/* Its long-lived buffers wait for room like any allocation, and a lower priority may get
+	 * none while higher ones hold the GPU (out of memory, as the rules say): asked again for a
+	 * while, then it works with those it has. */
 	snprintf(line, sizeof(line), "base %d %u", BASE_BUFS, BASE_BYTES);
-	cmd(p, line, "ok", share_wait_s * 2 + timeout_s);
+	for (double end = now_s() + share_wait_s * 2;;) {
+		char reply[64];
+
+		if (target_cmd(p->t, line, reply, sizeof(reply),
+			       (int)((share_wait_s * 2 + timeout_s) * 1000)))
+			fail("pid %ld did not answer '%s'", (long)p->t->pid, line);
+		if (!strcmp(reply, "ok"))
+			break;
+		if (strcmp(reply, "error alloc"))
+			fail("pid %ld: '%s' answered '%s'", (long)p->t->pid, line, reply);
+		if (now_s() > end) {
+			n.base_short++;
+			break;
+		}
+		usleep(200000);
+	}
 	p->work_end = until;
 	snprintf(line, sizeof(line), "work %d %.1f %u", threads, until - now_s() > 0.5 ?
 		 until - now_s() : 0.5, work_seed);
@@ -171,12 +202,26 @@ static void kill_and_replace(int i, double until)
 	start(i, until, (unsigned)rand_r(&rng));
 }
 
+/* Held processes must wake: a wake from outside makes room under the sharing rules, and is
+ * tried again (a fault, memory not there yet) until the sharing wait has passed three times. */
+static void wake_until_done(const char *pids)
+{
+	double end = now_s() + share_wait_s * 3 + timeout_s;
+
+	while (ctl("wake %s", pids)) {
+		if (now_s() > end)
+			fail("%s could not be woken for %.0f s: %s", pids,
+			     share_wait_s * 3 + timeout_s, o.out);
+		usleep(200000);
+	}
+}
+
 /* vmmctl sleeps it (with autowake, or held and woken again by vmmctl): refused is allowed (a
- * sleep or wake of its own in progress, memory it cannot get back yet), a wedge is not. */
+ * sleep or wake of its own in progress, a fault), a wedge is not. */
 static void outside_cycle(int i)
 {
 	bool autowake = rnd(2);
-	double end;
+	char pid[16];
 
 	if (ctl("sleep %d%s", (int)procs[i].t->pid, autowake ? " --autowake" : "")) {
 		n.outside_refused++;
@@ -186,14 +231,27 @@ static void outside_cycle(int i)
 	if (autowake)
 		return;
 	usleep(rnd(300000));
-	/* Its threads are held until this wake: it must come, within the sharing wait's rules. */
-	end = now_s() + share_wait_s * 3 + timeout_s;
-	while (ctl("wake %d", (int)procs[i].t->pid)) {
-		if (now_s() > end)
-			fail("pid %ld could not be woken for %.0f s: %s", (long)procs[i].t->pid,
-			     share_wait_s * 3 + timeout_s, o.out);
-		usleep(200000);
+	snprintf(pid, sizeof(pid), "%d", (int)procs[i].t->pid);
+	wake_until_done(pid);
+}
+
+/* Two of them slept as a group (all or none), then woken as one, or left to wake themselves. */
+static void group_cycle(int i)
+{
+	int j = (i + 1 + (int)rnd((unsigned)nprocs - 1)) % nprocs;
+	bool autowake = rnd(2);
+	char pids[40];
+
+	snprintf(pids, sizeof(pids), "%d %d", (int)procs[i].t->pid, (int)procs[j].t->pid);
+	if (ctl("sleep %s%s", pids, autowake ? " --autowake" : "")) {
+		n.group_refused++;
+		return;
 	}
+	n.group_sleeps++;
+	if (autowake)
+		return;
+	usleep(rnd(300000));
+	wake_until_done(pids);
 }
 
 static void list(void)
@@ -229,15 +287,16 @@ static void collect(struct proc *p)
 		fail("pid %ld's threads said '%s'", (long)p->t->pid, reply);
 	if (mismatches)
 		fail("pid %ld: %d mismatches: data lost (%s)", (long)p->t->pid, mismatches, reply);
-	if (errors)
-		fail("pid %ld: %ld errors other than out of memory (%s)", (long)p->t->pid, errors,
-		     reply);
+	if (errors && !p->faults)
+		fail("pid %ld: %ld errors other than out of memory, no fault injected (%s)",
+		     (long)p->t->pid, errors, reply);
 	if (unfreed)
 		fail("pid %ld: %d buffers could not be freed", (long)p->t->pid, unfreed);
 	n.ops += ops;
 	n.copies += copies;
 	n.kernels += kernels;
 	n.ooms += ooms;
+	n.errors += errors;
 }
 
 /* With every process of the epoch gone, a fresh one sees the whole GPU free. */
@@ -272,8 +331,10 @@ static void epoch(double secs)
 	double until = now_s() + secs;
 
 	n.epochs++;
-	printf("share_soak: epoch %ld, %.0f s, %d processes of %d threads\n", n.epochs, secs,
-	       nprocs, threads);
+	epoch_len_s = secs;
+	faults_epoch = rnd(2);
+	printf("share_soak: epoch %ld, %.0f s, %d processes of %d threads%s\n", n.epochs, secs,
+	       nprocs, threads, faults_epoch ? ", some with driver faults" : "");
 	fflush(stdout);
 	for (int i = 0; i < nprocs; i++)
 		start(i, until, (unsigned)rand_r(&rng));
@@ -282,8 +343,10 @@ static void epoch(double secs)
 
 		if (r < 8)
 			kill_and_replace(i, until);
-		else if (r < 30)
+		else if (r < 25)
 			outside_cycle(i);
+		else if (r < 33)
+			group_cycle(i);
 		else if (r < 50)
 			list();
 		else
@@ -355,13 +418,14 @@ int main(int argc, char **argv)
 		epoch(left < epoch_s * 1.5 ? left * 0.7 : epoch_s);
 	}
 	cleanup_group();
-	printf("share_soak: passed, seed %llu, %.0f s: %ld epochs, %ld processes started, %ld "
-	       "killed; %ld vmmctl sleeps from outside (%ld refused), %ld lists, %ld statuses "
-	       "(%ld showed a process slept by a peer); the threads: %ld operations, %ld copies, "
-	       "%ld kernels, %ld allocations refused for want of memory, 0 mismatches, 0 errors, "
-	       "0 leaks, 0 wedges\n",
-	       seed0, now_s() - start_s, n.epochs, n.starts, n.kills, n.outside_sleeps,
-	       n.outside_refused, n.lists, n.statuses, n.slept_by_peer, n.ops, n.copies,
-	       n.kernels, n.ooms);
+	printf("share_soak: passed, seed %llu, %.0f s: %ld epochs, %ld processes started (%ld "
+	       "with driver faults), %ld killed; %ld vmmctl sleeps from outside (%ld refused), "
+	       "%ld group sleeps (%ld refused), %ld lists, %ld statuses (%ld showed a process "
+	       "slept by a peer); the threads: %ld operations, %ld copies, %ld kernels, %ld "
+	       "allocations refused for want of memory (and %ld processes short of long-lived "
+	       "buffers), %ld errors from faults, 0 mismatches, 0 leaks, 0 wedges\n",
+	       seed0, now_s() - start_s, n.epochs, n.starts, n.faulty, n.kills, n.outside_sleeps,
+	       n.outside_refused, n.group_sleeps, n.group_refused, n.lists, n.statuses,
+	       n.slept_by_peer, n.ops, n.copies, n.kernels, n.ooms, n.base_short, n.errors);
 	return 0;
 }

@@ -25,26 +25,10 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "soak_faults.h"
 
 #define BASE_BUFS 4
 #define BASE_BYTES (2u << 20)
-
-/* Driver functions a fault can hit, and about how often an epoch of 12 s calls them on this
- * machine (simdev's runtime copies with cuMemcpy; the shim sleeps and wakes with the async
- * copies and drains with cuCtxSynchronize): the call number is drawn below 60% of that (less
- * under a sanitizer, CTL_SLOW), so most faults are hit, some in the sleep/wake path and some
- * in the program's own work. */
-static const struct {
-	const char *name;
-	unsigned calls;
-} fault_points[] = {
-	{ "cuMemCreate", 150 },       { "cuMemMap", 150 },          { "cuMemUnmap", 80 },
-	{ "cuMemRelease", 140 },      { "cuMemSetAccess", 80 },     { "cuMemcpyDtoHAsync", 130 },
-	{ "cuMemcpyHtoDAsync", 120 }, { "cuCtxSynchronize", 10 },   { "cuStreamSynchronize", 220 },
-	{ "cuMemcpy", 600 },          { "cuMemcpyAsync", 150 },     { "cuMemsetD8Async", 150 },
-	{ "cuLaunchHostFunc", 150 },  { "cuMemHostRegister", 40 },
-};
-#define NPOINTS (sizeof(fault_points) / sizeof(fault_points[0]))
 
 static struct ctl_out o, bg;
 static unsigned rng;
@@ -366,18 +350,7 @@ static void epoch(double secs)
 	bool killed = false;
 
 	n.epochs++;
-	for (int i = 0, used = 0; i < k; i++) {
-		size_t at = strlen(armed);
-		unsigned j = rnd(NPOINTS);
-
-		while (used & (1 << j)) /* one entry per function */
-			j = (j + 1) % NPOINTS;
-		used |= 1 << j;
-
-		snprintf(armed + at, sizeof(armed) - at, "%s%s:%u", at ? "," : "",
-			 fault_points[j].name,
-			 1 + rnd((unsigned)(fault_points[j].calls * 0.6 * secs / 12 / ctl_slow())));
-	}
+	soak_faults_draw(rnd, k, secs, ctl_slow(), armed, sizeof(armed));
 	faults_on = k > 0;
 	snprintf(stats_path, sizeof(stats_path), "/tmp/vmmshim-soak-%d-%ld.stats", (int)getpid(),
 		 n.epochs);

@@ -6,7 +6,8 @@
  * buffer it touched is marked stale and rewritten from its mirror before it is checked again.
  * It reads commands on stdin and answers each with one line on stdout:
  *
- *   base N BYTES           N long-lived buffers (they live through every cycle) -> "ok"
+ *   base N BYTES           N long-lived buffers in all (they live through every cycle) -> "ok",
+ *                          or "error alloc" with those made so far kept
  *   check                  compare the long-lived buffers -> "ok N", "corrupt I" or "error I"
  *   work T SECS SEED       T threads for SECS seconds -> "work started", then, when they end,
  *                          "work ops=.. copies=.. kernels=.. mismatches=.. errors=.. unfreed=..
@@ -374,16 +375,20 @@ static void cmd_work(int threads, double secs, unsigned seed)
 	pthread_detach(t);
 }
 
+/* N long-lived buffers in all: a command that failed part way (out of memory on a shared GPU)
+ * may be sent again, and makes only those still missing. */
 static void cmd_base(int n, size_t size)
 {
-	unsigned seed = 12345;
+	unsigned seed = 12345 + (unsigned)nbase;
 
-	for (int i = 0; i < n && nbase < MAX_BASE; i++) {
+	while (nbase < n && nbase < MAX_BASE) {
 		struct buf *b = &base[nbase];
 
 		b->size = size;
 		b->mirror = malloc(size);
 		if (!b->mirror || cudaMalloc((void **)&b->dev, size) != cudaSuccess) {
+			free(b->mirror);
+			b->mirror = NULL;
 			say("error alloc");
 			return;
 		}
