@@ -7,8 +7,8 @@
  * between importer and exporter after wake, a fault in the middle of the sleep or the wake
  * leaving every process as it was with its data, and a holder outside the group keeping the
  * memory resident; memory exported ahead at the get that nobody opened (its descriptors kept by
- * the exporter) is released too. share_peer (tests/simdev) is the program, run under the
- * shim. */
+ * the exporter) is released too; and randomized rounds of all of it, with importers killed and
+ * replaced, for 20 s. share_peer (tests/simdev) is the program, run under the shim. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -406,4 +406,139 @@ Test(group_ipc, memory_nobody_opened_after_a_get_is_released, .timeout = 60)
 	s.shared[1] = peer_ok(&s.ps[1], "ipcopen %s", hex);
 	expect_read(&s.ps[1], s.shared[1], "shared-by-0");
 	finish(&s, &observer);
+}
+
+/* Randomized rounds over one sharing (the exporter, two importers, two exports each opened by
+ * both), for 20 s with a fixed seed (IPC_SOAK_SECONDS and IPC_SOAK_SEED change them): a member
+ * writes an export through its mapping, or reads it back; the three sleep as a group (held, or
+ * with autowake and woken by their next read) and wake; one member sleeps alone while the
+ * others use the memory; an importer is killed and a fresh one opens both exports again; an
+ * importer closes an export and opens it again. After every sleep every member must read what
+ * was written last, through every mapping, and with everyone gone the GPU must be as free as
+ * before. A wake refused (its exporter mid-operation) is tried again, within 30 s. */
+#define IPC_EXPORTS 2
+
+struct ipc_rounds {
+	struct sharing s;
+	char hex[IPC_EXPORTS][300];
+	long long slot[3][IPC_EXPORTS];  /* each member's mapping of each export */
+	char last[IPC_EXPORTS][32];      /* what each export holds */
+	unsigned rng;
+	int rounds, group_sleeps, alone_sleeps, kills, reopens, writes, reads;
+};
+
+static unsigned ipc_rnd(struct ipc_rounds *r, unsigned below)
+{
+	return (unsigned)rand_r(&r->rng) % below;
+}
+
+static void open_exports(struct ipc_rounds *r, int i)
+{
+	for (int k = 0; k < IPC_EXPORTS; k++)
+		r->slot[i][k] = peer_ok(&r->s.ps[i], "ipcopen %s", r->hex[k]);
+}
+
+static void all_read_last(struct ipc_rounds *r)
+{
+	for (int i = 0; i < 3; i++)
+		for (int k = 0; k < IPC_EXPORTS; k++)
+			expect_read(&r->s.ps[i], r->slot[i][k], r->last[k]);
+}
+
+static void wake_until_done(struct peer *ps, int n)
+{
+	for (int tries = 0; group("wake", ps, n); tries++) {
+		cr_assert_lt(tries, 30, "no wake within 30 tries: %s %s", o.out, o.err);
+		sleep(1);
+	}
+}
+
+static void ipc_round(struct ipc_rounds *r)
+{
+	int i = (int)ipc_rnd(r, 3), k = (int)ipc_rnd(r, IPC_EXPORTS), what = (int)ipc_rnd(r, 100);
+
+	r->rounds++;
+	if (what < 30) {
+		snprintf(r->last[k], sizeof(r->last[k]), "r%d-by-%d", r->rounds, i);
+		peer_ok(&r->s.ps[i], "write %lld %s", r->slot[i][k], r->last[k]);
+		r->writes++;
+	} else if (what < 45) {
+		expect_read(&r->s.ps[i], r->slot[i][k], r->last[k]);
+		r->reads++;
+	} else if (what < 65) {
+		bool autowake = ipc_rnd(r, 2);
+
+		cr_assert_eq(group(autowake ? "sleep --autowake" : "sleep", r->s.ps, 3), 0,
+			     "group sleep: %s %s", o.out, o.err);
+		r->group_sleeps++;
+		if (!autowake)
+			wake_until_done(r->s.ps, 3);
+		all_read_last(r); /* with autowake: each read wakes its member */
+		wake_until_done(r->s.ps, 3);
+	} else if (what < 80) {
+		struct peer *p = &r->s.ps[i];
+		int j = (i + 1) % 3;
+
+		cr_assert_eq(group("sleep", p, 1), 0, "sleep of %d: %s %s", (int)p->pid, o.out,
+			     o.err);
+		r->alone_sleeps++;
+		/* The others use the memory meanwhile: it stayed resident for them. */
+		snprintf(r->last[k], sizeof(r->last[k]), "r%d-beside-%d", r->rounds, i);
+		peer_ok(&r->s.ps[j], "write %lld %s", r->slot[j][k], r->last[k]);
+		wake_until_done(p, 1);
+		all_read_last(r);
+	} else if (what < 90 && i > 0) {
+		peer_kill(&r->s.ps[i]);
+		start(&r->s.ps[i], NULL);
+		r->s.own[i] = peer_ok(&r->s.ps[i], "alloc %u", OWN_BYTES);
+		open_exports(r, i);
+		r->kills++;
+		all_read_last(r);
+	} else if (i > 0) {
+		peer_ok(&r->s.ps[i], "ipcclose %lld", r->slot[i][k]);
+		r->slot[i][k] = peer_ok(&r->s.ps[i], "ipcopen %s", r->hex[k]);
+		r->reopens++;
+		expect_read(&r->s.ps[i], r->slot[i][k], r->last[k]);
+	}
+}
+
+Test(group_ipc, randomized_sleeps_kills_and_reopens_keep_every_byte, .timeout = 180)
+{
+	static struct ipc_rounds r;
+	struct peer observer;
+	const char *secs_env = getenv("IPC_SOAK_SECONDS"), *seed_env = getenv("IPC_SOAK_SEED");
+	double secs = secs_env ? atof(secs_env) : 20, end;
+	long long before;
+
+	r.rng = seed_env ? (unsigned)strtoul(seed_env, NULL, 10) : 20261205u;
+	setup_env();
+	start(&observer, NULL);
+	before = group_free(&observer);
+	for (int i = 0; i < 3; i++) {
+		start(&r.s.ps[i], NULL);
+		r.s.own[i] = peer_ok(&r.s.ps[i], "alloc %u", OWN_BYTES);
+	}
+	r.s.n = 3;
+	for (int k = 0; k < IPC_EXPORTS; k++) {
+		r.slot[0][k] = peer_ok(&r.s.ps[0], "alloc %u", SHARED_BYTES);
+		snprintf(r.last[k], sizeof(r.last[k]), "export-%d", k);
+		peer_ok(&r.s.ps[0], "write %lld %s", r.slot[0][k], r.last[k]);
+		peer_cmd(&r.s.ps[0], -1, "ipcget %lld", r.slot[0][k]);
+		cr_assert(!strncmp(r.s.ps[0].reply, "ok ", 3), "ipcget: %s", r.s.ps[0].reply);
+		snprintf(r.hex[k], sizeof(r.hex[k]), "%.256s", r.s.ps[0].reply + 3);
+	}
+	for (int i = 1; i < 3; i++)
+		open_exports(&r, i);
+	end = now_s() + secs;
+	while (now_s() < end)
+		ipc_round(&r);
+	all_read_last(&r);
+	cr_log_info("ipc rounds (seed %u): %d rounds, %d group sleeps, %d alone, %d importers "
+		    "killed and replaced, %d reopens, %d writes, %d reads", seed_env ?
+		    (unsigned)strtoul(seed_env, NULL, 10) : 20261205u, r.rounds, r.group_sleeps,
+		    r.alone_sleeps, r.kills, r.reopens, r.writes, r.reads);
+	for (int i = 0; i < 3; i++)
+		peer_exit(&r.s.ps[i]);
+	cr_expect_geq(group_free(&observer), before, "memory left on the GPU once all ended");
+	finish(&(struct sharing){ .n = 0 }, &observer);
 }
