@@ -412,10 +412,12 @@ Test(group_ipc, memory_nobody_opened_after_a_get_is_released, .timeout = 60)
  * both), for 20 s with a fixed seed (IPC_SOAK_SECONDS and IPC_SOAK_SEED change them): a member
  * writes an export through its mapping, or reads it back; the three sleep as a group (held, or
  * with autowake and woken by their next read) and wake; one member sleeps alone while the
- * others use the memory; an importer is killed and a fresh one opens both exports again; an
- * importer closes an export and opens it again. After every sleep every member must read what
- * was written last, through every mapping, and with everyone gone the GPU must be as free as
- * before. A wake refused (its exporter mid-operation) is tried again, within 30 s. */
+ * others use the memory; an importer is killed and a fresh one opens both exports again (half
+ * of them with one or two driver faults in the sleep, wake and import paths); an importer
+ * closes an export and opens it again. After every sleep, failed ones included, every member
+ * must read what was written last, through every mapping, and with everyone gone the GPU must
+ * be as free as before. A sleep may fail only where a fault was injected; a wake refused (a
+ * fault, its exporter mid-operation) is tried again, within 30 s. */
 #define IPC_EXPORTS 2
 
 struct ipc_rounds {
@@ -423,8 +425,9 @@ struct ipc_rounds {
 	char hex[IPC_EXPORTS][300];
 	long long slot[3][IPC_EXPORTS];  /* each member's mapping of each export */
 	char last[IPC_EXPORTS][32];      /* what each export holds */
+	bool faults[3];                  /* started with SIMDEV_FAIL */
 	unsigned rng;
-	int rounds, group_sleeps, alone_sleeps, kills, reopens, writes, reads;
+	int rounds, group_sleeps, alone_sleeps, kills, reopens, writes, reads, faulty, failed;
 };
 
 static unsigned ipc_rnd(struct ipc_rounds *r, unsigned below)
@@ -432,10 +435,44 @@ static unsigned ipc_rnd(struct ipc_rounds *r, unsigned below)
 	return (unsigned)rand_r(&r->rng) % below;
 }
 
+/* A command of a member that may meet an injected fault (once per function): tried again. */
+#define peer_ok_again(r, i, ...)                                                            \
+	({                                                                                  \
+		const char *r_ = peer_cmd(&(r)->s.ps[i], -1, __VA_ARGS__);                   \
+		for (int t_ = 0; (r)->faults[i] && strncmp(r_, "ok", 2) && t_ < 3; t_++)     \
+			r_ = peer_cmd(&(r)->s.ps[i], -1, __VA_ARGS__);                       \
+		cr_assert(!strncmp(r_, "ok", 2), "peer %d: -> '%s'", (int)(r)->s.ps[i].pid, r_); \
+		atol(r_ + 2);                                                               \
+	})
+
 static void open_exports(struct ipc_rounds *r, int i)
 {
 	for (int k = 0; k < IPC_EXPORTS; k++)
-		r->slot[i][k] = peer_ok(&r->s.ps[i], "ipcopen %s", r->hex[k]);
+		r->slot[i][k] = peer_ok_again(r, i, "ipcopen %s", r->hex[k]);
+}
+
+/* Functions of the shim's sleep, wake and import paths, at calls a few cycles reach. */
+static void draw_faults(struct ipc_rounds *r, char *env, size_t cap)
+{
+	static const char *const fns[] = { "cuMemcpyDtoHAsync", "cuMemcpyHtoDAsync",
+					   "cuMemImportFromShareableHandle", "cuMemSetAccess",
+					   "cuMemUnmap", "cuMemRelease", "cuMemCreate", "cuMemMap" };
+	unsigned a = ipc_rnd(r, 8), b = (a + 1 + ipc_rnd(r, 7)) % 8;
+
+	if (ipc_rnd(r, 2))
+		snprintf(env, cap, "SIMDEV_FAIL=%s:%u", fns[a], 1 + ipc_rnd(r, 8));
+	else
+		snprintf(env, cap, "SIMDEV_FAIL=%s:%u,%s:%u", fns[a], 1 + ipc_rnd(r, 8), fns[b],
+			 1 + ipc_rnd(r, 8));
+}
+
+static bool any_faults(const struct ipc_rounds *r, const struct peer *ps, int n)
+{
+	for (int i = 0; i < 3; i++)
+		for (int j = 0; j < n; j++)
+			if (&r->s.ps[i] == &ps[j] && r->faults[i])
+				return true;
+	return false;
 }
 
 static void all_read_last(struct ipc_rounds *r)
@@ -460,7 +497,7 @@ static void ipc_round(struct ipc_rounds *r)
 	r->rounds++;
 	if (what < 30) {
 		snprintf(r->last[k], sizeof(r->last[k]), "r%d-by-%d", r->rounds, i);
-		peer_ok(&r->s.ps[i], "write %lld %s", r->slot[i][k], r->last[k]);
+		peer_ok_again(r, i, "write %lld %s", r->slot[i][k], r->last[k]);
 		r->writes++;
 	} else if (what < 45) {
 		expect_read(&r->s.ps[i], r->slot[i][k], r->last[k]);
@@ -468,8 +505,12 @@ static void ipc_round(struct ipc_rounds *r)
 	} else if (what < 65) {
 		bool autowake = ipc_rnd(r, 2);
 
-		cr_assert_eq(group(autowake ? "sleep --autowake" : "sleep", r->s.ps, 3), 0,
-			     "group sleep: %s %s", o.out, o.err);
+		if (group(autowake ? "sleep --autowake" : "sleep", r->s.ps, 3)) {
+			cr_assert(any_faults(r, r->s.ps, 3), "group sleep without a fault: %s %s",
+				  o.out, o.err);
+			r->failed++;
+			autowake = false; /* a member left partly asleep is woken by vmmctl */
+		}
 		r->group_sleeps++;
 		if (!autowake)
 			wake_until_done(r->s.ps, 3);
@@ -479,24 +520,36 @@ static void ipc_round(struct ipc_rounds *r)
 		struct peer *p = &r->s.ps[i];
 		int j = (i + 1) % 3;
 
-		cr_assert_eq(group("sleep", p, 1), 0, "sleep of %d: %s %s", (int)p->pid, o.out,
-			     o.err);
+		if (group("sleep", p, 1)) {
+			cr_assert(r->faults[i], "sleep of %d without a fault: %s %s", (int)p->pid,
+				  o.out, o.err);
+			r->failed++;
+		}
 		r->alone_sleeps++;
 		/* The others use the memory meanwhile: it stayed resident for them. */
 		snprintf(r->last[k], sizeof(r->last[k]), "r%d-beside-%d", r->rounds, i);
-		peer_ok(&r->s.ps[j], "write %lld %s", r->slot[j][k], r->last[k]);
+		peer_ok_again(r, j, "write %lld %s", r->slot[j][k], r->last[k]);
 		wake_until_done(p, 1);
 		all_read_last(r);
 	} else if (what < 90 && i > 0) {
+		static char env[160];
+		const char *extra = NULL;
+
 		peer_kill(&r->s.ps[i]);
-		start(&r->s.ps[i], NULL);
-		r->s.own[i] = peer_ok(&r->s.ps[i], "alloc %u", OWN_BYTES);
+		r->faults[i] = ipc_rnd(r, 2);
+		if (r->faults[i]) {
+			draw_faults(r, env, sizeof(env));
+			extra = env;
+			r->faulty++;
+		}
+		start(&r->s.ps[i], extra);
+		r->s.own[i] = peer_ok_again(r, i, "alloc %u", OWN_BYTES);
 		open_exports(r, i);
 		r->kills++;
 		all_read_last(r);
 	} else if (i > 0) {
-		peer_ok(&r->s.ps[i], "ipcclose %lld", r->slot[i][k]);
-		r->slot[i][k] = peer_ok(&r->s.ps[i], "ipcopen %s", r->hex[k]);
+		peer_ok_again(r, i, "ipcclose %lld", r->slot[i][k]);
+		r->slot[i][k] = peer_ok_again(r, i, "ipcopen %s", r->hex[k]);
 		r->reopens++;
 		expect_read(&r->s.ps[i], r->slot[i][k], r->last[k]);
 	}
@@ -534,9 +587,10 @@ Test(group_ipc, randomized_sleeps_kills_and_reopens_keep_every_byte, .timeout = 
 		ipc_round(&r);
 	all_read_last(&r);
 	cr_log_info("ipc rounds (seed %u): %d rounds, %d group sleeps, %d alone, %d importers "
-		    "killed and replaced, %d reopens, %d writes, %d reads", seed_env ?
+		    "killed and replaced (%d with faults), %d sleeps failed by a fault, %d "
+		    "reopens, %d writes, %d reads", seed_env ?
 		    (unsigned)strtoul(seed_env, NULL, 10) : 20261205u, r.rounds, r.group_sleeps,
-		    r.alone_sleeps, r.kills, r.reopens, r.writes, r.reads);
+		    r.alone_sleeps, r.kills, r.faulty, r.failed, r.reopens, r.writes, r.reads);
 	for (int i = 0; i < 3; i++)
 		peer_exit(&r.s.ps[i]);
 	cr_expect_geq(group_free(&observer), before, "memory left on the GPU once all ended");
