@@ -287,6 +287,32 @@ Test(status, hello_does_not_wait_for_an_allocation_waiting_for_the_device, .time
 	stop_cleanly(t);
 }
 
+/* The program allocates `alloc` while its heap waits for 3 s of busy work (150 MB freed under
+ * it, the heap's lock held), and a thread of its own started before (`probe`, set up by `before`
+ * when not NULL, else right before the allocation) answers meanwhile: its line in probe_reply
+ * (which starts with `word`), once the allocation has answered ok as well. */
+static void probe_beside_a_waiting_allocation(struct target *t, const char *before,
+					      const char *probe, const char *alloc,
+					      const char *word, char *probe_reply)
+{
+	char cmd[32], a[256], b[256];
+
+	cmd_ok(t, "alloc 6 25000000", "ok");
+	if (before)
+		cmd_ok(t, before, "bg");
+	snprintf(cmd, sizeof(cmd), "busy %d", (int)(3000 * ctl_slow()));
+	cmd_ok(t, cmd, "busy launched");
+	cmd_ok(t, "freeall", "freed 6");
+	if (probe)
+		cmd_ok(t, probe, "bg");
+	cr_assert_eq(target_send(t, alloc), 0);
+	cr_assert_eq(target_read(t, a, sizeof(a), 30000), 0, "no answer");
+	cr_assert_eq(target_read(t, b, sizeof(b), 30000), 0, "one answer only: %s", a);
+	strcpy(probe_reply, !strncmp(a, word, strlen(word)) ? a : b);
+	cr_expect(!strncmp(!strncmp(a, word, strlen(word)) ? b : a, "ok", 2),
+		  "the allocation: %s / %s", a, b);
+}
+
 /* The program's own cuMemGetInfo on another thread does not wait for an allocation that waits
  * for the device either: the driver answers at once, and the shim reads its cache as the waiting
  * allocation left it (a view). It used to wait for the allocation's whole device wait. */
@@ -294,24 +320,13 @@ Test(status, meminfo_does_not_wait_for_an_allocation_waiting_for_the_device, .ti
 {
 	const char *env[] = { "SIMDEV_MEMORY=256M", NULL };
 	struct target *t = start_under_shim(env);
-	char cmd[32], a[256], b[256];
-	const char *alloc_reply, *meminfo;
+	char meminfo[256];
 	int ms = -1;
 	size_t fr = 0;
 
-	cmd_ok(t, "alloc 6 25000000", "ok");
-	snprintf(cmd, sizeof(cmd), "busy %d", (int)(3000 * ctl_slow()));
-	cmd_ok(t, cmd, "busy launched");
-	cmd_ok(t, "freeall", "freed 6");
-	cmd_ok(t, "bgmeminfo 500", "bgmeminfo started");
-	/* As above: the allocation waits for the busy work, the heap's lock held. */
-	cr_assert_eq(target_send(t, "alloc 1 200000000"), 0);
-	cr_assert_eq(target_read(t, a, sizeof(a), 30000), 0, "no answer");
-	cr_assert_eq(target_read(t, b, sizeof(b), 30000), 0, "one answer only: %s", a);
-	meminfo = !strncmp(a, "meminfo", 7) ? a : b;
-	alloc_reply = meminfo == a ? b : a;
-	cr_expect(!strncmp(alloc_reply, "ok", 2), "the allocation: %s", alloc_reply);
-	cr_assert_eq(sscanf(meminfo, "meminfo took %d ms free %zu", &ms, &fr), 2, "%s / %s", a, b);
+	probe_beside_a_waiting_allocation(t, NULL, "bgmeminfo 500", "alloc 1 200000000", "meminfo",
+					  meminfo);
+	cr_assert_eq(sscanf(meminfo, "meminfo took %d ms free %zu", &ms, &fr), 2, "%s", meminfo);
 	cr_log_info("cuMemGetInfo beside an allocation at its device: %d ms, %zu free", ms, fr);
 	cr_expect_lt(ms, 200, "cuMemGetInfo took %d ms", ms);
 	/* The 150 MB freed into the quarantine count as free (the heap's cache): the driver alone
@@ -329,25 +344,14 @@ Test(status, a_pointer_query_does_not_wait_for_an_allocation_waiting_for_the_dev
 {
 	const char *env[] = { "SIMDEV_MEMORY=256M", NULL };
 	struct target *t = start_under_shim(env);
-	char cmd[32], a[256], b[256];
-	const char *alloc_reply, *query;
+	char query[256];
 	int ms = -1;
 	size_t size = 0;
 
-	cmd_ok(t, "alloc 6 25000000", "ok");
-	/* Its 4 MiB now, its query once the allocation below waits. */
-	cmd_ok(t, "bgquery 1000", "bgquery started");
-	snprintf(cmd, sizeof(cmd), "busy %d", (int)(3000 * ctl_slow()));
-	cmd_ok(t, cmd, "busy launched");
-	cmd_ok(t, "freeall", "freed 6");
-	/* As above: the allocation waits for the busy work, the heap's lock held. */
-	cr_assert_eq(target_send(t, "alloc 1 180000000"), 0);
-	cr_assert_eq(target_read(t, a, sizeof(a), 30000), 0, "no answer");
-	cr_assert_eq(target_read(t, b, sizeof(b), 30000), 0, "one answer only: %s", a);
-	query = !strncmp(a, "query", 5) ? a : b;
-	alloc_reply = query == a ? b : a;
-	cr_expect(!strncmp(alloc_reply, "ok", 2), "the allocation: %s", alloc_reply);
-	cr_assert_eq(sscanf(query, "query took %d ms size %zu", &ms, &size), 2, "%s / %s", a, b);
+	/* Its 4 MiB before the busy work, its query once the allocation waits. */
+	probe_beside_a_waiting_allocation(t, "bgquery 1000", NULL, "alloc 1 180000000", "query",
+					  query);
+	cr_assert_eq(sscanf(query, "query took %d ms size %zu", &ms, &size), 2, "%s", query);
 	cr_log_info("cuMemGetAddressRange beside an allocation at its device: %d ms", ms);
 	cr_expect_lt(ms, 200, "the query took %d ms", ms);
 	cr_expect_eq(size, 4u << 20, "the allocation's bounds, not the mapping's: %zu", size);
