@@ -703,7 +703,8 @@ static vmm_status wake_sharing(const vmm_sleep_opts *opts, control_limits *lim,
 	vmm_error why;
 
 	vmm_error_clear(&why);
-	if (!share_wake_from_outside(outside_wake_try, &o, deadline, &why))
+	if (!share_wake_from_outside(opts->device, opts->tag, outside_wake_try, &o, deadline,
+				     &why))
 		return o.st;
 	/* The last attempt's error says what stopped it, unless it was memory. */
 	if (o.st == VMM_E_OOM)

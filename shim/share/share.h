@@ -52,12 +52,13 @@ void share_note_freed(void);
 
 /* The autowake of a process with sharing on: wake, waiting for memory under the rules. */
 void share_autowake(void);
-/* A wake asked from outside (vmmctl) that found too little free memory: room made under the
- * same rules as the process's own wake (peers trimmed, eligible ones slept, a wait for memory
- * freed), `wake` run under the GPU's lock, until until_ms or the sharing wait. VMM_E_OOM with
- * why when no room came. */
-vmm_status share_wake_from_outside(share_try_fn wake, void *arg, long long until_ms,
-				   vmm_error *err);
+/* A wake asked from outside (vmmctl) of device dev (-1: any) and tag (NULL: every tag) that
+ * found too little free memory: room made for what it brings back under the same rules as the
+ * process's own wake (peers trimmed, eligible ones slept, a wait for memory freed), `wake` run
+ * under the GPU's lock, until until_ms or the sharing wait. VMM_E_OOM with why when no room
+ * came. */
+vmm_status share_wake_from_outside(int dev, const char *tag, share_try_fn wake, void *arg,
+				   long long until_ms, vmm_error *err);
 
 /* The control server: a sharing peer slept this process (why), or a wake brought it back. */
 void share_note_slept(long by_pid, const char *reason);

@@ -504,7 +504,9 @@ static bool try_wake(void *arg)
 }
 
 /* The first CUDA device with memory of this process asleep, and how much; false when none. */
-static bool wake_need(struct wake_try *w)
+/* The first device (of `only`, when >= 0) with memory of tag (every tag: NULL; the program's
+ * own mappings count then) asleep, and how much. */
+static bool wake_need_of(struct wake_try *w, int only, const char *tag)
 {
 	shim_runtime *rt = shim_runtime_peek();
 	const shim_side *cuda = rt ? &rt->side[SHIM_CUDA] : NULL;
@@ -515,10 +517,10 @@ static bool wake_need(struct wake_try *w)
 		vmm_stats st;
 		vmm_app_stats as = { 0 };
 
-		if (!(vmm_devices_used(cuda->core) & (1u << d)) ||
-		    vmm_stats_get(cuda->core, d, NULL, &st, NULL))
+		if ((only >= 0 && d != only) || !(vmm_devices_used(cuda->core) & (1u << d)) ||
+		    vmm_stats_get(cuda->core, d, tag, &st, NULL))
 			continue;
-		if (cuda->app)
+		if (cuda->app && !tag)
 			vmm_app_stats_get(cuda->app, d, &as);
 		if (st.asleep_bytes + as.asleep_bytes) {
 			w->dev = d;
@@ -528,13 +530,18 @@ static bool wake_need(struct wake_try *w)
 	return w->dev >= 0;
 }
 
-vmm_status share_wake_from_outside(share_try_fn wake, void *arg, long long until_ms,
-				   vmm_error *err)
+static bool wake_need(struct wake_try *w)
+{
+	return wake_need_of(w, -1, NULL);
+}
+
+vmm_status share_wake_from_outside(int dev, const char *tag, share_try_fn wake, void *arg,
+				   long long until_ms, vmm_error *err)
 {
 	struct wake_try w;
 	vmm_status st;
 
-	if (!share_enabled() || !wake_need(&w))
+	if (!share_enabled() || !wake_need_of(&w, dev, tag))
 		return vmm_fail(err, VMM_E_OOM, 0, "too little free device memory to wake");
 	waking_from_outside = true;
 	st = share_make_room_until(w.dev, w.need, wake, arg, "a wake asked by vmmctl", true,

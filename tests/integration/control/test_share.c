@@ -434,6 +434,43 @@ Test(share, a_wake_from_vmmctl_sleeps_no_higher_priority, .timeout = 120)
 	teardown_group();
 }
 
+/* A wake of one tag makes room for that tag's bytes only. a (priority 1) wakes its small tag
+ * (30 MB of its 210): b (priority 0, 120 MB) may be slept, c (priority 2) may not, and ~23 MB
+ * are free. b's memory and the free memory hold the tag's 30 MB, not a's 210, which the wake
+ * used to count: it slept nobody then, since that could not be enough, and failed after the
+ * sharing wait. */
+Test(share, a_wake_of_one_tag_makes_room_for_that_tag_only, .timeout = 120)
+{
+	struct target *a, *b, *c;
+
+	setup_group();
+	a = start(1, "VMMSHIM_SHARE_WAIT=3");
+	b = start(0, NULL);
+	c = start(2, NULL);
+	cmd_ok(a, "tag small", "rc=0");
+	cmd_ok(a, alloc_cmd(1, 30000000), "ok");
+	cmd_ok(a, "tag big", "rc=0");
+	cmd_ok(a, alloc_cmd(1, 180000000), "ok");
+	vmmctl_run(&o, dir, -1, "sleep %ld", (long)a->pid);
+	cr_assert_eq(o.code, 0, "vmmctl sleep a: %s%s", o.out, o.err);
+	cmd_ok(b, alloc_cmd(1, 120000000), "ok");
+	cmd_ok(c, alloc_cmd(1, 125000000), "ok"); /* ~23 MB left free */
+	vmmctl_run(&o, dir, -1, "--json wake %ld --tag small", (long)a->pid);
+	cr_expect_eq(o.code, 0, "vmmctl wake a --tag small: %s%s", o.out, o.err);
+	status_of(b);
+	cr_expect_eq(json_num(o.out, NULL, "slept_by"), a->pid, "b slept for a's tag: %s", o.out);
+	status_of(c);
+	cr_expect(strstr(o.out, "\"state\": \"awake\""), "c stays awake: %s", o.out);
+	cr_expect_eq(target_stop(b, 10000), 0);
+	cr_expect_eq(target_stop(c, 10000), 0);
+	/* Its big tag is still held asleep: vmmctl wakes it. */
+	vmmctl_run(&o, dir, -1, "wake %ld", (long)a->pid);
+	cr_expect_eq(o.code, 0, "vmmctl wake a: %s%s", o.out, o.err);
+	cmd_ok(a, "check", "ok");
+	cr_expect_eq(target_stop(a, 10000), 0);
+	teardown_group();
+}
+
 Test(share, a_waiting_wake_is_woken_by_a_peers_free, .timeout = 120)
 {
 	waiter_woken_by(false);
