@@ -216,42 +216,40 @@ static void wake_until_done(const char *pids)
 	}
 }
 
-/* vmmctl sleeps it (with autowake, or held and woken again by vmmctl): refused is allowed (a
- * sleep or wake of its own in progress, a fault), a wedge is not. */
-static void outside_cycle(int i)
+/* vmmctl sleeps pids (one, or a group: all or none), with autowake or held and woken again by
+ * vmmctl: refused is allowed (a sleep or wake of its own in progress, a fault), a wedge is
+ * not. */
+static void sleep_from_outside(const char *pids, long *slept, long *refused)
 {
 	bool autowake = rnd(2);
-	char pid[16];
 
-	if (ctl("sleep %d%s", (int)procs[i].t->pid, autowake ? " --autowake" : "")) {
-		n.outside_refused++;
-		return;
-	}
-	n.outside_sleeps++;
-	if (autowake)
-		return;
-	usleep(rnd(300000));
-	snprintf(pid, sizeof(pid), "%d", (int)procs[i].t->pid);
-	wake_until_done(pid);
-}
-
-/* Two of them slept as a group (all or none), then woken as one, or left to wake themselves. */
-static void group_cycle(int i)
-{
-	int j = (i + 1 + (int)rnd((unsigned)nprocs - 1)) % nprocs;
-	bool autowake = rnd(2);
-	char pids[40];
-
-	snprintf(pids, sizeof(pids), "%d %d", (int)procs[i].t->pid, (int)procs[j].t->pid);
 	if (ctl("sleep %s%s", pids, autowake ? " --autowake" : "")) {
-		n.group_refused++;
+		(*refused)++;
 		return;
 	}
-	n.group_sleeps++;
+	(*slept)++;
 	if (autowake)
 		return;
 	usleep(rnd(300000));
 	wake_until_done(pids);
+}
+
+static void outside_cycle(int i)
+{
+	char pid[16];
+
+	snprintf(pid, sizeof(pid), "%d", (int)procs[i].t->pid);
+	sleep_from_outside(pid, &n.outside_sleeps, &n.outside_refused);
+}
+
+/* Two of them slept as a group, then woken as one, or left to wake themselves. */
+static void group_cycle(int i)
+{
+	int j = (i + 1 + (int)rnd((unsigned)nprocs - 1)) % nprocs;
+	char pids[40];
+
+	snprintf(pids, sizeof(pids), "%d %d", (int)procs[i].t->pid, (int)procs[j].t->pid);
+	sleep_from_outside(pids, &n.group_sleeps, &n.group_refused);
 }
 
 static void list(void)
