@@ -23,23 +23,10 @@ bool share_enabled(void);
 /* An attempt to serve what needed the memory (an allocation, a wake); true when it succeeded. */
 typedef bool (*share_try_fn)(void *arg);
 
-/* patient: wait the whole VMMSHIM_SHARE_WAIT even when no peer can be slept (a wake: memory may
- * come back by itself); otherwise fail at once then (an allocation).
- * Make room for need bytes on device dev (a driver ordinal) and call attempt, within the
- * sharing rules and VMMSHIM_SHARE_WAIT; what: for the log ("an allocation of 4 GiB"). VMM_OK once
- * attempt succeeded, else VMM_E_OOM with why in err. The caller must not be inside the
- * submission gate (others may sleep this process while it waits). */
-vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *arg,
-			   const char *what, bool patient, vmm_error *err);
-/* The same, ending by until_ms (vmm_now_ms's clock) when that comes before the sharing wait
- * (0: the sharing wait alone). */
-vmm_status share_make_room_until(int dev, uint64_t need, share_try_fn attempt, void *arg,
-				 const char *what, bool patient, long long until_ms,
-				 vmm_error *err);
-
-/* Allocation with sharing: vmm_malloc (vmm_malloc_on_stream), and on VMM_E_OOM share_make_room
- * then again. Called from the hooks inside the gate (it leaves and re-enters the gate around the
- * wait). Without sharing it is exactly the plain call. */
+/* Allocation with sharing: vmm_malloc (vmm_malloc_on_stream), and on VMM_E_OOM room made for it
+ * under the sharing rules (peers' caches trimmed, eligible peers slept, within
+ * VMMSHIM_SHARE_WAIT), then again. Called from the hooks inside the gate (it leaves and re-enters
+ * the gate around the wait). Without sharing it is exactly the plain call. */
 vmm_status share_malloc(vmm_core *core, int dev, size_t size, size_t align, const char *tag,
 			vmm_devptr *out, vmm_error *err);
 vmm_status share_malloc_on_stream(vmm_core *core, int dev, size_t size, const char *tag,

@@ -144,9 +144,6 @@ static bool put_to_sleep(const struct share_peer *p, const char *uuid, uint64_t 
 	return true;
 }
 
-/* This thread's rounds make room for a wake asked from outside, which ends the hold. */
-static _Thread_local bool waking_from_outside;
-
 static bool held_without_autowake(void)
 {
 	control_state cs;
@@ -163,10 +160,22 @@ struct round_seen {
 	int npids;
 };
 
+/* What room is made for (make_room). */
+struct room_ask {
+	int dev;              /* a driver ordinal */
+	uint64_t need;        /* bytes */
+	share_try_fn attempt; /* called with arg once room may be there */
+	void *arg;
+	const char *what;     /* for the log ("an allocation of 4 GiB") */
+	bool patient;         /* wait the whole wait even when no peer can be slept now */
+	bool ends_hold;       /* the attempt wakes a process held asleep (vmmctl's wake) */
+	long long until_ms;   /* an end before the sharing wait's (0: none) */
+};
+
 /* One round under the lock. Returns 1: attempt succeeded; 0: not now (seen says what may change
  * that); -1: the lock could not be had before the deadline. */
-static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn attempt, void *arg,
-		     const char *what, long long deadline, struct round_seen *seen)
+static int one_round(const struct room_ask *a, const char *uuid, long long deadline,
+		     struct round_seen *seen)
 {
 	long long *later = &seen->later;
 	const share_settings *ss = share_settings_get();
@@ -182,14 +191,14 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 	seen->npids = 0;
 	if (share_lock(ss->run_dir, uuid, deadline))
 		return -1;
-	trim_own(dev, deadline);
-	if (attempt(arg)) {
+	trim_own(a->dev, deadline);
+	if (a->attempt(a->arg)) {
 		rc = 1;
 		goto out;
 	}
 	/* Held asleep until someone wakes it (vmmctl, no autowake): sleeping peers now would free
 	 * memory nobody here can use. */
-	if (held_without_autowake() && !waking_from_outside)
+	if (held_without_autowake() && !a->ends_hold)
 		goto out;
 	npids = peer_client_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
 	share_look_all(pids, npids, uuid, deadline, looks, found);
@@ -209,7 +218,7 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 						     peers[i].cached : peers[i].resident;
 		}
 	}
-	if (attempt(arg)) {
+	if (a->attempt(a->arg)) {
 		rc = 1;
 		goto out;
 	}
@@ -227,17 +236,17 @@ static int one_round(int dev, const char *uuid, uint64_t need, share_try_fn atte
 			*later = t;
 	}
 	/* Sleep only when it can be enough: a sleep that cannot make room is pure loss. */
-	if (device_free(dev) + could < need)
+	if (device_free(a->dev) + could < a->need)
 		goto out;
 	/* A peer's sleep may take past the wait (its copy needs the time), but past the deadline
 	 * no further peer is slept: each could hold the GPU's lock that long again. */
 	for (int i = 0; i < n && rc == 0 && vmm_now_ms() < deadline; i++) {
 		long long t;
 
-		if (!eligible(&peers[i], now, &t) || !put_to_sleep(&peers[i], uuid, need, what,
-								  deadline))
+		if (!eligible(&peers[i], now, &t) || !put_to_sleep(&peers[i], uuid, a->need,
+								  a->what, deadline))
 			continue;
-		if (attempt(arg))
+		if (a->attempt(a->arg))
 			rc = 1;
 	}
 out:
@@ -245,7 +254,7 @@ out:
 	return rc;
 }
 
-/* When looks may come (share_make_room's loop): the start of the last, and the least gap
+/* When looks may come (make_room's loop): the start of the last, and the least gap
  * before the next when frees wake the waiter. */
 struct look_pace {
 	long long last_ms, free_gap_ms;
@@ -307,15 +316,11 @@ static void wait_for_change(struct share_waiter *w, const struct round_seen *see
 	}
 }
 
-vmm_status share_make_room(int dev, uint64_t need, share_try_fn attempt, void *arg,
-			   const char *what, bool patient, vmm_error *err)
-{
-	return share_make_room_until(dev, need, attempt, arg, what, patient, 0, err);
-}
-
-vmm_status share_make_room_until(int dev, uint64_t need, share_try_fn attempt, void *arg,
-				 const char *what, bool patient, long long until_ms,
-				 vmm_error *err)
+/* Make room for a->need bytes on a->dev and call a->attempt, within the sharing rules and
+ * VMMSHIM_SHARE_WAIT (or a->until_ms). VMM_OK once the attempt succeeded, else VMM_E_OOM with
+ * why. The caller must not be inside the submission gate: others may sleep this process while
+ * it waits. */
+static vmm_status make_room(const struct room_ask *a, vmm_error *err)
 {
 	const share_settings *ss = share_settings_get();
 	long long t0 = vmm_now_ms(), deadline = t0 + ss->wait_ms, pause = 10;
@@ -326,24 +331,24 @@ vmm_status share_make_room_until(int dev, uint64_t need, share_try_fn attempt, v
 	bool waited = false;
 	int rc;
 
-	if (until_ms > 0 && until_ms < deadline)
-		deadline = until_ms;
-	if (!share_enabled() || !share_gpu_uuid(dev, uuid, sizeof(uuid)))
-		return vmm_fail(err, VMM_E_OOM, 0, "device %d has too little free memory", dev);
+	if (a->until_ms > 0 && a->until_ms < deadline)
+		deadline = a->until_ms;
+	if (!share_enabled() || !share_gpu_uuid(a->dev, uuid, sizeof(uuid)))
+		return vmm_fail(err, VMM_E_OOM, 0, "device %d has too little free memory", a->dev);
 	/* Listening before the first look: a free after it wakes the wait that follows. */
-	if ((ev = share_event_of(dev)))
+	if ((ev = share_event_of(a->dev)))
 		share_event_begin(ev, deadline, &w);
 	for (;;) {
 		struct round_seen seen;
 
 		share_note_look();
 		pace.last_ms = vmm_now_ms();
-		rc = one_round(dev, uuid, need, attempt, arg, what, deadline, &seen);
+		rc = one_round(a, uuid, deadline, &seen);
 		if (rc == 1)
 			break;
 		/* Nothing will become eligible before the deadline: the answer is out of memory
 		 * now, not after a wait that cannot help. */
-		if (rc == 0 && !patient && (!seen.later || seen.later > deadline))
+		if (rc == 0 && !a->patient && (!seen.later || seen.later > deadline))
 			break;
 		if (vmm_now_ms() >= deadline)
 			break;
@@ -351,19 +356,19 @@ vmm_status share_make_room_until(int dev, uint64_t need, share_try_fn attempt, v
 			waited = true;
 			share_wait_begin();
 		}
-		wait_for_change(&w, &seen, deadline, &pause, &pace, what, uuid);
+		wait_for_change(&w, &seen, deadline, &pause, &pace, a->what, uuid);
 	}
 	share_event_end(&w);
 	if (waited)
 		share_wait_end();
 	if (rc == 1) {
 		if (vmm_now_ms() - t0 > 100)
-			vmm_log(VMM_LOG_INFO, "share: %s on %s served after %.3f s", what, uuid,
+			vmm_log(VMM_LOG_INFO, "share: %s on %s served after %.3f s", a->what, uuid,
 				(vmm_now_ms() - t0) / 1000.0);
 		return VMM_OK;
 	}
 	return vmm_fail(err, VMM_E_OOM, 0, "%s on %s: no sharing process could make room within "
-			"%.1f s", what, uuid, (vmm_now_ms() - t0) / 1000.0);
+			"%.1f s", a->what, uuid, (vmm_now_ms() - t0) / 1000.0);
 }
 
 /* A wake of this process: the device with memory asleep and how much. */
@@ -450,8 +455,9 @@ static vmm_status alloc_sharing(struct alloc_try *a)
 	snprintf(what, sizeof(what), "an allocation of %zu bytes", size);
 	/* Wait outside the gate: a peer may have to sleep this process meanwhile. */
 	gate_leave();
-	st = share_make_room(a->dev, (size + PIECE - 1) / PIECE * PIECE, try_alloc, a, what, false,
-			     a->err);
+	st = make_room(&(struct room_ask){ .dev = a->dev, .need = (size + PIECE - 1) / PIECE * PIECE,
+					   .attempt = try_alloc, .arg = a, .what = what },
+		       a->err);
 	gate_enter();
 	return st;
 }
@@ -539,15 +545,14 @@ vmm_status share_wake_from_outside(int dev, const char *tag, share_try_fn wake, 
 				   long long until_ms, vmm_error *err)
 {
 	struct wake_try w;
-	vmm_status st;
 
 	if (!share_enabled() || !wake_need_of(&w, dev, tag))
 		return vmm_fail(err, VMM_E_OOM, 0, "too little free device memory to wake");
-	waking_from_outside = true;
-	st = share_make_room_until(w.dev, w.need, wake, arg, "a wake asked by vmmctl", true,
-				   until_ms, err);
-	waking_from_outside = false;
-	return st;
+	return make_room(&(struct room_ask){ .dev = w.dev, .need = w.need, .attempt = wake,
+					     .arg = arg, .what = "a wake asked by vmmctl",
+					     .patient = true, .ends_hold = true,
+					     .until_ms = until_ms },
+			 err);
 }
 
 void share_autowake(void)
@@ -567,7 +572,9 @@ void share_autowake(void)
 		return;
 	}
 	w.deadline_ms = vmm_now_ms() + share_settings_get()->wait_ms;
-	if (share_make_room(w.dev, w.need, try_wake, &w, "a wake", true, &err))
+	if (make_room(&(struct room_ask){ .dev = w.dev, .need = w.need, .attempt = try_wake,
+					  .arg = &w, .what = "a wake", .patient = true },
+		      &err))
 		vmm_log(VMM_LOG_INFO, "share: still asleep (will retry at the next device work): %s",
 			err.msg);
 }
