@@ -413,8 +413,8 @@ Test(group_ipc, memory_nobody_opened_after_a_get_is_released, .timeout = 60)
  * writes an export through its mapping, or reads it back; the three sleep as a group (held, or
  * with autowake and woken by their next read) and wake; one member sleeps alone while the
  * others use the memory; an importer is killed and a fresh one opens both exports again (half
- * of them with one or two driver faults in the sleep, wake and import paths); an importer
- * closes an export and opens it again. After every sleep, failed ones included, every member
+ * of them with one or two driver faults in the sleep, wake and import paths), or the exporter
+ * (replace_exporter); an importer closes an export and opens it again. After every sleep, failed ones included, every member
  * must read what was written last, through every mapping, and with everyone gone the GPU must
  * be as free as before. A sleep may fail only where a fault was injected; a wake refused (a
  * fault, its exporter mid-operation) is tried again, within 30 s. */
@@ -427,7 +427,8 @@ struct ipc_rounds {
 	char last[IPC_EXPORTS][32];      /* what each export holds */
 	bool faults[3];                  /* started with SIMDEV_FAIL */
 	unsigned rng;
-	int rounds, group_sleeps, alone_sleeps, kills, reopens, writes, reads, faulty, failed;
+	int rounds, group_sleeps, alone_sleeps, kills, exporters, reopens, writes, reads, faulty,
+		failed;
 };
 
 static unsigned ipc_rnd(struct ipc_rounds *r, unsigned below)
@@ -490,6 +491,64 @@ static void wake_until_done(struct peer *ps, int n)
 	}
 }
 
+/* A member killed; its successor started with driver faults half the time. */
+static void replace_member(struct ipc_rounds *r, int i)
+{
+	static char env[160];
+	const char *extra = NULL;
+
+	peer_kill(&r->s.ps[i]);
+	r->faults[i] = ipc_rnd(r, 2);
+	if (r->faults[i]) {
+		draw_faults(r, env, sizeof(env));
+		extra = env;
+		r->faulty++;
+	}
+	start(&r->s.ps[i], extra);
+	r->s.own[i] = peer_ok_again(r, i, "alloc %u", OWN_BYTES);
+}
+
+/* The exporter allocates export k, writes what it holds now and hands it out (hex). */
+static void export(struct ipc_rounds *r, int k)
+{
+	r->slot[0][k] = peer_ok_again(r, 0, "alloc %u", SHARED_BYTES);
+	peer_ok_again(r, 0, "write %lld %s", r->slot[0][k], r->last[k]);
+	peer_cmd(&r->s.ps[0], -1, "ipcget %lld", r->slot[0][k]);
+	cr_assert(!strncmp(r->s.ps[0].reply, "ok ", 3), "ipcget: %s", r->s.ps[0].reply);
+	snprintf(r->hex[k], sizeof(r->hex[k]), "%.256s", r->s.ps[0].reply + 3);
+}
+
+/* The exporter is killed while the importers map its memory: their imports hold it, so they
+ * still read and write one memory, and a sleep of the two alone keeps it whole (its exporter is
+ * not in the group: nothing is released). A new exporter then exports copies and the importers
+ * move to them; the old memory goes back to the GPU with their closes (checked at the end). */
+static void replace_exporter(struct ipc_rounds *r, int k)
+{
+	replace_member(r, 0);
+	for (int i = 1; i < 3; i++)
+		for (int e = 0; e < IPC_EXPORTS; e++)
+			expect_read(&r->s.ps[i], r->slot[i][e], r->last[e]);
+	snprintf(r->last[k], sizeof(r->last[k]), "r%d-orphan", r->rounds);
+	peer_ok_again(r, 1, "write %lld %s", r->slot[1][k], r->last[k]);
+	expect_read(&r->s.ps[2], r->slot[2][k], r->last[k]);
+	if (group("sleep", &r->s.ps[1], 2))
+		cr_assert(any_faults(r, &r->s.ps[1], 2), "importers' sleep without a fault: %s %s",
+			  o.out, o.err);
+	wake_until_done(&r->s.ps[1], 2);
+	for (int i = 1; i < 3; i++)
+		for (int e = 0; e < IPC_EXPORTS; e++)
+			expect_read(&r->s.ps[i], r->slot[i][e], r->last[e]);
+	for (int e = 0; e < IPC_EXPORTS; e++)
+		export(r, e);
+	for (int i = 1; i < 3; i++)
+		for (int e = 0; e < IPC_EXPORTS; e++) {
+			peer_ok_again(r, i, "ipcclose %lld", r->slot[i][e]);
+			r->slot[i][e] = peer_ok_again(r, i, "ipcopen %s", r->hex[e]);
+		}
+	r->exporters++;
+	all_read_last(r);
+}
+
 static void ipc_round(struct ipc_rounds *r)
 {
 	int i = (int)ipc_rnd(r, 3), k = (int)ipc_rnd(r, IPC_EXPORTS), what = (int)ipc_rnd(r, 100);
@@ -532,21 +591,12 @@ static void ipc_round(struct ipc_rounds *r)
 		wake_until_done(p, 1);
 		all_read_last(r);
 	} else if (what < 90 && i > 0) {
-		static char env[160];
-		const char *extra = NULL;
-
-		peer_kill(&r->s.ps[i]);
-		r->faults[i] = ipc_rnd(r, 2);
-		if (r->faults[i]) {
-			draw_faults(r, env, sizeof(env));
-			extra = env;
-			r->faulty++;
-		}
-		start(&r->s.ps[i], extra);
-		r->s.own[i] = peer_ok_again(r, i, "alloc %u", OWN_BYTES);
+		replace_member(r, i);
 		open_exports(r, i);
 		r->kills++;
 		all_read_last(r);
+	} else if (what < 90) {
+		replace_exporter(r, k);
 	} else if (i > 0) {
 		peer_ok_again(r, i, "ipcclose %lld", r->slot[i][k]);
 		r->slot[i][k] = peer_ok_again(r, i, "ipcopen %s", r->hex[k]);
@@ -573,12 +623,8 @@ Test(group_ipc, randomized_sleeps_kills_and_reopens_keep_every_byte, .timeout = 
 	}
 	r.s.n = 3;
 	for (int k = 0; k < IPC_EXPORTS; k++) {
-		r.slot[0][k] = peer_ok(&r.s.ps[0], "alloc %u", SHARED_BYTES);
 		snprintf(r.last[k], sizeof(r.last[k]), "export-%d", k);
-		peer_ok(&r.s.ps[0], "write %lld %s", r.slot[0][k], r.last[k]);
-		peer_cmd(&r.s.ps[0], -1, "ipcget %lld", r.slot[0][k]);
-		cr_assert(!strncmp(r.s.ps[0].reply, "ok ", 3), "ipcget: %s", r.s.ps[0].reply);
-		snprintf(r.hex[k], sizeof(r.hex[k]), "%.256s", r.s.ps[0].reply + 3);
+		export(&r, k);
 	}
 	for (int i = 1; i < 3; i++)
 		open_exports(&r, i);
@@ -587,10 +633,11 @@ Test(group_ipc, randomized_sleeps_kills_and_reopens_keep_every_byte, .timeout = 
 		ipc_round(&r);
 	all_read_last(&r);
 	cr_log_info("ipc rounds (seed %u): %d rounds, %d group sleeps, %d alone, %d importers "
-		    "killed and replaced (%d with faults), %d sleeps failed by a fault, %d "
-		    "reopens, %d writes, %d reads", seed_env ?
+		    "killed and replaced, %d exporters (%d with faults), %d sleeps failed by a "
+		    "fault, %d reopens, %d writes, %d reads", seed_env ?
 		    (unsigned)strtoul(seed_env, NULL, 10) : 20261205u, r.rounds, r.group_sleeps,
-		    r.alone_sleeps, r.kills, r.faulty, r.failed, r.reopens, r.writes, r.reads);
+		    r.alone_sleeps, r.kills, r.exporters, r.faulty, r.failed, r.reopens, r.writes,
+		    r.reads);
 	for (int i = 0; i < 3; i++)
 		peer_exit(&r.s.ps[i]);
 	cr_expect_geq(group_free(&observer), before, "memory left on the GPU once all ended");
