@@ -31,6 +31,7 @@
 
 #include "harness.h"
 #include "soak_faults.h"
+#include "soak_run.h"
 
 #define MAX_PROCS 6
 #define BASE_BUFS 4
@@ -379,27 +380,14 @@ int main(int argc, char **argv)
 {
 	double start_s = now_s(), epoch_s;
 
-	seed0 = (unsigned long long)time(NULL) ^ (unsigned long long)getpid();
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-			seconds = atof(argv[++i]);
-		else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
-			seed0 = strtoull(argv[++i], NULL, 10);
-		else if (!strcmp(argv[i], "--procs") && i + 1 < argc)
-			nprocs = atoi(argv[++i]);
-		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-			threads = atoi(argv[++i]);
-		else {
-			fprintf(stderr, "usage: share_soak [--seconds S] [--seed N] [--procs P] "
-				"[--threads T]\n");
-			return 2;
-		}
-	}
-	if (seconds < 5 || nprocs < 2 || nprocs > MAX_PROCS || threads < 1 || threads > 16) {
-		fprintf(stderr, "share_soak: --seconds at least 5, --procs 2 to %d, --threads 1 "
-			"to 16\n", MAX_PROCS);
+	struct soak_args a = { .seconds = seconds, .threads = threads, .procs = nprocs };
+
+	if (!soak_args_parse(argc, argv, "share_soak", MAX_PROCS, &a))
 		return 2;
-	}
+	seconds = a.seconds;
+	seed0 = a.seed;
+	threads = a.threads;
+	nprocs = a.procs;
 	rng = (unsigned)(seed0 ^ (seed0 >> 32));
 	timeout_s = 15 * ctl_slow();
 	share_wait_s = 5 * ctl_slow();
@@ -410,11 +398,7 @@ int main(int argc, char **argv)
 	epoch_s = seconds < 30 ? seconds / 2 : 15;
 	printf("share_soak: seed %llu, %g s, %d processes, %d threads each\n", seed0, seconds,
 	       nprocs, threads);
-	while (now_s() - start_s < seconds - epoch_s * 0.5) {
-		double left = seconds - (now_s() - start_s);
-
-		epoch(left < epoch_s * 1.5 ? left * 0.7 : epoch_s);
-	}
+	soak_run_epochs(start_s, seconds, epoch_s, epoch);
 	cleanup_group();
 	printf("share_soak: passed, seed %llu, %.0f s: %ld epochs, %ld processes started (%ld "
 	       "with driver faults), %ld killed; %ld vmmctl sleeps from outside (%ld refused), "

@@ -26,6 +26,7 @@
 
 #include "harness.h"
 #include "soak_faults.h"
+#include "soak_run.h"
 
 #define BASE_BUFS 4
 #define BASE_BYTES (2u << 20)
@@ -458,33 +459,19 @@ int main(int argc, char **argv)
 {
 	double start = now_s(), epoch_s;
 
-	seed0 = (unsigned long long)time(NULL) ^ (unsigned long long)getpid();
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--seconds") && i + 1 < argc)
-			seconds = atof(argv[++i]);
-		else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
-			seed0 = strtoull(argv[++i], NULL, 10);
-		else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-			threads = atoi(argv[++i]);
-		else {
-			fprintf(stderr, "usage: soak [--seconds S] [--seed N] [--threads T]\n");
-			return 2;
-		}
-	}
-	if (seconds < 5 || threads < 1 || threads > 16) {
-		fprintf(stderr, "soak: --seconds at least 5, --threads 1 to 16\n");
+	struct soak_args a = { .seconds = seconds, .threads = threads };
+
+	if (!soak_args_parse(argc, argv, "soak", 0, &a))
 		return 2;
-	}
+	seconds = a.seconds;
+	seed0 = a.seed;
+	threads = a.threads;
 	rng = (unsigned)(seed0 ^ (seed0 >> 32));
 	timeout_s = 15 * ctl_slow();
 	/* Epochs of about 12 s of work (each also starts, checks and stops the program). */
 	epoch_s = seconds < 30 ? seconds / 2 : 12;
 	printf("soak: seed %llu, %g s, %d threads\n", seed0, seconds, threads);
-	while (now_s() - start < seconds - epoch_s * 0.5) {
-		double left = seconds - (now_s() - start);
-
-		epoch(left < epoch_s * 1.5 ? left * 0.7 : epoch_s);
-	}
+	soak_run_epochs(start, seconds, epoch_s, epoch);
 	printf("soak: passed, seed %llu, %.0f s: %ld epochs, %ld sleep/wake cycles (%ld whole, "
 	       "%ld per tag, %ld per device), %ld failed sleeps or wakes, %ld clients killed "
 	       "mid-request, %ld cancels, %ld malformed requests, %ld status, %ld programs killed "

@@ -1,0 +1,25 @@
+/* What the two soaks (soak.c, share_soak.c) share around their epochs: the command line and
+ * the loop that runs epochs until the time is up. */
+#ifndef VMMSHIM_SOAK_RUN_H
+#define VMMSHIM_SOAK_RUN_H
+
+#include <stdbool.h>
+
+struct soak_args {
+	double seconds;          /* at least 5 */
+	unsigned long long seed; /* drawn from the clock and pid unless --seed */
+	int threads;             /* 1 to 16 */
+	int procs;               /* --procs, 2 to procs_max (only where procs_max > 0) */
+};
+
+/* --seconds S, --seed N, --threads T and, where procs_max > 0, --procs P into a (which holds the
+ * defaults on entry). On bad input prints name's usage and returns false. */
+bool soak_args_parse(int argc, char **argv, const char *name, int procs_max,
+		     struct soak_args *a);
+
+/* Epochs of epoch_s each until about `seconds` have passed since start_s; the last one
+ * shortened so that the whole run ends near its time. */
+void soak_run_epochs(double start_s, double seconds, double epoch_s,
+		     void (*epoch)(double secs));
+
+#endif
