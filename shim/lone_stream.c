@@ -142,7 +142,9 @@ static void finish(void)
 }
 
 /* Host wait for the event, without the lock (S's queued work may wait for work another thread
- * is about to submit), then finish. Lock held on entry and on return. */
+ * is about to submit), then finish. Lock held on entry and on return. No bound, on purpose: it
+ * is less than the device synchronize native cudaFree made when the last block was freed, and
+ * past a bound the blocks handed out since could still be in use by their former owners. */
 static void wait_and_finish(void)
 {
 	CUevent e = join_event;
