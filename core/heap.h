@@ -124,6 +124,10 @@ vmm_status vmm_trim(vmm_core *core, int dev, vmm_error *err);
 struct vmm_limits; /* offload/transfer.h */
 vmm_status vmm_trim_within(vmm_core *core, int dev, const struct vmm_limits *lim,
 			   vmm_error *err);
+/* Only the quarantine made reusable (its synchronization within lim, as above), nothing given
+ * back: memory the caller means to use itself, which another process could take meanwhile. */
+vmm_status vmm_reclaim_within(vmm_core *core, int dev, const struct vmm_limits *lim,
+			      vmm_error *err);
 
 /* Peer access: grant (or revoke) `peer` read/write access to every present and future mapping of
  * dev's heap, kept across sleep and wake. */

@@ -98,8 +98,10 @@ vmm_status vmm_trim(vmm_core *core, int dev, vmm_error *err)
 	return vmm_trim_within(core, dev, NULL, err);
 }
 
-vmm_status vmm_trim_within(vmm_core *core, int dev, const struct vmm_limits *lim,
-			   vmm_error *err)
+/* The quarantine reclaimed on dev (every device: dev < 0), within lim; with give_back, what is
+ * free then goes back to the driver. */
+static vmm_status trim_devices(vmm_core *core, int dev, const vmm_limits *lim, bool give_back,
+			       vmm_error *err)
 {
 	vmm_status st = VMM_OK;
 
@@ -117,14 +119,28 @@ vmm_status vmm_trim_within(vmm_core *core, int dev, const struct vmm_limits *lim
 			continue;
 		/* A failed sync leaves the quarantine alone; what is free still goes back. */
 		s = reclaim_unlocked(dh, lim, err);
-		for (int i = 0; i < dh->narenas; i++)
-			slab_release_empty(dh, dh->arenas[i]);
-		heap_release_free_handles(dh, 0);
-		share_settle(dh);
+		if (give_back) {
+			for (int i = 0; i < dh->narenas; i++)
+				slab_release_empty(dh, dh->arenas[i]);
+			heap_release_free_handles(dh, 0);
+			share_settle(dh);
+		}
 		pthread_mutex_unlock(&dh->lock);
 		if (s && !st)
 			st = s;
 	}
 	trim_leave(core);
 	return st;
+}
+
+vmm_status vmm_trim_within(vmm_core *core, int dev, const struct vmm_limits *lim,
+			   vmm_error *err)
+{
+	return trim_devices(core, dev, lim, true, err);
+}
+
+vmm_status vmm_reclaim_within(vmm_core *core, int dev, const struct vmm_limits *lim,
+			      vmm_error *err)
+{
+	return trim_devices(core, dev, lim, false, err);
 }

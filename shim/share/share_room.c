@@ -81,15 +81,19 @@ static uint64_t device_free(int dev)
 	return fr;
 }
 
-/* Under the GPU's lock, which every other sharing process waits for: the wait for this
- * process's own device (the quarantine's sync) ends with the sharing wait. */
-static void trim_own(int dev, long long deadline)
+/* This process's quarantine made reusable, its sync (when one is needed) ending with the
+ * sharing wait; with give_back, its cache then goes back to the driver (under the GPU's lock
+ * only: another process could take it before this one's attempt). */
+static void settle_own(int dev, long long deadline, bool give_back)
 {
 	shim_runtime *rt = shim_runtime_peek();
+	vmm_core *core = rt ? rt->side[SHIM_CUDA].core : NULL;
 	vmm_limits lim = { .deadline = deadline / 1e3 };
 
-	if (rt && rt->side[SHIM_CUDA].core)
-		vmm_trim_within(rt->side[SHIM_CUDA].core, dev, &lim, NULL);
+	if (core && give_back)
+		vmm_trim_within(core, dev, &lim, NULL);
+	else if (core)
+		vmm_reclaim_within(core, dev, &lim, NULL);
 }
 
 static void ask_trim(const struct share_peer *p, long long deadline)
@@ -189,9 +193,14 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 
 	*later = 0;
 	seen->npids = 0;
+	/* The wait for this process's own device comes first, without the GPU's lock: every other
+	 * sharing process would wait for that lock meanwhile. Under it, the trim finds the
+	 * quarantine drained (a sync then covers only what was freed in between), and gives the
+	 * cache back where no other process can take it before the attempt. */
+	settle_own(a->dev, deadline, false);
 	if (share_lock(ss->run_dir, uuid, deadline))
 		return -1;
-	trim_own(a->dev, deadline);
+	settle_own(a->dev, deadline, true);
 	if (a->attempt(a->arg)) {
 		rc = 1;
 		goto out;
@@ -498,7 +507,7 @@ static bool try_wake(void *arg)
 
 	/* The process's own cache counts as free (the wake trims it too). */
 	if (device_free(w->dev) < w->need)
-		trim_own(w->dev, w->deadline_ms);
+		settle_own(w->dev, w->deadline_ms, true);
 	if (device_free(w->dev) < w->need)
 		return false;
 	vmm_error_clear(&err);

@@ -28,6 +28,8 @@
  *   bgquery MS         on a thread of its own, a cudaMalloc of 4 MiB ("bgquery started"), then
  *                      after MS ms cuMemGetAddressRange of a pointer inside it, timed: answers
  *                      "query took N ms size S" (S: the range's size, the allocation's)
+ *   bgalloc BYTES      on a thread of its own, a cudaMalloc of BYTES, freed at once: answers
+ *                      "bgalloc started", then "bgalloc ok" or "bgalloc err N" when it returns
  *   device N           cudaSetDevice(N): later allocations land there
  *   primary N          whether device N's primary context is active -> "primary N active 0|1"
  *   fork               fork a child that exits at once; answers with the child's status
@@ -476,6 +478,23 @@ static void *bgmeminfo_main(void *arg)
 	return NULL;
 }
 
+static size_t bg_alloc_bytes;
+
+static void *bgalloc_main(void *arg)
+{
+	void *p = NULL;
+	cudaError_t e = cudaMalloc(&p, bg_alloc_bytes);
+
+	(void)arg;
+	if (e == cudaSuccess) {
+		cudaFree(p);
+		say("bgalloc ok");
+	} else {
+		say("bgalloc err %d", (int)e);
+	}
+	return NULL;
+}
+
 static int bg_query_ms;
 static CUdeviceptr bg_query_ptr;
 
@@ -617,6 +636,13 @@ int main(void)
 			pthread_create(&t, NULL, bgmeminfo_main, NULL);
 			pthread_detach(t);
 			say("bgmeminfo started");
+		} else if (!strcmp(a, "bgalloc") && n == 2) {
+			pthread_t t;
+
+			bg_alloc_bytes = strtoull(b, NULL, 10);
+			pthread_create(&t, NULL, bgalloc_main, NULL);
+			pthread_detach(t);
+			say("bgalloc started");
 		} else if (!strcmp(a, "bgquery") && n == 2) {
 			pthread_t t;
 			void *p = NULL;

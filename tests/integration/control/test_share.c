@@ -55,27 +55,30 @@ static void teardown_group(void)
 		fprintf(stderr, "could not clean %s\n", dir);
 }
 
-/* A sharing ctl_target with priority prio and the extra setting extra (may be NULL). */
+/* A sharing ctl_target with priority prio and the extra settings extra ("K=V K=V", may be
+ * NULL). */
 static struct target *start(int prio, const char *extra)
 {
-	static char envs[8][9][160];
+	static char envs[8][12][160];
 	static int k;
-	char (*e)[160] = envs[k++ % 8];
-	const char *env[9];
+	char (*e)[160] = envs[k++ % 8], more[160], *save = NULL;
+	const char *env[12];
 	struct target *t;
 	int n = 0;
 
-	snprintf(e[0], 160, "VMMSHIM_RUN_DIR=%s", dir);
-	snprintf(e[1], 160, "SIMDEV_SHARED=%s", group);
-	snprintf(e[2], 160, "SIMDEV_MEMORY=%uM", 256 / scale());
-	snprintf(e[3], 160, "VMMSHIM_SHARE=1");
-	snprintf(e[4], 160, "VMMSHIM_PRIORITY=%d", prio);
-	snprintf(e[5], 160, "VMMSHIM_LOG=info");
-	snprintf(e[6], 160, "%s", extra ? extra : "VMMSHIM_SHARE_IDLE=200ms");
+	snprintf(e[n++], 160, "VMMSHIM_RUN_DIR=%s", dir);
+	snprintf(e[n++], 160, "SIMDEV_SHARED=%s", group);
+	snprintf(e[n++], 160, "SIMDEV_MEMORY=%uM", 256 / scale());
+	snprintf(e[n++], 160, "VMMSHIM_SHARE=1");
+	snprintf(e[n++], 160, "VMMSHIM_PRIORITY=%d", prio);
+	snprintf(e[n++], 160, "VMMSHIM_LOG=info");
 	/* For the sanitize build (the shim preloaded after an ASan program); ignored otherwise. */
-	snprintf(e[7], 160, "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:halt_on_error=1");
-	for (n = 0; n < 8; n++)
-		env[n] = e[n];
+	snprintf(e[n++], 160, "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0:halt_on_error=1");
+	snprintf(more, sizeof(more), "%s", extra ? extra : "VMMSHIM_SHARE_IDLE=200ms");
+	for (char *kv = strtok_r(more, " ", &save); kv && n < 11; kv = strtok_r(NULL, " ", &save))
+		snprintf(e[n++], 160, "%s", kv);
+	for (int i = 0; i < n; i++)
+		env[i] = e[i];
 	env[n] = NULL;
 	t = target_start(env);
 	cr_assert(t, "ctl_target did not start under the shim");
@@ -652,5 +655,45 @@ Test(share, a_sleep_between_the_check_and_the_gate_does_not_hold_the_lock, .time
 	cmd_ok(d, "check", "ok");
 	cr_expect_eq(target_stop(a, 10000), 0);
 	cr_expect_eq(target_stop(d, 20000), 0);
+	teardown_group();
+}
+
+/* A sharing process's wait for its own device comes before it takes the GPU's lock: a waits for
+ * memory (b may be slept only once its time slice ends), and a free of its own lands in its
+ * quarantine while a kernel of 6 s runs. The round that free starts must wait for that kernel,
+ * but not while holding the GPU's lock: c (higher priority) then makes room by sleeping b at
+ * once instead of waiting ~5 s for a's device. */
+Test(share, a_round_waits_for_its_own_device_without_the_lock, .timeout = 120)
+{
+	struct target *a, *b, *c;
+	char reply[256];
+	double t0, took;
+
+	setup_group();
+	b = start(0, NULL);
+	cmd_ok(b, alloc_cmd(1, 100000000), "ok");
+	a = start(0, "VMMSHIM_SHARE_IDLE=60 VMMSHIM_SHARE_SLICE=12");
+	c = start(1, NULL);
+	cmd_ok(a, alloc_cmd(1, 60000000), "ok");
+	cmd_ok(a, "busy 6000", "busy launched");
+	snprintf(reply, sizeof(reply), "bgalloc %u", 150000000 / scale());
+	cmd_ok(a, reply, "bgalloc started"); /* no room: a waits for b's slice */
+	usleep(500000);
+	cmd_ok(a, "freeall", "freed 1"); /* into quarantine: the device is busy */
+	usleep(300000);
+	t0 = now_s();
+	cmd_ok(c, alloc_cmd(1, 150000000), "ok"); /* more than is free: a round */
+	took = now_s() - t0;
+	cr_log_info("c's allocation: %.2f s", took);
+	cr_expect_lt(took, 2.5, "c's allocation took %.2f s: it waited for a's device", took);
+	status_of(b);
+	cr_expect_eq(json_num(o.out, NULL, "slept_by"), c->pid, "%s", o.out);
+	cmd_ok(c, "check", "ok");
+	cr_assert_eq(target_read(a, reply, sizeof(reply), 30000), 0, "a's allocation never ended");
+	cr_expect(!strncmp(reply, "bgalloc", 7), "a: %s", reply);
+	cr_expect_eq(target_stop(c, 10000), 0);
+	cr_expect_eq(target_stop(a, 10000), 0);
+	cmd_ok(b, "check", "ok");
+	cr_expect_eq(target_stop(b, 20000), 0);
 	teardown_group();
 }
