@@ -6,12 +6,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -240,6 +243,36 @@ void peer_client_free(peer_client_reply *r)
 	r->nrecords = 0;
 }
 
+/* Is name in dir a socket left by an ended process? Then it is removed, as vmmctl does. Only a
+ * pid that no process of this namespace has is looked at closer: a process of another pid
+ * namespace sharing the folder is alive as long as its socket takes connections, and one that
+ * refuses them has no listener. Removed only while it is still the same file. */
+static bool left_over(const char *dir, const char *name, pid_t pid)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct stat before, now;
+	int fd, rc;
+
+	if (!kill(pid, 0) || errno != ESRCH)
+		return false;
+	if ((size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%s", dir, name) >=
+	    sizeof(sa.sun_path) || lstat(sa.sun_path, &before) || !S_ISSOCK(before.st_mode))
+		return false;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return false;
+	rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	if (!rc || errno != ECONNREFUSED) {
+		close(fd);
+		return false; /* connected, or still connecting: a listener is there */
+	}
+	close(fd);
+	if (!lstat(sa.sun_path, &now) && now.st_ino == before.st_ino &&
+	    now.st_dev == before.st_dev && kill(pid, 0) && errno == ESRCH)
+		unlink(sa.sun_path);
+	return true;
+}
+
 int peer_client_list(const char *dir, pid_t self, pid_t *out, int max)
 {
 	DIR *d = opendir(dir);
@@ -252,7 +285,8 @@ int peer_client_list(const char *dir, pid_t self, pid_t *out, int max)
 		char *end;
 		long pid = strtol(e->d_name, &end, 10);
 
-		if (end != e->d_name && !strcmp(end, ".sock") && pid > 0 && pid != self)
+		if (end != e->d_name && !strcmp(end, ".sock") && pid > 0 && pid != self &&
+		    pid <= INT_MAX && !left_over(dir, e->d_name, (pid_t)pid))
 			out[n++] = (pid_t)pid;
 	}
 	closedir(d);

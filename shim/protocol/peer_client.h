@@ -34,7 +34,9 @@ const proto_record *peer_client_nth(const peer_client_reply *r, const char *kind
 const char *peer_client_error(const peer_client_reply *r);
 void peer_client_free(peer_client_reply *r);
 
-/* The pids of the sockets in dir ("<pid>.sock"), without self; returns how many (up to max). */
+/* The pids of the sockets in dir ("<pid>.sock"), without self and without those left by ended
+ * processes (removed: a folder of many killed processes must not fill the max before the live
+ * ones are read); returns how many (up to max). */
 int peer_client_list(const char *dir, pid_t self, pid_t *out, int max);
 
 #endif

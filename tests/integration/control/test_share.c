@@ -7,7 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <dirent.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -692,6 +695,57 @@ Test(share, a_round_waits_for_its_own_device_without_the_lock, .timeout = 120)
 	cr_assert_eq(target_read(a, reply, sizeof(reply), 30000), 0, "a's allocation never ended");
 	cr_expect(!strncmp(reply, "bgalloc", 7), "a: %s", reply);
 	cr_expect_eq(target_stop(c, 10000), 0);
+	cr_expect_eq(target_stop(a, 10000), 0);
+	cmd_ok(b, "check", "ok");
+	cr_expect_eq(target_stop(b, 20000), 0);
+	teardown_group();
+}
+
+/* Sockets of the control folder that no process serves: n of them, named for pids no process
+ * can have (above the kernel's limit), as processes killed with SIGKILL leave them. */
+static void leave_sockets(int n)
+{
+	for (int i = 0; i < n; i++) {
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+		int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+		cr_assert(fd >= 0);
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%d.sock", dir, 5000000 + i);
+		cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "%s", sa.sun_path);
+		close(fd);
+	}
+}
+
+static int sockets_in_folder(void)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	int n = 0;
+
+	cr_assert(d);
+	while ((e = readdir(d)))
+		n += strstr(e->d_name, ".sock") != NULL;
+	closedir(d);
+	return n;
+}
+
+/* A folder where many killed processes left their sockets: a round reads at most 64 of them,
+ * and the live peer must not be crowded out (it would get the driver's out-of-memory error
+ * instead of sleeping the lower priority). The left-overs are removed on the way. */
+Test(share, sockets_left_by_killed_processes_do_not_hide_live_peers, .timeout = 120)
+{
+	struct target *a, *b;
+
+	setup_group();
+	b = start(0, NULL);
+	a = start(1, NULL);
+	cmd_ok(b, alloc_cmd(1, 150000000), "ok");
+	leave_sockets(1000);
+	cmd_ok(a, alloc_cmd(1, 150000000), "ok");
+	status_of(b);
+	cr_expect_eq(json_num(o.out, NULL, "slept_by"), a->pid, "%s", o.out);
+	cr_expect_eq(sockets_in_folder(), 2, "the left-over sockets were not removed");
+	cmd_ok(a, "check", "ok");
 	cr_expect_eq(target_stop(a, 10000), 0);
 	cmd_ok(b, "check", "ok");
 	cr_expect_eq(target_stop(b, 20000), 0);
