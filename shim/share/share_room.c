@@ -210,6 +210,10 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 	if (held_without_autowake() && !a->ends_hold)
 		goto out;
 	npids = peer_client_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
+	if (npids == SHARE_MAX_PEERS)
+		vmm_log(VMM_LOG_WARN, "share: the control folder %s holds %d processes or more: "
+			"only %d are looked at for room", ss->run_dir, SHARE_MAX_PEERS,
+			SHARE_MAX_PEERS);
 	share_look_all(pids, npids, uuid, deadline, looks, found);
 	for (int i = 0; i < npids; i++) {
 		if (looks[i] != SHARE_LOOK_NONE)
