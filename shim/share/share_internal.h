@@ -25,7 +25,9 @@ struct share_peer {
 	pid_t pid;
 	int priority, ordinal;
 	long long idle_ms, resident_ms;
-	uint64_t resident, cached;
+	/* bytes on this GPU its sleep alone would release (not those other processes map), and of
+	 * them those in its cache */
+	uint64_t releasable, cached;
 	bool awake;
 };
 

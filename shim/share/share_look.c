@@ -67,7 +67,8 @@ static enum share_look look_at(pid_t pid, const char *uuid, long long deadline,
 	long long prio;
 	bool share = false;
 	const char *gpus, *state;
-	uint64_t mapped = 0, app_bytes = 0, app_asleep = 0;
+	uint64_t mapped = 0, app_bytes = 0, app_asleep = 0, shared = 0, shared_asleep = 0,
+		 app_kept = 0, resident, kept;
 
 	memset(out, 0, sizeof(*out));
 	out->pid = pid;
@@ -102,8 +103,16 @@ static enum share_look look_at(pid_t pid, const char *uuid, long long deadline,
 		proto_record_u64(dev, "cached", &out->cached);
 		proto_record_u64(dev, "app_bytes", &app_bytes);
 		proto_record_u64(dev, "app_asleep", &app_asleep);
+		proto_record_u64(dev, "ipc_shared", &shared);
+		proto_record_u64(dev, "ipc_shared_asleep", &shared_asleep);
+		proto_record_u64(dev, "app_unreleasable", &app_kept);
 	}
-	out->resident = mapped + (app_bytes > app_asleep ? app_bytes - app_asleep : 0);
+	/* What its sleep alone cannot release stays out: memory other processes map (legacy IPC
+	 * exports, the program's exported or imported handles). Sleeping a process for it would
+	 * cost it its memory and bring nothing. */
+	resident = mapped + (app_bytes > app_asleep ? app_bytes - app_asleep : 0);
+	kept = (shared > shared_asleep ? shared - shared_asleep : 0) + app_kept;
+	out->releasable = resident > kept ? resident - kept : 0;
 	peer_client_free(&r);
 	return SHARE_LOOK_PEER;
 }

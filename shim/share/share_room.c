@@ -41,7 +41,7 @@ static int by_preference(const void *a, const void *b)
 		return x->priority < y->priority ? -1 : 1;
 	if (x->idle_ms != y->idle_ms)
 		return x->idle_ms > y->idle_ms ? -1 : 1;
-	return x->resident > y->resident ? -1 : x->resident < y->resident;
+	return x->releasable > y->releasable ? -1 : x->releasable < y->releasable;
 }
 
 /* May we sleep p now? If not, *later: the monotonic time it may become eligible (0: never). */
@@ -51,7 +51,7 @@ static bool eligible(const struct share_peer *p, long long now, long long *later
 	long long t;
 
 	*later = 0;
-	if (!p->awake || !p->resident || p->priority > ss->priority)
+	if (!p->awake || !p->releasable || p->priority > ss->priority)
 		return false;
 	if (p->priority < ss->priority)
 		return true;
@@ -227,8 +227,8 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 	for (int i = 0; i < n; i++) {
 		if (peers[i].cached) {
 			ask_trim(&peers[i], deadline);
-			peers[i].resident -= peers[i].resident > peers[i].cached ?
-						     peers[i].cached : peers[i].resident;
+			peers[i].releasable -= peers[i].releasable > peers[i].cached ?
+						       peers[i].cached : peers[i].releasable;
 		}
 	}
 	if (a->attempt(a->arg)) {
@@ -244,7 +244,7 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 		long long t;
 
 		if (eligible(&peers[i], now, &t))
-			could += peers[i].resident;
+			could += peers[i].releasable;
 		else if (t && (!*later || t < *later))
 			*later = t;
 	}

@@ -408,15 +408,74 @@ Test(group_ipc, memory_nobody_opened_after_a_get_is_released, .timeout = 60)
 	finish(&s, &observer);
 }
 
+/* A member on a GPU of 256 MiB shared with GPU sharing on (VMMSHIM_SHARE=1, priority prio;
+ * prio < 0: sharing off). */
+static void start_small(struct peer *p, int prio)
+{
+	char share[32], priority[32];
+	const char *env[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=256M",
+			      "VMMSHIM_LOG=info", SAN_ENV, share, priority, NULL };
+
+	snprintf(share, sizeof(share), "VMMSHIM_SHARE=%d", prio >= 0);
+	snprintf(priority, sizeof(priority), "VMMSHIM_PRIORITY=%d", prio >= 0 ? prio : 0);
+	peer_start(p, env);
+	peer_ok(p, "init");
+}
+
+static bool slept_by(pid_t pid, pid_t by)
+{
+	vmmctl_run(&o, se.run_dir, -1, "status --json %d", (int)pid);
+	cr_assert_eq(o.code, 0, "%s %s", o.out, o.err);
+	return json_num(o.out, NULL, "slept_by") == by;
+}
+
+/* GPU sharing counts only what a peer's sleep would release: memory it exports through legacy
+ * IPC stays resident for its importer. A higher priority that needs more than the peer's own
+ * memory gets its out-of-memory error without sleeping it (a sleep for nothing); one that needs
+ * no more sleeps it, and the importer still reads the shared memory meanwhile. */
+Test(group_ipc, gpu_sharing_does_not_sleep_a_peer_for_memory_it_shares, .timeout = 60)
+{
+	struct peer e, imp, c;
+	long long shared, own, mine, big;
+	char hex[200];
+
+	setup_env();
+	start_small(&e, 0);
+	start_small(&imp, -1);
+	start_small(&c, 1);
+	shared = peer_ok(&e, "alloc %u", 100u << 20);
+	peer_ok(&e, "write %lld shared-by-e", shared);
+	own = peer_ok(&e, "alloc %u", 20u << 20);
+	peer_ok(&e, "write %lld own-of-e", own);
+	peer_cmd(&e, -1, "ipcget %lld", shared);
+	cr_assert(!strncmp(e.reply, "ok ", 3), "ipcget: %s", e.reply);
+	snprintf(hex, sizeof(hex), "%.190s", e.reply + 3);
+	mine = peer_ok(&imp, "ipcopen %s", hex);
+	expect_read(&imp, mine, "shared-by-e");
+	/* 136 MiB are free; e's sleep would release 20 of its 120. */
+	cr_expect(strncmp(peer_cmd(&c, -1, "alloc %u", 200u << 20), "ok", 2),
+		  "200 MiB were served: %s", c.reply);
+	cr_expect(slept_by(e.pid, 0), "e was slept for memory its sleep cannot release: %s", o.out);
+	big = peer_ok(&c, "alloc %u", 150u << 20);
+	cr_expect(slept_by(e.pid, c.pid), "e was not slept for its own memory: %s", o.out);
+	expect_read(&imp, mine, "shared-by-e");
+	peer_ok(&c, "free %lld", big);
+	expect_read(&e, own, "own-of-e"); /* woken by its read, c's cache trimmed for it */
+	expect_read(&e, shared, "shared-by-e");
+	peer_exit(&c);
+	peer_exit(&imp);
+	finish(&(struct sharing){ .n = 0 }, &e);
+}
+
 /* Randomized rounds over one sharing (the exporter, two importers, two exports each opened by
  * both), for 20 s with a fixed seed (IPC_SOAK_SECONDS and IPC_SOAK_SEED change them): a member
  * writes an export through its mapping, or reads it back; the three sleep as a group (held, or
  * with autowake and woken by their next read) and wake; one member sleeps alone while the
  * others use the memory; an importer is killed and a fresh one opens both exports again (half
  * of them with one or two driver faults in the sleep, wake and import paths), or the exporter
- * (replace_exporter); an importer closes an export and opens it again. After every sleep, failed ones included, every member
- * must read what was written last, through every mapping, and with everyone gone the GPU must
- * be as free as before. A sleep may fail only where a fault was injected; a wake refused (a
+ * (replace_exporter); an importer closes an export and opens it again. After every sleep,
+ * failed ones included, every member must read what was written last, through every mapping,
+ * and with everyone gone the GPU must be as free as before. A sleep may fail only where a fault was injected; a wake refused (a
  * fault, its exporter mid-operation) is tried again, within 30 s. */
 #define IPC_EXPORTS 2
 
