@@ -467,6 +467,34 @@ Test(group_ipc, gpu_sharing_does_not_sleep_a_peer_for_memory_it_shares, .timeout
 	finish(&(struct sharing){ .n = 0 }, &e);
 }
 
+/* The same for the program's own VMM memory it exported (NCCL's buffers): its handle stays
+ * resident when the process sleeps alone, so it is not counted either. */
+Test(group_ipc, gpu_sharing_does_not_sleep_a_peer_for_its_exported_handles, .timeout = 60)
+{
+	struct peer e, c;
+	long long h, mapped, own, big;
+
+	setup_env();
+	start_small(&e, 0);
+	start_small(&c, 1);
+	h = peer_ok(&e, "create %u posix", 100u << 20);
+	mapped = peer_ok(&e, "map %lld %u", h, 100u << 20);
+	peer_ok(&e, "write %lld exported-by-e", mapped);
+	peer_ok(&e, "export %lld keep", h); /* the descriptor held open, as by a peer */
+	own = peer_ok(&e, "alloc %u", 20u << 20);
+	peer_ok(&e, "write %lld own-of-e", own);
+	cr_expect(strncmp(peer_cmd(&c, -1, "alloc %u", 200u << 20), "ok", 2),
+		  "200 MiB were served: %s", c.reply);
+	cr_expect(slept_by(e.pid, 0), "e was slept for memory its sleep cannot release: %s", o.out);
+	big = peer_ok(&c, "alloc %u", 150u << 20);
+	cr_expect(slept_by(e.pid, c.pid), "e was not slept for its own memory: %s", o.out);
+	peer_ok(&c, "free %lld", big);
+	expect_read(&e, own, "own-of-e");
+	expect_read(&e, mapped, "exported-by-e");
+	peer_exit(&c);
+	finish(&(struct sharing){ .n = 0 }, &e);
+}
+
 /* Randomized rounds over one sharing (the exporter, two importers, two exports each opened by
  * both), for 20 s with a fixed seed (IPC_SOAK_SECONDS and IPC_SOAK_SEED change them): a member
  * writes an export through its mapping, or reads it back; the three sleep as a group (held, or
