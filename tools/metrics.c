@@ -86,6 +86,21 @@ static const struct family families[] = {
 	  "progress", "bytes_total", NULL },
 	{ "vmmshim_progress_seconds", "gauge",
 	  "The sleep or wake in progress: seconds since it began.", "progress", "seconds", NULL },
+	/* GPU sharing (VMMSHIM_SHARE=1): only processes that take part have these. */
+	{ "vmmshim_share_priority", "gauge",
+	  "Sharing priority of a process with VMMSHIM_SHARE=1.", "info", "priority", NULL },
+	{ "vmmshim_share_waiting", "gauge",
+	  "1 while an allocation or wake of the sharing process waits for memory.", "info",
+	  "waiting", NULL },
+	{ "vmmshim_share_wait_seconds_total", "counter",
+	  "Seconds the sharing process's allocations and wakes waited for memory.", "info",
+	  "waited_ms", NULL },
+	{ "vmmshim_share_looks_total", "counter",
+	  "Rounds of making room for memory (each asks every sharing peer of the GPU).", "info",
+	  "looks", NULL },
+	{ "vmmshim_share_slept_by_peers_total", "counter",
+	  "Times a sharing peer slept the process to make room.", "info", "slept_by_peers",
+	  NULL },
 };
 
 static void put_label(FILE *f, const char *name, const char *v)
@@ -108,11 +123,14 @@ static void put_label(FILE *f, const char *name, const char *v)
 	fputc('"', f);
 }
 
-/* A number field as the format wants it (Go's ParseFloat syntax); NULL when absent. */
+/* A number field as the format wants it (Go's ParseFloat syntax), a flag as 1 or 0; NULL when
+ * absent. */
 static const char *number(const proto_record *r, const char *key)
 {
 	const proto_field *fl = proto_record_field(r, key);
 
+	if (fl && fl->type == PROTO_T_BOOL)
+		return strcmp(fl->value, "true") ? "0" : "1";
 	if (!fl || fl->type != PROTO_T_NUMBER)
 		return NULL;
 	return fl->value[0] == '+' ? fl->value + 1 : fl->value;
@@ -139,10 +157,15 @@ static void put_sample(FILE *f, const struct family *fm, const survey_item *it,
 		       const proto_record *r)
 {
 	const char *v = number(r, fm->field);
-	char pid[24];
+	char pid[24], seconds[40];
 
 	if (!v)
 		return;
+	/* Wire fields named *_ms count milliseconds; the format wants seconds. */
+	if (strlen(fm->field) > 3 && !strcmp(fm->field + strlen(fm->field) - 3, "_ms")) {
+		snprintf(seconds, sizeof(seconds), "%.3f", strtod(v, NULL) / 1000);
+		v = seconds;
+	}
 	snprintf(pid, sizeof(pid), "%ld", (long)it->t.pid);
 	fprintf(f, "%s{", fm->name);
 	put_label(f, "pid", pid);

@@ -21,6 +21,7 @@ static atomic_llong resident_since_ms;
 static atomic_llong waiting_since_ms; /* 0: not waiting */
 static atomic_llong waited_ms;        /* in total */
 static atomic_llong looks;            /* rounds of making room, in total */
+static atomic_llong slept_by_peers;   /* sleeps a sharing peer made of it, in total */
 static atomic_int waiters;
 static pthread_mutex_t slept_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct {
@@ -65,6 +66,8 @@ const share_settings *share_settings_get(void)
 
 void share_note_slept(long by_pid, const char *reason)
 {
+	if (by_pid > 0)
+		atomic_fetch_add(&slept_by_peers, 1);
 	pthread_mutex_lock(&slept_lock);
 	slept.by = by_pid;
 	snprintf(slept.why, sizeof(slept.why), "%s", reason);
@@ -139,4 +142,5 @@ void share_put_info(proto_writer *w)
 	proto_put_bool(w, "waiting", waiting != 0);
 	proto_put_int(w, "waited_ms", atomic_load(&waited_ms) + (waiting ? now - waiting : 0));
 	proto_put_int(w, "looks", atomic_load(&looks));
+	proto_put_int(w, "slept_by_peers", atomic_load(&slept_by_peers));
 }

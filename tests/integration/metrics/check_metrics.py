@@ -37,9 +37,10 @@ def fail(msg):
     sys.exit(1)
 
 
-def start_target():
+def start_target(**more):
     tenv = dict(env, LD_PRELOAD=SHIM, SIMDEV_MEMORY="2G", VMMSHIM_LOG="warn",
                 SIMDEV_DELAY="cuMemcpyDtoHAsync:150")
+    tenv.update(more)
     p = subprocess.Popen([TARGET], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=tenv,
                          text=True, bufsize=1)
     return p
@@ -270,8 +271,48 @@ try:
                                                  one(fams, "vmmshim_wakes_total", pid)))
     if one(fams, "vmmshim_copied_bytes_total", pid, direction="in") < NBUF * BUF:
         fail("copied in too small after wake")
+    # GPU sharing: a higher priority's allocation sleeps a lower one on a GPU too small for
+    # both; the sharing families show it, and a process without sharing has none of them.
+    if samples(fams, "vmmshim_share_priority", pid):
+        fail("sharing figures for a process without VMMSHIM_SHARE")
     cmd(target, "quit", "")
     target.wait(timeout=20)
+    group = "metrics%d" % os.getpid()
+    sharers = []
+    try:
+        for prio in (0, 1):
+            sharers.append(start_target(SIMDEV_SHARED=group, SIMDEV_MEMORY="256M",
+                                        VMMSHIM_SHARE="1", VMMSHIM_PRIORITY=str(prio),
+                                        VMMSHIM_SHARE_IDLE="200ms"))
+            if not reply(sharers[-1]).startswith("ready"):
+                fail("a sharing ctl_target did not start")
+        low, high = sharers
+        cmd(low, "alloc 1 150000000", "ok")
+        cmd(high, "alloc 1 150000000", "ok")
+        fams = parse(vmmctl("metrics").stdout)
+        if one(fams, "vmmshim_share_slept_by_peers_total", low.pid) != 1:
+            fail("the slept process's slept_by_peers_total is %s" %
+                 one(fams, "vmmshim_share_slept_by_peers_total", low.pid))
+        if one(fams, "vmmshim_share_looks_total", high.pid) < 1:
+            fail("no round counted for the process that made room")
+        if one(fams, "vmmshim_share_priority", high.pid) != 1:
+            fail("priority %s" % one(fams, "vmmshim_share_priority", high.pid))
+        if one(fams, "vmmshim_share_waiting", high.pid) != 0:
+            fail("a process that got its memory still shown waiting")
+        if one(fams, "vmmshim_share_wait_seconds_total", high.pid) < 0:
+            fail("negative wait seconds")
+        cmd(high, "check", "ok")
+        cmd(high, "quit", "")
+        cmd(low, "check", "ok")  # woken by its own work, the memory back
+        cmd(low, "quit", "")
+    finally:
+        for p in sharers:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        for n in os.listdir("/dev/shm"):
+            if n.startswith("simdev-cuda-%d-%s" % (os.getuid(), group)):
+                os.unlink(os.path.join("/dev/shm", n))
     print("metrics ok")
 finally:
     if target.poll() is None:
