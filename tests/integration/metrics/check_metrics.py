@@ -295,6 +295,9 @@ try:
                  one(fams, "vmmshim_share_slept_by_peers_total", low.pid))
         if one(fams, "vmmshim_share_looks_total", high.pid) < 1:
             fail("no round counted for the process that made room")
+        text = vmmctl("status", str(low.pid)).stdout
+        if "sleeps by peers 1" not in text:
+            fail("status of the slept process does not count the sleep: %r" % text)
         if one(fams, "vmmshim_share_priority", high.pid) != 1:
             fail("priority %s" % one(fams, "vmmshim_share_priority", high.pid))
         if one(fams, "vmmshim_share_waiting", high.pid) != 0:
