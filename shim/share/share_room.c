@@ -7,6 +7,7 @@
  * when a sharing process of the GPU frees memory, is slept or exits (even killed), or when a peer
  * may have become eligible, and looks again; every wait ends by the deadline
  * (VMMSHIM_SHARE_WAIT). When nothing ever could free enough, it fails at once. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,6 +165,9 @@ struct round_seen {
 	int npids;
 };
 
+/* The folder held more processes than a round reads: said once per process. */
+static atomic_bool said_folder_full;
+
 /* What room is made for (make_room). */
 struct room_ask {
 	int dev;              /* a driver ordinal */
@@ -210,7 +214,7 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 	if (held_without_autowake() && !a->ends_hold)
 		goto out;
 	npids = peer_client_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
-	if (npids == SHARE_MAX_PEERS)
+	if (npids == SHARE_MAX_PEERS && !atomic_exchange(&said_folder_full, true))
 		vmm_log(VMM_LOG_WARN, "share: the control folder %s holds %d processes or more: "
 			"only %d are looked at for room", ss->run_dir, SHARE_MAX_PEERS,
 			SHARE_MAX_PEERS);
