@@ -104,12 +104,13 @@ declare -A tsan_filter=(
   # The sharing soak: three sharing processes sleeping one another, killed and replaced
   # (not Criterion: no filter).
   [control_share_soak]=''
-  # GPU sharing (sizes a quarter under TSan, about 80 s): two processes taking turns, waiters
-  # woken by a peer's free or death (inotify, pidfds, the control server), a sleep between
-  # an attempt and the gate, a waiter paced beside a peer that frees all the time, and a round's
-  # looks side by side (share_look.c) beside stopped processes. Simdev's group lock is one TSan
-  # follows (sim_group.c).
-  [control_share]='@(share/two_processes*|share/a_waiting*|share/a_sleep_between*|share/a_peer_freeing*|share/stopped_processes*)'
+  # GPU sharing (sizes a quarter under TSan, about 60 s, more under load): two processes
+  # taking turns, waiters woken by a peer's free or death (inotify, pidfds, the control
+  # server), a sleep between an attempt and the gate, a waiter paced beside a peer that frees
+  # all the time, a round's
+  # looks side by side (share_look.c) beside stopped processes, and a round's drain of its own
+  # device beside a peer's trim of it. Simdev's group lock is one TSan follows (sim_group.c).
+  [control_share]='@(share/two_processes*|share/a_waiting*|share/a_sleep_between*|share/a_peer_freeing*|share/stopped_processes*|share/a_round_waits*)'
   # Kept connections to a peer, eight threads at once (not Criterion: no filter).
   [control_peer_kept_threads]=''
   # Four threads held at the gate while autowakes fail: one try a second for all of them.
