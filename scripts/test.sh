@@ -107,9 +107,9 @@ declare -A tsan_filter=(
   # GPU sharing (sizes a quarter under TSan, about 60 s, more under load): two processes
   # taking turns, waiters woken by a peer's free or death (inotify, pidfds, the control
   # server), a sleep between an attempt and the gate, a waiter paced beside a peer that frees
-  # all the time, a round's
-  # looks side by side (share_look.c) beside stopped processes, and a round's drain of its own
-  # device beside a peer's trim of it. Simdev's group lock is one TSan follows (sim_group.c).
+  # all the time, a round's looks side by side (share_look.c) beside stopped processes, and a
+  # round's drain of its own device beside a peer's trim of it. Simdev's group lock is one
+  # TSan follows (sim_group.c).
   [control_share]='@(share/two_processes*|share/a_waiting*|share/a_sleep_between*|share/a_peer_freeing*|share/stopped_processes*|share/a_round_waits*)'
   # Kept connections to a peer, eight threads at once (not Criterion: no filter).
   [control_peer_kept_threads]=''
