@@ -6,11 +6,9 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdarg.h>
-#include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +21,7 @@
 #include "../core/mono_wait.h"
 #include "cli.h"
 #include "run_dir.h"
+#include "stale_socket.h"
 #include "trust.h"
 
 #define MAX_LIST_SOCKETS 4096
@@ -40,28 +39,6 @@ static int set_error(client_error *e, int code, const char *status, const char *
 	vsnprintf(e->message, sizeof(e->message), fmt, ap);
 	va_end(ap);
 	return code;
-}
-
-bool client_process_gone(pid_t pid)
-{
-	char path[64], buf[512], *paren;
-	ssize_t n;
-	int fd;
-
-	if (kill(pid, 0) && errno == ESRCH)
-		return true;
-	snprintf(path, sizeof(path), "/proc/%ld/stat", (long)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return errno == ENOENT;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	/* "pid (comm) S ...": the state follows the last ')'. */
-	paren = strrchr(buf, ')');
-	return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
 /* Value of name in an environ block (NUL-separated), or NULL. */
@@ -154,7 +131,7 @@ int client_find_socket(pid_t pid, client_target *t, client_error *e)
 
 	memset(t, 0, sizeof(*t));
 	snprintf(procdir, sizeof(procdir), "/proc/%ld", (long)pid);
-	if (client_process_gone(pid) || stat(procdir, &st))
+	if (proc_ended(pid) || stat(procdir, &st))
 		return set_error(e, EXIT_NO_PROCESS, "no_process", "no process with pid %ld",
 				 (long)pid);
 	owner = st.st_uid;
@@ -247,16 +224,11 @@ static int gather_facts(const client_target *t, int fd, trust_facts *f, char *wh
 static int refused_socket(const client_target *t, const struct stat *before, int err,
 			  bool remove_stale, client_error *e)
 {
-	struct stat now_st;
-
-	if (!client_process_gone(t->pid))
+	if (!proc_ended(t->pid))
 		return set_error(e, EXIT_NO_PROCESS, "not_shimmed",
 				 "process %ld does not answer on %s (%s)", (long)t->pid, t->path,
 				 strerror(err));
-	if (remove_stale && err == ECONNREFUSED && !lstat(t->path, &now_st) &&
-	    S_ISSOCK(now_st.st_mode) && now_st.st_ino == before->st_ino &&
-	    now_st.st_dev == before->st_dev && client_process_gone(t->pid) &&
-	    !unlink(t->path))
+	if (remove_stale && err == ECONNREFUSED && stale_socket_remove(t->path, before, t->pid))
 		return set_error(e, EXIT_NO_PROCESS, "stale",
 				 "removed %s, left by process %ld, which has ended", t->path,
 				 (long)t->pid);
@@ -277,7 +249,7 @@ static int connect_before(const client_target *t, double deadline, double timeou
 	if (lstat(t->path, &before)) {
 		err = errno;
 		memset(&before, 0, sizeof(before));
-		if (client_process_gone(t->pid))
+		if (proc_ended(t->pid))
 			return set_error(e, EXIT_NO_PROCESS, "no_process",
 					 "process %ld has ended", (long)t->pid), -1;
 		return set_error(e, EXIT_NO_PROCESS, "not_shimmed", "%s: %s", t->path,
@@ -407,7 +379,7 @@ static int parse_reply(char *buf, size_t len, pid_t pid, client_reply *out, clie
 static int cut_short(pid_t pid, const char *how, client_error *e)
 {
 	for (int i = 0; i < 25; i++) {
-		if (client_process_gone(pid))
+		if (proc_ended(pid))
 			return set_error(e, EXIT_NO_PROCESS, "no_process",
 					 "process %ld ended before it answered", (long)pid);
 		usleep(20000);

@@ -62,9 +62,6 @@ int client_reply_error(const client_reply *r, client_error *e);
 const proto_record *client_reply_find(const client_reply *r, const char *kind);
 void client_reply_free(client_reply *r);
 
-/* Has pid ended (no such process, or a zombie)? */
-bool client_process_gone(pid_t pid);
-
 /* Every socket to look at for `list`: the caller's folders (root: every user's). Returns how
  * many were put in *out (malloc'd; free it), -1 when out of memory. Folders that are refused
  * are reported through note(). */

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <signal.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +20,7 @@
 
 #include "../../core/mono_wait.h"
 #include "run_dir.h"
+#include "stale_socket.h"
 
 static int fail(char *why, size_t whylen, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -244,19 +244,19 @@ void peer_client_free(peer_client_reply *r)
 }
 
 /* Is name in dir a socket left by an ended process? Then it is removed, as vmmctl does. Only a
- * pid that no process of this namespace has is looked at closer: a process of another pid
+ * pid that no live process of this namespace has is looked at closer: a process of another pid
  * namespace sharing the folder is alive as long as its socket takes connections, and one that
- * refuses them has no listener. Removed only while it is still the same file. */
+ * refuses them has no listener. */
 static bool left_over(const char *dir, const char *name, pid_t pid)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
-	struct stat before, now;
+	struct stat seen;
 	int fd, rc;
 
-	if (!kill(pid, 0) || errno != ESRCH)
+	if (!proc_ended(pid))
 		return false;
 	if ((size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%s", dir, name) >=
-	    sizeof(sa.sun_path) || lstat(sa.sun_path, &before) || !S_ISSOCK(before.st_mode))
+	    sizeof(sa.sun_path) || lstat(sa.sun_path, &seen) || !S_ISSOCK(seen.st_mode))
 		return false;
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (fd < 0)
@@ -267,9 +267,7 @@ static bool left_over(const char *dir, const char *name, pid_t pid)
 		return false; /* connected, or still connecting: a listener is there */
 	}
 	close(fd);
-	if (!lstat(sa.sun_path, &now) && now.st_ino == before.st_ino &&
-	    now.st_dev == before.st_dev && kill(pid, 0) && errno == ESRCH)
-		unlink(sa.sun_path);
+	stale_socket_remove(sa.sun_path, &seen, pid);
 	return true;
 }
 
