@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -716,6 +717,28 @@ static void leave_sockets(int n)
 	}
 }
 
+/* Sockets of n processes that served on them and exited unreaped (zombies: their pids still
+ * answer kill(0), their sockets take no connection). Their pids are stored in pids. */
+static void leave_zombie_sockets(pid_t *pids, int n)
+{
+	for (int i = 0; i < n; i++) {
+		siginfo_t si;
+
+		pids[i] = fork();
+		cr_assert(pids[i] >= 0);
+		if (!pids[i]) {
+			struct sockaddr_un sa = { .sun_family = AF_UNIX };
+			int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+			snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%d.sock", dir, (int)getpid());
+			_exit(fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 4));
+		}
+		memset(&si, 0, sizeof(si));
+		cr_assert_eq(waitid(P_PID, (id_t)pids[i], &si, WEXITED | WNOWAIT), 0);
+		cr_assert_eq(si.si_status, 0, "a child could not serve its socket");
+	}
+}
+
 static int sockets_in_folder(void)
 {
 	DIR *d = opendir(dir);
@@ -729,22 +752,26 @@ static int sockets_in_folder(void)
 	return n;
 }
 
-/* A folder where many killed processes left their sockets: a round reads at most 64 of them,
+/* A folder where many killed processes left their sockets (and unreaped ones, zombies): a round reads at most 64 of them,
  * and the live peer must not be crowded out (it would get the driver's out-of-memory error
  * instead of sleeping the lower priority). The left-overs are removed on the way. */
 Test(share, sockets_left_by_killed_processes_do_not_hide_live_peers, .timeout = 120)
 {
 	struct target *a, *b;
+	pid_t zombies[80];
 
 	setup_group();
 	b = start(0, NULL);
 	a = start(1, NULL);
 	cmd_ok(b, alloc_cmd(1, 150000000), "ok");
 	leave_sockets(1000);
+	leave_zombie_sockets(zombies, 80);
 	cmd_ok(a, alloc_cmd(1, 150000000), "ok");
 	status_of(b);
 	cr_expect_eq(json_num(o.out, NULL, "slept_by"), a->pid, "%s", o.out);
 	cr_expect_eq(sockets_in_folder(), 2, "the left-over sockets were not removed");
+	for (int i = 0; i < 80; i++)
+		waitpid(zombies[i], NULL, 0);
 	cmd_ok(a, "check", "ok");
 	cr_expect_eq(target_stop(a, 10000), 0);
 	cmd_ok(b, "check", "ok");
