@@ -11,7 +11,8 @@
 # cut by smaller ones (with VMMSHIM_REFILL_AHEAD=1, the refill thread is then soaked too).
 # --share runs the sharing soak instead (share_soak.c, CI: control_share_soak): P sharing
 # processes take turns on one simulated GPU too small for all, sleeping one another, while the
-# soak kills and replaces them, sleeps them from outside and lists them.
+# soak kills and replaces them, sleeps them from outside and lists them; in every other epoch
+# they share a buffer through legacy CUDA IPC.
 # Usage: scripts/soak.sh [--seconds S (default 600)] [--seed N (default: random)] [--threads T]
 #        scripts/soak.sh --share [--seconds S] [--seed N] [--procs P (default 3)] [--threads T]
 set -euo pipefail

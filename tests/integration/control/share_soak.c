@@ -5,8 +5,12 @@
  * now and then (SIGKILL, whatever it is doing: deciding under the GPU's lock, being slept,
  * copying) and starts a fresh one in its place, sleeps and wakes one, or two as a group, from
  * outside with vmmctl, and asks `vmmctl list` and `status`. In half the epochs some processes
- * run with driver faults injected (SIMDEV_FAIL, one or two calls each). It fails on:
- *  - a mismatch (data lost across a sleep made by a peer, or by vmmctl),
+ * run with driver faults injected (SIMDEV_FAIL, one or two calls each). In every other epoch the
+ * process of slot 0 exports a buffer through legacy CUDA IPC and most others open it (its
+ * replacement, when it is killed, exports a new one; the importers keep the old), so that peers'
+ * sleeps, group sleeps and kills meet memory several processes hold. It fails on:
+ *  - a mismatch (data lost across a sleep made by a peer, or by vmmctl; shared memory that an
+ *    exporter or importer reads differently from the bytes it was filled with),
  *  - an error other than out of memory in a process without faults (an allocation may be
  *    refused after its sharing wait: those are counted and printed),
  *  - a wedge: a vmmctl request not answered within its deadline, threads not done within their
@@ -39,6 +43,9 @@
 /* The GPU per process: each holds 16 MiB for good and its threads up to ~20 MiB each. */
 #define MIB_PER_PROC 40
 
+/* The buffer slot 0 shares in an epoch with IPC. */
+#define SHARED_BYTES (4u << 20)
+
 struct proc {
 	struct target *t;
 	int prio;
@@ -48,6 +55,12 @@ struct proc {
 };
 
 static struct proc procs[MAX_PROCS];
+/* The export the next importers open (slot 0's, while live). */
+static struct {
+	bool epoch, live, exporter_faults;
+	char hex[256];
+	unsigned seed;
+} ipc;
 static int nprocs = 3, threads = 3;
 static double seconds = 60, timeout_s, share_wait_s, epoch_len_s;
 static bool faults_epoch;
@@ -59,7 +72,7 @@ static struct ctl_out o;
 static struct {
 	long epochs, starts, kills, lists, statuses, outside_sleeps, outside_refused,
 		group_sleeps, group_refused, ops, copies, kernels, ooms, errors, slept_by_peer,
-		faulty, base_short;
+		faulty, base_short, exports, opens, ipc_refused, checks;
 } n;
 
 static unsigned rnd(unsigned below)
@@ -133,6 +146,74 @@ static int ctl(const char *fmt, ...)
 	return o.code;
 }
 
+/* Slot 0 exports a fresh buffer for the importers to come: its bytes follow from a new seed.
+ * Out of memory (the GPU's sharers hold it) is asked again for a while, then the epoch goes on
+ * without one; a fault may refuse it in a process with faults. */
+static void export_shared(struct proc *p)
+{
+	char line[64], reply[256];
+	double end = now_s() + share_wait_s * 2;
+
+	ipc.live = false;
+	ipc.seed = (unsigned)rand_r(&rng);
+	snprintf(line, sizeof(line), "ipcexport %u %u", SHARED_BYTES, ipc.seed);
+	for (;;) {
+		if (target_cmd(p->t, line, reply, sizeof(reply),
+			       (int)((share_wait_s * 2 + timeout_s) * 1000)))
+			fail("pid %ld did not answer '%s'", (long)p->t->pid, line);
+		if (strcmp(reply, "error alloc") || now_s() > end)
+			break;
+		usleep(200000);
+	}
+	if (!strncmp(reply, "ok ", 3)) {
+		snprintf(ipc.hex, sizeof(ipc.hex), "%s", reply + 3);
+		ipc.live = true;
+		ipc.exporter_faults = p->faults;
+		n.exports++;
+	} else if (strcmp(reply, "error alloc") && !p->faults) {
+		fail("pid %ld: '%s' answered '%s', no fault injected", (long)p->t->pid, line,
+		     reply);
+	} else {
+		n.ipc_refused++;
+	}
+}
+
+/* p opens slot 0's export. The exporter may be asleep (slept by a peer or by vmmctl), or
+ * sleeping or waking right then: the open must still come, or be refused only where a fault
+ * is injected on either side. */
+static void open_shared(struct proc *p)
+{
+	char line[320], reply[256];
+
+	snprintf(line, sizeof(line), "ipcopen %s %u %u", ipc.hex, SHARED_BYTES, ipc.seed);
+	if (target_cmd(p->t, line, reply, sizeof(reply),
+		       (int)((share_wait_s * 2 + timeout_s) * 1000)))
+		fail("pid %ld did not answer 'ipcopen'", (long)p->t->pid);
+	if (!strcmp(reply, "ok")) {
+		n.opens++;
+		return;
+	}
+	if (!p->faults && !ipc.exporter_faults)
+		fail("pid %ld could not open pid %ld's export: '%s', no fault injected",
+		     (long)p->t->pid, (long)procs[0].t->pid, reply);
+	n.ipc_refused++;
+}
+
+/* One process's long-lived and shared bytes read back in the middle of an epoch (this wakes
+ * it when it sleeps). A process with faults may answer with an error, never "corrupt". */
+static void check_now(struct proc *p)
+{
+	char reply[256];
+
+	if (target_cmd(p->t, "check", reply, sizeof(reply),
+		       (int)((share_wait_s * 2 + timeout_s) * 1000)))
+		fail("pid %ld did not answer 'check'", (long)p->t->pid);
+	if (strncmp(reply, "ok", 2) && (strncmp(reply, "error", 5) || !p->faults))
+		fail("pid %ld: 'check' answered '%s'%s", (long)p->t->pid, reply,
+		     p->faults ? "" : ", no fault injected");
+	n.checks++;
+}
+
 /* A sharing soak_target in slot i, its long-lived buffers made and its threads working until
  * `until`. */
 static void start(int i, double until, unsigned work_seed)
@@ -187,6 +268,10 @@ static void start(int i, double until, unsigned work_seed)
 		}
 		usleep(200000);
 	}
+	if (ipc.epoch && i == 0)
+		export_shared(p);
+	else if (ipc.epoch && ipc.live && (i == 1 || rnd(3)))
+		open_shared(p); /* slot 1 always: a short run has an importer */
 	p->work_end = until;
 	snprintf(line, sizeof(line), "work %d %.1f %u", threads, until - now_s() > 0.5 ?
 		 until - now_s() : 0.5, work_seed);
@@ -332,8 +417,11 @@ static void epoch(double secs)
 	n.epochs++;
 	epoch_len_s = secs;
 	faults_epoch = rnd(2);
-	printf("share_soak: epoch %ld, %.0f s, %d processes of %d threads%s\n", n.epochs, secs,
-	       nprocs, threads, faults_epoch ? ", some with driver faults" : "");
+	ipc.epoch = n.epochs % 2 == 0; /* every other one, so that CI's two epochs have one */
+	ipc.live = false;
+	printf("share_soak: epoch %ld, %.0f s, %d processes of %d threads%s%s\n", n.epochs, secs,
+	       nprocs, threads, faults_epoch ? ", some with driver faults" : "",
+	       ipc.epoch ? ", sharing memory through IPC" : "");
 	fflush(stdout);
 	for (int i = 0; i < nprocs; i++)
 		start(i, until, (unsigned)rand_r(&rng));
@@ -346,8 +434,10 @@ static void epoch(double secs)
 			outside_cycle(i);
 		else if (r < 33)
 			group_cycle(i);
-		else if (r < 50)
+		else if (r < 45)
 			list();
+		else if (r < 52)
+			check_now(&procs[i]);
 		else
 			status(i);
 		usleep(100000 + rnd(300000));
@@ -403,11 +493,13 @@ int main(int argc, char **argv)
 	printf("share_soak: passed, seed %llu, %.0f s: %ld epochs, %ld processes started (%ld "
 	       "with driver faults), %ld killed; %ld vmmctl sleeps from outside (%ld refused), "
 	       "%ld group sleeps (%ld refused), %ld lists, %ld statuses (%ld showed a process "
-	       "slept by a peer); the threads: %ld operations, %ld copies, %ld kernels, %ld "
+	       "slept by a peer), %ld checks; IPC: %ld exports, %ld opens (%ld refused by "
+	       "faults or memory); the threads: %ld operations, %ld copies, %ld kernels, %ld "
 	       "allocations refused for want of memory (and %ld processes short of long-lived "
 	       "buffers), %ld errors from faults, 0 mismatches, 0 leaks, 0 wedges\n",
 	       seed0, now_s() - start_s, n.epochs, n.starts, n.faulty, n.kills, n.outside_sleeps,
 	       n.outside_refused, n.group_sleeps, n.group_refused, n.lists, n.statuses,
-	       n.slept_by_peer, n.ops, n.copies, n.kernels, n.ooms, n.base_short, n.errors);
+	       n.slept_by_peer, n.checks, n.exports, n.opens, n.ipc_refused, n.ops, n.copies,
+	       n.kernels, n.ooms, n.base_short, n.errors);
 	return 0;
 }

@@ -16,6 +16,13 @@
  *                          other processes may do, counted apart from errors)
  *   memused                device memory in use, as the program sees it (cudaMemGetInfo) ->
  *                          "used N"
+ *   ipcexport BYTES SEED   a buffer filled from SEED and exported with cudaIpcGetMemHandle ->
+ *                          "ok HEX" (the handle), "error alloc" (out of memory: nothing kept)
+ *                          or "error ipc"
+ *   ipcopen HEX BYTES SEED another process's export opened (cudaIpcOpenMemHandle) -> "ok", or
+ *                          "error ipc N" (the driver's error)
+ *                          Nobody writes shared buffers after the export: `check` compares
+ *                          every one this process exported or opened with SEED's bytes.
  *   quit                   exit 0
  *
  * SOAK_LARGE_PCT=N (manual soaks): N% of the allocations are 33-80 MiB, so that the heap makes
@@ -58,6 +65,9 @@ struct worker {
 
 static struct buf base[MAX_BASE];
 static int nbase;
+#define MAX_SHARED 8
+static struct buf shared[MAX_SHARED]; /* exported or opened through legacy IPC */
+static int nshared;
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -405,19 +415,112 @@ static void cmd_base(int n, size_t size)
 	say("ok");
 }
 
+/* 1 equal, 0 differs, -1 the copies failed (a fault is injected once or twice). */
+static int compare_retried(const struct buf *b, const char *who, int id)
+{
+	int rc = compare(b, who, id);
+
+	for (int tries = 0; rc < 0 && tries < 3; tries++)
+		rc = compare(b, who, id);
+	return rc;
+}
+
 static void cmd_check(void)
 {
 	for (int i = 0; i < nbase; i++) {
-		int rc = compare(&base[i], "base", i);
+		int rc = compare_retried(&base[i], "base", i);
 
-		for (int tries = 0; rc < 0 && tries < 3; tries++)
-			rc = compare(&base[i], "base", i);
 		if (rc <= 0) {
 			say("%s %d", rc ? "error" : "corrupt", i);
 			return;
 		}
 	}
+	for (int i = 0; i < nshared; i++) {
+		int rc = compare_retried(&shared[i], "shared", i);
+
+		if (rc <= 0) {
+			say("%s shared %d", rc ? "error" : "corrupt", i);
+			return;
+		}
+	}
 	say("ok %d", nbase);
+}
+
+/* The bytes every holder of a shared buffer expects: the same seed gives the same bytes. */
+static unsigned char *shared_mirror(size_t size, unsigned seed)
+{
+	unsigned char *m = malloc(size);
+
+	if (m)
+		fill_random(m, size, &seed);
+	return m;
+}
+
+static void cmd_ipcexport(size_t size, unsigned seed)
+{
+	struct buf *b = &shared[nshared];
+	cudaIpcMemHandle_t h;
+	cudaError_t rc = cudaErrorUnknown;
+	char hex[2 * sizeof(h) + 1];
+
+	if (nshared == MAX_SHARED || !size || !(b->mirror = shared_mirror(size, seed))) {
+		say("error ipc");
+		return;
+	}
+	b->size = size;
+	if (cudaMalloc((void **)&b->dev, size) != cudaSuccess) {
+		free(b->mirror);
+		say("error alloc");
+		return;
+	}
+	for (int tries = 0; tries < 4 && !push(b); tries++)
+		;
+	for (int tries = 0; !b->stale && tries < 4 && rc != cudaSuccess; tries++)
+		rc = cudaIpcGetMemHandle(&h, b->dev);
+	if (rc != cudaSuccess) {
+		cudaFree(b->dev);
+		free(b->mirror);
+		say("error ipc");
+		return;
+	}
+	for (size_t i = 0; i < sizeof(h); i++)
+		sprintf(hex + 2 * i, "%02x", (unsigned char)h.reserved[i]);
+	nshared++;
+	say("ok %s", hex);
+}
+
+static void cmd_ipcopen(const char *hex, size_t size, unsigned seed)
+{
+	struct buf *b = &shared[nshared];
+	cudaIpcMemHandle_t h;
+	cudaError_t rc;
+
+	if (nshared == MAX_SHARED || strlen(hex) != 2 * sizeof(h) || !size) {
+		say("error ipc bad request");
+		return;
+	}
+	for (size_t i = 0; i < sizeof(h); i++) {
+		unsigned v;
+
+		if (sscanf(hex + 2 * i, "%2x", &v) != 1) {
+			say("error ipc bad handle");
+			return;
+		}
+		h.reserved[i] = (char)v;
+	}
+	rc = cudaIpcOpenMemHandle((void **)&b->dev, h, cudaIpcMemLazyEnablePeerAccess);
+	if (rc != cudaSuccess) {
+		say("error ipc %d", (int)rc);
+		return;
+	}
+	b->size = size;
+	if (!(b->mirror = shared_mirror(size, seed))) {
+		cudaIpcCloseMemHandle(b->dev);
+		say("error ipc no host memory");
+		return;
+	}
+	nshared++;
+	say("ok");
 }
 
 int main(void)
@@ -433,8 +536,8 @@ int main(void)
 	}
 	say("ready");
 	while (fgets(line, sizeof(line), stdin)) {
-		char a[32] = "", b[32] = "", c[32] = "", d[32] = "";
-		int n = sscanf(line, "%31s %31s %31s %31s", a, b, c, d);
+		char a[32] = "", b[160] = "", c[32] = "", d[32] = "";
+		int n = sscanf(line, "%31s %159s %31s %31s", a, b, c, d);
 
 		if (n <= 0)
 			continue;
@@ -451,7 +554,11 @@ int main(void)
 				say("used %zu", tot - fr);
 			else
 				say("error meminfo");
-		} else if (!strcmp(a, "quit"))
+		} else if (!strcmp(a, "ipcexport") && n == 3)
+			cmd_ipcexport(strtoull(b, NULL, 10), (unsigned)strtoul(c, NULL, 10));
+		else if (!strcmp(a, "ipcopen") && n == 4)
+			cmd_ipcopen(b, strtoull(c, NULL, 10), (unsigned)strtoul(d, NULL, 10));
+		else if (!strcmp(a, "quit"))
 			break;
 		else
 			say("error unknown command");
