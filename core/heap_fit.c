@@ -8,6 +8,7 @@
 #include "heap_records.h"
 #include "heap_refill.h"
 #include "heap_slab.h"
+#include "heap_release.h"
 #include "log.h"
 #include "mono_wait.h"
 

@@ -17,9 +17,11 @@
  *   heap_share.c    exported allocations, shared handles pinned and retired (vmm_share.h)
  *                   -> own, phys, slab, blocks, va
  *   heap_own.c      an exported allocation given one handle of its own (moved on the device)
- *                   -> phys, blocks, va
+ *                   -> release, phys, blocks, va
  *   heap_fit.c      block services: find, else sync and reclaim, else grow; the OOM ladder
- *                   -> grow, records, slab, phys, blocks
+ *                   -> grow, release, records, slab, phys, blocks
+ *   heap_release.c  wholly free handles given back, the refill ahead settled first
+ *                   -> refill, phys
  *   heap_device.c   device heaps (made at first use, torn down) and per-tag arenas
  *                   -> records, slab, phys, va
  *   heap_grow.c     growth: wholly free handles moved from anywhere, then new ones

@@ -13,6 +13,7 @@
 
 #include "heap_internal.h"
 #include "heap_share.h"
+#include "heap_release.h"
 #include "log.h"
 
 bool own_has(struct devheap *dh, const struct alloc *r)

@@ -54,8 +54,6 @@ vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err);
 /* Unmap and release the wholly free handles hs[0..n) (the releases side by side); returns the
  * bytes given back. hs is reordered. */
 uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n);
-/* Release wholly free handles until at most keep_bytes of them remain. */
-void heap_release_free_handles(struct devheap *dh, size_t keep_bytes);
 /* Give a handle's host backup back to the device's pool (nothing when it has none). */
 void heap_backup_put(struct devheap *dh, vmm_host_buf *backup);
 /* Teardown: unmap and release every handle of the device (and the parked ones), free the records

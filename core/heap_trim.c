@@ -17,6 +17,7 @@
 #include "heap_phys.h"
 #include "heap_reads.h"
 #include "heap_records.h"
+#include "heap_release.h"
 #include "heap_share.h"
 #include "heap_slab.h"
 #include "log.h"
