@@ -50,6 +50,25 @@ def device_used():
         return 0
 
 
+def device_total():
+    """The GPU's memory in bytes (0 when it cannot be read): rows sized for an H200 scale by it."""
+    if NVML is not None:
+        return pynvml.nvmlDeviceGetMemoryInfo(NVML).total
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
+                              "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=20).stdout
+        return int(out.split()[0]) * MIB
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return 0
+
+
+def h200_share(gib):
+    """gib of an H200's 140 GiB, as the same share of this GPU (an H100 has 79 GiB)."""
+    total = device_total() / GIB
+    return gib if not total else max(1, round(gib * min(total, 140.4) / 140.4))
+
+
 def process_used(pid, baseline):
     """Device memory held by pid: NVML's per-process figure where it has one, else the whole
     device's use above the idle baseline (the matrix runs one GPU process at a time)."""
@@ -955,21 +974,24 @@ class Matrix:
 
     def share_torch_row(self):
         """GPU sharing (VMMSHIM_SHARE=1): two unmodified PyTorch programs of 40 GiB each beside a
-        70 GiB native ballast (they cannot be resident side by side), alternating compute phases.
-        Both must print the checksums of a run alone; each switch (a sleep by a peer, a wake by
-        itself) is shown with its bytes and rate next to the pinned-copy rate measured by the
-        ballast; the total time next to running them one after the other."""
-        name = "GPU sharing: 2 PyTorch x 40 GiB beside 70 GiB (VMMSHIM_SHARE=1)"
+        70 GiB native ballast (they cannot be resident side by side), alternating compute phases;
+        on a smaller GPU the same shares of it. Both must print the checksums of a run alone;
+        each switch (a sleep by a peer, a wake by itself) is shown with its bytes and rate next to
+        the pinned-copy rate measured by the ballast; the total time next to running them one
+        after the other."""
+        each, beside = h200_share(40), h200_share(70)
+        name = f"GPU sharing: 2 PyTorch x {each} GiB beside {beside} GiB (VMMSHIM_SHARE=1)"
         if not self.want(name):
             return
         if not self.shim_ok:
             self.add(name, False, "libvmmshim.so was not built")
             return
-        ballast = Proc("share.ballast", [f"{self.a.bin}/hold", "70"], self.env(False), self.log,
-                       self.timeout(600))
+        ballast = Proc("share.ballast", [f"{self.a.bin}/hold", str(beside)], self.env(False),
+                       self.log, self.timeout(600))
         if not ballast.wait_for(r"^READY", timeout=self.timeout(120)):
             ballast.kill()
-            self.add(name, False, f"the 70 GiB ballast did not start: {ballast.stderr_tail()}")
+            self.add(name, False, f"the {beside} GiB ballast did not start: "
+                     f"{ballast.stderr_tail()}")
             return
         ballast.send("pinned")
         m = ballast.wait_for(r"^PINNED (\S+) (\S+)", timeout=self.timeout(120))
@@ -977,7 +999,7 @@ class Matrix:
 
         def argv(seed, delay):
             return [sys.executable, os.path.join(self.a.root, "tests/gpu/share_phases.py"),
-                    "--gib", "40", "--phases", "4", "--iters", "20", "--idle-s", "6",
+                    "--gib", str(each), "--phases", "4", "--iters", "20", "--idle-s", "6",
                     "--seed", str(seed), "--start-delay", str(delay)]
 
         reasons, ref, t_seq = [], {}, 0.0
@@ -2038,7 +2060,7 @@ class Matrix:
         sleep/wake cycles (first, steady) beside a pinned cudaMemcpy in the same process, then a
         discard sleep and wake; each time is also scaled to 128 GiB (goal: <= 3 s, <= 0.2 s with
         --discard). The device host's RAM bounds the size (the backup is all on the host)."""
-        gib = self.a.small_gib
+        gib = self.a.small_gib or h200_share(96)
         name = f"sleep/wake {gib} GiB small handles"
         if not self.want("bench small handles"):
             return
@@ -2253,8 +2275,9 @@ def main():
     ap.add_argument("--sleep-sizes", default="1,16,64")
     ap.add_argument("--group-gib", type=int, default=8,
                     help="GiB each of the two processes of the one-GPU group benchmark holds")
-    ap.add_argument("--small-gib", type=int, default=96,
-                    help="GiB of the small-handles sleep/wake row (the backup is on the host)")
+    ap.add_argument("--small-gib", type=int, default=0,
+                    help="GiB of the small-handles sleep/wake row (the backup is on the host; "
+                    "0: 96 on an H200, the same share of a smaller GPU)")
     ap.add_argument("--ckpt-gib", type=int, default=16)
     ap.add_argument("--progress-gib", type=int, default=60,
                     help="size of the sleep whose progress line is checked")

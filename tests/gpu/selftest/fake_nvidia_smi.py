@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Stands in for nvidia-smi: the device memory in use is what $FAKE_STATE says (MiB); $FAKE_GPUS
-GPUs (default 1); the per-process list (pid, GPU, MiB) is $FAKE_STATE.apps, a JSON
+"""Stands in for nvidia-smi: the device memory in use is what $FAKE_STATE says (MiB), its total
+$FAKE_TOTAL_MIB (an H200's by default); $FAKE_GPUS GPUs (default 1); the per-process list (pid, GPU, MiB) is $FAKE_STATE.apps, a JSON
 {pid: {gpu index: MiB}} that the stand-in programs and vmmctl write."""
 import json
 import os
@@ -15,6 +15,8 @@ elif "--query-gpu=memory.used" in sys.argv:
         print(open(os.environ["FAKE_STATE"]).read().strip() or "0")
     except OSError:
         print("0")
+elif "--query-gpu=memory.total" in sys.argv:
+    print(os.environ.get("FAKE_TOTAL_MIB", "143771"))
 elif "--query-gpu=index,uuid" in sys.argv:
     for i in range(gpus):
         print(f"{i}, GPU-{i}")

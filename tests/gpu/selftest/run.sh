@@ -233,6 +233,14 @@ for part in ("step  1 16x1872   362.0 ms; host queued: forward   60.0, loss   83
              "given back (0 before the sync)"):
     if part not in tl:
         bad.append(f"step_timeline.py does not say {part!r}: {tl!r}")
+# Rows sized for an H200 take the same share of a smaller GPU (an H100's 81559 MiB).
+sys.path.insert(0, os.environ["GPU_DIR"])
+import gpucheck  # noqa: E402 - the stand-in nvidia-smi answers (GPUCHECK_NO_NVML)
+for total, want in (("143771", (40, 70, 96)), ("81559", (23, 40, 54))):
+    os.environ["FAKE_TOTAL_MIB"] = total
+    got = tuple(gpucheck.h200_share(g) for g in (40, 70, 96))
+    if got != want:
+        bad.append(f"{total} MiB: 40, 70, 96 GiB of an H200 became {got}, expected {want}")
 print("selftest:", "ok" if not bad else "FAILED: " + "; ".join(bad))
 sys.exit(1 if bad else 0)
 PY
