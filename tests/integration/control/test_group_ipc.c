@@ -7,8 +7,10 @@
  * between importer and exporter after wake, a fault in the middle of the sleep or the wake
  * leaving every process as it was with its data, and a holder outside the group keeping the
  * memory resident; memory exported ahead at the get that nobody opened (its descriptors kept by
- * the exporter) is released too; and randomized rounds of all of it, with importers killed and
- * replaced, for 20 s. share_peer (tests/simdev) is the program, run under the shim. */
+ * the exporter) is released too; an export opened while its exporter sleeps alone (held or with
+ * autowake) reads the bytes of before the sleep; and randomized rounds of all of it, with
+ * importers killed and replaced, for 20 s. share_peer (tests/simdev) is the program, run under
+ * the shim. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -406,6 +408,51 @@ Test(group_ipc, memory_nobody_opened_after_a_get_is_released, .timeout = 60)
 	s.shared[1] = peer_ok(&s.ps[1], "ipcopen %s", hex);
 	expect_read(&s.ps[1], s.shared[1], "shared-by-0");
 	finish(&s, &observer);
+}
+
+/* An export opened while its exporter sleeps alone (vmmctl sleep, or a sharing peer's): the
+ * open must come and read the bytes written before the sleep, and a write through it must reach
+ * the exporter once it is awake again; then a group sleep of both keeps that one memory. */
+static void opened_while_the_exporter_sleeps(bool autowake)
+{
+	struct sharing s = { .n = 2 };
+	char text[64], hex[2048];
+
+	setup_env();
+	for (int i = 0; i < 2; i++) {
+		start(&s.ps[i], NULL);
+		s.own[i] = peer_ok(&s.ps[i], "alloc %u", OWN_BYTES);
+		snprintf(text, sizeof(text), "own-%d", i);
+		peer_ok(&s.ps[i], "write %lld %s", s.own[i], text);
+	}
+	s.shared[0] = peer_ok(&s.ps[0], "alloc %u", SHARED_BYTES);
+	peer_ok(&s.ps[0], "write %lld shared-by-0", s.shared[0]);
+	peer_cmd(&s.ps[0], -1, "ipcget %lld", s.shared[0]);
+	cr_assert(!strncmp(s.ps[0].reply, "ok ", 3), "ipcget: %s", s.ps[0].reply);
+	snprintf(hex, sizeof(hex), "%s", s.ps[0].reply + 3);
+	cr_assert_eq(vmmctl_run(&o, se.run_dir, -1, "--timeout 30 sleep %d%s", (int)s.ps[0].pid,
+				autowake ? " --autowake" : ""), 0, "sleep: %s %s", o.out, o.err);
+	s.shared[1] = peer_ok(&s.ps[1], "ipcopen %s", hex);
+	expect_read(&s.ps[1], s.shared[1], "shared-by-0");
+	peer_ok(&s.ps[1], "write %lld opened-while-asleep", s.shared[1]);
+	if (!autowake)
+		cr_assert_eq(group("wake", s.ps, 1), 0, "wake: %s %s", o.out, o.err);
+	expect_read(&s.ps[0], s.own[0], "own-0");
+	expect_read(&s.ps[0], s.shared[0], "opened-while-asleep");
+	cr_assert_eq(group("sleep", s.ps, 2), 0, "group sleep: %s %s", o.out, o.err);
+	cr_assert_eq(group("wake", s.ps, 2), 0, "group wake: %s %s", o.out, o.err);
+	check(&s, "opened-while-asleep");
+	finish(&s, NULL);
+}
+
+Test(group_ipc, an_export_opened_while_its_exporter_sleeps_held, .timeout = 60)
+{
+	opened_while_the_exporter_sleeps(false);
+}
+
+Test(group_ipc, an_export_opened_while_its_exporter_sleeps_with_autowake, .timeout = 60)
+{
+	opened_while_the_exporter_sleeps(true);
 }
 
 /* A member on a GPU of 256 MiB shared with GPU sharing on (VMMSHIM_SHARE=1, priority prio;
