@@ -7,8 +7,8 @@
 #include "heap_phys.h"
 #include "heap_records.h"
 #include "heap_refill.h"
-#include "heap_slab.h"
 #include "heap_release.h"
+#include "heap_slab.h"
 #include "log.h"
 #include "mono_wait.h"
 

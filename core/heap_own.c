@@ -12,8 +12,8 @@
 #include <stdlib.h>
 
 #include "heap_internal.h"
-#include "heap_share.h"
 #include "heap_release.h"
+#include "heap_share.h"
 #include "log.h"
 
 bool own_has(struct devheap *dh, const struct alloc *r)
