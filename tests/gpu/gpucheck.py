@@ -38,29 +38,26 @@ except Exception as e:  # noqa: BLE001 - reported, then nvidia-smi is used inste
 # ---------------------------------------------------------------------------------------------
 # Device memory, as the driver sees it (never through the shim: this process is not preloaded)
 
-def device_used():
+def device_memory(field):
+    """GPU 0's memory `used` or `total`, in bytes (0 when it cannot be read)."""
     if NVML is not None:
-        return pynvml.nvmlDeviceGetMemoryInfo(NVML).used
+        return getattr(pynvml.nvmlDeviceGetMemoryInfo(NVML), field)
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used",
+        out = subprocess.run(["nvidia-smi", f"--query-gpu=memory.{field}",
                               "--format=csv,noheader,nounits"],
                              capture_output=True, text=True, timeout=20).stdout
         return int(out.split()[0]) * MIB
     except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
         return 0
+
+
+def device_used():
+    return device_memory("used")
 
 
 def device_total():
-    """The GPU's memory in bytes (0 when it cannot be read): rows sized for an H200 scale by it."""
-    if NVML is not None:
-        return pynvml.nvmlDeviceGetMemoryInfo(NVML).total
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
-                              "--format=csv,noheader,nounits"],
-                             capture_output=True, text=True, timeout=20).stdout
-        return int(out.split()[0]) * MIB
-    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
-        return 0
+    """Rows sized for an H200 scale by it (h200_share)."""
+    return device_memory("total")
 
 
 def h200_share(gib):

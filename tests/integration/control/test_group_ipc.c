@@ -83,9 +83,12 @@ struct sharing {
 	long long own[3], shared[3];
 };
 
-static void build(struct sharing *s, int n, const char *const *extra)
+/* The members started with their own memory, and ps[0]'s export got (its handle in hex), but
+ * not opened yet. */
+static void build_unopened(struct sharing *s, int n, const char *const *extra, char *hex,
+			   size_t cap)
 {
-	char text[64], hex[200];
+	char text[64];
 
 	s->n = n;
 	for (int i = 0; i < n; i++) {
@@ -98,7 +101,14 @@ static void build(struct sharing *s, int n, const char *const *extra)
 	peer_ok(&s->ps[0], "write %lld shared-by-0", s->shared[0]);
 	peer_cmd(&s->ps[0], -1, "ipcget %lld", s->shared[0]);
 	cr_assert(!strncmp(s->ps[0].reply, "ok ", 3), "ipcget: %s", s->ps[0].reply);
-	snprintf(hex, sizeof(hex), "%s", s->ps[0].reply + 3);
+	snprintf(hex, cap, "%s", s->ps[0].reply + 3);
+}
+
+static void build(struct sharing *s, int n, const char *const *extra)
+{
+	char hex[200];
+
+	build_unopened(s, n, extra, hex, sizeof(hex));
 	for (int i = 1; i < n; i++) {
 		s->shared[i] = peer_ok(&s->ps[i], "ipcopen %s", hex);
 		expect_read(&s->ps[i], s->shared[i], "shared-by-0");
@@ -365,24 +375,14 @@ static long long kept_fds(pid_t pid)
  * the driver: nobody opened it, so a group sleep releases it, which closes them first. */
 Test(group_ipc, memory_nobody_opened_after_a_get_is_released, .timeout = 60)
 {
-	struct sharing s = { .n = 2 };
+	struct sharing s;
 	struct peer observer;
 	long long before, asleep, kept = -1;
 	char text[64], hex[2048];
 
 	setup_env();
 	start(&observer, NULL);
-	for (int i = 0; i < 2; i++) {
-		start(&s.ps[i], NULL);
-		s.own[i] = peer_ok(&s.ps[i], "alloc %u", OWN_BYTES);
-		snprintf(text, sizeof(text), "own-%d", i);
-		peer_ok(&s.ps[i], "write %lld %s", s.own[i], text);
-	}
-	s.shared[0] = peer_ok(&s.ps[0], "alloc %u", SHARED_BYTES);
-	peer_ok(&s.ps[0], "write %lld shared-by-0", s.shared[0]);
-	peer_cmd(&s.ps[0], -1, "ipcget %lld", s.shared[0]);
-	cr_assert(!strncmp(s.ps[0].reply, "ok ", 3), "ipcget: %s", s.ps[0].reply);
-	snprintf(hex, sizeof(hex), "%s", s.ps[0].reply + 3);
+	build_unopened(&s, 2, NULL, hex, sizeof(hex));
 	/* The export ahead runs on a thread of the exporter's shim: wait for it (bounded). */
 	for (int i = 0; i < 200 && kept <= 0; i++) {
 		kept = kept_fds(s.ps[0].pid);
@@ -415,21 +415,11 @@ Test(group_ipc, memory_nobody_opened_after_a_get_is_released, .timeout = 60)
  * the exporter once it is awake again; then a group sleep of both keeps that one memory. */
 static void opened_while_the_exporter_sleeps(bool autowake)
 {
-	struct sharing s = { .n = 2 };
-	char text[64], hex[2048];
+	struct sharing s;
+	char hex[2048];
 
 	setup_env();
-	for (int i = 0; i < 2; i++) {
-		start(&s.ps[i], NULL);
-		s.own[i] = peer_ok(&s.ps[i], "alloc %u", OWN_BYTES);
-		snprintf(text, sizeof(text), "own-%d", i);
-		peer_ok(&s.ps[i], "write %lld %s", s.own[i], text);
-	}
-	s.shared[0] = peer_ok(&s.ps[0], "alloc %u", SHARED_BYTES);
-	peer_ok(&s.ps[0], "write %lld shared-by-0", s.shared[0]);
-	peer_cmd(&s.ps[0], -1, "ipcget %lld", s.shared[0]);
-	cr_assert(!strncmp(s.ps[0].reply, "ok ", 3), "ipcget: %s", s.ps[0].reply);
-	snprintf(hex, sizeof(hex), "%s", s.ps[0].reply + 3);
+	build_unopened(&s, 2, NULL, hex, sizeof(hex));
 	cr_assert_eq(vmmctl_run(&o, se.run_dir, -1, "--timeout 30 sleep %d%s", (int)s.ps[0].pid,
 				autowake ? " --autowake" : ""), 0, "sleep: %s %s", o.out, o.err);
 	s.shared[1] = peer_ok(&s.ps[1], "ipcopen %s", hex);
