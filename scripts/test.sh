@@ -108,9 +108,9 @@ declare -A tsan_filter=(
   # taking turns, waiters woken by a peer's free or death (inotify, pidfds, the control
   # server), a sleep between an attempt and the gate, a waiter paced beside a peer that frees
   # all the time, a round's looks side by side (share_look.c) beside stopped processes, and a
-  # round's drain of its own device beside a peer's trim of it. Simdev's group lock is one
-  # TSan follows (sim_group.c).
-  [control_share]='@(share/two_processes*|share/a_waiting*|share/a_sleep_between*|share/a_peer_freeing*|share/stopped_processes*|share/a_round_waits*)'
+  # round's drain of its own device beside a peer's trim of it, and its bounded wait under the
+  # lock. Simdev's group lock is one TSan follows (sim_group.c).
+  [control_share]='@(share/two_processes*|share/a_waiting*|share/a_sleep_between*|share/a_peer_freeing*|share/stopped_processes*|share/a_round_waits*|share/a_round_holds*)'
   # Kept connections to a peer, eight threads at once (not Criterion: no filter).
   [control_peer_kept_threads]=''
   # Four threads held at the gate while autowakes fail: one try a second for all of them.

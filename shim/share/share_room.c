@@ -33,6 +33,10 @@
  * (a look after a quiet spell still comes at once). */
 #define FREE_GAP_MIN_MS 5
 #define FREE_GAP_MAX_MS 100
+/* Under the GPU's lock a round waits this long at most for its own device (what it freed since
+ * its drain before the lock): every other sharing process of the GPU waits on the lock
+ * meanwhile, for this process's kernels. */
+#define OWN_WAIT_UNDER_LOCK_MS 100
 
 static int by_preference(const void *a, const void *b)
 {
@@ -82,19 +86,20 @@ static uint64_t device_free(int dev)
 	return fr;
 }
 
-/* This process's quarantine made reusable, its sync (when one is needed) ending with the
- * sharing wait; with give_back, its cache then goes back to the driver (under the GPU's lock
- * only: another process could take it before this one's attempt). */
-static void settle_own(int dev, long long deadline, bool give_back)
+/* This process's quarantine made reusable, its sync (when one is needed) ending by deadline;
+ * with give_back, its cache then goes back to the driver (under the GPU's lock only: another
+ * process could take it before this one's attempt). VMM_E_BUSY: the device had not finished
+ * by then, and what it was waited for stays quarantined. */
+static vmm_status settle_own(int dev, long long deadline, bool give_back)
 {
 	shim_runtime *rt = shim_runtime_peek();
 	vmm_core *core = rt ? rt->side[SHIM_CUDA].core : NULL;
 	vmm_limits lim = { .deadline = deadline / 1e3 };
 
-	if (core && give_back)
-		vmm_trim_within(core, dev, &lim, NULL);
-	else if (core)
-		vmm_reclaim_within(core, dev, &lim, NULL);
+	if (!core)
+		return VMM_OK;
+	return give_back ? vmm_trim_within(core, dev, &lim, NULL) :
+			   vmm_reclaim_within(core, dev, &lim, NULL);
 }
 
 static void ask_trim(const struct share_peer *p, long long deadline)
@@ -158,11 +163,13 @@ static bool held_without_autowake(void)
 }
 
 /* What a round saw: when a peer may become eligible (0: never) and the sharing processes of the
- * GPU (a waiter is woken when one of them exits). */
+ * GPU (a waiter is woken when one of them exits). own_busy lasts across rounds: a round found
+ * its own device still busy under the lock, and let the lock go for that once. */
 struct round_seen {
 	long long later;
 	pid_t pids[SHARE_MAX_PEERS];
 	int npids;
+	bool own_busy;
 };
 
 /* The folder held more processes than a round reads: said once per process. */
@@ -193,18 +200,30 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 	int npids, n = 0, rc = 0;
 	uint64_t could = 0;
 	bool busy = false;
-	long long now;
+	long long now, own_until;
+	bool own_busy;
 
 	*later = 0;
 	seen->npids = 0;
 	/* The wait for this process's own device comes first, without the GPU's lock: every other
 	 * sharing process would wait for that lock meanwhile. Under it, the trim finds the
-	 * quarantine drained (a sync then covers only what was freed in between), and gives the
-	 * cache back where no other process can take it before the attempt. */
+	 * quarantine drained (a sync then covers only what was freed in between, and only briefly),
+	 * and gives the cache back where no other process can take it before the attempt. */
 	settle_own(a->dev, deadline, false);
 	if (share_lock(ss->run_dir, uuid, deadline))
 		return -1;
-	settle_own(a->dev, deadline, true);
+	own_until = vmm_now_ms() + OWN_WAIT_UNDER_LOCK_MS;
+	own_busy = settle_own(a->dev, own_until < deadline ? own_until : deadline, true) ==
+		   VMM_E_BUSY;
+	/* Its device is still busy with what it freed since that drain: the attempt would wait for
+	 * it (the heap synchronizes for its quarantine) under the lock, and its frees may be all it
+	 * needs. The next round waits for them without the lock, before any peer is slept. Once
+	 * only, so that a program freeing all the time beside a busy device still gets room. */
+	if (own_busy && !seen->own_busy) {
+		seen->own_busy = true;
+		*later = vmm_now_ms();
+		goto out;
+	}
 	if (a->attempt(a->arg)) {
 		rc = 1;
 		goto out;
@@ -345,6 +364,7 @@ static vmm_status make_room(const struct room_ask *a, vmm_error *err)
 	char uuid[SHARE_UUID_MAX];
 	struct share_event *ev;
 	struct share_waiter w = { .ev = NULL, .inotify = -1 };
+	struct round_seen seen = { .own_busy = false };
 	bool waited = false;
 	int rc;
 
@@ -356,8 +376,6 @@ static vmm_status make_room(const struct room_ask *a, vmm_error *err)
 	if ((ev = share_event_of(a->dev)))
 		share_event_begin(ev, deadline, &w);
 	for (;;) {
-		struct round_seen seen;
-
 		share_note_look();
 		pace.last_ms = vmm_now_ms();
 		rc = one_round(a, uuid, deadline, &seen);

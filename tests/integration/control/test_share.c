@@ -8,7 +8,10 @@
 #include <string.h>
 #include <time.h>
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -690,6 +693,55 @@ Test(share, a_round_waits_for_its_own_device_without_the_lock, .timeout = 120)
 	took = now_s() - t0;
 	cr_log_info("c's allocation: %.2f s", took);
 	cr_expect_lt(took, 4.0, "c's allocation took %.2f s: it waited for a's device", took);
+	status_of(b);
+	cr_expect_eq(json_num(o.out, NULL, "slept_by"), c->pid, "%s", o.out);
+	cmd_ok(c, "check", "ok");
+	cr_assert_eq(target_read(a, reply, sizeof(reply), 30000), 0, "a's allocation never ended");
+	cr_expect(!strncmp(reply, "bgalloc", 7), "a: %s", reply);
+	cr_expect_eq(target_stop(c, 10000), 0);
+	cr_expect_eq(target_stop(a, 10000), 0);
+	cmd_ok(b, "check", "ok");
+	cr_expect_eq(target_stop(b, 20000), 0);
+	teardown_group();
+}
+
+/* The sharing lock of simdev's GPU 0 (cuDeviceGetUuid there: "simdev", then zeros). */
+#define SIMDEV_GPU0_LOCK "share-GPU-73696d64-6576-0000-0000-000000000000.lock"
+
+/* Under the GPU's lock a round waits for its own device only briefly. a's round has drained its
+ * device and waits for the lock (the test holds it); meanwhile a kernel of 6 s starts on a's
+ * device and a frees 60 MB into its quarantine, enough for its allocation. Once the lock is free,
+ * a must not wait for that kernel while holding it: c (higher priority) then makes room by
+ * sleeping b at once, instead of waiting ~6 s behind a. a's next round waits for its device
+ * without the lock, and ends (served, or out of memory as the lower priority). */
+Test(share, a_round_holds_the_lock_only_briefly_for_its_own_device, .timeout = 120)
+{
+	struct target *a, *b, *c;
+	char reply[256], path[256];
+	double t0, took;
+	int lock;
+
+	setup_group();
+	b = start(0, NULL);
+	cmd_ok(b, alloc_cmd(1, 100000000), "ok");
+	a = start(0, "VMMSHIM_SHARE_IDLE=60 VMMSHIM_SHARE_SLICE=12");
+	c = start(1, NULL);
+	cmd_ok(a, alloc_cmd(1, 60000000), "ok");
+	snprintf(path, sizeof(path), "%s/%s", dir, SIMDEV_GPU0_LOCK);
+	lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	cr_assert(lock >= 0 && !flock(lock, LOCK_EX), "%s: %s", path, strerror(errno));
+	snprintf(reply, sizeof(reply), "bgalloc %u", 150000000 / scale());
+	cmd_ok(a, reply, "bgalloc started"); /* no room: a drains its device, waits for the lock */
+	usleep(300000);
+	cmd_ok(a, "busy 6000", "busy launched");
+	cmd_ok(a, "freeall", "freed 1"); /* into quarantine: the device is busy */
+	close(lock);
+	usleep(200000); /* a holds the lock now */
+	t0 = now_s();
+	cmd_ok(c, alloc_cmd(1, 150000000), "ok"); /* more than is free: a round */
+	took = now_s() - t0;
+	cr_log_info("c's allocation: %.2f s", took);
+	cr_expect_lt(took, 4.0, "c's allocation took %.2f s: a held the lock for its device", took);
 	status_of(b);
 	cr_expect_eq(json_num(o.out, NULL, "slept_by"), c->pid, "%s", o.out);
 	cmd_ok(c, "check", "ok");
