@@ -665,6 +665,54 @@ Test(share, a_sleep_between_the_check_and_the_gate_does_not_hold_the_lock, .time
 	teardown_group();
 }
 
+/* The cases of a round's wait for its own device: b holds 100 MB (priority 0), a 60 MB (priority
+ * 0, and may not sleep b for 12 s), c has priority 1; a waits for 150 MB on a thread (bgalloc). */
+struct own_device_case {
+	struct target *a, *b, *c;
+};
+
+static void own_device_setup(struct own_device_case *k)
+{
+	setup_group();
+	k->b = start(0, NULL);
+	cmd_ok(k->b, alloc_cmd(1, 100000000), "ok");
+	k->a = start(0, "VMMSHIM_SHARE_IDLE=60 VMMSHIM_SHARE_SLICE=12");
+	k->c = start(1, NULL);
+	cmd_ok(k->a, alloc_cmd(1, 60000000), "ok");
+}
+
+static void own_device_bgalloc(struct own_device_case *k)
+{
+	char cmd[64];
+
+	snprintf(cmd, sizeof(cmd), "bgalloc %u", 150000000 / scale());
+	cmd_ok(k->a, cmd, "bgalloc started");
+}
+
+/* c needs more than is free: its round must sleep b at once, not wait behind a's device. Then
+ * a's allocation ends (served, or out of memory as the lower priority) and every byte is kept. */
+static void own_device_c_makes_room(struct own_device_case *k, const char *why)
+{
+	char reply[256];
+	double t0 = now_s(), took;
+
+	cmd_ok(k->c, alloc_cmd(1, 150000000), "ok");
+	took = now_s() - t0;
+	cr_log_info("c's allocation: %.2f s", took);
+	cr_expect_lt(took, 4.0, "c's allocation took %.2f s: %s", took, why);
+	status_of(k->b);
+	cr_expect_eq(json_num(o.out, NULL, "slept_by"), k->c->pid, "%s", o.out);
+	cmd_ok(k->c, "check", "ok");
+	cr_assert_eq(target_read(k->a, reply, sizeof(reply), 30000), 0,
+		     "a's allocation never ended");
+	cr_expect(!strncmp(reply, "bgalloc", 7), "a: %s", reply);
+	cr_expect_eq(target_stop(k->c, 10000), 0);
+	cr_expect_eq(target_stop(k->a, 10000), 0);
+	cmd_ok(k->b, "check", "ok");
+	cr_expect_eq(target_stop(k->b, 20000), 0);
+	teardown_group();
+}
+
 /* A sharing process's wait for its own device comes before it takes the GPU's lock: a waits for
  * memory (b may be slept only once its time slice ends), and a free of its own lands in its
  * quarantine while a kernel of 8 s runs. The round that free starts must wait for that kernel,
@@ -672,37 +720,15 @@ Test(share, a_sleep_between_the_check_and_the_gate_does_not_hold_the_lock, .time
  * once instead of waiting ~7 s for a's device. */
 Test(share, a_round_waits_for_its_own_device_without_the_lock, .timeout = 120)
 {
-	struct target *a, *b, *c;
-	char reply[256];
-	double t0, took;
+	struct own_device_case k;
 
-	setup_group();
-	b = start(0, NULL);
-	cmd_ok(b, alloc_cmd(1, 100000000), "ok");
-	a = start(0, "VMMSHIM_SHARE_IDLE=60 VMMSHIM_SHARE_SLICE=12");
-	c = start(1, NULL);
-	cmd_ok(a, alloc_cmd(1, 60000000), "ok");
-	cmd_ok(a, "busy 8000", "busy launched");
-	snprintf(reply, sizeof(reply), "bgalloc %u", 150000000 / scale());
-	cmd_ok(a, reply, "bgalloc started"); /* no room: a waits for b's slice */
+	own_device_setup(&k);
+	cmd_ok(k.a, "busy 8000", "busy launched");
+	own_device_bgalloc(&k); /* no room: a waits for b's slice */
 	usleep(500000);
-	cmd_ok(a, "freeall", "freed 1"); /* into quarantine: the device is busy */
+	cmd_ok(k.a, "freeall", "freed 1"); /* into quarantine: the device is busy */
 	usleep(300000);
-	t0 = now_s();
-	cmd_ok(c, alloc_cmd(1, 150000000), "ok"); /* more than is free: a round */
-	took = now_s() - t0;
-	cr_log_info("c's allocation: %.2f s", took);
-	cr_expect_lt(took, 4.0, "c's allocation took %.2f s: it waited for a's device", took);
-	status_of(b);
-	cr_expect_eq(json_num(o.out, NULL, "slept_by"), c->pid, "%s", o.out);
-	cmd_ok(c, "check", "ok");
-	cr_assert_eq(target_read(a, reply, sizeof(reply), 30000), 0, "a's allocation never ended");
-	cr_expect(!strncmp(reply, "bgalloc", 7), "a: %s", reply);
-	cr_expect_eq(target_stop(c, 10000), 0);
-	cr_expect_eq(target_stop(a, 10000), 0);
-	cmd_ok(b, "check", "ok");
-	cr_expect_eq(target_stop(b, 20000), 0);
-	teardown_group();
+	own_device_c_makes_room(&k, "it waited for a's device");
 }
 
 /* The sharing lock of simdev's GPU 0 (cuDeviceGetUuid there: "simdev", then zeros). */
@@ -713,45 +739,24 @@ Test(share, a_round_waits_for_its_own_device_without_the_lock, .timeout = 120)
  * device and a frees 60 MB into its quarantine, enough for its allocation. Once the lock is free,
  * a must not wait for that kernel while holding it: c (higher priority) then makes room by
  * sleeping b at once, instead of waiting ~6 s behind a. a's next round waits for its device
- * without the lock, and ends (served, or out of memory as the lower priority). */
+ * without the lock. */
 Test(share, a_round_holds_the_lock_only_briefly_for_its_own_device, .timeout = 120)
 {
-	struct target *a, *b, *c;
-	char reply[256], path[256];
-	double t0, took;
+	struct own_device_case k;
+	char path[256];
 	int lock;
 
-	setup_group();
-	b = start(0, NULL);
-	cmd_ok(b, alloc_cmd(1, 100000000), "ok");
-	a = start(0, "VMMSHIM_SHARE_IDLE=60 VMMSHIM_SHARE_SLICE=12");
-	c = start(1, NULL);
-	cmd_ok(a, alloc_cmd(1, 60000000), "ok");
+	own_device_setup(&k);
 	snprintf(path, sizeof(path), "%s/%s", dir, SIMDEV_GPU0_LOCK);
 	lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	cr_assert(lock >= 0 && !flock(lock, LOCK_EX), "%s: %s", path, strerror(errno));
-	snprintf(reply, sizeof(reply), "bgalloc %u", 150000000 / scale());
-	cmd_ok(a, reply, "bgalloc started"); /* no room: a drains its device, waits for the lock */
+	own_device_bgalloc(&k); /* no room: a drains its device, then waits for the lock */
 	usleep(300000);
-	cmd_ok(a, "busy 6000", "busy launched");
-	cmd_ok(a, "freeall", "freed 1"); /* into quarantine: the device is busy */
+	cmd_ok(k.a, "busy 6000", "busy launched");
+	cmd_ok(k.a, "freeall", "freed 1"); /* into quarantine: the device is busy */
 	close(lock);
 	usleep(200000); /* a holds the lock now */
-	t0 = now_s();
-	cmd_ok(c, alloc_cmd(1, 150000000), "ok"); /* more than is free: a round */
-	took = now_s() - t0;
-	cr_log_info("c's allocation: %.2f s", took);
-	cr_expect_lt(took, 4.0, "c's allocation took %.2f s: a held the lock for its device", took);
-	status_of(b);
-	cr_expect_eq(json_num(o.out, NULL, "slept_by"), c->pid, "%s", o.out);
-	cmd_ok(c, "check", "ok");
-	cr_assert_eq(target_read(a, reply, sizeof(reply), 30000), 0, "a's allocation never ended");
-	cr_expect(!strncmp(reply, "bgalloc", 7), "a: %s", reply);
-	cr_expect_eq(target_stop(c, 10000), 0);
-	cr_expect_eq(target_stop(a, 10000), 0);
-	cmd_ok(b, "check", "ok");
-	cr_expect_eq(target_stop(b, 20000), 0);
-	teardown_group();
+	own_device_c_makes_room(&k, "a held the lock for its device");
 }
 
 /* Sockets of the control folder that no process serves: n of them, named for pids no process
