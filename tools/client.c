@@ -21,6 +21,7 @@
 #include "../core/mono_wait.h"
 #include "cli.h"
 #include "run_dir.h"
+#include "proc_start.h"
 #include "stale_socket.h"
 #include "trust.h"
 

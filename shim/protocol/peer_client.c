@@ -20,6 +20,7 @@
 
 #include "../../core/mono_wait.h"
 #include "run_dir.h"
+#include "proc_start.h"
 #include "stale_socket.h"
 
 static int fail(char *why, size_t whylen, const char *fmt, ...)

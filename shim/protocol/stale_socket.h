@@ -1,7 +1,7 @@
 /* A control socket left by a process that has ended. The shim (reading its peers for GPU sharing)
  * and vmmctl (reaching one process, or listing them) both meet such sockets, since nothing removes
- * a socket when its process is killed; both tell them apart from live ones, and remove them, by
- * these two rules. */
+ * a socket when its process is killed; both tell them apart from live ones (proc_ended,
+ * proc_start.h) and remove them by this rule. */
 #ifndef VMMSHIM_STALE_SOCKET_H
 #define VMMSHIM_STALE_SOCKET_H
 
@@ -9,10 +9,6 @@
 #include <sys/types.h>
 
 struct stat;
-
-/* pid has ended: no process has it, or its process is a zombie (it has closed its socket and
- * will never serve again). */
-bool proc_ended(pid_t pid);
 
 /* path refused a connection (ECONNREFUSED: no listener). Remove it when it is still the socket
  * seen before (same device and inode, so a socket re-made by a new process of that pid stays)
