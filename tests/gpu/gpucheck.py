@@ -1750,8 +1750,8 @@ class Matrix:
 
     def train_run(self, argv, alloc, extra, shim, rnd):
         """One varlen run: (median ms/step, peak device GiB above the idle device or None when
-        it could not be measured, mean ms/step or None, {"STEP:BxT": ms} of the timed steps) or
-        None."""
+        it could not be measured, mean ms/step or None, {"STEP:BxT": ms} of the timed steps,
+        {"STEP:BxT": ms into the step when the host had queued its backward}) or None."""
         time.sleep(0.3)
         base = device_used()
         name = f"bench_train.{alloc}.{'shim' if shim else 'native'}.{rnd}"
@@ -1770,12 +1770,19 @@ class Matrix:
             f"{(top - base) / MIB:.0f}" + (f" (gap {gap} us)" if gap is not None else ""))
         peak = None if top is None else (top - base) / GIB
         # The timed steps (lines without "(untimed pass)", past the 3 warm-up steps), by shape.
-        steps = {}
+        # When the host had queued each step's backward (its STEPAT line; the timed pass's comes
+        # last): early in the step, the GPU was the bound; late, the host (its allocations).
+        steps, queued = {}, {}
         for _, line in p.lines:
             m = re.match(r"STEP (\d+) (\S+) ([\d.]+) ms loss \S+$", line)
             if m and int(m.group(1)) >= 3:
                 steps[f"{m.group(1)}:{m.group(2)}"] = float(m.group(3))
-        return float(v["ms_step"]), peak, float(v.get("ms_mean", 0)) or None, steps
+            m = re.match(r"STEPAT (\d+) (\S+) start ([\d.]+) queued: .* backward ([\d.]+) ",
+                         line)
+            if m and int(m.group(1)) >= 3:
+                queued[f"{m.group(1)}:{m.group(2)}"] = \
+                    (float(m.group(4)) - float(m.group(3))) * 1e3
+        return float(v["ms_step"]), peak, float(v.get("ms_mean", 0)) or None, steps, queued
 
     def bench_train(self):
         """The varlen PyTorch benchmark (issue 12's method): each allocator natively and under
@@ -1855,6 +1862,8 @@ class Matrix:
                      ("expandable", False), 2, "<= 1.03x", 1.03)
             pair_row(f"train {alloc} shim vs {base} native: peak GiB", (alloc, True),
                      (base, False), 1, "<= 1.00x", 1.0)
+            # Which steps a variant wins or loses (layouts trade the largest against the rest).
+            self.train_shapes(got, (alloc, True), (base, True))
         self.train_shapes(got, ("NO_CACHING", True), ("expandable", False))
         # Peaks are exact (every run of a configuration reads the same MiB): any MiB above
         # native is over the goal, however small the ratio looks.
@@ -1874,6 +1883,12 @@ class Matrix:
         sizes moves by ~10% between runs; per shape, the steps that cost the time stand out."""
         runs_a = [r[a][3] for r in got if a in r]
         runs_b = [r[b][3] for r in got if b in r]
+        queued_a = [r[a][4] for r in got if a in r]
+        queued_b = [r[b][4] for r in got if b in r]
+
+        def at(runs, k):  # the median over the runs that have it, as " NN" or " ?"
+            v = [x[k] for x in runs if k in x]
+            return f"{statistics.median(v):.0f}" if v else "?"
         keys = sorted(set().union(*runs_a) & set().union(*runs_b) if runs_a and runs_b else (),
                       key=lambda k: int(k.split(":")[0]))
         if not keys:
@@ -1882,10 +1897,12 @@ class Matrix:
         for k in keys:
             ma = statistics.median(x[k] for x in runs_a if k in x)
             mb = statistics.median(x[k] for x in runs_b if k in x)
-            rows.append((k.split(":")[1], ma, mb))
+            rows.append((k, ma, mb))
         q = sorted(ma / mb for _, ma, mb in rows)
-        slow = [f"{shape} {ma:.0f}/{mb:.0f} ms" for shape, ma, mb in rows if ma > 1.10 * mb]
-        self.badd(f"train {a[0]} shim vs {b[0]} native: per shape", f"{len(rows)} shapes", "",
+        slow = [f"{k.split(':')[1]} {ma:.0f}/{mb:.0f} ms (backward queued at "
+                f"{at(queued_a, k)}/{at(queued_b, k)})" for k, ma, mb in rows if ma > 1.10 * mb]
+        self.badd(f"train {a[0]} {'shim' if a[1] else 'native'} vs {b[0]} "
+                  f"{'shim' if b[1] else 'native'}: per shape", f"{len(rows)} shapes", "",
                   f"{q[0]:.2f}-{q[-1]:.2f}x", "",
                   f"medians over {len(runs_a)}/{len(runs_b)} runs; over 1.10x: "
                   f"{', '.join(slow) if slow else 'none'}; the median shape {statistics.median(q):.2f}x")

@@ -95,7 +95,8 @@ for metric, note in (("malloc+free pair 256B (us)", "met"),
                       "not met; median of 2 interleaved pair(s), fewer than 5"),
                      ("trace replay peak (MiB)", "met; runs MiB: shim 4586, 4586, native 4596"),
                      ("train NO_CACHING shim vs expandable native: per shape",
-                      "medians over 2/2 runs; over 1.10x: 16x1872 150/75 ms; the median shape"),
+                      "medians over 2/2 runs; over 1.10x: 16x1872 150/75 ms (backward queued at 120/20); "
+                      "the median shape"),
                      ("train default shim vs native: peak GiB",
                       "met; median of 2 interleaved pair(s), fewer than 5"),
                      ("train default shim vs native: mean ms/step",
@@ -127,6 +128,9 @@ for metric in (f"{v} shim: ms/step, peak GiB", f"{v} shim vs NO_CACHING shim: ms
                f"{v} shim vs NO_CACHING native: peak GiB"):
     if metric not in variant:
         bad.append(f"no variant row {metric!r}")
+if "the median shape 1.00x" not in variant.get(f"{v} shim vs NO_CACHING shim: per shape",
+                                               {}).get("note", ""):
+    bad.append("the variant has no per-shape row against its base under the shim")
 if f"{v} native: ms/step, peak GiB" in variant:
     bad.append("the shim-only variant ran natively too")
 if variant.get(f"{v} shim vs NO_CACHING shim: ms/step", {}).get("ratio") != "1.000x":
