@@ -348,11 +348,15 @@ SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	CUresult r = check_dev(dev);
 	if (r)
 		return r;
-	if (atomic_load(&primaries[dev].alive))
+	/* What the driver does (H100, tests/gpu/PROBE.md (j)): the context's own allocations
+	 * (cuMemAlloc) are freed and its streams end; memory of the virtual-memory API, which no
+	 * context owns, stays mapped and readable. "Resetting the primary context does not release
+	 * it" (CUDA's documentation): the retains stay, and a later release is still accepted. */
+	if (atomic_load(&primaries[dev].alive)) {
 		sim_ctx_sync(&primaries[dev]);
-	pthread_mutex_lock(&sim_lock);
-	primaries[dev].retains = 0;
-	pthread_mutex_unlock(&sim_lock);
+		sim_streams_end(&primaries[dev]);
+		sim_natives_end(&primaries[dev]);
+	}
 	return CUDA_SUCCESS;
 }
 

@@ -112,10 +112,17 @@ CUresult sim_device_sync(int dev);
  * context also those of the green contexts on its device. */
 CUresult sim_ctx_sync(struct CUctx_st *ctx);
 bool sim_ctx_invalidate_captures(struct CUctx_st *ctx);
+/* Every stream made in ctx but its default one is dead (a reset of the primary context); the
+ * caller has synchronized it. */
+void sim_streams_end(struct CUctx_st *ctx);
 struct CUstream_st *sim_stream_new(struct CUctx_st *ctx, unsigned flags, int priority, bool legacy);
 struct CUmemPoolHandle_st *sim_default_pool(int dev);
 bool sim_pool_valid(const struct CUmemPoolHandle_st *pool); /* one of the default pools */
 int sim_worker_device(void);
+
+/* memory (cuda_mem.c): free the plain device allocations (cuMemAlloc, managed) made in ctx, as a
+ * reset of the primary context does; the caller has synchronized it. */
+void sim_natives_end(struct CUctx_st *ctx);
 
 /* Check that the stream's device may touch [p, p+n); map to a CUresult. */
 CUresult sim_check(struct CUstream_st *s, const void *p, size_t n, bool write);

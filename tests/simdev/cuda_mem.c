@@ -89,6 +89,19 @@ SIM_API CUresult cuMemFree_v2(CUdeviceptr p)
 	return CUDA_SUCCESS;
 }
 
+void sim_natives_end(struct CUctx_st *ctx)
+{
+	pthread_mutex_lock(&sim_lock);
+	for (size_t i = sim_native_count(); i-- > 0;) {
+		struct sim_native *n = sim_native_get(i);
+
+		if (n->ctx == ctx && !n->ipc && !n->graph && !n->pool &&
+		    (n->kind == SIM_NATIVE_DEVICE || n->kind == SIM_NATIVE_MANAGED))
+			sim_native_device_free(n);
+	}
+	pthread_mutex_unlock(&sim_lock);
+}
+
 SIM_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 {
 	SIM_BEGIN("cuMemGetInfo_v2", CUDA_ERROR_UNKNOWN);

@@ -500,6 +500,16 @@ SIM_API CUresult cuStreamDestroy_v2(CUstream h)
 	return CUDA_SUCCESS;
 }
 
+void sim_streams_end(struct CUctx_st *ctx)
+{
+	pthread_mutex_lock(&sim_sched_lock);
+	for (size_t i = 0; i < nstreams; i++)
+		if (streams[i]->ctx == ctx && !streams[i]->legacy)
+			streams[i]->alive = false;
+	pthread_cond_broadcast(&work); /* idle workers end */
+	pthread_mutex_unlock(&sim_sched_lock);
+}
+
 static CUresult stream_sync(CUstream h, bool ptsz)
 {
 	struct CUstream_st *s;

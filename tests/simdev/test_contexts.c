@@ -222,3 +222,55 @@ Test(contexts, a_green_context_runs_its_default_stream_when_current)
 	CU_OK(cuCtxPopCurrent_v2(NULL));
 	CU_OK(cuGreenCtxDestroy(g));
 }
+
+/* As the driver (H100, tests/gpu/PROBE.md (j)): a reset of the primary context frees its
+ * cuMemAlloc memory and ends its streams, and leaves memory of the virtual-memory API mapped,
+ * readable and releasable; the context stays retained. */
+Test(contexts, a_primary_reset_frees_its_allocations_and_keeps_vmm_memory)
+{
+	const size_t size = 64ul << 20;
+	CUcontext ctx, again;
+	CUdevice dev;
+	CUdeviceptr plain, va;
+	CUmemGenericAllocationHandle h;
+	CUstream s;
+	CUmemAllocationProp prop = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 } };
+	CUmemAccessDesc rw = { .location = { CU_MEM_LOCATION_TYPE_DEVICE, 0 },
+			       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	size_t free0, free1, free2, total;
+	uint32_t word = 0;
+
+	CU_OK(cuInit(0));
+	CU_OK(cuDeviceGet(&dev, 0));
+	CU_OK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CU_OK(cuCtxSetCurrent(ctx));
+	CU_OK(cuMemGetInfo(&free0, &total));
+	CU_OK(cuMemCreate(&h, size, &prop, 0));
+	CU_OK(cuMemAddressReserve(&va, size, 0, 0, 0));
+	CU_OK(cuMemMap(va, size, 0, h, 0));
+	CU_OK(cuMemSetAccess(va, size, &rw, 1));
+	CU_OK(cuMemsetD32(va, 0x5eed5eed, size / 4));
+	CU_OK(cuMemAlloc(&plain, size));
+	CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CU_OK(cuMemGetInfo(&free1, &total));
+	cr_assert_eq(free0 - free1, 2 * size);
+
+	CU_OK(cuDevicePrimaryCtxReset(dev));
+	CU_OK(cuDevicePrimaryCtxRetain(&again, dev));
+	cr_expect_eq(again, ctx);
+	CU_OK(cuCtxSetCurrent(again));
+	CU_OK(cuMemGetInfo(&free2, &total));
+	cr_expect_eq(free2 - free1, size, "the reset gave back %zu bytes, not cuMemAlloc's %zu",
+		     free2 - free1, size);
+	cr_expect_eq(cuMemFree(plain), CUDA_ERROR_INVALID_VALUE);
+	cr_expect_eq(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
+	CU_OK(cuMemcpyDtoH(&word, va + size - 4, 4));
+	cr_expect_eq(word, 0x5eed5eedu, "VMM memory lost its bytes in the reset");
+	CU_OK(cuMemUnmap(va, size));
+	CU_OK(cuMemRelease(h));
+	CU_OK(cuMemAddressFree(va, size));
+	/* The retains from before the reset and after it are both released. */
+	CU_OK(cuDevicePrimaryCtxRelease(dev));
+	CU_OK(cuDevicePrimaryCtxRelease(dev));
+}
