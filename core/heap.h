@@ -104,6 +104,15 @@ vmm_status vmm_malloc_ordered(vmm_core *core, int dev, size_t size, const char *
 			      vmm_stream stream, vmm_devptr *out, bool *reused, vmm_error *err);
 vmm_status vmm_free_on_stream(vmm_core *core, vmm_devptr ptr, vmm_stream stream, vmm_error *err);
 
+/* A reset of dev's primary context (cudaDeviceReset): reset(arg) is the driver's, run while no
+ * transfer of dev holds its copy engine. Once it returned 0, what the core made in that context
+ * and the driver destroyed with it (the copy engine's streams and staging buffers) is forgotten
+ * and made again when needed; with free_all every live allocation of dev is freed and the
+ * heap's free memory given back (vmm_trim), as the driver frees a context's allocations. The
+ * heap's memory itself is the virtual-memory API's and outlives the reset (tests/gpu/PROBE.md
+ * (j)). Returns reset's result. */
+int vmm_device_reset(vmm_core *core, int dev, bool free_all, int (*reset)(void *arg), void *arg);
+
 /* What the core knows about the allocation containing ptr (any interior address). */
 typedef struct vmm_alloc_info {
 	vmm_devptr base;

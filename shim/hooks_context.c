@@ -4,10 +4,13 @@
  * leaves the others running. Destroyed contexts and streams (and reset or released primary
  * contexts) are also told to lone-stream ordering (lone_stream.h), whose stream and event they
  * may hold. Recorded even before the runtime exists (a program usually creates
- * its context before its first allocation). Primary and green contexts need nothing here: the
- * backend synchronizes the primary context, and that covers the device's green contexts. */
+ * its context before its first allocation). Primary and green contexts need no list: the
+ * backend synchronizes the primary context, and that covers the device's green contexts. A
+ * reset of a primary context frees the program's memory there, as natively (below). */
 #include "../core/backend/backend.h"
+#include "../core/backend/contexts.h"
 #include "../core/log.h"
+#include "control/control.h"
 #include "hooks_common.h"
 #include "lone_stream.h"
 
@@ -62,10 +65,63 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	return CALL_REAL(cuDevicePrimaryCtxRelease_v2, (dev));
 }
 
+/* How long a reset waits for a sleep or wake in progress before it goes on beside it. */
+#define RESET_WAIT_MS 30000
+
+struct reset_call {
+	CUdevice dev;
+};
+
+static int real_reset(void *arg)
+{
+	return (int)CALL_REAL(cuDevicePrimaryCtxReset_v2, (((struct reset_call *)arg)->dev));
+}
+
+static vmm_status count_context(void *ctx, void *arg, vmm_error *err)
+{
+	(void)ctx;
+	(void)err;
+	++*(int *)arg;
+	return VMM_OK;
+}
+
+/* Whether the program made contexts of its own on dev (cuCtxCreate). */
+static bool own_contexts_on(int dev)
+{
+	int n = 0;
+
+	ctx_list_each(vmm_program_contexts(VMM_CTX_CUDA), dev, count_context, &n, NULL);
+	return n > 0;
+}
+
+/* cudaDeviceReset. The driver frees the context's allocations, but the shim's memory is made with
+ * the virtual-memory API and outlives a reset (tests/gpu/PROBE.md (j)): the core frees the
+ * program's allocations itself, unless the program made contexts of its own on the device
+ * (their allocations outlive a native reset, and the core cannot tell them apart). The core's
+ * own streams and staging buffers went with the context; no sleep or wake runs meanwhile. */
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
+	struct reset_call call = { dev };
+	vmm_core *core = hook_cuda_core();
+	bool exclusive, own;
+	CUresult r;
+
 	lone_stream_context_ends("a reset of a primary context");
-	return CALL_REAL(cuDevicePrimaryCtxReset_v2, (dev));
+	if (!core)
+		return CALL_REAL(cuDevicePrimaryCtxReset_v2, (dev));
+	exclusive = control_exclusive_begin(RESET_WAIT_MS);
+	if (!exclusive)
+		vmm_log(VMM_LOG_WARN, "a reset of device %d's primary context waited %d ms for a "
+			"sleep or wake in progress and goes on beside it", (int)dev, RESET_WAIT_MS);
+	own = own_contexts_on((int)dev);
+	if (own)
+		vmm_log(VMM_LOG_INFO, "a reset of device %d's primary context leaves the program's "
+			"allocations there allocated: it has contexts of its own on the device",
+			(int)dev);
+	r = (CUresult)vmm_device_reset(core, (int)dev, !own, real_reset, &call);
+	if (exclusive)
+		control_exclusive_end();
+	return r;
 }
 
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)

@@ -318,6 +318,26 @@ bool vmm_copy_engine_settle(vmm_copy_engine *ce)
 	return !unsettled;
 }
 
+int vmm_copy_engine_reset(vmm_copy_engine *ce, int (*reset)(void *arg), void *arg)
+{
+	int rc;
+
+	pthread_mutex_lock(&ce->lock);
+	rc = reset(arg);
+	if (rc == 0) {
+		/* Gone with the context: a destroy or free of them now would name freed objects. */
+		for (int i = 0; i < CE_MAX_STREAMS; i++) {
+			ce->streams[i] = NULL;
+			ce->stage[i] = NULL;
+		}
+		ce->started = false;
+		ce->stage_failed = false;
+		atomic_store(&ce->unsettled, false); /* the reset ended the context's copies */
+	}
+	pthread_mutex_unlock(&ce->lock);
+	return rc;
+}
+
 /* Begin a transfer in steps: take the engine (held until vmm_copy_end) and start its streams. */
 vmm_status vmm_copy_begin(vmm_copy_engine *ce, int to_device, vmm_error *err)
 {

@@ -84,5 +84,10 @@ bool vmm_copy_engine_unsettled(vmm_copy_engine *ce);
 /* An unsettled engine's streams synchronized once more: true when they all are idle now (the
  * engine is settled again), false when still not, or when a transfer holds the engine. */
 bool vmm_copy_engine_settle(vmm_copy_engine *ce);
+/* Run reset(arg), a reset of the device's primary context, while no transfer holds the engine;
+ * when it returns 0 the engine's streams and pinned staging buffers, made in that context and
+ * destroyed with it, are forgotten (not destroyed again) and made anew by the next transfer.
+ * Returns reset's result. */
+int vmm_copy_engine_reset(vmm_copy_engine *ce, int (*reset)(void *arg), void *arg);
 
 #endif

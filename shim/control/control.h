@@ -24,6 +24,12 @@ vmm_status shim_wake(const vmm_sleep_opts *opts, vmm_transfer_result *res, vmm_e
  * under its rules (lifecycle.c sets it right after the server starts). */
 void control_set_autowake_waker(void (*waker)(void));
 
+/* Keep sleeps and wakes out while the program does something they must not overlap (a reset
+ * of a primary context): waits for the one in progress, at most wait_ms. false: not taken in
+ * time (nothing to end). */
+bool control_exclusive_begin(int wait_ms);
+void control_exclusive_end(void);
+
 /* Process exit (the runtime's and the server's exit handlers): stop serving sleep and wake. The
  * one in progress is cancelled and waited for (at most CONTROL_EXIT_WAIT_MS from the first call, whoever calls) for it to roll back. true: nothing
  * runs any more (no abandoned device drain either), so the runtime may be freed; false: it must

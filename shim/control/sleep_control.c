@@ -238,6 +238,25 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 	return VMM_OK;
 }
 
+bool control_exclusive_begin(int wait_ms)
+{
+	double t0 = vmm_now_s();
+
+	while (pthread_rwlock_trywrlock(&ctl_lock)) {
+		struct timespec pause = { 0, (atomic_load(&running_op) ? 20 : 1) * 1000000L };
+
+		if ((vmm_now_s() - t0) * 1000 >= wait_ms)
+			return false;
+		nanosleep(&pause, NULL);
+	}
+	return true;
+}
+
+void control_exclusive_end(void)
+{
+	pthread_rwlock_unlock(&ctl_lock);
+}
+
 static void op_end(void)
 {
 	atomic_store(&running_op, 0);

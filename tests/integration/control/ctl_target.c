@@ -39,6 +39,9 @@
  *                      copy returned (while a sleep holds device work: after it)
  *   spinwait           wait for the spinning kernel -> "spin ok" (it saw the flag) or "spin timeout"
  *   freeall            cudaFree every buffer -> "freed N"
+ *   reset              cuDevicePrimaryCtxReset of the current device (what cudaDeviceReset does),
+ *                      then forget the buffers as the reset freed them -> "reset RC freed N"
+ *                      (N: how many of them cudaFree still took afterwards: 0 natively)
  *   quit               exit 0 */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -694,6 +697,17 @@ int main(void)
 			for (int i = 0; i < nbufs; i++)
 				k += cudaFree(bufs[i].dev) == cudaSuccess;
 			say("freed %d", k);
+			nbufs = 0;
+		} else if (!strcmp(a, "reset")) {
+			CUdevice d = 0;
+			CUresult r = cuCtxGetDevice(&d);
+			int k = 0;
+
+			if (!r)
+				r = cuDevicePrimaryCtxReset(d);
+			for (int i = 0; i < nbufs && !r; i++)
+				k += cudaFree(bufs[i].dev) == cudaSuccess;
+			say("reset %d freed %d", (int)r, k);
 			nbufs = 0;
 		} else if (!strcmp(a, "quit"))
 			break;

@@ -12,6 +12,8 @@
  *                    could not touch, as a GPU faults)
  *   check            copy back each buffer a kernel filled -> "intact", or "corrupt buffer I at
  *                    OFFSET", or "faults I N" when the kernel could not touch N slices
+ *   reset            cuDevicePrimaryCtxReset of device 0 (another library's cudaDeviceReset):
+ *                    A's buffers are not the primary context's and stay -> "reset RC"
  *   quit             exit 0 */
 #include <cuda.h>
 
@@ -169,6 +171,8 @@ int main(void)
 					      : atomic_load(&writers[0].faults));
 		else if (!strcmp(a, "check"))
 			cmd_check();
+		else if (!strcmp(a, "reset"))
+			say("reset %d", (int)cuDevicePrimaryCtxReset(dev));
 		else if (!strcmp(a, "quit"))
 			break;
 		else

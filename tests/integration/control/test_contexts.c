@@ -86,3 +86,21 @@ Test(contexts, a_context_destroyed_during_a_sleep, .timeout = 60)
 	cr_expect_eq(target_stop(t, 10000), 0);
 	target_free(t);
 }
+
+/* A reset of the primary context leaves what the program allocated in contexts of its own, as
+ * natively: the shim cannot tell which context an allocation came from, so it frees nothing
+ * while the program has one (a free here would lose context A's data). */
+Test(contexts, a_primary_reset_keeps_a_created_contexts_memory, .timeout = 60)
+{
+	struct target *t = start_under_shim(NULL);
+
+	cmd_ok_within(t, "kernel 50", "launched", 5000);
+	cmd_ok_within(t, "wait", "done faults 0", 10000);
+	cmd_ok_within(t, "reset", "reset 0", 10000);
+	cmd_ok_within(t, "check", "intact", 10000);
+	ctl_ok(&o, t, "sleep");
+	ctl_ok(&o, t, "wake");
+	cmd_ok_within(t, "check", "intact", 10000);
+	cr_expect_eq(target_stop(t, 10000), 0);
+	target_free(t);
+}

@@ -1,0 +1,60 @@
+/* cudaDeviceReset (cuDevicePrimaryCtxReset) of an unmodified program under the shim. The driver
+ * frees the context's allocations; the shim's memory is made with the virtual-memory API, which
+ * outlives a reset (tests/gpu/PROBE.md (j)), so the shim frees the program's allocations itself;
+ * and the streams and staging buffers it made in that context for sleep and wake went with it,
+ * so a later sleep makes new ones. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+
+#include "harness_assert.h"
+
+TestSuite(reset, .fini = harness_cleanup);
+
+#define MIB (1024 * 1024)
+
+static struct ctl_out o; /* large: static, one test per process */
+
+static long long live_bytes(struct target *t)
+{
+	vmmctl_run(&o, t->run_dir, -1, "--json status %d", (int)t->pid);
+	cr_assert_eq(o.code, 0, "status: exit %d %s", o.code, o.err);
+	return json_num(o.out, "\"devices\": [", "live");
+}
+
+static void sleep_wake(struct target *t)
+{
+	vmmctl_run(&o, t->run_dir, -1, "sleep %d", (int)t->pid);
+	cr_assert_eq(o.code, 0, "sleep: exit %d\n%s%s", o.code, o.out, o.err);
+	vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
+	cr_assert_eq(o.code, 0, "wake: exit %d\n%s%s", o.code, o.out, o.err);
+}
+
+Test(reset, frees_the_programs_memory_as_the_driver_does, .timeout = 60)
+{
+	struct target *t = start_holding(NULL, 4, 8 * MIB);
+
+	cr_assert_eq(live_bytes(t), 32 * MIB);
+	/* The old pointers are gone: a cudaFree of them afterwards is refused, as natively. */
+	cmd_ok(t, "reset", "reset 0 freed 0");
+	cr_expect_eq(live_bytes(t), 0, "the reset left the program's memory allocated: %s", o.out);
+	cmd_ok(t, "alloc 2 8000000", "ok");
+	cmd_ok(t, "check", "ok");
+	cr_expect_eq(live_bytes(t), 16000000);
+	stop_cleanly(t);
+}
+
+Test(reset, a_sleep_after_a_reset_keeps_every_byte, .timeout = 60)
+{
+	struct target *t = start_holding(NULL, 4, 8 * MIB);
+
+	/* The first cycle makes the copy streams, in the context the reset then destroys. */
+	sleep_wake(t);
+	cmd_ok(t, "check", "ok");
+	cmd_ok(t, "reset", "reset 0");
+	cmd_ok(t, "alloc 4 8000000", "ok");
+	sleep_wake(t);
+	cmd_ok(t, "check", "ok");
+	sleep_wake(t);
+	cmd_ok(t, "check", "ok");
+	stop_cleanly(t);
+}
