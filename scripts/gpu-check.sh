@@ -82,6 +82,7 @@ declare -A jobs=(
 	[driver_api]="$cc_cuda $src/driver_api.c -o $bin/driver_api -lcuda"
 	[app_vmm_sleep]="$cc_cuda $src/app_vmm_sleep.c -o $bin/app_vmm_sleep -lcuda -ldl"
 	[cublas_gemm]="$nv $src/cublas_gemm.cu -o $bin/cublas_gemm -lcublas"
+	[device_reset]="$nv $src/device_reset.cu -o $bin/device_reset -ldl"
 	[graph]="$nv $src/graph.cu -o $bin/graph"
 	[sleep_kernels]="$nv $src/sleep_kernels.cu -o $bin/sleep_kernels"
 	[ctx_sleep]="$nv $src/ctx_sleep.cu -o $bin/ctx_sleep -lcuda"

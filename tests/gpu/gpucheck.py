@@ -641,6 +641,10 @@ class Matrix:
         # design: their lifetime follows the graph), so only the buffer allocated before capture
         # (half of what the program holds) is the shim's.
         self.compare_row("CUDA graph capture+replay", [f"{b}/graph"], min_share=0.45)
+        # Four rounds of 40% of the device with cudaDeviceReset between them (and, under the
+        # shim, a sleep and wake in each): the shim must free the memory at each reset.
+        self.compare_row("cudaDeviceReset between rounds", [f"{b}/device_reset"], timeout=180,
+                         need_managed=False)
 
     def torch_rows(self):
         train = [sys.executable, os.path.join(self.a.root, "tests/gpu/train.py"), "--mode",
