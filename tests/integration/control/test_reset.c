@@ -5,6 +5,7 @@
  * so a later sleep makes new ones. */
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <unistd.h>
 
 #include "harness_assert.h"
 
@@ -53,6 +54,32 @@ Test(reset, a_sleep_after_a_reset_keeps_every_byte, .timeout = 60)
 	cmd_ok(t, "reset", "reset 0");
 	cmd_ok(t, "alloc 4 8000000", "ok");
 	sleep_wake(t);
+	cmd_ok(t, "check", "ok");
+	sleep_wake(t);
+	cmd_ok(t, "check", "ok");
+	stop_cleanly(t);
+}
+
+/* A reset while a sleep holds the program: the held allocations are freed with their host copies,
+ * and a wake then gives the program back a device where it allocates anew. (The target's frees
+ * of its old pointers after the reset wait at the gate until that wake, as every free does.) */
+Test(reset, a_reset_while_asleep_frees_the_held_memory, .timeout = 60)
+{
+	struct target *t = start_holding(NULL, 4, 8 * MIB);
+	char reply[128];
+	long long live = -1;
+
+	vmmctl_run(&o, t->run_dir, -1, "sleep %d", (int)t->pid);
+	cr_assert_eq(o.code, 0, "sleep: exit %d\n%s%s", o.code, o.out, o.err);
+	cr_assert_eq(target_send(t, "reset"), 0);
+	for (double end = now_s() + 10; now_s() < end && live != 0; usleep(20000))
+		live = live_bytes(t);
+	cr_expect_eq(live, 0, "the reset left the sleeping memory allocated: %s", o.out);
+	vmmctl_run(&o, t->run_dir, -1, "wake %d", (int)t->pid);
+	cr_assert_eq(o.code, 0, "wake: exit %d\n%s%s", o.code, o.out, o.err);
+	cr_assert_eq(target_read(t, reply, sizeof(reply), CMD_TIMEOUT_MS), 0, "no reply to reset");
+	cr_expect_str_eq(reply, "reset 0 freed 0");
+	cmd_ok(t, "alloc 2 8000000", "ok");
 	cmd_ok(t, "check", "ok");
 	sleep_wake(t);
 	cmd_ok(t, "check", "ok");
