@@ -13,6 +13,7 @@
 #include "control/control.h"
 #include "hooks_common.h"
 #include "lone_stream.h"
+#include "share/share.h"
 
 /* List a context the driver just made; a context that cannot be listed (no host memory) would
  * not be drained by a sleep, so it is destroyed again and the creation fails. */
@@ -121,6 +122,8 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	r = (CUresult)vmm_device_reset(core, (int)dev, !own, real_reset, &call);
 	if (exclusive)
 		control_exclusive_end();
+	if (r == CUDA_SUCCESS && !own)
+		share_note_freed(); /* a sharing process waiting for memory looks again */
 	return r;
 }
 
