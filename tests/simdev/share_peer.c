@@ -14,6 +14,7 @@
  *   ipcget P | ipcopen HEX | ipcclose P    legacy IPC (the handle as 128 hex digits) -> ok HEX | ok P
  *   write P TEXT | read P      copy TEXT (with its NUL) to P | read a string back -> ok TEXT
  *   info                       cuMemGetInfo -> ok FREE TOTAL
+ *   reset                      cuDevicePrimaryCtxReset of the device (cudaDeviceReset) -> ok
  *   churn N SEED               N random cuMemAlloc/cuMemCreate+map and frees (OOM allowed)
  *   fork                       a child that waits, holding what fork gave it, until killed or
  *                              this process ends -> ok CHILDPID
@@ -284,6 +285,8 @@ static void run(char *cmd, int fd)
 			reply(-1, "ok %zu %zu", f, t);
 			return;
 		}
+	} else if (!strcmp(word, "reset")) {
+		r = cuDevicePrimaryCtxReset(device);
 	} else if (!strcmp(word, "churn")) {
 		r = churn((int)a, (unsigned)b);
 	} else if (!strcmp(word, "fork")) {

@@ -767,3 +767,31 @@ Test(group_ipc, randomized_sleeps_kills_and_reopens_keep_every_byte, .timeout = 
 	cr_expect_geq(group_free(&observer), before, "memory left on the GPU once all ended");
 	finish(&(struct sharing){ .n = 0 }, &observer);
 }
+
+/* An exporter that resets its device (cudaDeviceReset) frees its own memory, as natively, but
+ * not what an importer still maps: the importer reads and writes it as before, and the
+ * exporter's memory left to the device is its own allocation only. */
+Test(group_ipc, an_exporters_reset_leaves_what_an_importer_maps, .timeout = 60)
+{
+	struct sharing s;
+	struct peer observer;
+	long long before, after;
+
+	setup_env();
+	start(&observer, NULL);
+	build(&s, 2, NULL);
+	before = group_free(&observer);
+	peer_ok(&s.ps[0], "reset");
+	after = group_free(&observer);
+	cr_expect_geq(after - before, (long long)OWN_BYTES,
+		      "free %lld before the reset, %lld after: the exporter's own memory stayed",
+		      before, after);
+	cr_expect_lt(after - before, (long long)(OWN_BYTES + SHARED_BYTES),
+		     "free %lld before the reset, %lld after: the shared memory went too", before,
+		     after);
+	expect_read(&s.ps[1], s.shared[1], "shared-by-0");
+	peer_ok(&s.ps[1], "write %lld after-the-reset", s.shared[1]);
+	expect_read(&s.ps[1], s.shared[1], "after-the-reset");
+	expect_read(&s.ps[1], s.own[1], "own-1");
+	finish(&s, &observer);
+}
