@@ -78,23 +78,6 @@ static int real_reset(void *arg)
 	return (int)CALL_REAL(cuDevicePrimaryCtxReset_v2, (((struct reset_call *)arg)->dev));
 }
 
-static vmm_status count_context(void *ctx, void *arg, vmm_error *err)
-{
-	(void)ctx;
-	(void)err;
-	++*(int *)arg;
-	return VMM_OK;
-}
-
-/* Whether the program made contexts of its own on dev (cuCtxCreate). */
-static bool own_contexts_on(int dev)
-{
-	int n = 0;
-
-	ctx_list_each(vmm_program_contexts(VMM_CTX_CUDA), dev, count_context, &n, NULL);
-	return n > 0;
-}
-
 /* cudaDeviceReset. The driver frees the context's allocations, but the shim's memory is made with
  * the virtual-memory API and outlives a reset (tests/gpu/PROBE.md (j)): the core frees the
  * program's allocations itself, unless the program made contexts of its own on the device
@@ -114,7 +97,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	if (!exclusive)
 		vmm_log(VMM_LOG_WARN, "a reset of device %d's primary context waited %d ms for a "
 			"sleep or wake in progress and goes on beside it", (int)dev, RESET_WAIT_MS);
-	own = own_contexts_on((int)dev);
+	own = ctx_list_count(vmm_program_contexts(VMM_CTX_CUDA), (int)dev) > 0;
 	if (own)
 		vmm_log(VMM_LOG_INFO, "a reset of device %d's primary context leaves the program's "
 			"allocations there allocated: it has contexts of its own on the device",
