@@ -25,8 +25,8 @@ vmm_status shim_wake(const vmm_sleep_opts *opts, vmm_transfer_result *res, vmm_e
 void control_set_autowake_waker(void (*waker)(void));
 
 /* Keep sleeps and wakes out while the program does something they must not overlap (a reset
- * of a primary context): waits for the one in progress, at most wait_ms. false: not taken in
- * time (nothing to end). */
+ * of a primary context): waits for the one in progress, at most wait_ms (> 0). false: not
+ * taken in time (nothing to end). */
 bool control_exclusive_begin(int wait_ms);
 void control_exclusive_end(void);
 

@@ -184,6 +184,23 @@ static double begin_bound_s(const control_limits *lim)
 	return rt && rt->cfg.op_wait_s > 0 ? rt->cfg.op_wait_s : 60;
 }
 
+/* Take ctl_lock exclusively, waiting for the holder within bound_s (<= 0: no bound) and, with op,
+ * while op_stop(op) says the caller still wants it. */
+static bool ctl_lock_take(double bound_s, struct op *op)
+{
+	double t0 = vmm_now_s();
+
+	while (pthread_rwlock_trywrlock(&ctl_lock)) {
+		/* Held by another operation, or shared by a look at the state: that one ends soon. */
+		struct timespec pause = { 0, (atomic_load(&running_op) ? 20 : 1) * 1000000L };
+
+		if ((bound_s > 0 && vmm_now_s() - t0 >= bound_s) || (op && op_stop(op)))
+			return false;
+		nanosleep(&pause, NULL);
+	}
+	return true;
+}
+
 /* Take ctl_lock for a new operation (waiting for one in progress within begin_bound_s, while the
  * caller is there), or fail when the process is exiting or manages nothing. */
 static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtime **rt,
@@ -195,16 +212,10 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 	memset(op, 0, sizeof(*op));
 	op->lim = lim;
 	op->t0 = vmm_now_s();
-	while (pthread_rwlock_trywrlock(&ctl_lock)) {
-		/* Held by another operation, or shared by a look at the state: that one ends soon. */
-		struct timespec pause = { 0, (atomic_load(&running_op) ? 20 : 1) * 1000000L };
-		double waited = vmm_now_s() - op->t0;
-
-		if ((bound > 0 && waited >= bound) || op_stop(op))
-			return vmm_fail(err, VMM_E_BUSY, 0,
-					"another sleep or wake is in progress (waited %.1f s)", waited);
-		nanosleep(&pause, NULL);
-	}
+	if (!ctl_lock_take(bound, op))
+		return vmm_fail(err, VMM_E_BUSY, 0,
+				"another sleep or wake is in progress (waited %.1f s)",
+				vmm_now_s() - op->t0);
 	if (atomic_load(&shut_down) || forked_child) {
 		pthread_rwlock_unlock(&ctl_lock);
 		return vmm_fail(err, forked_child ? VMM_E_UNSUPPORTED : VMM_E_BUSY, 0, "%s",
@@ -240,16 +251,7 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 
 bool control_exclusive_begin(int wait_ms)
 {
-	double t0 = vmm_now_s();
-
-	while (pthread_rwlock_trywrlock(&ctl_lock)) {
-		struct timespec pause = { 0, (atomic_load(&running_op) ? 20 : 1) * 1000000L };
-
-		if ((vmm_now_s() - t0) * 1000 >= wait_ms)
-			return false;
-		nanosleep(&pause, NULL);
-	}
-	return true;
+	return ctl_lock_take(wait_ms / 1000.0, NULL);
 }
 
 void control_exclusive_end(void)
