@@ -1,7 +1,7 @@
-/* What the driver-API probes (probe_churn.cu, probe_fresh.cu) share: a check that ends the probe
- * at the first failed driver call (a probe's figures mean nothing after one), and the clock they
- * time the host with. common.h's CK is for the test programs: it counts runtime-API failures and
- * goes on. */
+/* What the driver-API probes (probe_churn.cu, probe_fresh.cu, probe_reset.c) share: a check
+ * that ends the probe at the first failed driver call (a probe's figures mean nothing after one),
+ * and the clock they time the host with. common.h's CK is for the test programs: it counts
+ * runtime-API failures and goes on. */
 #ifndef VMMSHIM_PROBE_DRIVER_H
 #define VMMSHIM_PROBE_DRIVER_H
 

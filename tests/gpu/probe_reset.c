@@ -19,22 +19,15 @@
 #include <stdlib.h>
 #include <sys/mman.h>
 
-#define SIZE (64ul << 20)
+#include "probe_driver.h"
 
-#define CHECK(x)                                                                              \
-	do {                                                                                  \
-		CUresult r_ = (x);                                                            \
-		if (r_) {                                                                     \
-			printf("%s: error %d (line %d)\n", #x, r_, __LINE__);                 \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
+#define SIZE (64ul << 20)
 
 static size_t free_mib(void)
 {
 	size_t f = 0, t = 0;
 
-	CHECK(cuMemGetInfo(&f, &t));
+	CK(cuMemGetInfo(&f, &t));
 	return f >> 20;
 }
 
@@ -74,26 +67,26 @@ int main(void)
 	int active;
 	size_t hsz = 2ul << 20;
 
-	CHECK(cuInit(0));
-	CHECK(cuDeviceGet(&dev, 0));
-	CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-	CHECK(cuCtxSetCurrent(ctx));
+	CK(cuInit(0));
+	CK(cuDeviceGet(&dev, 0));
+	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CK(cuCtxSetCurrent(ctx));
 	before = free_mib();
-	CHECK(cuMemCreate(&h, SIZE, &prop, 0));
-	CHECK(cuMemAddressReserve(&va, SIZE, 0, 0, 0));
-	CHECK(cuMemMap(va, SIZE, 0, h, 0));
-	CHECK(cuMemSetAccess(va, SIZE, &rw, 1));
-	CHECK(cuMemsetD32(va, 0x5eed5eed, SIZE / 4));
-	CHECK(cuMemAlloc(&plain, SIZE));
-	CHECK(cuMemsetD32(plain, 0x1234abcd, SIZE / 4));
-	CHECK(cuCtxSynchronize());
+	CK(cuMemCreate(&h, SIZE, &prop, 0));
+	CK(cuMemAddressReserve(&va, SIZE, 0, 0, 0));
+	CK(cuMemMap(va, SIZE, 0, h, 0));
+	CK(cuMemSetAccess(va, SIZE, &rw, 1));
+	CK(cuMemsetD32(va, 0x5eed5eed, SIZE / 4));
+	CK(cuMemAlloc(&plain, SIZE));
+	CK(cuMemsetD32(plain, 0x1234abcd, SIZE / 4));
+	CK(cuCtxSynchronize());
 	made = free_mib();
 	printf("reset: free MiB before %zu, with 64 MiB VMM + 64 MiB cuMemAlloc %zu\n", before, made);
 
-	CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-	CHECK(cuMemHostAlloc(&hostalloc, hsz, 0));
+	CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CK(cuMemHostAlloc(&hostalloc, hsz, 0));
 	registered = mmap(NULL, hsz, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	CHECK(cuMemHostRegister(registered, hsz, 0));
+	CK(cuMemHostRegister(registered, hsz, 0));
 
 	r = cuDevicePrimaryCtxReset(dev);
 	printf("reset: cuDevicePrimaryCtxReset -> %d\n", r);
@@ -110,10 +103,10 @@ int main(void)
 	printf("reset: cuMemHostGetFlags of cuMemHostAlloc memory -> %d\n", r);
 	r = cuMemHostGetDevicePointer((CUdeviceptr *)&dp, registered, 0);
 	printf("reset: cuMemHostGetDevicePointer of registered memory -> %d\n", r);
-	CHECK(cuDevicePrimaryCtxRetain(&ctx_after, dev));
+	CK(cuDevicePrimaryCtxRetain(&ctx_after, dev));
 	printf("reset: retain after it gives %s\n", ctx_after == ctx ? "the same handle" :
 	       "another handle");
-	CHECK(cuCtxSetCurrent(ctx_after));
+	CK(cuCtxSetCurrent(ctx_after));
 	r = cuDevicePrimaryCtxGetState(dev, &flags, &active);
 	printf("reset: after the retain: state -> %d, active %d\n", r, active);
 	printf("reset: cuStreamSynchronize of the old stream after the retain -> %d\n",
@@ -127,8 +120,8 @@ int main(void)
 	printf(", again (the retain from before the reset) -> %d", r);
 	r = cuDevicePrimaryCtxGetState(dev, &flags, &active);
 	printf(", state -> %d, active %d\n", r, active);
-	CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-	CHECK(cuCtxSetCurrent(ctx));
+	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CK(cuCtxSetCurrent(ctx));
 	after = free_mib();
 	printf("reset: free MiB after the reset, new primary context %zu (%+ld against before it)\n",
 	       after, (long)after - (long)made);
