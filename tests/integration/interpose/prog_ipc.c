@@ -30,9 +30,11 @@
  *                      child ("child_extra_fds N") and are closed by the free
  *                      ("fds_after_free N") and the device memory goes back to the driver
  *                      ("used_after_free BYTES", relative to before the allocation)
- *   bench N [MIB]      N allocations of MIB (2) MiB, one at a time, as torch's IPC benchmark does
+ *   bench N [MIB [MS]] N allocations of MIB (2) MiB, one at a time, as torch's IPC benchmark does
  *                      (tests/gpu/ipc_torch.py --bench): the parent allocates and gets a handle,
- *                      a child opens it (timed), checks a byte and closes; the parent frees.
+ *                      waits up to MS (0) ms for the shim's export ahead (its descriptors in
+ *                      /proc/self/fd), a child opens it (timed), checks a byte and closes; the
+ *                      parent frees.
  *                      Prints "bench open_us median=M min=A max=B" (scripts/bench-ipc.sh)
  *   close-refused      the importer's driver refuses the unmaps of its close and of the next
  *                      open's retry: the close succeeds, the memory stays mapped and counted
@@ -850,13 +852,14 @@ static double now_us(void)
 	return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
 }
 
-static int bench_parent(const char *self, int n, int mib)
+static int bench_parent(const char *self, int n, int mib, int wait_ms)
 {
+	struct timespec pause = { 0, 1000 * 1000 };
 	size_t size = (size_t)mib << 20;
 	CUipcMemHandle h;
 	CUdeviceptr a;
 	char x[129], line[64];
-	int to, from;
+	int to, from, fd0;
 	pid_t pid;
 
 	if (n < 1 || mib < 1)
@@ -869,7 +872,10 @@ static int bench_parent(const char *self, int n, int mib)
 
 		CHECK_CU(cuMemAlloc(&a, size));
 		CHECK_CU(cuMemcpyHtoD(a, &b, 1));
+		fd0 = count_fds();
 		CHECK_CU(cuIpcGetMemHandle(&h, a));
+		for (int waited = 0; waited < wait_ms && count_fds() == fd0; waited++)
+			nanosleep(&pause, NULL);
 		to_hex(&h, sizeof(h), x);
 		say(to, x);
 		expect_line(from, "done");
@@ -970,6 +976,7 @@ int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "";
 	const char *a1 = argc > 2 ? argv[2] : "", *a2 = argc > 3 ? argv[3] : "";
+	const char *a3 = argc > 4 ? argv[4] : "";
 
 	setvbuf(stdout, NULL, _IONBF, 0);
 	if (!strcmp(mode, "torch"))
@@ -1017,7 +1024,7 @@ int main(int argc, char **argv)
 	if (!strcmp(mode, "free-after-get"))
 		return free_after_get();
 	if (!strcmp(mode, "bench"))
-		return bench_parent(argv[0], atoi(a1), a2[0] ? atoi(a2) : 2);
+		return bench_parent(argv[0], atoi(a1), a2[0] ? atoi(a2) : 2, atoi(a3));
 	if (!strcmp(mode, "bench-child"))
 		return bench_child(atoi(a1));
 	FAIL("unknown mode '%s'", mode);
