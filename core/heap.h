@@ -110,8 +110,10 @@ vmm_status vmm_free_on_stream(vmm_core *core, vmm_devptr ptr, vmm_stream stream,
  * and made again when needed; with free_all every live allocation of dev is freed and the
  * heap's free memory given back (vmm_trim), as the driver frees a context's allocations. The
  * heap's memory itself is the virtual-memory API's and outlives the reset (tests/gpu/PROBE.md
- * (j)). Returns reset's result. */
-int vmm_device_reset(vmm_core *core, int dev, bool free_all, int (*reset)(void *arg), void *arg);
+ * (j)). freed (may be NULL) is told each allocation's base as it is freed. Returns reset's
+ * result. */
+int vmm_device_reset(vmm_core *core, int dev, bool free_all, int (*reset)(void *arg), void *arg,
+		     void (*freed)(vmm_devptr base));
 
 /* What the core knows about the allocation containing ptr (any interior address). */
 typedef struct vmm_alloc_info {

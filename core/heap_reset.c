@@ -25,12 +25,13 @@ static vmm_devptr *live_bases(struct devheap *dh, size_t *n)
 	return v;
 }
 
-int vmm_device_reset(vmm_core *core, int dev, bool free_all, int (*reset)(void *arg), void *arg)
+int vmm_device_reset(vmm_core *core, int dev, bool free_all, int (*reset)(void *arg), void *arg,
+		     void (*freed)(vmm_devptr base))
 {
 	struct devheap *dh = heap_for(core, dev, false, NULL);
 	vmm_copy_engine *ce = NULL;
 	vmm_devptr *bases;
-	size_t n, freed = 0;
+	size_t n, nfreed = 0;
 	int rc;
 
 	if (!dh)
@@ -44,8 +45,13 @@ int vmm_device_reset(vmm_core *core, int dev, bool free_all, int (*reset)(void *
 	/* As the driver frees the context's allocations. A free the program made meanwhile on
 	 * another thread finds the record gone and is refused, as natively after a reset. */
 	bases = live_bases(dh, &n);
-	for (size_t i = 0; i < n; i++)
-		freed += vmm_free(core, bases[i], NULL) == VMM_OK;
+	for (size_t i = 0; i < n; i++) {
+		if (vmm_free(core, bases[i], NULL) != VMM_OK)
+			continue;
+		nfreed++;
+		if (freed)
+			freed(bases[i]);
+	}
 	free(bases);
 	/* And the memory goes back to the device, where the program (or another process) expects
 	 * to find it after a reset. */
@@ -53,6 +59,6 @@ int vmm_device_reset(vmm_core *core, int dev, bool free_all, int (*reset)(void *
 		vmm_log(VMM_LOG_WARN, "device %d: after a reset of its primary context the heap's "
 			"free memory could not all be given back", dev);
 	vmm_log(VMM_LOG_INFO, "device %d: the primary context was reset: %zu allocations freed "
-		"and their memory given back, as the driver does", dev, freed);
+		"and their memory given back, as the driver does", dev, nfreed);
 	return rc;
 }

@@ -10,6 +10,7 @@
 #include "../core/backend/backend.h"
 #include "../core/backend/contexts.h"
 #include "../core/log.h"
+#include "alloc_trace.h"
 #include "control/control.h"
 #include "hooks_common.h"
 #include "lone_stream.h"
@@ -78,6 +79,12 @@ static int real_reset(void *arg)
 	return (int)CALL_REAL(cuDevicePrimaryCtxReset_v2, (((struct reset_call *)arg)->dev));
 }
 
+/* The reset freed an allocation: VMMSHIM_ALLOC_TRACE records it as a free of the program's. */
+static void trace_reset_free(vmm_devptr base)
+{
+	alloc_trace_free(base, false);
+}
+
 /* cudaDeviceReset. The driver frees the context's allocations, but the shim's memory is made with
  * the virtual-memory API and outlives a reset (tests/gpu/PROBE.md (j)): the core frees the
  * program's allocations itself, unless the program made contexts of its own on the device
@@ -102,7 +109,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 		vmm_log(VMM_LOG_INFO, "a reset of device %d's primary context leaves the program's "
 			"allocations there allocated: it has contexts of its own on the device",
 			(int)dev);
-	r = (CUresult)vmm_device_reset(core, (int)dev, !own, real_reset, &call);
+	r = (CUresult)vmm_device_reset(core, (int)dev, !own, real_reset, &call, trace_reset_free);
 	if (exclusive)
 		control_exclusive_end();
 	if (r == CUDA_SUCCESS && !own)
