@@ -198,6 +198,15 @@ SIM_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	memset(uuid, 0, sizeof(*uuid));
 	memcpy(uuid->bytes, "simdev", 6);
+	/* Processes of one SIMDEV_SHARED group share one device, as processes share a GPU: the same
+	 * UUID there, another in each other group (two groups are two GPUs of a node). */
+	if (sim_config()->shared) {
+		uint64_t h = 1469598103934665603ULL; /* FNV-1a of the group's name */
+
+		for (const char *p = sim_config()->shared; *p; p++)
+			h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+		memcpy(uuid->bytes + 6, &h, 8);
+	}
 	uuid->bytes[15] = (char)dev;
 	return CUDA_SUCCESS;
 }

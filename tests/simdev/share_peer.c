@@ -285,6 +285,16 @@ static void run(char *cmd, int fd)
 			reply(-1, "ok %zu %zu", f, t);
 			return;
 		}
+	} else if (!strcmp(word, "uuid")) {
+		CUuuid u;
+		long v = 0;
+		r = cuDeviceGetUuid(&u, device);
+		if (!r) {
+			/* The bytes that tell GPUs apart, as one positive number. */
+			memcpy(&v, u.bytes + 6, sizeof(v));
+			reply(-1, "ok %ld", v & 0x7fffffffffffffffL);
+			return;
+		}
 	} else if (!strcmp(word, "reset")) {
 		r = cuDevicePrimaryCtxReset(device);
 	} else if (!strcmp(word, "churn")) {

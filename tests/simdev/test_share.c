@@ -490,6 +490,26 @@ Test(share, another_user_cannot_open_an_ipc_handle)
 
 /* ---- SIMDEV_SHARED: one capacity for a group ---- */
 
+/* Processes of one group share a device as processes share a GPU: one UUID, and another in each
+ * other group (the shim's sharing keys its lock and members by it). */
+Test(share, a_group_is_one_gpu_and_another_group_another)
+{
+	const char *const *env = join_group("64M");
+	const char *other_env[] = { "SIMDEV_SHARED=other-gpu-of-this-test", "SIMDEV_MEMORY=64M",
+				    NULL };
+	struct peer a, b, c;
+	su_ctx(0);
+	start(&a, env);
+	start(&b, env);
+	start(&c, other_env);
+	long ua = peer_ok(&a, "uuid"), ub = peer_ok(&b, "uuid"), uc = peer_ok(&c, "uuid");
+	cr_expect_eq(ua, ub, "one group, one GPU");
+	cr_expect_neq(ua, uc, "two groups, two GPUs");
+	peer_exit(&a);
+	peer_exit(&b);
+	peer_exit(&c);
+}
+
 static size_t free_of(struct peer *p, size_t *total)
 {
 	const char *r = peer_cmd(p, -1, "info");

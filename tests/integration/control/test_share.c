@@ -731,8 +731,23 @@ Test(share, a_round_waits_for_its_own_device_without_the_lock, .timeout = 120)
 	own_device_c_makes_room(&k, "it waited for a's device");
 }
 
-/* The sharing lock of simdev's GPU 0 (cuDeviceGetUuid there: "simdev", then zeros). */
-#define SIMDEV_GPU0_LOCK "share-GPU-73696d64-6576-0000-0000-000000000000.lock"
+/* The path of the test GPU's sharing lock: named as its event file, which the first allocation
+ * there made (the UUID is simdev's for the group). */
+static void gpu_lock_path(char *path, size_t cap)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	size_t n;
+
+	cr_assert(d);
+	path[0] = '\0';
+	while ((e = readdir(d)))
+		if (!strncmp(e->d_name, "share-", 6) && (n = strlen(e->d_name)) > 6 &&
+		    !strcmp(e->d_name + n - 6, ".event"))
+			snprintf(path, cap, "%s/%.*s.lock", dir, (int)(n - 6), e->d_name);
+	closedir(d);
+	cr_assert(path[0], "no share-*.event in %s", dir);
+}
 
 /* Under the GPU's lock a round waits for its own device only briefly. a's round has drained its
  * device and waits for the lock (the test holds it); meanwhile a kernel of 6 s starts on a's
@@ -743,11 +758,11 @@ Test(share, a_round_waits_for_its_own_device_without_the_lock, .timeout = 120)
 Test(share, a_round_holds_the_lock_only_briefly_for_its_own_device, .timeout = 120)
 {
 	struct own_device_case k;
-	char path[256];
+	char path[512];
 	int lock;
 
 	own_device_setup(&k);
-	snprintf(path, sizeof(path), "%s/%s", dir, SIMDEV_GPU0_LOCK);
+	gpu_lock_path(path, sizeof(path));
 	lock = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	cr_assert(lock >= 0 && !flock(lock, LOCK_EX), "%s: %s", path, strerror(errno));
 	own_device_bgalloc(&k); /* no room: a drains its device, then waits for the lock */
