@@ -59,6 +59,7 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 			prop->location.id);
 		if (value)
 			*handle = (CUmemGenericAllocationHandle)value;
+		share_join_gpu(prop->location.id); /* its memory counts in the others' rounds */
 	}
 	gate_leave();
 	return r;

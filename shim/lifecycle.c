@@ -32,6 +32,7 @@ static void at_exit(void)
 	quiet = control_sleep_shutdown();
 	/* The export ahead in progress uses the CUDA heap: it ends first (bounded). */
 	quiet = ipc_keep_shutdown(CONTROL_EXIT_WAIT_MS) && quiet;
+	share_members_exit();
 	shim_runtime_teardown(quiet);
 }
 
@@ -45,6 +46,7 @@ static void in_child(void)
 	/* The child must not hold the parent's memory through kept export descriptors. */
 	ipc_keep_after_fork(rt->side[SHIM_CUDA].core);
 	shim_runtime_sides_after_fork();
+	share_members_after_fork();
 }
 
 /* GPU sharing, once the control server runs: peers reach a sharing process through its socket,

@@ -172,9 +172,10 @@ static void print_share(FILE *f, const char *indent, const proto_record *info)
 	if (u64(info, "slept_by"))
 		fprintf(f, "; asleep by pid %" PRIu64 " for %.1f s (%s)", u64(info, "slept_by"),
 			u64(info, "asleep_ms") / 1000.0, str(info, "slept_why"));
-	fprintf(f, "; waited for memory %.1f s in %" PRIu64 " looks%s; sleeps by peers %" PRIu64
-		"\n", u64(info, "waited_ms") / 1000.0, u64(info, "looks"),
-		waiting ? " (waiting now)" : "", u64(info, "slept_by_peers"));
+	fprintf(f, "; waited for memory %.1f s in %" PRIu64 " looks at %" PRIu64 " processes%s; "
+		"sleeps by peers %" PRIu64 "\n", u64(info, "waited_ms") / 1000.0, u64(info, "looks"),
+		u64(info, "looked_at"), waiting ? " (waiting now)" : "",
+		u64(info, "slept_by_peers"));
 }
 
 static void print_info(FILE *f, const proto_record *info)

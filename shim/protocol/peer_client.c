@@ -244,32 +244,52 @@ void peer_client_free(peer_client_reply *r)
 	r->nrecords = 0;
 }
 
+/* What a connect to the socket at path says: 1 a listener is there (connected, or still
+ * connecting), 0 none (refused), -1 cannot tell. */
+static int socket_listens(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, rc;
+
+	if ((size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path) >= sizeof(sa.sun_path))
+		return -1;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -1;
+	rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+	rc = !rc || errno != ECONNREFUSED ? 1 : 0;
+	close(fd);
+	return rc;
+}
+
 /* Is name in dir a socket left by an ended process? Then it is removed, as vmmctl does. Only a
  * pid that no live process of this namespace has is looked at closer: a process of another pid
  * namespace sharing the folder is alive as long as its socket takes connections, and one that
  * refuses them has no listener. */
 static bool left_over(const char *dir, const char *name, pid_t pid)
 {
-	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
 	struct stat seen;
-	int fd, rc;
 
 	if (!proc_ended(pid))
 		return false;
-	if ((size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "%s/%s", dir, name) >=
-	    sizeof(sa.sun_path) || lstat(sa.sun_path, &seen) || !S_ISSOCK(seen.st_mode))
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path) ||
+	    lstat(path, &seen) || !S_ISSOCK(seen.st_mode) || socket_listens(path))
 		return false;
-	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-	if (fd < 0)
-		return false;
-	rc = connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-	if (!rc || errno != ECONNREFUSED) {
-		close(fd);
-		return false; /* connected, or still connecting: a listener is there */
-	}
-	close(fd);
-	stale_socket_remove(sa.sun_path, &seen, pid);
+	stale_socket_remove(path, &seen, pid);
 	return true;
+}
+
+bool peer_client_serving(const char *dir, pid_t pid)
+{
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	struct stat seen;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%ld.sock", dir, (long)pid) >= sizeof(path))
+		return true; /* cannot tell: serving, so that nothing is taken from it */
+	if (lstat(path, &seen))
+		return errno != ENOENT;
+	return !S_ISSOCK(seen.st_mode) || socket_listens(path) != 0;
 }
 
 int peer_client_list(const char *dir, pid_t self, pid_t *out, int max)

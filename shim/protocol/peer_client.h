@@ -39,4 +39,9 @@ void peer_client_free(peer_client_reply *r);
  * ones are read); returns how many (up to max). */
 int peer_client_list(const char *dir, pid_t self, pid_t *out, int max);
 
+/* Whether pid's socket in dir takes connections: false only when there is no socket, or it
+ * refuses them (no listener); true when it cannot tell. A process of another pid namespace that
+ * shares the folder is told alive by this, where /proc would not know it. */
+bool peer_client_serving(const char *dir, pid_t pid);
+
 #endif

@@ -55,6 +55,16 @@ void share_note_woken(void);
  * slept_why, asleep_ms, waiting, waited_ms, looks). */
 void share_put_info(proto_writer *w);
 
+/* Memory served on driver ordinal dev (an allocation, or the program's own cuMemCreate): from the
+ * first on, this process is a member of that GPU (asked for room by the others' rounds) and its
+ * frees wake the GPU's waiters. One load once done; nothing without sharing. */
+void share_join_gpu(int dev);
+
+/* Exit: this process leaves the member tables of its GPUs (a killed one is pruned by the others,
+ * share_members.c). In a forked child: it joins at its own first allocation. */
+void share_members_exit(void);
+void share_members_after_fork(void);
+
 /* The UUID string of a driver ordinal ("GPU-..."); false when the driver does not say. */
 bool share_gpu_uuid(int dev, char *out, size_t cap);
 

@@ -32,6 +32,9 @@
 #define EVENT_BYTES 4096
 #define PING_OFFSET 512  /* the byte a bump writes (its write is what inotify reports) */
 #define FALLBACK_MS 200  /* the longest look without events (no inotify, no pidfd) */
+/* A wait watches at most this many processes' exits (a descriptor each); with more, the others'
+ * exits are seen by bounded looks (FALLBACK_MS). */
+#define WATCHED_MAX 256
 
 struct event_page {
 	uint64_t magic;
@@ -193,8 +196,8 @@ static bool drain(int fd)
 enum share_woken share_event_wait(struct share_waiter *w, const pid_t *pids, int npids,
 				  long long until_ms, pid_t *who, long long *latency_us)
 {
-	struct pollfd fds[1 + SHARE_MAX_PEERS];
-	pid_t of[1 + SHARE_MAX_PEERS]; /* whose pidfd each entry is (0: the inotify watch) */
+	struct pollfd fds[1 + WATCHED_MAX];
+	pid_t of[1 + WATCHED_MAX]; /* whose pidfd each entry is (0: the inotify watch) */
 	int n = 0, rc;
 	long long left = until_ms - vmm_now_ms();
 	bool fallback = w->inotify < 0;
@@ -206,7 +209,9 @@ enum share_woken share_event_wait(struct share_waiter *w, const pid_t *pids, int
 		of[n] = 0;
 		fds[n++] = (struct pollfd){ .fd = w->inotify, .events = POLLIN };
 	}
-	for (int i = 0; i < npids && i < SHARE_MAX_PEERS; i++) {
+	if (npids > WATCHED_MAX)
+		fallback = true;
+	for (int i = 0; i < npids && i < WATCHED_MAX; i++) {
 		int fd = pidfd_of(pids[i]);
 
 		if (fd < 0 && errno == ESRCH) {

@@ -9,7 +9,11 @@
 #include "share.h"
 
 #define SHARE_UUID_MAX 64
-#define SHARE_MAX_PEERS 64
+/* Without a member table (share_members.c), a round reads at most this many processes of the
+ * control folder. */
+#define SHARE_FOLDER_MAX 256
+/* A GPU's member table holds this many processes at once. */
+#define SHARE_MEMBER_SLOTS 1024
 
 /* The settings sharing runs with (copied from the runtime's configuration at share_init). */
 typedef struct share_settings {
@@ -48,6 +52,24 @@ int share_call_ms(long long deadline);
 void share_look_all(const pid_t *pids, int n, const char *uuid, long long deadline,
 		    enum share_look *looks, struct share_peer *peers);
 
+/* The sharing processes of a GPU (share_members.c): the table in <dir>/share-<uuid>.members,
+ * mapped; NULL when it cannot be had (another user's file, no memory). */
+struct share_members;
+struct share_members *share_members_open(const char *dir, const char *uuid);
+void share_members_close(struct share_members *m);
+/* Take a slot for pid (start: its start time, proc_start.h); true when it has one (already had,
+ * or a free one, or one of a process gone for good); false when every slot is live. */
+bool share_members_join(struct share_members *m, pid_t pid, uint64_t start);
+/* Give pid's slots back. */
+void share_members_leave(struct share_members *m, pid_t pid);
+/* The members but self, each once, up to max; returns how many. */
+int share_members_list(struct share_members *m, pid_t self, pid_t *out, int max);
+/* Free pid's slots when its process is gone for good (no listener on its socket, and ended or
+ * its pid another process's now); returns how many were freed. */
+int share_members_prune(struct share_members *m, pid_t pid);
+/* This process's table of driver ordinal dev (opened once; NULL as above or without a UUID). */
+struct share_members *share_members_of(int dev);
+
 /* The per-GPU decision lock (share_gpu.c): 0 once held (bounded by deadline_ms on the monotonic
  * clock), -1 when not. Re-entrant on one thread for one GPU; a thread never holds two. */
 int share_lock(const char *dir, const char *uuid, long long deadline_ms);
@@ -76,7 +98,8 @@ void share_event_end(struct share_waiter *w);
 /* Waiting for memory, for the info record. */
 void share_wait_begin(void);
 void share_wait_end(void);
-/* One round of making room (looks, in the info record). */
+/* One round of making room (looks, in the info record); the processes it asked (looked_at). */
 void share_note_look(void);
+void share_note_looked(int processes);
 
 #endif

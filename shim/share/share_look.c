@@ -1,5 +1,5 @@
-/* Looks at the processes of the control folder for a round of GPU sharing (share_internal.h):
- * hello to each, then the status of its device for a sharing peer of the GPU. The looks run side
+/* Looks at the processes a round of GPU sharing asks (share_internal.h: the GPU's members): hello
+ * to each, then the status of its device for a sharing peer of the GPU. The looks run side
  * by side on up to LOOK_THREADS threads. Each call is bounded by what is left of the round's wait,
  * but one after another, a few stopped processes early in the folder's order took the whole wait
  * (up to 2 s a call), and the processes after them, which might have made room, were never asked,

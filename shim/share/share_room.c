@@ -1,6 +1,6 @@
 /* Making room on a GPU for a sharing process (share.h): under the GPU's lock, first the caller's
- * own caches, then the peers' caches (trim; the processes of the control folder are looked at side
- * by side, share_look.c), then eligible peers put to sleep one by one (lower
+ * own caches, then the peers' caches (trim; the GPU's members are looked at side by side,
+ * share_members.c and share_look.c), then eligible peers put to sleep one by one (lower
  * priority first, then the longest idle), each followed by an attempt. When nothing is eligible
  * now but a peer will be within the wait (its time slice or minimum residency ends, or it may turn
  * idle), the lock is let go and the caller blocks on the GPU's event (share_event.c): it is woken
@@ -163,17 +163,63 @@ static bool held_without_autowake(void)
 }
 
 /* What a round saw: when a peer may become eligible (0: never) and the sharing processes of the
- * GPU (a waiter is woken when one of them exits). own_busy lasts across rounds: a round found
- * its own device still busy under the lock, and let the lock go for that once. */
+ * GPU (a waiter is woken when one of them exits; malloc'd, freed by make_room). own_busy lasts
+ * across rounds: a round found its own device still busy under the lock, and let the lock go for
+ * that once. */
 struct round_seen {
 	long long later;
-	pid_t pids[SHARE_MAX_PEERS];
+	pid_t *pids;
 	int npids;
 	bool own_busy;
 };
 
 /* The folder held more processes than a round reads: said once per process. */
 static atomic_bool said_folder_full;
+
+/* Whom a round asks: the members of the GPU (share_members.c), or without a member table the
+ * processes of the control folder (at most SHARE_FOLDER_MAX). *pids is malloc'd; returns how
+ * many (0 with *pids NULL when none or no memory). */
+static int round_candidates(int dev, struct share_members *m, pid_t **pids)
+{
+	const share_settings *ss = share_settings_get();
+	int cap = m ? SHARE_MEMBER_SLOTS : SHARE_FOLDER_MAX, n;
+
+	*pids = malloc((size_t)cap * sizeof(**pids));
+	if (!*pids) {
+		vmm_log(VMM_LOG_WARN, "share: no memory to list the processes of device %d", dev);
+		return 0;
+	}
+	if (m)
+		return share_members_list(m, getpid(), *pids, cap);
+	n = peer_client_list(ss->run_dir, getpid(), *pids, cap);
+	if (n == cap && !atomic_exchange(&said_folder_full, true))
+		vmm_log(VMM_LOG_WARN, "share: the control folder %s holds %d processes or more: "
+			"only %d are looked at for room", ss->run_dir, cap, cap);
+	return n;
+}
+
+/* The looks of one round, sized for its candidates. */
+struct round_looks {
+	struct share_peer *peers, *found;
+	enum share_look *looks;
+};
+
+static bool looks_alloc(struct round_looks *l, int n)
+{
+	size_t k = n > 0 ? (size_t)n : 1;
+
+	l->peers = calloc(k, sizeof(*l->peers));
+	l->found = calloc(k, sizeof(*l->found));
+	l->looks = calloc(k, sizeof(*l->looks));
+	return l->peers && l->found && l->looks;
+}
+
+static void looks_free(struct round_looks *l)
+{
+	free(l->peers);
+	free(l->found);
+	free(l->looks);
+}
 
 /* What room is made for (make_room). */
 struct room_ask {
@@ -193,10 +239,11 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 		     struct round_seen *seen)
 {
 	long long *later = &seen->later;
-	const share_settings *ss = share_settings_get();
-	pid_t pids[SHARE_MAX_PEERS];
-	struct share_peer peers[SHARE_MAX_PEERS], found[SHARE_MAX_PEERS];
-	enum share_look looks[SHARE_MAX_PEERS];
+	struct share_members *members = share_members_of(a->dev);
+	struct round_looks rl = { NULL, NULL, NULL };
+	struct share_peer *peers;
+	enum share_look *looks;
+	pid_t *pids = NULL;
 	int npids, n = 0, rc = 0;
 	uint64_t could = 0;
 	bool busy = false;
@@ -210,7 +257,7 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 	 * quarantine drained (a sync then covers only what was freed in between, and only briefly),
 	 * and gives the cache back where no other process can take it before the attempt. */
 	settle_own(a->dev, deadline, false);
-	if (share_lock(ss->run_dir, uuid, deadline))
+	if (share_lock(share_settings_get()->run_dir, uuid, deadline))
 		return -1;
 	own_until = vmm_now_ms() + OWN_WAIT_UNDER_LOCK_MS;
 	own_busy = settle_own(a->dev, own_until < deadline ? own_until : deadline, true) ==
@@ -232,19 +279,25 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 	 * memory nobody here can use. */
 	if (held_without_autowake() && !a->ends_hold)
 		goto out;
-	npids = peer_client_list(ss->run_dir, getpid(), pids, SHARE_MAX_PEERS);
-	if (npids == SHARE_MAX_PEERS && !atomic_exchange(&said_folder_full, true))
-		vmm_log(VMM_LOG_WARN, "share: the control folder %s holds %d processes or more: "
-			"only %d are looked at for room", ss->run_dir, SHARE_MAX_PEERS,
-			SHARE_MAX_PEERS);
-	share_look_all(pids, npids, uuid, deadline, looks, found);
+	npids = round_candidates(a->dev, members, &pids);
+	if (!looks_alloc(&rl, npids)) {
+		*later = vmm_now_ms() + BUSY_RECHECK_MS; /* no memory for the looks: soon again */
+		goto out;
+	}
+	peers = rl.peers;
+	looks = rl.looks;
+	share_look_all(pids, npids, uuid, deadline, looks, rl.found);
+	share_note_looked(npids);
 	for (int i = 0; i < npids; i++) {
 		if (looks[i] != SHARE_LOOK_NONE)
 			seen->pids[seen->npids++] = pids[i]; /* its exit wakes the waiter */
 		if (looks[i] == SHARE_LOOK_PEER)
-			peers[n++] = found[i];
+			peers[n++] = rl.found[i];
 		else if (looks[i] == SHARE_LOOK_BUSY)
 			busy = true;
+		else if (members && share_members_prune(members, pids[i]))
+			vmm_log(VMM_LOG_INFO, "share: pid %ld has ended: no longer a member of %s",
+				(long)pids[i], uuid);
 	}
 	/* Memory a peer keeps only in its cache counts as free: it goes back first. */
 	for (int i = 0; i < n; i++) {
@@ -287,6 +340,8 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 	}
 out:
 	share_unlock();
+	looks_free(&rl);
+	free(pids);
 	return rc;
 }
 
@@ -375,6 +430,12 @@ static vmm_status make_room(const struct room_ask *a, vmm_error *err)
 	/* Listening before the first look: a free after it wakes the wait that follows. */
 	if ((ev = share_event_of(a->dev)))
 		share_event_begin(ev, deadline, &w);
+	seen.pids = malloc(SHARE_MEMBER_SLOTS * sizeof(*seen.pids));
+	if (!seen.pids) {
+		share_event_end(&w);
+		return vmm_fail(err, VMM_E_OOM, 0, "%s on %s: no memory to look for room", a->what,
+				uuid);
+	}
 	for (;;) {
 		share_note_look();
 		pace.last_ms = vmm_now_ms();
@@ -394,6 +455,7 @@ static vmm_status make_room(const struct room_ask *a, vmm_error *err)
 		wait_for_change(&w, &seen, deadline, &pause, &pace, a->what, uuid);
 	}
 	share_event_end(&w);
+	free(seen.pids);
 	if (waited)
 		share_wait_end();
 	if (rc == 1) {
@@ -482,8 +544,9 @@ static vmm_status alloc_sharing(struct alloc_try *a)
 	size_t size = a->size;
 	char what[96];
 
-	if (st == VMM_OK && share_enabled())
-		share_event_of(a->dev); /* mapped from the first allocation on: its frees wake waiters */
+	/* A member of the GPU from its first allocation there (asked by the others' rounds). */
+	if (st == VMM_OK)
+		share_join_gpu(a->dev);
 	/* A thread already deciding for this GPU (its own autowake inside) does not recurse. */
 	if (st != VMM_E_OOM || !share_enabled() || share_lock_held())
 		return st;
@@ -494,6 +557,8 @@ static vmm_status alloc_sharing(struct alloc_try *a)
 					   .attempt = try_alloc, .arg = a, .what = what },
 		       a->err);
 	gate_enter();
+	if (st == VMM_OK)
+		share_join_gpu(a->dev);
 	return st;
 }
 

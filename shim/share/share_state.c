@@ -21,6 +21,7 @@ static atomic_llong resident_since_ms;
 static atomic_llong waiting_since_ms; /* 0: not waiting */
 static atomic_llong waited_ms;        /* in total */
 static atomic_llong looks;            /* rounds of making room, in total */
+static atomic_llong looked_at;        /* processes those rounds asked, in total */
 static atomic_llong slept_by_peers;   /* sleeps a sharing peer made of it, in total */
 static atomic_int waiters;
 static pthread_mutex_t slept_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -105,6 +106,11 @@ void share_note_look(void)
 	atomic_fetch_add(&looks, 1);
 }
 
+void share_note_looked(int processes)
+{
+	atomic_fetch_add(&looked_at, processes);
+}
+
 void share_put_info(proto_writer *w)
 {
 	char gpus[PROTO_VALUE_MAX] = "", uuid[SHARE_UUID_MAX];
@@ -142,5 +148,6 @@ void share_put_info(proto_writer *w)
 	proto_put_bool(w, "waiting", waiting != 0);
 	proto_put_int(w, "waited_ms", atomic_load(&waited_ms) + (waiting ? now - waiting : 0));
 	proto_put_int(w, "looks", atomic_load(&looks));
+	proto_put_int(w, "looked_at", atomic_load(&looked_at));
 	proto_put_int(w, "slept_by_peers", atomic_load(&slept_by_peers));
 }

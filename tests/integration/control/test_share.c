@@ -57,14 +57,14 @@ static void teardown_group(void)
 	char cmd[256];
 
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'; rm -f /dev/shm/simdev-cuda-%u-%s*", dir,
-		 (unsigned)getuid(), group);
+		 (unsigned)getuid(), group); /* the group's name starts the other GPU's too */
 	if (system(cmd))
 		fprintf(stderr, "could not clean %s\n", dir);
 }
 
-/* A sharing ctl_target with priority prio and the extra settings extra ("K=V K=V", may be
- * NULL). */
-static struct target *start(int prio, const char *extra)
+/* A sharing ctl_target of simdev group grp (another group is another GPU of the node) with
+ * priority prio and the extra settings extra ("K=V K=V", may be NULL). */
+static struct target *start_in(const char *grp, int prio, const char *extra)
 {
 	static char envs[8][12][160];
 	static int k;
@@ -74,7 +74,7 @@ static struct target *start(int prio, const char *extra)
 	int n = 0;
 
 	snprintf(e[n++], 160, "VMMSHIM_RUN_DIR=%s", dir);
-	snprintf(e[n++], 160, "SIMDEV_SHARED=%s", group);
+	snprintf(e[n++], 160, "SIMDEV_SHARED=%s", grp);
 	snprintf(e[n++], 160, "SIMDEV_MEMORY=%uM", 256 / scale());
 	snprintf(e[n++], 160, "VMMSHIM_SHARE=1");
 	snprintf(e[n++], 160, "VMMSHIM_PRIORITY=%d", prio);
@@ -90,6 +90,12 @@ static struct target *start(int prio, const char *extra)
 	t = target_start(env);
 	cr_assert(t, "ctl_target did not start under the shim");
 	return t;
+}
+
+/* A sharing ctl_target on the test's GPU (its simdev group). */
+static struct target *start(int prio, const char *extra)
+{
+	return start_in(group, prio, extra);
 }
 
 static void cmd_ok(struct target *t, const char *cmd, const char *want)
@@ -811,28 +817,24 @@ static void leave_zombie_sockets(pid_t *pids, int n)
 	}
 }
 
-static int sockets_in_folder(void)
+/* A busy node: the control folder holds the sockets of many killed processes (and of unreaped
+ * ones, zombies) and four live sharing processes of another GPU, each with memory there. A round
+ * asks the members of its own GPU only (share-UUID.members), so the live peer is found at once
+ * (it would get the driver's out-of-memory error instead of sleeping the lower priority when a
+ * round read the first 64 of the folder), and no process of the other GPU is asked. */
+Test(share, a_round_asks_the_members_of_its_gpu_only, .timeout = 120)
 {
-	DIR *d = opendir(dir);
-	struct dirent *e;
-	int n = 0;
-
-	cr_assert(d);
-	while ((e = readdir(d)))
-		n += strstr(e->d_name, ".sock") != NULL;
-	closedir(d);
-	return n;
-}
-
-/* A folder where many killed processes left their sockets (and unreaped ones, zombies): a round reads at most 64 of them,
- * and the live peer must not be crowded out (it would get the driver's out-of-memory error
- * instead of sleeping the lower priority). The left-overs are removed on the way. */
-Test(share, sockets_left_by_killed_processes_do_not_hide_live_peers, .timeout = 120)
-{
-	struct target *a, *b;
+	struct target *a, *b, *other[4];
 	pid_t zombies[80];
+	char other_gpu[80];
+	long long looks, looked_at;
 
 	setup_group();
+	snprintf(other_gpu, sizeof(other_gpu), "%s_b", group);
+	for (int i = 0; i < 4; i++) {
+		other[i] = start_in(other_gpu, 0, NULL);
+		cmd_ok(other[i], alloc_cmd(1, 30000000), "ok");
+	}
 	b = start(0, NULL);
 	a = start(1, NULL);
 	cmd_ok(b, alloc_cmd(1, 150000000), "ok");
@@ -841,12 +843,22 @@ Test(share, sockets_left_by_killed_processes_do_not_hide_live_peers, .timeout = 
 	cmd_ok(a, alloc_cmd(1, 150000000), "ok");
 	status_of(b);
 	cr_expect_eq(json_num(o.out, NULL, "slept_by"), a->pid, "%s", o.out);
-	cr_expect_eq(sockets_in_folder(), 2, "the left-over sockets were not removed");
+	status_of(a);
+	looks = json_num(o.out, NULL, "looks");
+	looked_at = json_num(o.out, NULL, "looked_at");
+	cr_expect_geq(looks, 1, "%s", o.out);
+	cr_expect_eq(looked_at, looks, "each round asks b only:\n%s", o.out);
 	for (int i = 0; i < 80; i++)
 		waitpid(zombies[i], NULL, 0);
 	cmd_ok(a, "check", "ok");
 	cr_expect_eq(target_stop(a, 10000), 0);
 	cmd_ok(b, "check", "ok");
 	cr_expect_eq(target_stop(b, 20000), 0);
+	for (int i = 0; i < 4; i++) {
+		status_of(other[i]);
+		cr_expect_eq(json_num(o.out, NULL, "slept_by"), 0, "%s", o.out);
+		cmd_ok(other[i], "check", "ok");
+		cr_expect_eq(target_stop(other[i], 10000), 0);
+	}
 	teardown_group();
 }

@@ -295,6 +295,12 @@ try:
                  one(fams, "vmmshim_share_slept_by_peers_total", low.pid))
         if one(fams, "vmmshim_share_looks_total", high.pid) < 1:
             fail("no round counted for the process that made room")
+        # Each round asked the GPU's one other member (the low priority), nobody else.
+        if one(fams, "vmmshim_share_looked_at_total", high.pid) != \
+                one(fams, "vmmshim_share_looks_total", high.pid):
+            fail("rounds %s asked %s processes" %
+                 (one(fams, "vmmshim_share_looks_total", high.pid),
+                  one(fams, "vmmshim_share_looked_at_total", high.pid)))
         text = vmmctl("status", str(low.pid)).stdout
         if "sleeps by peers 1" not in text:
             fail("status of the slept process does not count the sleep: %r" % text)
