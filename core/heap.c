@@ -329,6 +329,9 @@ vmm_status vmm_malloc_ordered(vmm_core *core, int dev, size_t size, const char *
 	} else {
 		st = alloc_locked(dh, size, HEAP_ALIGN, tag, out, err);
 	}
+	/* As vmm_malloc: shared handles freed whole go back (a lone stream's program allocates
+	 * only this way, and kept a freed export's memory until a trim). */
+	share_settle(dh);
 	pthread_mutex_unlock(&dh->lock);
 	return st;
 }

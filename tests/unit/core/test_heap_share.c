@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "heap_offload.h"
+#include "offload/transfer.h"
 #include "helpers.h"
 #include "vmm_share.h"
 
@@ -181,5 +182,33 @@ Test(heap_share, a_group_sleep_may_release_exported_memory)
 	view = t_import_view(&t, &si, NULL);
 	t_fill(view, 8 * MiB, 7);
 	cr_expect(t_check(a, 8 * MiB, 7));
+	t_close(&t);
+}
+
+/* A program that allocates only on streams (under the shim: every program with one stream) gets
+ * a freed export's memory back at its next allocation, as one that calls vmm_malloc does, not at
+ * the next trim. */
+Test(heap_share, a_stream_ordered_allocation_releases_a_freed_export)
+{
+	vmm_devptr a, b;
+	vmm_share_info si;
+	struct tctx t;
+	vmm_error err;
+	uint64_t shared, retired;
+
+	t_simdev_env("2G", NULL, NULL);
+	t_open(&t, NULL);
+	cr_assert_eq(vmm_malloc_ordered(t.core, 0, 32 * MiB, NULL, NULL, &a, NULL, &err), VMM_OK);
+	cr_assert_eq(vmm_share_export(t.core, a, &si, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(vmm_free(t.core, a, &err), VMM_OK);
+	/* past its quarantine */
+	cr_assert_eq(vmm_reclaim_within(t.core, 0, &(vmm_limits){ .deadline = 0 }, &err), VMM_OK);
+	vmm_share_bytes(t.core, 0, &shared, &retired);
+	cr_expect_eq(retired, 32 * MiB, "the freed export is retired");
+	cr_assert_eq(vmm_malloc_ordered(t.core, 0, 2 * MiB, NULL, NULL, &b, NULL, &err), VMM_OK);
+	vmm_share_bytes(t.core, 0, &shared, &retired);
+	cr_expect_eq(shared, 0, "%llu bytes still shared", (unsigned long long)shared);
+	cr_expect_eq(t_stats(&t, 0, NULL).mapped_bytes, 2 * MiB, "mapped %llu",
+		     (unsigned long long)t_stats(&t, 0, NULL).mapped_bytes);
 	t_close(&t);
 }
