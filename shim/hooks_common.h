@@ -23,6 +23,11 @@ bool hook_stream_device(CUstream s, bool ptsz, int *dev);
  * A failed query counts as capturing: the driver then decides. */
 bool hook_stream_capturing(CUstream s, bool ptsz);
 
+/* A reset of dev's primary context (hooks_context.c) closes every legacy IPC handle the program
+ * opened on dev, as the driver's reset destroys the context's mappings (hooks_ipc.c): the
+ * exporter's memory is then held by nobody here. Returns how many imports were closed. */
+int hook_ipc_close_device(int dev);
+
 /* The stream the core should order on: the per-thread default stream for a _ptsz call on 0. */
 static inline CUstream hook_stream(CUstream s, bool ptsz)
 {

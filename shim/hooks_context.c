@@ -95,6 +95,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	struct reset_call call = { dev };
 	vmm_core *core = hook_cuda_core();
 	bool exclusive, own;
+	int closed;
 	CUresult r;
 
 	lone_stream_context_ends("a reset of a primary context");
@@ -110,6 +111,9 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 			"allocations there allocated: it has contexts of its own on the device",
 			(int)dev);
 	r = (CUresult)vmm_device_reset(core, (int)dev, !own, real_reset, &call, trace_reset_free);
+	if (r == CUDA_SUCCESS && !own && (closed = hook_ipc_close_device((int)dev)))
+		vmm_log(VMM_LOG_INFO, "device %d: the reset closed %d legacy IPC handles the program "
+			"had opened, as the driver does", (int)dev, closed);
 	if (exclusive)
 		control_exclusive_end();
 	if (r == CUDA_SUCCESS && !own)

@@ -338,6 +338,36 @@ CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, u
 	return open_ours(pdptr, &h, Flags);
 }
 
+int hook_ipc_close_device(int dev)
+{
+	shim_runtime *rt = shim_runtime_peek();
+	ipc_import_summary *sum;
+	ipc_import m;
+	size_t n;
+	int closed = 0;
+
+	if (!rt || !rt->side[SHIM_CUDA].be || !(sum = malloc(IPC_REGISTRY_MAX * sizeof(*sum))))
+		return 0;
+	n = ipc_registry_summaries(sum, IPC_REGISTRY_MAX);
+	for (size_t i = 0; i < n && i < IPC_REGISTRY_MAX; i++) {
+		bool last = false;
+
+		if (sum[i].device != dev)
+			continue;
+		/* Each close drops an open; the last one unmaps. Not in the gate: a reset of a
+		 * process held asleep must not wait for its wake. */
+		while (!last && ipc_registry_close(sum[i].base, &last, &m))
+			;
+		if (!last)
+			continue; /* closed meanwhile by the program */
+		unmap_import(rt->side[SHIM_CUDA].be, &m, m.released ? 0 : m.span_size,
+			     "a reset of the primary context");
+		closed++;
+	}
+	free(sum);
+	return closed;
+}
+
 CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr dptr)
 {
 	shim_runtime *rt = shim_runtime_peek();

@@ -795,3 +795,33 @@ Test(group_ipc, an_exporters_reset_leaves_what_an_importer_maps, .timeout = 60)
 	expect_read(&s.ps[1], s.own[1], "own-1");
 	finish(&s, &observer);
 }
+
+/* An importer that resets its device closes what it opened, as the driver's reset destroys the
+ * context's mappings: nothing of the exporter's stays mapped there, so once the exporter frees
+ * the allocation its memory goes back to the device. */
+Test(group_ipc, an_importers_reset_closes_what_it_opened, .timeout = 60)
+{
+	struct sharing s;
+	struct peer observer;
+	long long before, after;
+
+	setup_env();
+	start(&observer, NULL);
+	build(&s, 2, NULL);
+	peer_ok(&s.ps[1], "reset");
+	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)s.ps[1].pid);
+	cr_expect_eq(json_num(o.out, "\"devices\": [", "ipc_imported"), 0, "%s", o.out);
+	before = group_free(&observer);
+	/* The exporter's free retires the shared memory; its next allocation (2 MiB) releases the
+	 * handle, whose memory then goes back unless someone still maps it. */
+	peer_ok(&s.ps[0], "free %lld", s.shared[0]);
+	peer_ok(&s.ps[0], "alloc %u", 2u << 20);
+	after = group_free(&observer);
+	cr_expect_geq(after - before, (long long)SHARED_BYTES - (2 << 20),
+		      "free %lld before the exporter's free, %lld after: the importer still holds "
+		      "the shared memory", before, after);
+	expect_read(&s.ps[0], s.own[0], "own-0");
+	s.n = 1; /* the importer's pointers went with its reset */
+	peer_exit(&s.ps[1]);
+	finish(&s, &observer);
+}
