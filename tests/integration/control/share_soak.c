@@ -16,9 +16,12 @@
  *  - a wedge: a vmmctl request not answered within its deadline, threads not done within their
  *    time plus twice the sharing wait, a process that does not exit when asked,
  *  - a leak: once every process of an epoch has ended, killed ones included, the GPU's memory
- *    in use must be back to zero, as a fresh process sees it.
+ *    in use must be back to zero, as a fresh process sees it,
+ *  - a sleep across GPUs: B bystanders (--bystanders, 1 by default) work on a second simulated
+ *    GPU in the same control folder, as on a node of several GPUs; a process slept by a peer of
+ *    the other GPU fails the run (the rounds ask their own GPU's members only).
  *
- *   share_soak [--seconds S] [--seed N] [--procs P] [--threads T]
+ *   share_soak [--seconds S] [--seed N] [--procs P] [--threads T] [--bystanders B]
  *
  * The seed picks the driver's choices and the threads' work; the interleaving is the machine's.
  * CI runs it for a short time with a fixed seed (meson test control_share_soak); longer runs:
@@ -38,6 +41,7 @@
 #include "soak_run.h"
 
 #define MAX_PROCS 6
+#define MAX_BYSTANDERS 4
 #define BASE_BUFS 4
 #define BASE_BYTES (4u << 20)
 /* The GPU per process: each holds 16 MiB for good and its threads up to ~20 MiB each. */
@@ -56,6 +60,14 @@ struct proc {
 };
 
 static struct proc procs[MAX_PROCS];
+/* The second GPU's processes (group_b), and the pids started on each GPU (gpu_of). */
+static struct proc bys[MAX_BYSTANDERS];
+static int nbys = 1;
+static char group_b[80];
+static struct {
+	pid_t pid[1024];
+	int n;
+} started[2];
 /* The export the next importers open (slot 0's, while live). */
 static struct {
 	bool epoch, live, exporter_faults;
@@ -73,7 +85,7 @@ static struct ctl_out o;
 static struct {
 	long epochs, starts, kills, lists, statuses, outside_sleeps, outside_refused,
 		group_sleeps, group_refused, ops, copies, kernels, ooms, errors, slept_by_peer,
-		faulty, base_short, exports, opens, ipc_refused, checks;
+		faulty, base_short, exports, opens, ipc_refused, checks, bystander_statuses;
 } n;
 
 static unsigned rnd(unsigned below)
@@ -103,17 +115,20 @@ static void fail(const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	va_end(ap);
 	fputc('\n', stderr);
-	for (int i = 0; i < nprocs; i++) {
-		if (!procs[i].t)
+	for (int i = 0; i < nprocs + nbys; i++) {
+		struct proc *p = i < nprocs ? &procs[i] : &bys[i - nprocs];
+
+		if (!p->t)
 			continue;
-		target_log(procs[i].t, log, sizeof(log));
-		fprintf(stderr, "share_soak: pid %ld (priority %d, faults '%s'), its log's last "
-			"part:\n%s\n", (long)procs[i].t->pid, procs[i].prio,
-			procs[i].faults ? procs[i].armed : "", strlen(log) > 2500 ?
+		target_log(p->t, log, sizeof(log));
+		fprintf(stderr, "share_soak: pid %ld (%s, priority %d, faults '%s'), its log's last "
+			"part:\n%s\n", (long)p->t->pid, i < nprocs ? "GPU A" : "GPU B, a bystander",
+			p->prio, p->faults ? p->armed : "", strlen(log) > 2500 ?
 			log + strlen(log) - 2500 : log);
 	}
 	fprintf(stderr, "share_soak: seed %llu; replay: scripts/soak.sh --share --seed %llu "
-		"--seconds %g --procs %d --threads %d\n", seed0, seed0, seconds, nprocs, threads);
+		"--seconds %g --procs %d --threads %d --bystanders %d\n", seed0, seed0, seconds,
+		nprocs, threads, nbys);
 	harness_cleanup();
 	cleanup_group();
 	exit(1);
@@ -223,13 +238,30 @@ static void check_now(struct proc *p)
 	n.checks++;
 }
 
-/* A sharing soak_target in slot i, its long-lived buffers made and its threads working until
- * `until`. */
-static void start(int i, double until, unsigned work_seed)
+/* The memory of a simulated GPU for count processes: too little for all of them at once. */
+static int gpu_mib(int count)
+{
+	int mib = MIB_PER_PROC * count * 2 / 3;
+
+	return mib > MIB_PER_PROC ? mib : MIB_PER_PROC;
+}
+
+/* Which GPU pid was started on (0: the soak's, 1: the bystanders'), -1 when none of ours. */
+static int gpu_of(pid_t pid)
+{
+	for (int g = 0; g < 2; g++)
+		for (int i = 0; i < started[g].n && i < 1024; i++)
+			if (started[g].pid[i] == pid)
+				return g;
+	return -1;
+}
+
+/* A sharing soak_target for p on GPU gpu (0: slot i of the soak's, 1: a bystander's), its
+ * long-lived buffers made and its threads working until `until`. */
+static void start_on(struct proc *p, int gpu, int i, double until, unsigned work_seed)
 {
 	static char e[11][320];
 	const char *env[12];
-	struct proc *p = &procs[i];
 	char line[64];
 	int k = 0;
 
@@ -237,8 +269,8 @@ static void start(int i, double until, unsigned work_seed)
 	p->faults = faults_epoch && rnd(2);
 	p->report[0] = '\0';
 	snprintf(e[k++], 320, "VMMSHIM_RUN_DIR=%s", dir);
-	snprintf(e[k++], 320, "SIMDEV_SHARED=%s", group);
-	snprintf(e[k++], 320, "SIMDEV_MEMORY=%dM", MIB_PER_PROC * nprocs * 2 / 3);
+	snprintf(e[k++], 320, "SIMDEV_SHARED=%s", gpu ? group_b : group);
+	snprintf(e[k++], 320, "SIMDEV_MEMORY=%dM", gpu_mib(gpu ? nbys : nprocs));
 	snprintf(e[k++], 320, "VMMSHIM_SHARE=1");
 	snprintf(e[k++], 320, "VMMSHIM_PRIORITY=%d", p->prio);
 	snprintf(e[k++], 320, "VMMSHIM_SHARE_IDLE=200ms");
@@ -258,6 +290,8 @@ static void start(int i, double until, unsigned work_seed)
 	if (!p->t)
 		fail("a sharing program did not start under the shim");
 	n.starts++;
+	if (started[gpu].n < 1024)
+		started[gpu].pid[started[gpu].n++] = p->t->pid;
 	/* Its long-lived buffers wait for room like any allocation, and a lower priority may get
 	 * none while higher ones hold the GPU (out of memory, as the rules say): asked again for a
 	 * while, then it works with those it has. */
@@ -278,14 +312,19 @@ static void start(int i, double until, unsigned work_seed)
 		}
 		usleep(200000);
 	}
-	if (ipc.epoch && i == 0)
+	if (!gpu && ipc.epoch && i == 0)
 		export_shared(p);
-	else if (ipc.epoch && ipc.live && (i == 1 || rnd(3)))
+	else if (!gpu && ipc.epoch && ipc.live && (i == 1 || rnd(3)))
 		open_shared(p); /* slot 1 always: a short run has an importer */
 	p->work_end = until;
 	snprintf(line, sizeof(line), "work %d %.1f %u", threads, until - now_s() > 0.5 ?
 		 until - now_s() : 0.5, work_seed);
 	cmd(p, line, "work started", timeout_s);
+}
+
+static void start(int i, double until, unsigned work_seed)
+{
+	start_on(&procs[i], 0, i, until, work_seed);
 }
 
 /* Killed whatever it is doing; a fresh process takes its place for the rest of the epoch. */
@@ -355,13 +394,25 @@ static void list(void)
 	n.lists++;
 }
 
+/* The status of p (on GPU gpu): who slept it, if a peer did, is a process of its own GPU. */
+static void status_on(struct proc *p, int gpu)
+{
+	long long by;
+
+	if (ctl("status %d", (int)p->t->pid) && !strstr(o.out, "busy"))
+		fail("status of pid %ld failed: %s %s", (long)p->t->pid, o.out, o.err);
+	n.statuses++;
+	by = json_num(o.out, NULL, "slept_by");
+	if (by > 0 && gpu_of((pid_t)by) != gpu)
+		fail("pid %ld (GPU %c) was slept by pid %lld of %s", (long)p->t->pid, "AB"[gpu],
+		     by, gpu_of((pid_t)by) < 0 ? "no GPU of this soak" : "the other GPU");
+	if (by > 0)
+		n.slept_by_peer++;
+}
+
 static void status(int i)
 {
-	if (ctl("status %d", (int)procs[i].t->pid) && !strstr(o.out, "busy"))
-		fail("status of pid %ld failed: %s %s", (long)procs[i].t->pid, o.out, o.err);
-	n.statuses++;
-	if (json_num(o.out, NULL, "slept_by") > 0)
-		n.slept_by_peer++;
+	status_on(&procs[i], 0);
 }
 
 /* Its threads' report: no mismatch, no error but out of memory, nothing left unfreed. */
@@ -396,8 +447,9 @@ static void collect(struct proc *p)
 	n.errors += errors;
 }
 
-/* With every process of the epoch gone, a fresh one sees the whole GPU free. */
-static void no_leak(void)
+/* With every process of the epoch gone, a fresh one sees the whole GPU (of group grp, mib MiB)
+ * free. */
+static void no_leak_on(const char *grp, int mib)
 {
 	const char *env[] = { "VMMSHIM_RUN_DIR=", NULL, NULL, NULL };
 	char run[160], shared[160], mem[64], reply[64];
@@ -405,8 +457,8 @@ static void no_leak(void)
 	unsigned long long used = 1;
 
 	snprintf(run, sizeof(run), "VMMSHIM_RUN_DIR=%s", dir);
-	snprintf(shared, sizeof(shared), "SIMDEV_SHARED=%s", group);
-	snprintf(mem, sizeof(mem), "SIMDEV_MEMORY=%dM", MIB_PER_PROC * nprocs * 2 / 3);
+	snprintf(shared, sizeof(shared), "SIMDEV_SHARED=%s", grp);
+	snprintf(mem, sizeof(mem), "SIMDEV_MEMORY=%dM", mib);
 	env[0] = run;
 	env[1] = shared;
 	env[2] = mem;
@@ -417,7 +469,7 @@ static void no_leak(void)
 	    sscanf(reply, "used %llu", &used) != 1)
 		fail("the fresh program did not say its memory: '%s'", reply);
 	if (used)
-		fail("%llu bytes of the GPU still in use once every process has ended", used);
+		fail("%llu bytes of GPU %s still in use once every process has ended", used, grp);
 	if (target_stop(fresh.t, (int)(timeout_s * 1000)))
 		fail("the fresh program did not exit cleanly");
 	target_free(fresh.t);
@@ -438,6 +490,8 @@ static void epoch(double secs)
 	fflush(stdout);
 	for (int i = 0; i < nprocs; i++)
 		start(i, until, (unsigned)rand_r(&rng));
+	for (int b = 0; b < nbys; b++)
+		start_on(&bys[b], 1, b, until, (unsigned)rand_r(&rng));
 	while (now_s() < until - 0.5) {
 		int r = (int)rnd(100), i = (int)rnd((unsigned)nprocs);
 
@@ -451,15 +505,25 @@ static void epoch(double secs)
 			list();
 		else if (r < 52)
 			check_now(&procs[i]);
-		else
+		else if (r < 60 && nbys) {
+			status_on(&bys[rnd((unsigned)nbys)], 1);
+			n.bystander_statuses++;
+		} else
 			status(i);
 		usleep(100000 + rnd(300000));
 	}
 	for (int i = 0; i < nprocs; i++)
 		collect(&procs[i]);
+	for (int b = 0; b < nbys; b++)
+		collect(&bys[b]);
 	/* Every process's long-lived bytes, asleep or not (a check wakes it). */
 	for (int i = 0; i < nprocs; i++)
 		cmd(&procs[i], "check", "ok", share_wait_s * 2 + timeout_s);
+	for (int b = 0; b < nbys; b++) {
+		cmd(&bys[b], "check", "ok", share_wait_s * 2 + timeout_s);
+		status_on(&bys[b], 1);
+		n.bystander_statuses++;
+	}
 	list();
 	/* Most exit when asked; one epoch in three kills one at the end. */
 	for (int i = 0; i < nprocs; i++) {
@@ -476,14 +540,25 @@ static void epoch(double secs)
 		}
 		procs[i].t = NULL;
 	}
-	no_leak();
+	for (int b = 0; b < nbys; b++) {
+		int code = target_stop(bys[b].t, (int)(timeout_s * 1000));
+
+		if (code)
+			fail("bystander pid %ld did not exit cleanly (%d)", (long)bys[b].t->pid, code);
+		target_free(bys[b].t);
+		bys[b].t = NULL;
+	}
+	no_leak_on(group, gpu_mib(nprocs));
+	if (nbys)
+		no_leak_on(group_b, gpu_mib(nbys));
 }
 
 int main(int argc, char **argv)
 {
 	double start_s = now_s(), epoch_s;
 
-	struct soak_args a = { .seconds = seconds, .threads = threads, .procs = nprocs };
+	struct soak_args a = { .seconds = seconds, .threads = threads, .procs = nprocs,
+			       .bystanders = nbys };
 
 	if (!soak_args_parse(argc, argv, "share_soak", MAX_PROCS, &a))
 		return 2;
@@ -491,6 +566,7 @@ int main(int argc, char **argv)
 	seed0 = a.seed;
 	threads = a.threads;
 	nprocs = a.procs;
+	nbys = a.bystanders;
 	rng = (unsigned)(seed0 ^ (seed0 >> 32));
 	timeout_s = 15 * ctl_slow();
 	share_wait_s = 5 * ctl_slow();
@@ -498,9 +574,11 @@ int main(int argc, char **argv)
 	if (!mkdtemp(dir))
 		return fprintf(stderr, "share_soak: no run folder\n"), 1;
 	snprintf(group, sizeof(group), "sharesoak%ld_%ld", (long)getpid(), (long)time(NULL));
+	/* Its name starts with the first's: cleanup_group removes both. */
+	snprintf(group_b, sizeof(group_b), "%s_b", group);
 	epoch_s = seconds < 30 ? seconds / 2 : 15;
-	printf("share_soak: seed %llu, %g s, %d processes, %d threads each\n", seed0, seconds,
-	       nprocs, threads);
+	printf("share_soak: seed %llu, %g s, %d processes, %d threads each; %d bystanders on "
+	       "another GPU\n", seed0, seconds, nprocs, threads, nbys);
 	soak_run_epochs(start_s, seconds, epoch_s, epoch);
 	cleanup_group();
 	printf("share_soak: passed, seed %llu, %.0f s: %ld epochs, %ld processes started (%ld "
@@ -509,10 +587,11 @@ int main(int argc, char **argv)
 	       "slept by a peer), %ld checks; IPC: %ld exports, %ld opens (%ld refused by "
 	       "faults or memory); the threads: %ld operations, %ld copies, %ld kernels, %ld "
 	       "allocations refused for want of memory (and %ld processes short of long-lived "
-	       "buffers), %ld errors from faults, 0 mismatches, 0 leaks, 0 wedges\n",
+	       "buffers), %ld errors from faults; %ld statuses of bystanders; 0 mismatches, 0 "
+	       "leaks, 0 wedges, 0 sleeps across GPUs\n",
 	       seed0, now_s() - start_s, n.epochs, n.starts, n.faulty, n.kills, n.outside_sleeps,
 	       n.outside_refused, n.group_sleeps, n.group_refused, n.lists, n.statuses,
 	       n.slept_by_peer, n.checks, n.exports, n.opens, n.ipc_refused, n.ops, n.copies,
-	       n.kernels, n.ooms, n.base_short, n.errors);
+	       n.kernels, n.ooms, n.base_short, n.errors, n.bystander_statuses);
 	return 0;
 }

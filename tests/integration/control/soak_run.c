@@ -12,9 +12,10 @@
 static bool usage(const char *name, int procs_max)
 {
 	fprintf(stderr, "usage: %s [--seconds S] [--seed N] [--threads T]%s\n"
-		"  --seconds at least 5, --threads 1 to 16", name, procs_max > 0 ? " [--procs P]" : "");
+		"  --seconds at least 5, --threads 1 to 16", name,
+		procs_max > 0 ? " [--procs P] [--bystanders B]" : "");
 	if (procs_max > 0)
-		fprintf(stderr, ", --procs 2 to %d", procs_max);
+		fprintf(stderr, ", --procs 2 to %d, --bystanders 0 to 4", procs_max);
 	fputc('\n', stderr);
 	return false;
 }
@@ -32,11 +33,14 @@ bool soak_args_parse(int argc, char **argv, const char *name, int procs_max,
 			a->threads = atoi(argv[++i]);
 		else if (procs_max > 0 && !strcmp(argv[i], "--procs") && i + 1 < argc)
 			a->procs = atoi(argv[++i]);
+		else if (procs_max > 0 && !strcmp(argv[i], "--bystanders") && i + 1 < argc)
+			a->bystanders = atoi(argv[++i]);
 		else
 			return usage(name, procs_max);
 	}
 	if (a->seconds < 5 || a->threads < 1 || a->threads > 16 ||
-	    (procs_max > 0 && (a->procs < 2 || a->procs > procs_max)))
+	    (procs_max > 0 && (a->procs < 2 || a->procs > procs_max || a->bystanders < 0 ||
+				a->bystanders > 4)))
 		return usage(name, procs_max);
 	return true;
 }

@@ -10,10 +10,11 @@ struct soak_args {
 	unsigned long long seed; /* drawn from the clock and pid unless --seed */
 	int threads;             /* 1 to 16 */
 	int procs;               /* --procs, 2 to procs_max (only where procs_max > 0) */
+	int bystanders;          /* --bystanders, 0 to 4 (only where procs_max > 0) */
 };
 
-/* --seconds S, --seed N, --threads T and, where procs_max > 0, --procs P into a (which holds the
- * defaults on entry). On bad input prints name's usage and returns false. */
+/* --seconds S, --seed N, --threads T and, where procs_max > 0, --procs P and --bystanders B into
+ * a (which holds the defaults on entry). On bad input prints name's usage and returns false. */
 bool soak_args_parse(int argc, char **argv, const char *name, int procs_max,
 		     struct soak_args *a);
 
