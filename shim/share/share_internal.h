@@ -47,10 +47,20 @@ enum share_look {
 /* The time a call to a peer may take now, for a wait that ends at deadline (monotonic ms). */
 int share_call_ms(long long deadline);
 
-/* Look at pids[0..n) on the GPU uuid, side by side, within deadline (share_look.c); looks[i] and
- * peers[i] say what pids[i] is. Returns once every look has ended. */
-void share_look_all(const pid_t *pids, int n, const char *uuid, long long deadline,
-		    enum share_look *looks, struct share_peer *peers);
+/* One round's looks (share_look.c): whom it asked, what each is, and the sharing peers among
+ * them (peers[0..npeers)). */
+struct share_round {
+	pid_t *pids;
+	enum share_look *looks; /* for each of pids[0..npids) */
+	struct share_peer *peers;
+	int npids, npeers;
+	bool busy; /* a peer whose allocator waits for its device: no figures now */
+};
+/* Ask the members of device dev's GPU uuid (or, without a member table, the processes of the
+ * control folder) what they are, side by side within deadline; a member that did not answer and
+ * is gone for good loses its slot. false when there was no memory for it (r empty). */
+bool share_round_look(int dev, const char *uuid, long long deadline, struct share_round *r);
+void share_round_free(struct share_round *r);
 
 /* The sharing processes of a GPU (share_members.c): the table in <dir>/share-<uuid>.members,
  * mapped; NULL when it cannot be had (another user's file, no memory). */

@@ -1,14 +1,18 @@
-/* Looks at the processes a round of GPU sharing asks (share_internal.h: the GPU's members): hello
- * to each, then the status of its device for a sharing peer of the GPU. The looks run side
- * by side on up to LOOK_THREADS threads. Each call is bounded by what is left of the round's wait,
- * but one after another, a few stopped processes early in the folder's order took the whole wait
- * (up to 2 s a call), and the processes after them, which might have made room, were never asked,
- * while the GPU's lock was held. */
+/* A round of GPU sharing's looks (share_internal.h, share_round_look): whom it asks (the GPU's
+ * members, share_members.c, or without a table the control folder), hello to each, then the
+ * status of its device for a sharing peer of the GPU, and the slots of members gone for good
+ * freed. The looks run side by side on up to LOOK_THREADS threads. Each call is bounded by what
+ * is left of the round's wait, but one after another, a few stopped processes early in the order
+ * took the whole wait (up to 2 s a call), and the processes after them, which might have made
+ * room, were never asked, while the GPU's lock was held. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../../core/lib_thread.h"
+#include "../../core/log.h"
 #include "../../core/mono_wait.h"
 #include "../protocol/peer_client.h"
 #include "share_internal.h"
@@ -145,8 +149,10 @@ static void *look_some(void *arg)
 	return NULL;
 }
 
-void share_look_all(const pid_t *pids, int n, const char *uuid, long long deadline,
-		    enum share_look *looks, struct share_peer *peers)
+/* Look at pids[0..n) side by side within deadline; looks[i] and peers[i] say what pids[i] is.
+ * Returns once every look has ended. */
+static void look_all(const pid_t *pids, int n, const char *uuid, long long deadline,
+		     enum share_look *looks, struct share_peer *peers)
 {
 	struct look_job job = { .pids = pids, .n = n, .uuid = uuid, .deadline = deadline,
 				.looks = looks, .peers = peers };
@@ -161,4 +167,63 @@ void share_look_all(const pid_t *pids, int n, const char *uuid, long long deadli
 	look_some(&job);
 	for (int i = 0; i < started; i++)
 		pthread_join(th[i], NULL);
+}
+
+/* The folder held more processes than a round reads: said once per process. */
+static atomic_bool said_folder_full;
+
+/* Whom a round asks: the members of the GPU (share_members.c), or without a member table the
+ * processes of the control folder (at most SHARE_FOLDER_MAX). Returns how many are in pids. */
+static int round_candidates(struct share_members *m, pid_t *pids, int cap)
+{
+	const share_settings *ss = share_settings_get();
+	int n;
+
+	if (m)
+		return share_members_list(m, getpid(), pids, cap);
+	n = peer_client_list(ss->run_dir, getpid(), pids, cap);
+	if (n == cap && !atomic_exchange(&said_folder_full, true))
+		vmm_log(VMM_LOG_WARN, "share: the control folder %s holds %d processes or more: "
+			"only %d are looked at for room", ss->run_dir, cap, cap);
+	return n;
+}
+
+bool share_round_look(int dev, const char *uuid, long long deadline, struct share_round *r)
+{
+	struct share_members *m = share_members_of(dev);
+	int cap = m ? SHARE_MEMBER_SLOTS : SHARE_FOLDER_MAX;
+
+	memset(r, 0, sizeof(*r));
+	r->pids = malloc((size_t)cap * sizeof(*r->pids));
+	if (!r->pids)
+		goto no_memory;
+	r->npids = round_candidates(m, r->pids, cap);
+	r->looks = calloc(r->npids ? (size_t)r->npids : 1, sizeof(*r->looks));
+	r->peers = calloc(r->npids ? (size_t)r->npids : 1, sizeof(*r->peers));
+	if (!r->looks || !r->peers)
+		goto no_memory;
+	look_all(r->pids, r->npids, uuid, deadline, r->looks, r->peers);
+	share_note_looked(r->npids);
+	for (int i = 0; i < r->npids; i++) {
+		if (r->looks[i] == SHARE_LOOK_PEER)
+			r->peers[r->npeers++] = r->peers[i]; /* in place: npeers <= i */
+		else if (r->looks[i] == SHARE_LOOK_BUSY)
+			r->busy = true;
+		else if (m && share_members_prune(m, r->pids[i]))
+			vmm_log(VMM_LOG_INFO, "share: pid %ld has ended: no longer a member of %s",
+				(long)r->pids[i], uuid);
+	}
+	return true;
+no_memory:
+	vmm_log(VMM_LOG_WARN, "share: no memory to look at the processes of device %d", dev);
+	share_round_free(r);
+	return false;
+}
+
+void share_round_free(struct share_round *r)
+{
+	free(r->pids);
+	free(r->looks);
+	free(r->peers);
+	memset(r, 0, sizeof(*r));
 }

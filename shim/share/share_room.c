@@ -173,54 +173,6 @@ struct round_seen {
 	bool own_busy;
 };
 
-/* The folder held more processes than a round reads: said once per process. */
-static atomic_bool said_folder_full;
-
-/* Whom a round asks: the members of the GPU (share_members.c), or without a member table the
- * processes of the control folder (at most SHARE_FOLDER_MAX). *pids is malloc'd; returns how
- * many (0 with *pids NULL when none or no memory). */
-static int round_candidates(int dev, struct share_members *m, pid_t **pids)
-{
-	const share_settings *ss = share_settings_get();
-	int cap = m ? SHARE_MEMBER_SLOTS : SHARE_FOLDER_MAX, n;
-
-	*pids = malloc((size_t)cap * sizeof(**pids));
-	if (!*pids) {
-		vmm_log(VMM_LOG_WARN, "share: no memory to list the processes of device %d", dev);
-		return 0;
-	}
-	if (m)
-		return share_members_list(m, getpid(), *pids, cap);
-	n = peer_client_list(ss->run_dir, getpid(), *pids, cap);
-	if (n == cap && !atomic_exchange(&said_folder_full, true))
-		vmm_log(VMM_LOG_WARN, "share: the control folder %s holds %d processes or more: "
-			"only %d are looked at for room", ss->run_dir, cap, cap);
-	return n;
-}
-
-/* The looks of one round, sized for its candidates. */
-struct round_looks {
-	struct share_peer *peers, *found;
-	enum share_look *looks;
-};
-
-static bool looks_alloc(struct round_looks *l, int n)
-{
-	size_t k = n > 0 ? (size_t)n : 1;
-
-	l->peers = calloc(k, sizeof(*l->peers));
-	l->found = calloc(k, sizeof(*l->found));
-	l->looks = calloc(k, sizeof(*l->looks));
-	return l->peers && l->found && l->looks;
-}
-
-static void looks_free(struct round_looks *l)
-{
-	free(l->peers);
-	free(l->found);
-	free(l->looks);
-}
-
 /* What room is made for (make_room). */
 struct room_ask {
 	int dev;              /* a driver ordinal */
@@ -239,12 +191,9 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 		     struct round_seen *seen)
 {
 	long long *later = &seen->later;
-	struct share_members *members = share_members_of(a->dev);
-	struct round_looks rl = { NULL, NULL, NULL };
+	struct share_round rl = { .pids = NULL };
 	struct share_peer *peers;
-	enum share_look *looks;
-	pid_t *pids = NULL;
-	int npids, n = 0, rc = 0;
+	int n = 0, rc = 0;
 	uint64_t could = 0;
 	bool busy = false;
 	long long now, own_until;
@@ -279,26 +228,16 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 	 * memory nobody here can use. */
 	if (held_without_autowake() && !a->ends_hold)
 		goto out;
-	npids = round_candidates(a->dev, members, &pids);
-	if (!looks_alloc(&rl, npids)) {
+	if (!share_round_look(a->dev, uuid, deadline, &rl)) {
 		*later = vmm_now_ms() + BUSY_RECHECK_MS; /* no memory for the looks: soon again */
 		goto out;
 	}
+	for (int i = 0; i < rl.npids; i++)
+		if (rl.looks[i] != SHARE_LOOK_NONE)
+			seen->pids[seen->npids++] = rl.pids[i]; /* its exit wakes the waiter */
 	peers = rl.peers;
-	looks = rl.looks;
-	share_look_all(pids, npids, uuid, deadline, looks, rl.found);
-	share_note_looked(npids);
-	for (int i = 0; i < npids; i++) {
-		if (looks[i] != SHARE_LOOK_NONE)
-			seen->pids[seen->npids++] = pids[i]; /* its exit wakes the waiter */
-		if (looks[i] == SHARE_LOOK_PEER)
-			peers[n++] = rl.found[i];
-		else if (looks[i] == SHARE_LOOK_BUSY)
-			busy = true;
-		else if (members && share_members_prune(members, pids[i]))
-			vmm_log(VMM_LOG_INFO, "share: pid %ld has ended: no longer a member of %s",
-				(long)pids[i], uuid);
-	}
+	n = rl.npeers;
+	busy = rl.busy;
 	/* Memory a peer keeps only in its cache counts as free: it goes back first. */
 	for (int i = 0; i < n; i++) {
 		if (peers[i].cached) {
@@ -340,8 +279,7 @@ static int one_round(const struct room_ask *a, const char *uuid, long long deadl
 	}
 out:
 	share_unlock();
-	looks_free(&rl);
-	free(pids);
+	share_round_free(&rl);
 	return rc;
 }
 
