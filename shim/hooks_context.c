@@ -87,9 +87,11 @@ static void trace_reset_free(vmm_devptr base)
 
 /* cudaDeviceReset. The driver frees the context's allocations, but the shim's memory is made with
  * the virtual-memory API and outlives a reset (tests/gpu/PROBE.md (j)): the core frees the
- * program's allocations itself, unless the program made contexts of its own on the device
- * (their allocations outlive a native reset, and the core cannot tell them apart). The core's
- * own streams and staging buffers went with the context; no sleep or wake runs meanwhile. */
+ * program's allocations itself, and the legacy IPC handles the program opened there are closed
+ * (their mappings are the virtual-memory API's too), unless the program made contexts of its own
+ * on the device (their allocations outlive a native reset, and the core cannot tell them apart).
+ * The core's own streams and staging buffers went with the context; no sleep or wake runs
+ * meanwhile. */
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
 	struct reset_call call = { dev };
