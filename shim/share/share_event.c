@@ -48,12 +48,11 @@ struct event_page {
 struct share_event {
 	int fd;
 	struct event_page *page;
-	char path[400];
+	char path[SHARE_PATH_MAX];
 };
 
 /* This process's events, by driver ordinal (a GPU's page is mapped once). */
-static _Atomic(struct share_event *) by_dev[VMM_MAX_DEVICES];
-static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct share_per_gpu events = SHARE_PER_GPU_INIT;
 
 static long long now_us(void)
 {
@@ -63,54 +62,25 @@ static long long now_us(void)
 	return (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-static struct share_event *event_open(const char *dir, const char *uuid)
+static void *event_open(const char *dir, const char *uuid)
 {
 	struct share_event *ev = calloc(1, sizeof(*ev));
-	struct stat st;
 
 	if (!ev)
 		return NULL;
-	if (snprintf(ev->path, sizeof(ev->path), "%s/share-%s.event", dir, uuid) >=
-	    (int)sizeof(ev->path))
-		goto fail;
-	ev->fd = open(ev->path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (ev->fd < 0)
-		goto fail;
-	/* Never made smaller (another process maps it): only grown to its size. */
-	if (fstat(ev->fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    (st.st_size < EVENT_BYTES && ftruncate(ev->fd, EVENT_BYTES)))
-		goto fail_fd;
-	ev->page = mmap(NULL, EVENT_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, ev->fd, 0);
-	if (ev->page == MAP_FAILED)
-		goto fail_fd;
+	ev->page = share_gpu_file_map(dir, uuid, "event", EVENT_BYTES, &ev->fd, ev->path);
+	if (!ev->page) {
+		free(ev);
+		return NULL;
+	}
 	if (ev->page->magic != EVENT_MAGIC) /* new (zeros): the same value whoever writes it */
 		ev->page->magic = EVENT_MAGIC;
 	return ev;
-fail_fd:
-	close(ev->fd);
-fail:
-	free(ev);
-	return NULL;
 }
 
 struct share_event *share_event_of(int dev)
 {
-	struct share_event *ev;
-	char uuid[SHARE_UUID_MAX];
-
-	if (dev < 0 || dev >= VMM_MAX_DEVICES)
-		return NULL;
-	ev = atomic_load_explicit(&by_dev[dev], memory_order_acquire);
-	if (ev)
-		return ev;
-	if (!share_gpu_uuid(dev, uuid, sizeof(uuid)))
-		return NULL;
-	pthread_mutex_lock(&open_lock);
-	ev = atomic_load(&by_dev[dev]);
-	if (!ev && (ev = event_open(share_settings_get()->run_dir, uuid)))
-		atomic_store_explicit(&by_dev[dev], ev, memory_order_release);
-	pthread_mutex_unlock(&open_lock);
-	return ev;
+	return share_per_gpu(&events, dev, event_open);
 }
 
 static void bump(struct share_event *ev)
@@ -134,7 +104,7 @@ void share_note_freed(void)
 	/* Every GPU this process has an event for: a free does not say which cheaply, and a
 	 * bump nobody needs only wakes a waiter for one more look. */
 	for (int d = 0; d < VMM_MAX_DEVICES; d++) {
-		struct share_event *ev = atomic_load_explicit(&by_dev[d], memory_order_acquire);
+		struct share_event *ev = atomic_load_explicit(&events.by_dev[d], memory_order_acquire);
 
 		if (ev)
 			bump(ev);

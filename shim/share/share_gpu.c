@@ -1,8 +1,8 @@
 /* Which GPU a device ordinal is (its UUID: ordinals differ between processes under
- * CUDA_VISIBLE_DEVICES) and the per-GPU decision lock: <run dir>/share-<UUID>.lock, held with
- * flock, so that the kernel drops it when its holder dies at any moment. A process that finds it
- * held waits for a close of the file (inotify): the holder closes it to let go, and the kernel
- * closes it for a holder that dies. */
+ * CUDA_VISIBLE_DEVICES), what this process keeps per GPU (share_per_gpu), and the per-GPU
+ * decision lock: <run dir>/share-<UUID>.lock, held with flock, so that the kernel drops it when
+ * its holder dies at any moment. A process that finds it held waits for a close of the file
+ * (inotify): the holder closes it to let go, and the kernel closes it for a holder that dies. */
 #include "share_internal.h"
 
 #include <dlfcn.h>
@@ -64,6 +64,28 @@ bool share_gpu_uuid(int dev, char *out, size_t cap)
 		 u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],
 		 u[13], u[14], u[15]);
 	return true;
+}
+
+void *share_per_gpu(struct share_per_gpu *c, int dev, void *(*open_fn)(const char *dir,
+								      const char *uuid))
+{
+	char uuid[SHARE_UUID_MAX];
+	void *p;
+
+	if (dev < 0 || dev >= VMM_MAX_DEVICES)
+		return NULL;
+	p = atomic_load_explicit(&c->by_dev[dev], memory_order_acquire);
+	if (p)
+		return p;
+	if (!share_gpu_uuid(dev, uuid, sizeof(uuid)))
+		return NULL; /* the driver does not say yet: asked again next time */
+	/* One opener at a time, so that a GPU's file is mapped once. */
+	pthread_mutex_lock(&c->lock);
+	p = atomic_load(&c->by_dev[dev]);
+	if (!p && (p = open_fn(share_settings_get()->run_dir, uuid)))
+		atomic_store_explicit(&c->by_dev[dev], p, memory_order_release);
+	pthread_mutex_unlock(&c->lock);
+	return p;
 }
 
 /* This thread's hold of each GPU lock (a thread that holds one and meets it again, e.g. its own

@@ -2,7 +2,9 @@
 #ifndef VMMSHIM_SHARE_INTERNAL_H
 #define VMMSHIM_SHARE_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -14,6 +16,23 @@
 #define SHARE_FOLDER_MAX 256
 /* A GPU's member table holds this many processes at once. */
 #define SHARE_MEMBER_SLOTS 1024
+
+/* A file every sharing process of a GPU maps: <dir>/share-<uuid>.<suffix>, created with zeros
+ * and grown to bytes when shorter, mapped shared; NULL (nothing left open) when it is another
+ * user's, not a regular file, or cannot be had. *fd_out: its descriptor; path: its name. */
+#define SHARE_PATH_MAX 400
+void *share_gpu_file_map(const char *dir, const char *uuid, const char *suffix, size_t bytes,
+			 int *fd_out, char path[SHARE_PATH_MAX]);
+/* What this process opened once per driver ordinal (an event, a member table). */
+struct share_per_gpu {
+	void *_Atomic by_dev[VMM_MAX_DEVICES];
+	pthread_mutex_t lock;
+};
+#define SHARE_PER_GPU_INIT { .lock = PTHREAD_MUTEX_INITIALIZER }
+/* c's entry for device dev, opened by open_fn(run dir, the GPU's UUID) the first time; NULL when
+ * dev is out of range, the driver does not say its UUID yet, or open_fn fails (asked again). */
+void *share_per_gpu(struct share_per_gpu *c, int dev,
+		    void *(*open_fn)(const char *dir, const char *uuid));
 
 /* The settings sharing runs with (copied from the runtime's configuration at share_init). */
 typedef struct share_settings {

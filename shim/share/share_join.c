@@ -11,29 +11,18 @@
 #include "../../core/log.h"
 #include "../protocol/proc_start.h"
 
-static _Atomic(struct share_members *) by_dev[VMM_MAX_DEVICES];
+static struct share_per_gpu tables = SHARE_PER_GPU_INIT;
 static atomic_bool joined[VMM_MAX_DEVICES];
-static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 static atomic_ullong my_start; /* this process's start time (0: not read yet) */
+
+static void *table_open(const char *dir, const char *uuid)
+{
+	return share_members_open(dir, uuid);
+}
 
 struct share_members *share_members_of(int dev)
 {
-	struct share_members *m;
-	char uuid[SHARE_UUID_MAX];
-
-	if (dev < 0 || dev >= VMM_MAX_DEVICES)
-		return NULL;
-	m = atomic_load_explicit(&by_dev[dev], memory_order_acquire);
-	if (m)
-		return m;
-	if (!share_gpu_uuid(dev, uuid, sizeof(uuid)))
-		return NULL;
-	pthread_mutex_lock(&open_lock);
-	m = atomic_load(&by_dev[dev]);
-	if (!m && (m = share_members_open(share_settings_get()->run_dir, uuid)))
-		atomic_store_explicit(&by_dev[dev], m, memory_order_release);
-	pthread_mutex_unlock(&open_lock);
-	return m;
+	return share_per_gpu(&tables, dev, table_open);
 }
 
 static uint64_t start_of_self(void)
@@ -75,7 +64,7 @@ void share_join_gpu(int dev)
 void share_members_exit(void)
 {
 	for (int d = 0; d < VMM_MAX_DEVICES; d++) {
-		struct share_members *m = atomic_load(&by_dev[d]);
+		struct share_members *m = atomic_load(&tables.by_dev[d]);
 
 		if (m && atomic_load(&joined[d]))
 			share_members_leave(m, getpid());

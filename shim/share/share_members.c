@@ -60,36 +60,19 @@ static uint64_t taken_by(uint64_t old, pid_t pid)
 struct share_members *share_members_open(const char *dir, const char *uuid)
 {
 	struct share_members *m = calloc(1, sizeof(*m));
-	char path[400];
-	struct stat st;
+	char path[SHARE_PATH_MAX];
 
 	if (!m)
 		return NULL;
-	if (snprintf(m->dir, sizeof(m->dir), "%s", dir) >= (int)sizeof(m->dir))
-		goto fail;
-	if (snprintf(path, sizeof(path), "%s/share-%s.members", dir, uuid) >= (int)sizeof(path))
-		goto fail;
-	m->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (m->fd < 0)
-		goto fail;
-	/* Another user's file, or one of another size, is not ours to map. Never made smaller: the
-	 * other members map it. */
-	if (fstat(m->fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
-	    (st.st_size < (off_t)sizeof(struct members_page) &&
-	     ftruncate(m->fd, sizeof(struct members_page))))
-		goto fail_fd;
-	m->page = mmap(NULL, sizeof(struct members_page), PROT_READ | PROT_WRITE, MAP_SHARED,
-		       m->fd, 0);
-	if (m->page == MAP_FAILED)
-		goto fail_fd;
+	if (snprintf(m->dir, sizeof(m->dir), "%s", dir) >= (int)sizeof(m->dir) ||
+	    !(m->page = share_gpu_file_map(dir, uuid, "members", sizeof(struct members_page),
+					   &m->fd, path))) {
+		free(m);
+		return NULL;
+	}
 	if (m->page->magic != MEMBERS_MAGIC) /* new (zeros): the same value whoever writes it */
 		m->page->magic = MEMBERS_MAGIC;
 	return m;
-fail_fd:
-	close(m->fd);
-fail:
-	free(m);
-	return NULL;
 }
 
 void share_members_close(struct share_members *m)
