@@ -24,7 +24,8 @@ except ImportError:
 
 VMMCTL, SHIM, TARGET = sys.argv[1:4]
 BUF = 8 << 20         # four 2 MiB handles on simdev: one copy call each
-NBUF = 4              # 32 MiB under tag kv: 16 slowed copy calls
+NBUF = 4              # 32 MiB under tag kv: 16 copy calls of 300 ms (a window that a
+                      # vmmctl started on a loaded machine still sees)
 run_dir = tempfile.mkdtemp(prefix="vmmshim-metrics-")
 os.chmod(run_dir, 0o700)
 env = dict(os.environ, VMMSHIM_RUN_DIR=run_dir)
@@ -39,7 +40,7 @@ def fail(msg):
 
 def start_target(**more):
     tenv = dict(env, LD_PRELOAD=SHIM, SIMDEV_MEMORY="2G", VMMSHIM_LOG="warn",
-                SIMDEV_DELAY="cuMemcpyDtoHAsync:150")
+                SIMDEV_DELAY="cuMemcpyDtoHAsync:300")
     tenv.update(more)
     p = subprocess.Popen([TARGET], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=tenv,
                          text=True, bufsize=1)
