@@ -103,6 +103,10 @@ DRIVER_HOOK(cuCtxCreate_v4,
 DRIVER_HOOK(cuCtxDestroy_v2, (CUcontext ctx), (ctx))
 DRIVER_HOOK(cuDevicePrimaryCtxRelease_v2, (CUdevice dev), (dev))
 DRIVER_HOOK(cuDevicePrimaryCtxReset_v2, (CUdevice dev), (dev))
+/* The pre-11.0 forms, same parameters: a runtime that asks cuGetProcAddress for the old ABI of a
+ * reset gets these, and the reset must not pass the shim by. */
+DRIVER_HOOK(cuDevicePrimaryCtxRelease, (CUdevice dev), (dev))
+DRIVER_HOOK(cuDevicePrimaryCtxReset, (CUdevice dev), (dev))
 DRIVER_HOOK(cuStreamDestroy_v2, (CUstream hStream), (hStream))
 DRIVER_HOOK(cuCtxEnablePeerAccess,
 	(CUcontext peerContext, unsigned int Flags),

@@ -28,6 +28,8 @@
 #undef cuMemMap
 #undef cuMemUnmap
 #undef cuMemSetAccess
+#undef cuDevicePrimaryCtxRelease
+#undef cuDevicePrimaryCtxReset
 #undef cuMemExportToShareableHandle
 #undef cuMemRetainAllocationHandle
 #undef cuMemGetAllocationPropertiesFromHandle

@@ -67,16 +67,25 @@ CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	return CALL_REAL(cuDevicePrimaryCtxRelease_v2, (dev));
 }
 
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	lone_stream_context_ends("a release of a primary context");
+	return CALL_REAL(cuDevicePrimaryCtxRelease, (dev));
+}
+
 /* How long a reset waits for a sleep or wake in progress before it goes on beside it. */
 #define RESET_WAIT_MS 30000
 
 struct reset_call {
 	CUdevice dev;
+	CUresult (*real)(CUdevice dev); /* the form the program called (_v2 or the old one) */
 };
 
 static int real_reset(void *arg)
 {
-	return (int)CALL_REAL(cuDevicePrimaryCtxReset_v2, (((struct reset_call *)arg)->dev));
+	struct reset_call *c = arg;
+
+	return c->real ? (int)c->real(c->dev) : (int)CUDA_ERROR_NOT_FOUND;
 }
 
 /* The reset freed an allocation: VMMSHIM_ALLOC_TRACE records it as a free of the program's. */
@@ -92,9 +101,9 @@ static void trace_reset_free(vmm_devptr base)
  * on the device (their allocations outlive a native reset, and the core cannot tell them apart).
  * The core's own streams and staging buffers went with the context; no sleep or wake runs
  * meanwhile. */
-CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
+static CUresult primary_reset(CUdevice dev, CUresult (*real)(CUdevice dev))
 {
-	struct reset_call call = { dev };
+	struct reset_call call = { dev, real };
 	vmm_core *core = hook_cuda_core();
 	bool exclusive, own;
 	int closed;
@@ -102,7 +111,7 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 
 	lone_stream_context_ends("a reset of a primary context");
 	if (!core)
-		return CALL_REAL(cuDevicePrimaryCtxReset_v2, (dev));
+		return (CUresult)real_reset(&call);
 	exclusive = control_exclusive_begin(RESET_WAIT_MS);
 	if (!exclusive)
 		vmm_log(VMM_LOG_WARN, "a reset of device %d's primary context waited %d ms for a "
@@ -121,6 +130,18 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	if (r == CUDA_SUCCESS && !own)
 		share_note_freed(); /* a sharing process waiting for memory looks again */
 	return r;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	return primary_reset(dev, REAL(cuDevicePrimaryCtxReset_v2));
+}
+
+/* The pre-11.0 form: the CUDA runtime may reach a reset through it (cuGetProcAddress for an old
+ * version), and it frees as much. */
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	return primary_reset(dev, REAL(cuDevicePrimaryCtxReset));
 }
 
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)

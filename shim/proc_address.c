@@ -3,9 +3,27 @@
  * the driver's choice; we only swap the pointer it returned for our wrapper of that exact entry
  * point. A request for cuGetProcAddress itself therefore comes back as our wrapper of the ABI the
  * driver picked, and every later lookup through it stays routed. */
+#include <stdio.h>
+
+#include "../core/log.h"
 #include "driver_table.h"
 
-static void route_pfn(CUresult r, void **pfn)
+/* A name the shim wraps in some form (as asked, or its _v2) whose entry point for this version
+ * is not one it wraps: the program's calls through it pass the shim by. Said at debug level, so
+ * that a runtime's way to an entry point can be seen (VMMSHIM_LOG=debug). */
+static void say_unrouted(const char *symbol, int version)
+{
+	char v2[128];
+
+	if (!symbol || !vmm_log_enabled(VMM_LOG_DEBUG))
+		return;
+	snprintf(v2, sizeof(v2), "%s_v2", symbol);
+	if (driver_wraps_name(symbol) || driver_wraps_name(v2))
+		vmm_log(VMM_LOG_DEBUG, "cuGetProcAddress(%s, %d): an entry point the shim does not "
+			"wrap; calls through it pass the shim by", symbol, version);
+}
+
+static void route_pfn(CUresult r, const char *symbol, int version, void **pfn)
 {
 	void *w;
 
@@ -13,6 +31,8 @@ static void route_pfn(CUresult r, void **pfn)
 		w = driver_wrapper_for(*pfn);
 		if (w)
 			*pfn = w;
+		else
+			say_unrouted(symbol, version);
 	}
 }
 
@@ -21,7 +41,7 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersio
 {
 	CUresult r = CALL_REAL(cuGetProcAddress, (symbol, pfn, cudaVersion, flags));
 
-	route_pfn(r, pfn);
+	route_pfn(r, symbol, cudaVersion, pfn);
 	return r;
 }
 
@@ -31,6 +51,6 @@ CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVer
 	CUresult r = CALL_REAL(cuGetProcAddress_v2, (symbol, pfn, cudaVersion, flags,
 						      symbolStatus));
 
-	route_pfn(r, pfn);
+	route_pfn(r, symbol, cudaVersion, pfn);
 	return r;
 }

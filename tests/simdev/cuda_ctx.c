@@ -324,6 +324,14 @@ SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	return r;
 }
 
+/* The pre-11.0 forms of release and reset (the driver still exports them, and cuGetProcAddress
+ * gives them for versions before 11.0): the same as the _v2 ones here. */
+#undef cuDevicePrimaryCtxRelease
+SIM_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	return cuDevicePrimaryCtxRelease_v2(dev);
+}
+
 SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
 	SIM_BEGIN("cuDevicePrimaryCtxGetState", CUDA_ERROR_UNKNOWN);
@@ -367,6 +375,12 @@ SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 		sim_natives_end(&primaries[dev]);
 	}
 	return CUDA_SUCCESS;
+}
+
+#undef cuDevicePrimaryCtxReset
+SIM_API CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	return cuDevicePrimaryCtxReset_v2(dev);
 }
 
 static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)

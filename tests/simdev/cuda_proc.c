@@ -57,8 +57,10 @@ enum { SYM_SUCCESS = 0, SYM_NOT_FOUND = 1, SYM_VERSION_NOT_SUFFICIENT = 2 };
 	E("cuDeviceGetUuid", cuDeviceGetUuid_v2, 11040, cuDeviceGetUuid_v2) \
 	E("cuDevicePrimaryCtxGetState", cuDevicePrimaryCtxGetState, 7000, \
 	  cuDevicePrimaryCtxGetState) \
+	E("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease, 7000, cuDevicePrimaryCtxRelease) \
 	E("cuDevicePrimaryCtxRelease", cuDevicePrimaryCtxRelease_v2, 11000, \
 	  cuDevicePrimaryCtxRelease_v2) \
+	E("cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset, 7000, cuDevicePrimaryCtxReset) \
 	E("cuDevicePrimaryCtxReset", cuDevicePrimaryCtxReset_v2, 11000, \
 	  cuDevicePrimaryCtxReset_v2) \
 	E("cuDevicePrimaryCtxRetain", cuDevicePrimaryCtxRetain, 7000, cuDevicePrimaryCtxRetain) \

@@ -42,6 +42,8 @@
  *   reset              cuDevicePrimaryCtxReset of the current device (what cudaDeviceReset does),
  *                      then forget the buffers as the reset freed them -> "reset RC freed N"
  *                      (N: how many of them cudaFree still took afterwards: 0 natively)
+ *   reset old          the same through the pre-11.0 entry point, found as a runtime that asks
+ *                      for the old ABI finds it: cuGetProcAddress("cuDevicePrimaryCtxReset", 7000)
  *   quit               exit 0 */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -699,12 +701,16 @@ int main(void)
 			say("freed %d", k);
 			nbufs = 0;
 		} else if (!strcmp(a, "reset")) {
+			CUresult (*reset)(CUdevice) = cuDevicePrimaryCtxReset;
 			CUdevice d = 0;
 			CUresult r = cuCtxGetDevice(&d);
 			int k = 0;
 
+			if (!r && n >= 2 && !strcmp(b, "old"))
+				r = cuGetProcAddress("cuDevicePrimaryCtxReset", (void **)&reset, 7000,
+						     CU_GET_PROC_ADDRESS_DEFAULT, NULL);
 			if (!r)
-				r = cuDevicePrimaryCtxReset(d);
+				r = reset(d);
 			for (int i = 0; i < nbufs && !r; i++)
 				k += cudaFree(bufs[i].dev) == cudaSuccess;
 			say("reset %d freed %d", (int)r, k);

@@ -44,6 +44,23 @@ Test(reset, frees_the_programs_memory_as_the_driver_does, .timeout = 60)
 	stop_cleanly(t);
 }
 
+/* A runtime may reach the reset through the old entry point (cuGetProcAddress for a version
+ * before 11.0 gives cuDevicePrimaryCtxReset, not _v2): on the H100 a cudaDeviceReset passed the
+ * shim by, and the next round's work named streams and events of the reset context. */
+Test(reset, the_old_entry_point_frees_as_much, .timeout = 60)
+{
+	struct target *t = start_holding(NULL, 4, 8 * MIB);
+
+	cr_assert_eq(live_bytes(t), 32 * MIB);
+	cmd_ok(t, "reset old", "reset 0 freed 0");
+	cr_expect_eq(live_bytes(t), 0, "the reset left the program's memory allocated: %s", o.out);
+	cmd_ok(t, "alloc 2 8000000", "ok");
+	cmd_ok(t, "check", "ok");
+	sleep_wake(t);
+	cmd_ok(t, "check", "ok");
+	stop_cleanly(t);
+}
+
 /* Lines of trace starting with c. */
 static int trace_lines(const char *path, char c)
 {
