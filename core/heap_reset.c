@@ -31,7 +31,7 @@ int vmm_device_reset(vmm_core *core, int dev, bool free_all, int (*reset)(void *
 	struct devheap *dh = heap_for(core, dev, false, NULL);
 	vmm_copy_engine *ce = NULL;
 	vmm_devptr *bases;
-	size_t n, nfreed = 0;
+	size_t n, nfreed = 0, nlost;
 	int rc;
 
 	if (!dh)
@@ -40,7 +40,15 @@ int vmm_device_reset(vmm_core *core, int dev, bool free_all, int (*reset)(void *
 	ce = dh->ce;
 	pthread_mutex_unlock(&dh->lock);
 	rc = ce ? vmm_copy_engine_reset(ce, reset, arg) : reset(arg);
-	if (rc != 0 || !free_all)
+	if (rc != 0)
+		return rc;
+	/* The host backups' registrations went with the context: pinned again at their next use,
+	 * else copies into them run at pageable speed (a fifth of pinned on the H100). */
+	nlost = vmm_host_buf_pins_lost(core->be);
+	if (nlost)
+		vmm_log(VMM_LOG_DEBUG, "device %d: the reset ended the registration of %zu host "
+			"backup segments: they are pinned again at their next use", dev, nlost);
+	if (!free_all)
 		return rc;
 	/* As the driver frees the context's allocations. A free the program made meanwhile on
 	 * another thread finds the record gone and is refused, as natively after a reset. */
@@ -53,6 +61,11 @@ int vmm_device_reset(vmm_core *core, int dev, bool free_all, int (*reset)(void *
 			freed(bases[i]);
 	}
 	free(bases);
+	/* The reset ended the context's work: what waits in quarantine (freed before it, or just
+	 * now) is used by nothing, and a synchronization now would name the reset context. */
+	pthread_mutex_lock(&dh->lock);
+	heap_reclaim_synced(dh);
+	pthread_mutex_unlock(&dh->lock);
 	/* And the memory goes back to the device, where the program (or another process) expects
 	 * to find it after a reset. */
 	if (vmm_trim(core, dev, NULL) != VMM_OK)

@@ -52,6 +52,11 @@ void vmm_host_buf_free(vmm_backend *be, vmm_host_buf *buf);
 /* Touch and pin the segments under buf now (buf may be a piece of a larger buffer); sets
  * buf->pinned when all of it is pinned. */
 void vmm_host_buf_provision(vmm_host_buf *buf);
+/* A reset of a context ended registrations made in it (the H100: unregistering them afterwards
+ * fails, and copies into them run at pageable speed). Every pinned segment of be's buffers is
+ * unregistered where it still is, and provisioned again by its next copy (contents kept). Call
+ * with no copy running. Returns how many segments it took back. */
+size_t vmm_host_buf_pins_lost(vmm_backend *be);
 /* Bytes of buf that are registered with the backend now. */
 size_t vmm_host_buf_pinned_bytes(const vmm_host_buf *buf);
 /* Host backups are pinned in segments of this many bytes (default 1 GiB: the driver's cost is per

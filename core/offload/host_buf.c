@@ -489,6 +489,33 @@ void vmm_host_buf_free(vmm_backend *be, vmm_host_buf *buf)
 	memset(buf, 0, sizeof(*buf));
 }
 
+size_t vmm_host_buf_pins_lost(vmm_backend *be)
+{
+	size_t n = 0;
+
+	pthread_mutex_lock(&tab_lock);
+	for (size_t i = 0; i < tab_n; i++) {
+		struct hb_rec *r = tab[i];
+
+		for (size_t s = 0; r->be == be && s < r->nseg; s++) {
+			char *start;
+			size_t len;
+
+			if (r->seg[s] != HB_PINNED)
+				continue;
+			hb_seg_bounds(r, s, &start, &len);
+			/* One made in another context is still there: let it go before it is made
+			 * again. One that went with the reset fails, and nothing is lost. */
+			if (r->be->host_unregister)
+				r->be->host_unregister(r->be, start, NULL);
+			r->seg[s] = HB_RAW;
+			n++;
+		}
+	}
+	pthread_mutex_unlock(&tab_lock);
+	return n;
+}
+
 size_t vmm_host_buf_pinned_bytes(const vmm_host_buf *buf)
 {
 	struct hb_rec *r = buf && buf->ptr ? hb_find(buf->ptr) : NULL;

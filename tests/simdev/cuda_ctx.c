@@ -38,8 +38,9 @@ CUresult sim_current(struct CUctx_st **ctx)
 	*ctx = sim_current_ctx();
 	if (!*ctx)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	/* Destroyed while current here (cuCtxDestroy on another thread). */
-	if (!atomic_load(&(*ctx)->alive))
+	/* Destroyed while current here (cuCtxDestroy on another thread), or a primary context
+	 * reset and not retained since. */
+	if (!atomic_load(&(*ctx)->alive) || atomic_load(&(*ctx)->reset))
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	return CUDA_SUCCESS;
 }
@@ -49,7 +50,7 @@ bool sim_ctx_valid(struct CUctx_st *ctx)
 	bool ok = false;
 	pthread_mutex_lock(&sim_lock);
 	for (size_t i = 0; i < nctx && !ok; i++)
-		ok = all_ctx[i] == ctx && ctx->alive;
+		ok = all_ctx[i] == ctx && ctx->alive && !atomic_load(&ctx->reset);
 	pthread_mutex_unlock(&sim_lock);
 	return ok;
 }
@@ -112,6 +113,7 @@ CUresult sim_primary_retain(int dev, struct CUctx_st **out)
 	CUresult r = primary_ready(dev);
 	if (!r) {
 		primaries[dev].retains++;
+		atomic_store(&primaries[dev].reset, false); /* made again: the same handle */
 		*out = &primaries[dev];
 	}
 	pthread_mutex_unlock(&sim_lock);
@@ -342,7 +344,7 @@ SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim_lock);
 	*flags = primaries[dev].flags;
-	*active = primaries[dev].retains > 0;
+	*active = primaries[dev].retains > 0 && !atomic_load(&primaries[dev].reset);
 	pthread_mutex_unlock(&sim_lock);
 	return CUDA_SUCCESS;
 }
@@ -373,6 +375,8 @@ SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 		sim_ctx_sync(&primaries[dev]);
 		sim_streams_end(&primaries[dev]);
 		sim_natives_end(&primaries[dev]);
+		/* Gone until retained again, even with retains held (the H100). */
+		atomic_store(&primaries[dev].reset, true);
 	}
 	return CUDA_SUCCESS;
 }

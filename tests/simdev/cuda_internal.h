@@ -18,6 +18,10 @@ struct CUctx_st {
 	bool green;          /* a green context's CUcontext (cuCtxFromGreenCtx) */
 	atomic_bool alive;   /* checked without sim_lock by every call that needs a context */
 	int retains;         /* primary contexts: cuDevicePrimaryCtxRetain count */
+	/* primary contexts: reset and not retained since. Every call with it current then fails
+	 * CONTEXT_IS_DESTROYED and its state is inactive, until a retain makes it again with the
+	 * same handle (the H100, tests/gpu/probe_reset.c). */
+	atomic_bool reset;
 	unsigned flags;
 	unsigned long long id;
 	struct CUstream_st *legacy;
@@ -120,8 +124,9 @@ struct CUmemPoolHandle_st *sim_default_pool(int dev);
 bool sim_pool_valid(const struct CUmemPoolHandle_st *pool); /* one of the default pools */
 int sim_worker_device(void);
 
-/* memory (cuda_mem.c): free the plain device allocations (cuMemAlloc, managed) made in ctx, as a
- * reset of the primary context does; the caller has synchronized it. */
+/* memory (cuda_mem.c): free the plain device allocations (cuMemAlloc, managed) made in ctx and
+ * end its host registrations and host allocations, as a reset of the primary context does; the
+ * caller has synchronized it. */
 void sim_natives_end(struct CUctx_st *ctx);
 
 /* Check that the stream's device may touch [p, p+n); map to a CUresult. */

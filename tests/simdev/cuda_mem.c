@@ -98,6 +98,12 @@ void sim_natives_end(struct CUctx_st *ctx)
 		if (n->ctx == ctx && !n->ipc && !n->graph && !n->pool &&
 		    (n->kind == SIM_NATIVE_DEVICE || n->kind == SIM_NATIVE_MANAGED))
 			sim_native_device_free(n);
+		/* Host memory registered or allocated in the context is no longer the driver's
+		 * (the H100: cuMemHostUnregister then fails NOT_REGISTERED, cuMemFreeHost
+		 * INVALID_VALUE, even for CU_MEMHOSTREGISTER_PORTABLE). Its pages stay mapped. */
+		else if (n->ctx == ctx &&
+			 (n->kind == SIM_NATIVE_REGISTERED || n->kind == SIM_NATIVE_HOST))
+			sim_native_remove(n);
 	}
 	pthread_mutex_unlock(&sim_lock);
 }

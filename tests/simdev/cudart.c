@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -54,6 +55,24 @@ static __thread int cur_device = 0;
 
 static pthread_mutex_t prim_lock = PTHREAD_MUTEX_INITIALIZER;
 static CUcontext primaries[64];
+/* Reset by cudaDeviceReset and not retained since: the next call that needs the device retains
+ * its primary context again (the driver keeps the handle), as the real runtime does. */
+static atomic_bool stale[64];
+
+/* The primary context of dev, retained by the runtime (again after a reset). */
+static CUresult primary_of(int dev, CUcontext *c)
+{
+	CUresult r = CUDA_SUCCESS;
+
+	pthread_mutex_lock(&prim_lock);
+	if (!primaries[dev] || atomic_load(&stale[dev]))
+		r = d_cuDevicePrimaryCtxRetain(&primaries[dev], dev);
+	if (!r)
+		atomic_store(&stale[dev], false);
+	*c = primaries[dev];
+	pthread_mutex_unlock(&prim_lock);
+	return r;
+}
 
 static void load(void)
 {
@@ -109,14 +128,9 @@ static cudaError_t ensure_ctx(void)
 		return e;
 	CUcontext c = NULL;
 	d_cuCtxGetCurrent(&c);
-	if (c)
+	if (c && !atomic_load(&stale[cur_device]))
 		return cudaSuccess;
-	pthread_mutex_lock(&prim_lock);
-	CUresult r = CUDA_SUCCESS;
-	if (!primaries[cur_device])
-		r = d_cuDevicePrimaryCtxRetain(&primaries[cur_device], cur_device);
-	c = primaries[cur_device];
-	pthread_mutex_unlock(&prim_lock);
+	CUresult r = primary_of(cur_device, &c);
 	if (r)
 		return rt(r);
 	return rt(d_cuCtxSetCurrent(c));
@@ -146,12 +160,8 @@ API cudaError_t cudaSetDevice(int device)
 	d_cuDeviceGetCount(&n);
 	if (device < 0 || device >= n || device >= 64)
 		return fail(cudaErrorInvalidDevice);
-	pthread_mutex_lock(&prim_lock);
-	CUresult r = CUDA_SUCCESS;
-	if (!primaries[device])
-		r = d_cuDevicePrimaryCtxRetain(&primaries[device], device);
-	CUcontext c = primaries[device];
-	pthread_mutex_unlock(&prim_lock);
+	CUcontext c;
+	CUresult r = primary_of(device, &c);
 	if (r)
 		return rt(r);
 	cur_device = device;
@@ -176,6 +186,27 @@ API cudaError_t cudaDeviceSynchronize(void)
 	return rt(d_cuCtxSynchronize_v2(NULL));
 }
 
+/* The CUDA 13 runtime resets through the pre-11.0 entry point, cuDevicePrimaryCtxReset (the
+ * H100, 5 Dec: a shim that wrapped only _v2 never saw it); so does this one. */
+API cudaError_t cudaDeviceReset(void)
+{
+	CUdriverProcAddressQueryResult st;
+	CUresult (*reset)(CUdevice) = NULL;
+	CUdevice d;
+
+	CTX();
+	CUresult r = d_cuCtxGetDevice(&d);
+	if (r)
+		return rt(r);
+	if (gpa("cuDevicePrimaryCtxReset", (void **)&reset, 7000, CU_GET_PROC_ADDRESS_DEFAULT,
+		&st) || !reset)
+		return fail(cudaErrorSymbolNotFound);
+	r = reset(d);
+	if (!r)
+		atomic_store(&stale[d], true);
+	return rt(r);
+}
+
 API cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
 {
 	cudaError_t e = ensure_loaded();
@@ -194,13 +225,7 @@ static CUresult peer_ctx(int peer, CUcontext *c)
 	d_cuDeviceGetCount(&n);
 	if (peer < 0 || peer >= n || peer >= 64)
 		return CUDA_ERROR_INVALID_DEVICE;
-	pthread_mutex_lock(&prim_lock);
-	CUresult r = CUDA_SUCCESS;
-	if (!primaries[peer])
-		r = d_cuDevicePrimaryCtxRetain(&primaries[peer], peer);
-	*c = primaries[peer];
-	pthread_mutex_unlock(&prim_lock);
-	return r;
+	return primary_of(peer, c);
 }
 
 API cudaError_t cudaDeviceEnablePeerAccess(int peer, unsigned int flags)

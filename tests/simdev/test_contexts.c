@@ -225,7 +225,8 @@ Test(contexts, a_green_context_runs_its_default_stream_when_current)
 
 /* As the driver (H100, tests/gpu/PROBE.md (j)): a reset of the primary context frees its
  * cuMemAlloc memory and ends its streams, and leaves memory of the virtual-memory API mapped,
- * readable and releasable; the context stays retained. */
+ * readable and releasable; its host registrations end; the context stays retained, but is gone
+ * until a retain. */
 Test(contexts, a_primary_reset_frees_its_allocations_and_keeps_vmm_memory)
 {
 	const size_t size = 64ul << 20;
@@ -240,6 +241,7 @@ Test(contexts, a_primary_reset_frees_its_allocations_and_keeps_vmm_memory)
 			       .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
 	size_t free0, free1, free2, total;
 	uint32_t word = 0;
+	static char pinned[1 << 16] __attribute__((aligned(4096)));
 
 	CU_OK(cuInit(0));
 	CU_OK(cuDeviceGet(&dev, 0));
@@ -253,18 +255,32 @@ Test(contexts, a_primary_reset_frees_its_allocations_and_keeps_vmm_memory)
 	CU_OK(cuMemsetD32(va, 0x5eed5eed, size / 4));
 	CU_OK(cuMemAlloc(&plain, size));
 	CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CU_OK(cuMemHostRegister(pinned, sizeof(pinned), CU_MEMHOSTREGISTER_PORTABLE));
 	CU_OK(cuMemGetInfo(&free1, &total));
 	cr_assert_eq(free0 - free1, 2 * size);
 
 	CU_OK(cuDevicePrimaryCtxReset(dev));
+	/* Until a retain makes it again, the context is gone though retained and still current:
+	 * what needs it fails, and its state is inactive (probe_reset.c on the H100). */
+	{
+		unsigned flags;
+		int active = 1;
+
+		cr_expect_eq(cuCtxSynchronize(), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+		CU_OK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+		cr_expect_eq(active, 0, "a reset primary context is still active");
+	}
 	CU_OK(cuDevicePrimaryCtxRetain(&again, dev));
 	cr_expect_eq(again, ctx);
+	CU_OK(cuCtxSynchronize());
 	CU_OK(cuCtxSetCurrent(again));
 	CU_OK(cuMemGetInfo(&free2, &total));
 	cr_expect_eq(free2 - free1, size, "the reset gave back %zu bytes, not cuMemAlloc's %zu",
 		     free2 - free1, size);
 	cr_expect_eq(cuMemFree(plain), CUDA_ERROR_INVALID_VALUE);
 	cr_expect_eq(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
+	/* The registration went with the context, portable or not. */
+	cr_expect_eq(cuMemHostUnregister(pinned), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
 	CU_OK(cuMemcpyDtoH(&word, va + size - 4, 4));
 	cr_expect_eq(word, 0x5eed5eedu, "VMM memory lost its bytes in the reset");
 	CU_OK(cuMemUnmap(va, size));

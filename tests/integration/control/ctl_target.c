@@ -39,11 +39,11 @@
  *                      copy returned (while a sleep holds device work: after it)
  *   spinwait           wait for the spinning kernel -> "spin ok" (it saw the flag) or "spin timeout"
  *   freeall            cudaFree every buffer -> "freed N"
- *   reset              cuDevicePrimaryCtxReset of the current device (what cudaDeviceReset does),
+ *   reset              cudaDeviceReset (the runtime resets through the pre-11.0 entry point),
  *                      then forget the buffers as the reset freed them -> "reset RC freed N"
  *                      (N: how many of them cudaFree still took afterwards: 0 natively)
- *   reset old          the same through the pre-11.0 entry point, found as a runtime that asks
- *                      for the old ABI finds it: cuGetProcAddress("cuDevicePrimaryCtxReset", 7000)
+ *   reset v2           the same as a driver-API program does it: cuDevicePrimaryCtxReset_v2 of
+ *                      the current device, then a retain that makes the context again
  *   quit               exit 0 */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
@@ -701,16 +701,22 @@ int main(void)
 			say("freed %d", k);
 			nbufs = 0;
 		} else if (!strcmp(a, "reset")) {
-			CUresult (*reset)(CUdevice) = cuDevicePrimaryCtxReset;
+			CUcontext again = NULL;
 			CUdevice d = 0;
-			CUresult r = cuCtxGetDevice(&d);
+			CUresult r;
 			int k = 0;
 
-			if (!r && n >= 2 && !strcmp(b, "old"))
-				r = cuGetProcAddress("cuDevicePrimaryCtxReset", (void **)&reset, 7000,
-						     CU_GET_PROC_ADDRESS_DEFAULT, NULL);
-			if (!r)
-				r = reset(d);
+			if (n >= 2 && !strcmp(b, "v2")) {
+				r = cuCtxGetDevice(&d);
+				if (!r)
+					r = cuDevicePrimaryCtxReset_v2(d);
+				if (!r)
+					r = cuDevicePrimaryCtxRetain(&again, d);
+				if (!r)
+					r = cuCtxSetCurrent(again);
+			} else {
+				r = (CUresult)cudaDeviceReset();
+			}
 			for (int i = 0; i < nbufs && !r; i++)
 				k += cudaFree(bufs[i].dev) == cudaSuccess;
 			say("reset %d freed %d", (int)r, k);
