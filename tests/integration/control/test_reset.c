@@ -42,36 +42,35 @@ static void expect_clean_log(struct target *t)
 	cr_expect(!strstr(log, "warn") && !strstr(log, "error"), "the shim warned:\n%s", log);
 }
 
-Test(reset, frees_the_programs_memory_as_the_driver_does, .timeout = 60)
+/* Four buffers of 8 MiB, a reset by cmd, then new allocations that work (and a sleep and wake
+ * of them): the old pointers are gone, a cudaFree of them afterwards is refused, as natively. */
+static void reset_frees_everything(const char *cmd)
 {
 	struct target *t = start_holding(NULL, 4, 8 * MIB);
 
 	cr_assert_eq(live_bytes(t), 32 * MIB);
-	/* The old pointers are gone: a cudaFree of them afterwards is refused, as natively. */
-	cmd_ok(t, "reset", "reset 0 freed 0");
+	cmd_ok(t, cmd, "reset 0 freed 0");
 	cr_expect_eq(live_bytes(t), 0, "the reset left the program's memory allocated: %s", o.out);
 	cmd_ok(t, "alloc 2 8000000", "ok");
 	cmd_ok(t, "check", "ok");
 	cr_expect_eq(live_bytes(t), 16000000);
-	expect_clean_log(t);
-	stop_cleanly(t);
-}
-
-/* A driver-API program resets through cuDevicePrimaryCtxReset_v2 and retains the context
- * again; cudaDeviceReset (the other tests) goes through the pre-11.0 entry point. */
-Test(reset, a_reset_through_the_v2_entry_point_frees_as_much, .timeout = 60)
-{
-	struct target *t = start_holding(NULL, 4, 8 * MIB);
-
-	cr_assert_eq(live_bytes(t), 32 * MIB);
-	cmd_ok(t, "reset v2", "reset 0 freed 0");
-	cr_expect_eq(live_bytes(t), 0, "the reset left the program's memory allocated: %s", o.out);
-	cmd_ok(t, "alloc 2 8000000", "ok");
-	cmd_ok(t, "check", "ok");
 	sleep_wake(t);
 	cmd_ok(t, "check", "ok");
 	expect_clean_log(t);
 	stop_cleanly(t);
+}
+
+/* cudaDeviceReset, which goes through the pre-11.0 entry point (tests/gpu/PROBE.md (j)). */
+Test(reset, frees_the_programs_memory_as_the_driver_does, .timeout = 60)
+{
+	reset_frees_everything("reset");
+}
+
+/* A driver-API program resets through cuDevicePrimaryCtxReset_v2 and retains the context
+ * again. */
+Test(reset, a_reset_through_the_v2_entry_point_frees_as_much, .timeout = 60)
+{
+	reset_frees_everything("reset v2");
 }
 
 /* Lines of trace starting with c. */
