@@ -141,6 +141,55 @@ Test(copy, first_cycle_provisions_then_steady_state_reuses, .init = setup, .fini
 	free(orig);
 }
 
+/* A reset took the registrations (vmm_host_buf_pins_lost): the buffer keeps its bytes, counts
+ * nothing pinned, and the next copy pins it again rather than copying at pageable speed. */
+Test(copy, pins_lost_in_a_reset_are_made_again_by_the_next_copy, .init = setup,
+     .fini = teardown)
+{
+	const size_t size = 300 * MiB;
+	struct tmem m = t_mem_alloc(&td, 0, size);
+	vmm_copy_engine *ce = engine(0, 0);
+	char *orig = malloc(size);
+	vmm_host_buf hb;
+	vmm_copy_range r;
+	vmm_copy_stats cs;
+	vmm_error err = { 0 };
+
+	t_pattern(orig, size, 4);
+	t_write(&td, m.va, orig, size);
+	cr_assert_eq(vmm_host_buf_alloc(td.be, size, 1, &hb, &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(vmm_host_buf_pinned_bytes(&hb), size);
+	r = (vmm_copy_range){ .dev = m.va, .host = hb.ptr, .size = size };
+	cr_assert_eq(vmm_copy_out(ce, &r, 1, &cs, &err), VMM_OK, "%s", err.msg);
+
+	{
+		size_t lost = vmm_host_buf_pins_lost(td.be);
+
+		cr_expect_geq(lost, 1, "no pinned segment was taken back");
+	}
+	cr_expect_eq(vmm_host_buf_pinned_bytes(&hb), 0);
+	cr_expect_eq(vmm_host_buf_pins_lost(td.be), 0, "nothing pinned is left to lose");
+	cr_assert_eq(memcmp(hb.ptr, orig, size), 0, "the backup kept its bytes");
+
+	t_fill(&td, m.va, 0, size);
+	cr_assert_eq(vmm_copy_in(ce, &r, 1, &cs, &err), VMM_OK, "%s", err.msg);
+	cr_expect_gt(cs.provision_seconds, 0, "the copy pinned the buffer again");
+	cr_expect_eq(cs.staged_bytes, 0);
+	cr_expect_eq(vmm_host_buf_pinned_bytes(&hb), size);
+	{
+		char *back = malloc(size);
+
+		cr_assert(back);
+		t_read(&td, back, m.va, size);
+		cr_expect_eq(memcmp(back, orig, size), 0, "device contents after copy in");
+		free(back);
+	}
+	vmm_host_buf_free(td.be, &hb);
+	vmm_copy_engine_destroy(ce);
+	t_mem_free(&td, &m);
+	free(orig);
+}
+
 Test(copy, provision_now_pins_at_allocation, .init = setup, .fini = teardown)
 {
 	vmm_host_buf hb;
