@@ -80,7 +80,7 @@ static void *event_open(const char *dir, const char *uuid)
 
 struct share_event *share_event_of(int dev)
 {
-	return share_per_gpu(&events, dev, event_open);
+	return share_per_gpu(&events, dev, share_settings_get()->run_dir, event_open);
 }
 
 static void bump(struct share_event *ev)

@@ -66,8 +66,8 @@ bool share_gpu_uuid(int dev, char *out, size_t cap)
 	return true;
 }
 
-void *share_per_gpu(struct share_per_gpu *c, int dev, void *(*open_fn)(const char *dir,
-								      const char *uuid))
+void *share_per_gpu(struct share_per_gpu *c, int dev, const char *dir,
+		    void *(*open_fn)(const char *dir, const char *uuid))
 {
 	char uuid[SHARE_UUID_MAX];
 	void *p;
@@ -82,7 +82,7 @@ void *share_per_gpu(struct share_per_gpu *c, int dev, void *(*open_fn)(const cha
 	/* One opener at a time, so that a GPU's file is mapped once. */
 	pthread_mutex_lock(&c->lock);
 	p = atomic_load(&c->by_dev[dev]);
-	if (!p && (p = open_fn(share_settings_get()->run_dir, uuid)))
+	if (!p && (p = open_fn(dir, uuid)))
 		atomic_store_explicit(&c->by_dev[dev], p, memory_order_release);
 	pthread_mutex_unlock(&c->lock);
 	return p;

@@ -29,9 +29,9 @@ struct share_per_gpu {
 	pthread_mutex_t lock;
 };
 #define SHARE_PER_GPU_INIT { .lock = PTHREAD_MUTEX_INITIALIZER }
-/* c's entry for device dev, opened by open_fn(run dir, the GPU's UUID) the first time; NULL when
- * dev is out of range, the driver does not say its UUID yet, or open_fn fails (asked again). */
-void *share_per_gpu(struct share_per_gpu *c, int dev,
+/* c's entry for device dev, opened by open_fn(dir, the GPU's UUID) the first time; NULL when dev
+ * is out of range, the driver does not say its UUID yet, or open_fn fails (asked again). */
+void *share_per_gpu(struct share_per_gpu *c, int dev, const char *dir,
 		    void *(*open_fn)(const char *dir, const char *uuid));
 
 /* The settings sharing runs with (copied from the runtime's configuration at share_init). */

@@ -22,7 +22,7 @@ static void *table_open(const char *dir, const char *uuid)
 
 struct share_members *share_members_of(int dev)
 {
-	return share_per_gpu(&tables, dev, table_open);
+	return share_per_gpu(&tables, dev, share_settings_get()->run_dir, table_open);
 }
 
 static uint64_t start_of_self(void)
