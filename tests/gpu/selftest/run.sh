@@ -59,8 +59,12 @@ rows = {x["row"]: x["ok"] for x in r["rows"]}
 bench = {b["metric"]: b for b in r["bench"]}
 fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
 bad = [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in rows.items() if v == (k in fail_expected)]
-if len(rows) != 30:
-    bad.append(f"{len(rows)} rows, expected 30")
+if len(rows) != 31:
+    bad.append(f"{len(rows)} rows, expected 31")
+reset_wakes = next((x["reason"] for x in r["rows"]
+                    if x["row"] == "cudaDeviceReset: wakes after a reset as fast as before"), "")
+if not reset_wakes.startswith("wakes 55.0 / 55.0 / 55.0 / 55.0 GB/s"):
+    bad.append(f"the reset row's wakes: {reset_wakes!r}")
 if any("(x2)" in k for k in rows) or "SKIP the x2 rows" not in open(sys.argv[5]).read():
     bad.append("with one GPU the x2 rows did not skip themselves")
 x2 = {x["row"]: x for x in json.load(open(sys.argv[3]))["rows"]}
