@@ -71,7 +71,7 @@ int vmm_device_reset(vmm_core *core, int dev, bool free_all, int (*reset)(void *
 	if (vmm_trim(core, dev, NULL) != VMM_OK)
 		vmm_log(VMM_LOG_WARN, "device %d: after a reset of its primary context the heap's "
 			"free memory could not all be given back", dev);
-	vmm_log(VMM_LOG_INFO, "device %d: the primary context was reset: %zu allocations freed "
-		"and their memory given back, as the driver does", dev, nfreed);
+	vmm_log(VMM_LOG_INFO, "device %d: the primary context ended (a reset or its last release): "
+		"%zu allocations freed and their memory given back, as the driver does", dev, nfreed);
 	return rc;
 }

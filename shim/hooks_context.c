@@ -61,17 +61,6 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 	return r;
 }
 
-CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
-{
-	lone_stream_context_ends("a release of a primary context");
-	return CALL_REAL(cuDevicePrimaryCtxRelease_v2, (dev));
-}
-
-CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
-{
-	lone_stream_context_ends("a release of a primary context");
-	return CALL_REAL(cuDevicePrimaryCtxRelease, (dev));
-}
 
 /* How long a reset waits for a sleep or wake in progress before it goes on beside it. */
 #define RESET_WAIT_MS 30000
@@ -101,35 +90,44 @@ static void trace_reset_free(vmm_devptr base)
  * on the device (their allocations outlive a native reset, and the core cannot tell them apart).
  * The core's own streams and staging buffers went with the context; no sleep or wake runs
  * meanwhile. */
-static CUresult primary_reset(CUdevice dev, CUresult (*real)(CUdevice dev))
+/* What the end of a primary context's life means under the shim: reset(arg) ends it (or it has
+ * ended already), then the core frees the program's allocations there and the IPC imports close,
+ * as the driver frees a context's allocations. what: "a reset of", "the last release of". */
+static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, const char *what)
 {
-	struct reset_call call = { dev, real };
 	vmm_core *core = hook_cuda_core();
 	bool exclusive, own;
 	int closed;
 	CUresult r;
 
-	lone_stream_context_ends("a reset of a primary context");
 	if (!core)
-		return (CUresult)real_reset(&call);
+		return (CUresult)reset(arg);
 	exclusive = control_exclusive_begin(RESET_WAIT_MS);
 	if (!exclusive)
-		vmm_log(VMM_LOG_WARN, "a reset of device %d's primary context waited %d ms for a "
-			"sleep or wake in progress and goes on beside it", (int)dev, RESET_WAIT_MS);
+		vmm_log(VMM_LOG_WARN, "%s device %d's primary context waited %d ms for a sleep or "
+			"wake in progress and goes on beside it", what, (int)dev, RESET_WAIT_MS);
 	own = ctx_list_count(vmm_program_contexts(VMM_CTX_CUDA), (int)dev) > 0;
 	if (own)
-		vmm_log(VMM_LOG_INFO, "a reset of device %d's primary context leaves the program's "
+		vmm_log(VMM_LOG_INFO, "%s device %d's primary context leaves the program's "
 			"allocations there allocated: it has contexts of its own on the device",
-			(int)dev);
-	r = (CUresult)vmm_device_reset(core, (int)dev, !own, real_reset, &call, trace_reset_free);
+			what, (int)dev);
+	r = (CUresult)vmm_device_reset(core, (int)dev, !own, reset, arg, trace_reset_free);
 	if (r == CUDA_SUCCESS && !own && (closed = hook_ipc_close_device((int)dev)))
-		vmm_log(VMM_LOG_INFO, "device %d: the reset closed %d legacy IPC handles the program "
-			"had opened, as the driver does", (int)dev, closed);
+		vmm_log(VMM_LOG_INFO, "device %d: %s its primary context closed %d legacy IPC "
+			"handles the program had opened, as the driver does", (int)dev, what, closed);
 	if (exclusive)
 		control_exclusive_end();
 	if (r == CUDA_SUCCESS && !own)
 		share_note_freed(); /* a sharing process waiting for memory looks again */
 	return r;
+}
+
+static CUresult primary_reset(CUdevice dev, CUresult (*real)(CUdevice dev))
+{
+	struct reset_call call = { dev, real };
+
+	lone_stream_context_ends("a reset of a primary context");
+	return primary_gone(dev, real_reset, &call, "a reset of");
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
@@ -142,6 +140,44 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
 {
 	return primary_reset(dev, REAL(cuDevicePrimaryCtxReset));
+}
+
+DRIVER_EXTRA_SLOT(cuDevicePrimaryCtxGetState);
+
+/* The context went already: the reset's work without the reset. */
+static int already_gone(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+/* The last release of a primary context destroys it (CUDA's documentation; inactive afterwards on
+ * the H100): natively its allocations go with it, and so do the shim's streams and the host
+ * backups' registrations made there. So it is a reset that has already happened. While the shim
+ * holds a retain of its own (made for a thread with no context), no release is the last. */
+static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice dev))
+{
+	CUresult (*state)(CUdevice, unsigned int *, int *) = DRIVER_EXTRA(cuDevicePrimaryCtxGetState);
+	unsigned int flags = 0;
+	int active = 1;
+	CUresult r;
+
+	lone_stream_context_ends("a release of a primary context");
+	r = real ? real(dev) : CUDA_ERROR_NOT_FOUND;
+	if (r != CUDA_SUCCESS || !state || state(dev, &flags, &active) != CUDA_SUCCESS || active)
+		return r;
+	primary_gone(dev, already_gone, NULL, "the last release of");
+	return r;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	return primary_release(dev, REAL(cuDevicePrimaryCtxRelease_v2));
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	return primary_release(dev, REAL(cuDevicePrimaryCtxRelease));
 }
 
 CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)

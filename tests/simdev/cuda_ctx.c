@@ -107,8 +107,13 @@ struct CUctx_st *sim_primary_ctx(int dev)
 	return &primaries[dev];
 }
 
+/* A primary context's end (a reset, the last release) and a retain that makes it again happen
+ * one at a time: the driver never hands out a context it is tearing down. */
+static pthread_mutex_t life_lock = PTHREAD_MUTEX_INITIALIZER;
+
 CUresult sim_primary_retain(int dev, struct CUctx_st **out)
 {
+	pthread_mutex_lock(&life_lock);
 	pthread_mutex_lock(&sim_lock);
 	CUresult r = primary_ready(dev);
 	if (!r) {
@@ -117,7 +122,22 @@ CUresult sim_primary_retain(int dev, struct CUctx_st **out)
 		*out = &primaries[dev];
 	}
 	pthread_mutex_unlock(&sim_lock);
+	pthread_mutex_unlock(&life_lock);
 	return r;
+}
+
+/* What the driver does when a primary context ends (H100, tests/gpu/PROBE.md (j)): its work is
+ * waited for, its own allocations (cuMemAlloc) are freed, its streams, host registrations and
+ * host allocations end; memory of the virtual-memory API, which no context owns, stays mapped
+ * and readable. The handle stays, gone until a retain makes it again (caller holds life_lock). */
+static void primary_end(int dev)
+{
+	if (!atomic_load(&primaries[dev].alive))
+		return;
+	sim_ctx_sync(&primaries[dev]);
+	sim_streams_end(&primaries[dev]);
+	sim_natives_end(&primaries[dev]);
+	atomic_store(&primaries[dev].reset, true);
 }
 
 void sim_primary_release(int dev)
@@ -317,12 +337,21 @@ SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
 	CUresult r = check_dev(dev);
 	if (r)
 		return r;
+	bool last = false;
+
+	pthread_mutex_lock(&life_lock);
 	pthread_mutex_lock(&sim_lock);
 	if (primaries[dev].retains > 0)
-		primaries[dev].retains--;
+		last = --primaries[dev].retains == 0;
 	else
 		r = CUDA_ERROR_INVALID_CONTEXT;
 	pthread_mutex_unlock(&sim_lock);
+	/* "Once the reference count reaches zero, the primary context of the device will be
+	 * destroyed regardless of whether it is current to any thread" (CUDA's documentation;
+	 * inactive afterwards on the H100). */
+	if (last)
+		primary_end(dev);
+	pthread_mutex_unlock(&life_lock);
 	return r;
 }
 
@@ -367,17 +396,12 @@ SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 	CUresult r = check_dev(dev);
 	if (r)
 		return r;
-	/* What the driver does (H100, tests/gpu/PROBE.md (j)): the context's own allocations
-	 * (cuMemAlloc) are freed and its streams end; memory of the virtual-memory API, which no
-	 * context owns, stays mapped and readable. "Resetting the primary context does not release
-	 * it" (CUDA's documentation): the retains stay, and a later release is still accepted. */
-	if (atomic_load(&primaries[dev].alive)) {
-		sim_ctx_sync(&primaries[dev]);
-		sim_streams_end(&primaries[dev]);
-		sim_natives_end(&primaries[dev]);
-		/* Gone until retained again, even with retains held (the H100). */
-		atomic_store(&primaries[dev].reset, true);
-	}
+	/* "Resetting the primary context does not release it" (CUDA's documentation): the retains
+	 * stay, and a later release is still accepted; it is gone until retained again, even with
+	 * retains held (the H100). */
+	pthread_mutex_lock(&life_lock);
+	primary_end(dev);
+	pthread_mutex_unlock(&life_lock);
 	return CUDA_SUCCESS;
 }
 

@@ -290,3 +290,35 @@ Test(contexts, a_primary_reset_frees_its_allocations_and_keeps_vmm_memory)
 	CU_OK(cuDevicePrimaryCtxRelease(dev));
 	CU_OK(cuDevicePrimaryCtxRelease(dev));
 }
+
+/* "Once the reference count reaches zero, the primary context of the device will be destroyed
+ * regardless of whether it is current to any thread" (CUDA's documentation; inactive on the
+ * H100): its allocations go, and a retain makes it again with the same handle. */
+Test(contexts, the_last_release_of_a_primary_context_destroys_it)
+{
+	CUcontext ctx, again;
+	CUdevice dev;
+	CUdeviceptr plain;
+	unsigned flags;
+	int active = -1;
+
+	CU_OK(cuInit(0));
+	CU_OK(cuDeviceGet(&dev, 0));
+	CU_OK(cuDevicePrimaryCtxRetain(&ctx, dev));
+	CU_OK(cuDevicePrimaryCtxRetain(&again, dev));
+	CU_OK(cuCtxSetCurrent(ctx));
+	CU_OK(cuMemAlloc(&plain, 1 << 20));
+	CU_OK(cuDevicePrimaryCtxRelease(dev));
+	CU_OK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+	cr_expect_eq(active, 1, "a release that is not the last ended the context");
+	CU_OK(cuCtxSynchronize());
+	CU_OK(cuDevicePrimaryCtxRelease(dev));
+	CU_OK(cuDevicePrimaryCtxGetState(dev, &flags, &active));
+	cr_expect_eq(active, 0, "the last release left the context active");
+	cr_expect_eq(cuCtxSynchronize(), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+	CU_OK(cuDevicePrimaryCtxRetain(&again, dev));
+	cr_expect_eq(again, ctx);
+	CU_OK(cuCtxSynchronize());
+	cr_expect_eq(cuMemFree(plain), CUDA_ERROR_INVALID_VALUE, "the allocation outlived it");
+	CU_OK(cuDevicePrimaryCtxRelease(dev));
+}

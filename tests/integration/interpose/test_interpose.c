@@ -222,6 +222,27 @@ Test(interpose, pointers_from_before_interception_go_to_the_driver)
 	run_free(r);
 }
 
+/* The last release of the primary context destroys it: natively its allocations go, and under
+ * the shim, whose memory outlives the context, the shim frees them (and forgets what it made
+ * there), so the program sees the same. */
+Test(interpose, the_last_release_of_the_primary_context_frees_as_natively)
+{
+	struct run *native = run_program(NULL, ARGV(bin_path("prog_release")), NULL);
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_release")), NULL);
+
+	expect_ok(native, "prog_release: ok");
+	expect_ok(r, "prog_release: ok");
+	cr_expect(strstr(native->out, "memory back: yes, the old pointer freed again -> 1"),
+		  "natively: %s", native->out);
+	cr_expect_str_eq(r->out, native->out, "under the shim:\n%s\nnatively:\n%s\n%s", r->out,
+			 native->out, r->err);
+	expect_served(r);
+	cr_expect(strstr(r->err, "the primary context ended") && !strstr(r->err, "warn"), "%s",
+		  r->err);
+	run_free(native);
+	run_free(r);
+}
+
 Test(interpose, stream_capture_keeps_graph_memory_nodes)
 {
 	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_capture")), NULL);
