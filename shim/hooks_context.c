@@ -6,7 +6,8 @@
  * may hold. Recorded even before the runtime exists (a program usually creates
  * its context before its first allocation). Primary and green contexts need no list: the
  * backend synchronizes the primary context, and that covers the device's green contexts. A
- * reset of a primary context frees the program's memory there, as natively (below). */
+ * reset or the last release of a primary context frees the program's memory there, as natively
+ * (below). */
 #include "../core/backend/backend.h"
 #include "../core/backend/contexts.h"
 #include "../core/log.h"
@@ -61,7 +62,6 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 	return r;
 }
 
-
 /* How long a reset waits for a sleep or wake in progress before it goes on beside it. */
 #define RESET_WAIT_MS 30000
 
@@ -83,16 +83,14 @@ static void trace_reset_free(vmm_devptr base)
 	alloc_trace_free(base, false);
 }
 
-/* cudaDeviceReset. The driver frees the context's allocations, but the shim's memory is made with
- * the virtual-memory API and outlives a reset (tests/gpu/PROBE.md (j)): the core frees the
- * program's allocations itself, and the legacy IPC handles the program opened there are closed
- * (their mappings are the virtual-memory API's too), unless the program made contexts of its own
- * on the device (their allocations outlive a native reset, and the core cannot tell them apart).
- * The core's own streams and staging buffers went with the context; no sleep or wake runs
- * meanwhile. */
-/* What the end of a primary context's life means under the shim: reset(arg) ends it (or it has
- * ended already), then the core frees the program's allocations there and the IPC imports close,
- * as the driver frees a context's allocations. what: "a reset of", "the last release of". */
+/* The end of a primary context's life (a reset, its last release): reset(arg) ends it, or it has
+ * ended already. The driver frees the context's allocations, but the shim's memory is made with
+ * the virtual-memory API and outlives it (tests/gpu/PROBE.md (j)): the core frees the program's
+ * allocations itself, and the legacy IPC handles the program opened there are closed (their
+ * mappings are the virtual-memory API's too), unless the program made contexts of its own on the
+ * device (their allocations outlive it natively, and the core cannot tell them apart). The
+ * core's own streams, staging buffers and pins went with the context; no sleep or wake runs
+ * meanwhile. what: "a reset of", "the last release of". */
 static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, const char *what)
 {
 	vmm_core *core = hook_cuda_core();
@@ -122,6 +120,8 @@ static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, c
 	return r;
 }
 
+/* cudaDeviceReset, cuDevicePrimaryCtxReset: lone-stream ordering waits for its last work first,
+ * while the context can still be waited for. */
 static CUresult primary_reset(CUdevice dev, CUresult (*real)(CUdevice dev))
 {
 	struct reset_call call = { dev, real };
@@ -157,7 +157,7 @@ static int already_gone(void *arg)
  * holds a retain of its own (made for a thread with no context), no release is the last. */
 static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice dev))
 {
-	CUresult (*state)(CUdevice, unsigned int *, int *) = DRIVER_EXTRA(cuDevicePrimaryCtxGetState);
+	__typeof__(&cuDevicePrimaryCtxGetState) state = DRIVER_EXTRA(cuDevicePrimaryCtxGetState);
 	unsigned int flags = 0;
 	int active = 1;
 	CUresult r;
