@@ -3,9 +3,7 @@
  * destroyed, its allocations with it). Prints what it sees, the same lines natively and under the
  * shim: the pointer of before the release is no longer the program's, the device's memory is
  * back, and the context made again works (an allocation, a copy, a sleep-free round trip). */
-#include <cuda.h>
-
-#include "prog_common.h"
+#include "prog_roundtrip.h"
 
 #define SIZE (64ul << 20)
 
@@ -50,11 +48,7 @@ int main(void)
 	       "freed again -> %d\n", again == c ? "the same" : "another",
 	       free_now() >= before ? "yes" : "no", (int)cuMemFree(old));
 	CHECK_CU(cuMemAlloc(&fresh, SIZE));
-	pattern_fill(buf, SIZE, 3);
-	CHECK_CU(cuMemcpyHtoD(fresh, buf, SIZE));
-	memset(buf, 0, SIZE);
-	CHECK_CU(cuMemcpyDtoH(buf, fresh, SIZE));
-	if (pattern_check(buf, SIZE, 3))
+	if (roundtrip(fresh, buf, SIZE, 3))
 		FAIL("the context made again lost a copy");
 	CHECK_CU(cuMemFree(fresh));
 	CHECK_CU(cuDevicePrimaryCtxRelease(dev));

@@ -1,8 +1,6 @@
 /* (e) A program that uses the virtual-memory API itself, as PyTorch's expandable segments and NCCL
  * do: reserve, create, map, set access, use, unmap, release. */
-#include <cuda.h>
-
-#include "prog_common.h"
+#include "prog_roundtrip.h"
 
 #define CHUNKS 4
 
@@ -34,11 +32,7 @@ int main(void)
 	if (back.location.id != 0 || back.location.type != CU_MEM_LOCATION_TYPE_DEVICE)
 		FAIL("properties from handle differ");
 	buf = malloc(n);
-	pattern_fill(buf, n, 5);
-	CHECK_CU(cuMemcpyHtoD(va, buf, n));
-	memset(buf, 0, n);
-	CHECK_CU(cuMemcpyDtoH(buf, va, n));
-	if (pattern_check(buf, n, 5))
+	if (roundtrip(va, buf, n, 5))
 		FAIL("contents changed");
 	CHECK_CU(cuMemUnmap(va, n));
 	for (int i = 0; i < CHUNKS; i++)
