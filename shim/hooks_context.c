@@ -105,11 +105,11 @@ static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, c
 		vmm_log(VMM_LOG_WARN, "%s device %d's primary context waited %d ms for a sleep or "
 			"wake in progress and goes on beside it", what, (int)dev, RESET_WAIT_MS);
 	own = ctx_list_count(vmm_program_contexts(VMM_CTX_CUDA), (int)dev) > 0;
-	if (own)
+	r = (CUresult)vmm_device_reset(core, (int)dev, !own, reset, arg, trace_reset_free);
+	if (r == CUDA_SUCCESS && own)
 		vmm_log(VMM_LOG_INFO, "%s device %d's primary context leaves the program's "
 			"allocations there allocated: it has contexts of its own on the device",
 			what, (int)dev);
-	r = (CUresult)vmm_device_reset(core, (int)dev, !own, reset, arg, trace_reset_free);
 	if (r == CUDA_SUCCESS && !own && (closed = hook_ipc_close_device((int)dev)))
 		vmm_log(VMM_LOG_INFO, "device %d: %s its primary context closed %d legacy IPC "
 			"handles the program had opened, as the driver does", (int)dev, what, closed);
@@ -151,22 +151,44 @@ static int already_gone(void *arg)
 	return 0;
 }
 
+/* The core's own retain of the context (made for a thread with no context) was all that kept it:
+ * let go of that too, and the context ends (0); else nothing changed. */
+struct own_retain {
+	vmm_backend *be;
+	CUdevice dev;
+};
+
+static int own_retain_was_last(void *arg)
+{
+	struct own_retain *o = arg;
+
+	return o->be->release_own_context(o->be, (int)o->dev) == 0 ? 0 : 1;
+}
+
 /* The last release of a primary context destroys it (CUDA's documentation; inactive afterwards on
  * the H100): natively its allocations go with it, and so do the shim's streams and the host
- * backups' registrations made there. So it is a reset that has already happened. While the shim
- * holds a retain of its own (made for a thread with no context), no release is the last. */
+ * backups' registrations made there. So it is a reset that has already happened. When the
+ * context stays active, the core's own retain may be what keeps it (a sleep from the control
+ * server, the heap's syncs ahead): the program's release was its last all the same, and the core
+ * lets go of its retain to see (own_retain_was_last). */
 static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice dev))
 {
 	__typeof__(&cuDevicePrimaryCtxGetState) state = DRIVER_EXTRA(cuDevicePrimaryCtxGetState);
+	vmm_core *core = hook_cuda_core();
+	vmm_backend *be = core ? vmm_core_backend(core) : NULL;
 	unsigned int flags = 0;
 	int active = 1;
 	CUresult r;
 
 	lone_stream_context_ends("a release of a primary context");
 	r = real ? real(dev) : CUDA_ERROR_NOT_FOUND;
-	if (r != CUDA_SUCCESS || !state || state(dev, &flags, &active) != CUDA_SUCCESS || active)
+	if (r != CUDA_SUCCESS || !state || state(dev, &flags, &active) != CUDA_SUCCESS)
 		return r;
-	primary_gone(dev, already_gone, NULL, "the last release of");
+	if (!active)
+		primary_gone(dev, already_gone, NULL, "the last release of");
+	else if (be && be->release_own_context)
+		primary_gone(dev, own_retain_was_last, &(struct own_retain){ be, dev },
+			     "the last release of");
 	return r;
 }
 

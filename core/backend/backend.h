@@ -87,6 +87,15 @@ struct vmm_backend {
 	/* Release everything the backend holds itself (not the core's handles). */
 	void (*close)(vmm_backend *be);
 
+	/* Optional (CUDA only). The backend retains a device's primary context for its threads that
+	 * have none (the control server's, the heap's own): then the program's last release of it is
+	 * not the last, and the context would outlive the program's use of it. Called after a
+	 * release of the program's that left the context active: lets go of the backend's retain
+	 * and, when the context is still active (the program, or a library in it, holds another),
+	 * retains it again. 0: that ended the context; 1: it is still active, as before; -1: the
+	 * backend held no retain of it (or cannot tell), nothing changed. */
+	int (*release_own_context)(vmm_backend *be, int dev);
+
 	/* Optional (NULL where a backend lacks them), for the program's own VMM handles that sleep
 	 * releases and wake re-creates (app_vmm.h): create a handle from the program's own
 	 * allocation properties (prop: its CUmemAllocationProp, prop_size bytes, verbatim), and map

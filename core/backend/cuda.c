@@ -24,6 +24,7 @@ struct cuda_api {
 	DRV(cuDeviceGetAttribute);
 	DRV(cuDevicePrimaryCtxRetain);
 	DRV(cuDevicePrimaryCtxRelease_v2);
+	DRV(cuDevicePrimaryCtxGetState); /* optional: release_own_context */
 	DRV(cuCtxGetCurrent);
 	DRV(cuCtxGetDevice);
 	DRV(cuCtxPushCurrent_v2);
@@ -804,6 +805,33 @@ static vmm_status cu_copy_d2d_async(vmm_backend *be, vmm_devptr dst, vmm_devptr 
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemcpyDtoDAsync");
 }
 
+/* backend.h: let go of the backend's own retain of dev's primary context, and keep it let go
+ * only when that ended the context (the program holds none any more). */
+static int cu_release_own_context(vmm_backend *be, int dev)
+{
+	struct cuda_impl *ci = impl_of(be);
+	unsigned int flags = 0;
+	int active = 1, ended = -1;
+	CUdevice d;
+
+	if (dev < 0 || dev >= ci->ndev || dev >= VMM_MAX_DEVICES || !ci->api.cuDevicePrimaryCtxGetState)
+		return -1;
+	pthread_mutex_lock(&ci->lock);
+	if (ci->primary[dev] && ci->api.cuDeviceGet(&d, dev) == CUDA_SUCCESS &&
+	    ci->api.cuDevicePrimaryCtxRelease_v2(d) == CUDA_SUCCESS) {
+		if (ci->api.cuDevicePrimaryCtxGetState(d, &flags, &active) != CUDA_SUCCESS)
+			active = 1; /* unknown: as if the program still held it */
+		ended = !active;
+		/* Still active: another retain holds it, and it is the same context again. */
+		if (!ended && ci->api.cuDevicePrimaryCtxRetain(&ci->primary[dev], d) != CUDA_SUCCESS)
+			ci->primary[dev] = NULL; /* retained again when next needed */
+		if (ended)
+			ci->primary[dev] = NULL;
+	}
+	pthread_mutex_unlock(&ci->lock);
+	return ended < 0 ? -1 : !ended;
+}
+
 static void cu_close(vmm_backend *be)
 {
 	struct cuda_impl *ci;
@@ -827,7 +855,8 @@ static void cu_close(vmm_backend *be)
 static const struct vmm_driver_sym cuda_syms[] = {
 	SYM(cuInit, 0), SYM(cuGetErrorName, 1), SYM(cuDeviceGetCount, 0), SYM(cuDeviceGet, 0),
 	SYM(cuDeviceGetAttribute, 0), SYM(cuDevicePrimaryCtxRetain, 0),
-	SYM(cuDevicePrimaryCtxRelease_v2, 0), SYM(cuCtxGetCurrent, 0), SYM(cuCtxGetDevice, 0),
+	SYM(cuDevicePrimaryCtxRelease_v2, 0), SYM(cuDevicePrimaryCtxGetState, 1),
+	SYM(cuCtxGetCurrent, 0), SYM(cuCtxGetDevice, 0),
 	SYM(cuCtxPushCurrent_v2, 0), SYM(cuCtxPopCurrent_v2, 0), SYM(cuCtxSynchronize, 0),
 	SYM(cuCtxSynchronize_v2, 1),
 	SYM(cuMemGetInfo_v2, 0), SYM(cuMemGetAllocationGranularity, 0),
@@ -899,6 +928,7 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 	be->copy_d2h_async = cu_copy_d2h_async;
 	be->copy_h2d_async = cu_copy_h2d_async;
 	be->close = cu_close;
+	be->release_own_context = cu_release_own_context;
 	be->create_with_prop = cu_create_with_prop;
 	be->map_at = cu_map_at;
 	be->shareable = cu_shareable;

@@ -2,7 +2,13 @@
  * retains it for a phase does (CUDA's documentation: at the last release the context is
  * destroyed, its allocations with it). Prints what it sees, the same lines natively and under the
  * shim: the pointer of before the release is no longer the program's, the device's memory is
- * back, and the context made again works (an allocation, a copy, a sleep-free round trip). */
+ * back, and the context made again works (an allocation, a copy, a sleep-free round trip).
+ * `prog_release slept`: before the release, a thread with no context of its own sleeps and wakes
+ * the program through the in-process API (absent natively), so that the shim retains the context
+ * for itself first. gpu-check runs it on the GPU too, comparing its RESULT line. */
+#include <dlfcn.h>
+#include <pthread.h>
+
 #include "prog_roundtrip.h"
 
 #define SIZE (64ul << 20)
@@ -15,7 +21,19 @@ static size_t free_now(void)
 	return f;
 }
 
-int main(void)
+/* The in-process API's sleep and wake, on this thread (which has no context): what the control
+ * server's threads do for `vmmctl sleep`. */
+static void *sleep_and_wake(void *arg)
+{
+	int (*vsleep)(const char *, int) = (int (*)(const char *, int))dlsym(RTLD_DEFAULT,
+										"vmmshim_sleep");
+	int (*vwake)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "vmmshim_wake");
+
+	*(int *)arg = vsleep && vwake ? vsleep(NULL, 0) || vwake(NULL) : 0;
+	return NULL;
+}
+
+int main(int argc, char **argv)
 {
 	CUdevice dev;
 	CUcontext c, again;
@@ -36,6 +54,13 @@ int main(void)
 	CHECK_CU(cuMemsetD8(old, 7, SIZE));
 	CHECK_CU(cuCtxSynchronize());
 	held = before - free_now();
+	if (argc > 1 && !strcmp(argv[1], "slept")) {
+		pthread_t th;
+		int rc = -1;
+
+		if (pthread_create(&th, NULL, sleep_and_wake, &rc) || pthread_join(th, NULL) || rc)
+			FAIL("the sleep and wake on a thread of its own failed (%d)", rc);
+	}
 	CHECK_CU(cuDevicePrimaryCtxRelease(dev));
 	/* Not printed: under the shim a retain of its own (made for one of its threads) may keep
 	 * the context active, where natively it is not. */
@@ -44,7 +69,7 @@ int main(void)
 
 	CHECK_CU(cuDevicePrimaryCtxRetain(&again, dev));
 	CHECK_CU(cuCtxSetCurrent(again));
-	printf("prog_release: retained again: %s handle, memory back: %s, the old pointer "
+	printf("RESULT prog_release: retained again: %s handle, memory back: %s, the old pointer "
 	       "freed again -> %d\n", again == c ? "the same" : "another",
 	       free_now() >= before ? "yes" : "no", (int)cuMemFree(old));
 	CHECK_CU(cuMemAlloc(&fresh, SIZE));

@@ -243,6 +243,26 @@ Test(interpose, the_last_release_of_the_primary_context_frees_as_natively)
 	run_free(r);
 }
 
+/* The same when the shim retained the context for a thread of its own first (a sleep and wake
+ * from a thread with no context, as the control server's): the program's release is still the
+ * last one it makes, so the context ends as natively. The shim's retain used to keep it, with
+ * every allocation of the program's, until exit. */
+Test(interpose, the_last_release_frees_after_the_shim_retained_the_context_itself)
+{
+	struct run *native = run_program(NULL, ARGV(bin_path("prog_release"), "slept"), NULL);
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_release"), "slept"), NULL);
+
+	expect_ok(native, "prog_release: ok");
+	expect_ok(r, "prog_release: ok");
+	cr_expect_str_eq(r->out, native->out, "under the shim:\n%s\nnatively:\n%s\n%s", r->out,
+			 native->out, r->err);
+	expect_served(r);
+	cr_expect(strstr(r->err, "the primary context ended") && !strstr(r->err, "warn"), "%s",
+		  r->err);
+	run_free(native);
+	run_free(r);
+}
+
 Test(interpose, stream_capture_keeps_graph_memory_nodes)
 {
 	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_capture")), NULL);
