@@ -647,6 +647,11 @@ class Matrix:
                              timeout=180, need_managed=False)
         if r and r[1] and r[1]["rc"] == 0:
             self.reset_wake_row(r[1]["proc"])
+        # The last release of the primary context ends it, its allocations with it, also after
+        # a sleep and wake from a thread with no context (under the shim: the core retained the
+        # context for itself) (tests/integration/interpose/prog_release.c).
+        self.compare_row("last release of the primary context, after a sleep",
+                         [f"{b}/primary_release", "slept"], need_managed=False)
 
     def reset_wake_row(self, proc):
         """The wakes of the reset row's rounds, from the shim's info lines: a reset takes the
