@@ -137,12 +137,7 @@ int main(void)
 	cudaSetDevice(0);
 	cudaFree(0);
 	CK(cuCtxGetCurrent(&ctx));
-	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	prop.location.id = 0;
-	access_desc.location = prop.location;
-	access_desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-	CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	gran = probe_device_memory(0, &prop, &access_desc);
 	CK(cuMemAddressReserve(&c->base, 2 * PIECES * gran, 0, 0, 0));
 	for (int i = 0; i < PIECES; i++)
 		CK(cuMemCreate(&c->h[i], gran, &prop, 0));

@@ -204,12 +204,7 @@ int main(void)
 	CK(cuDeviceGet(&dev, 0));
 	CK(cuDevicePrimaryCtxRetain(&ctx, dev));
 	CK(cuCtxSetCurrent(ctx));
-	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-	prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	prop.location.id = dev;
-	access_desc.location = prop.location;
-	access_desc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-	CK(cuMemGetAllocationGranularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	gran = probe_device_memory(dev, &prop, &access_desc);
 	if (gran != ((size_t)2 << 20)) {
 		fprintf(stderr, "granularity %zu, not 2 MiB: the sizes below assume it\n", gran);
 		return 1;
