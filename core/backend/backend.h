@@ -99,7 +99,8 @@ struct vmm_backend {
 	/* Optional (NULL where a backend lacks them), for the program's own VMM handles that sleep
 	 * releases and wake re-creates (app_vmm.h): create a handle from the program's own
 	 * allocation properties (prop: its CUmemAllocationProp, prop_size bytes, verbatim), and map
-	 * [offset, offset + size) of a handle at va (CUDA allows part of a handle; Ascend does not).
+	 * [offset, offset + size) of a handle at va (the CUDA API takes an offset, but the driver
+	 * refuses anything but the whole handle: tests/gpu/PROBE.md (k); Ascend as well).
 	 * Without them the registry uses create and map, which covers whole handles at offset 0. */
 	vmm_status (*create_with_prop)(vmm_backend *be, int dev, size_t size, const void *prop,
 				       size_t prop_size, vmm_phys *handle, vmm_error *err);

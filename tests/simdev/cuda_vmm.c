@@ -135,6 +135,10 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 		r = CUDA_ERROR_INVALID_HANDLE;
 	else if (offset > p->size || size > p->size - offset)
 		r = CUDA_ERROR_INVALID_VALUE;
+	else if (offset || size != p->size)
+		/* The driver maps whole handles only, whatever its documentation allows for later
+		 * (tests/gpu/PROBE.md (k): a part at offset 0 or at 10 MiB, on the H100). */
+		r = CUDA_ERROR_NOT_SUPPORTED;
 	else if (!sim_reservation_find(va, size) || sim_mapping_overlaps(va, size))
 		r = CUDA_ERROR_INVALID_VALUE;
 	else if (!sim_mapping_add(va, size, offset, p))

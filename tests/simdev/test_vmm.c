@@ -86,6 +86,29 @@ Test(vmm, unmap_must_cover_whole_mappings)
 	CU_OK(cuMemAddressFree(va, 8 * GRAN));
 }
 
+/* A mapping covers a whole handle: the H100's driver refuses part of one, at offset 0 or not
+ * (CUDA_ERROR_NOT_SUPPORTED; tests/gpu/PROBE.md (k)), though the documentation leaves the
+ * offset for later. A shim that mapped part of a handle (an importer of part of a large one)
+ * would pass here and fail on the GPU. */
+Test(vmm, a_mapping_covers_a_whole_handle)
+{
+	su_ctx(0);
+	CUmemAllocationProp p = su_prop(0);
+	CUdeviceptr va;
+	CUmemGenericAllocationHandle h;
+	CU_OK(cuMemAddressReserve(&va, 8 * GRAN, 0, 0, 0));
+	CU_OK(cuMemCreate(&h, 4 * GRAN, &p, 0));
+	cr_expect_eq(cuMemMap(va, GRAN, 0, h, 0), CUDA_ERROR_NOT_SUPPORTED, "its first part");
+	cr_expect_eq(cuMemMap(va, GRAN, 2 * GRAN, h, 0), CUDA_ERROR_NOT_SUPPORTED, "a part within");
+	cr_expect_eq(cuMemMap(va, 2 * GRAN, 2 * GRAN, h, 0), CUDA_ERROR_NOT_SUPPORTED,
+		     "its second half");
+	cr_expect_eq(cuMemMap(va, 8 * GRAN, 0, h, 0), CUDA_ERROR_INVALID_VALUE, "past its end");
+	CU_OK(cuMemMap(va, 4 * GRAN, 0, h, 0));
+	CU_OK(cuMemUnmap(va, 4 * GRAN));
+	CU_OK(cuMemRelease(h));
+	CU_OK(cuMemAddressFree(va, 8 * GRAN));
+}
+
 Test(vmm, release_frees_physical_memory_after_last_unmap)
 {
 	su_ctx(0);
