@@ -13,10 +13,29 @@
 #include "heap_share.h"
 #include "vmm_share.h"
 
-static void span_of(struct devheap *dh, const struct alloc *r, vmm_devptr *lo, vmm_devptr *hi)
+/* The granules r lies on. */
+static void granules_of(struct devheap *dh, const struct alloc *r, vmm_devptr *lo,
+			vmm_devptr *hi)
 {
 	*lo = r->base & ~(vmm_devptr)(dh->gran - 1);
 	*hi = align_up(r->base + (r->usable ? r->usable : 1), dh->gran);
+}
+
+/* What other processes map of r: its granules widened to the whole handles they lie in. The
+ * driver maps whole handles only (tests/gpu/PROBE.md (k)), so an allocation in a handle it
+ * shares with others (a joint handle made at a wake) is handed over with that handle, as a
+ * native IPC handle of a cached segment hands over the segment. */
+static void span_of(struct devheap *dh, const struct alloc *r, vmm_devptr *lo, vmm_devptr *hi)
+{
+	struct phandle *first, *last;
+
+	granules_of(dh, r, lo, hi);
+	first = page_handle_get(dh, *lo);
+	last = page_handle_get(dh, *hi - 1);
+	if (first)
+		*lo = first->va;
+	if (last)
+		*hi = last->va + last->size;
 }
 
 static bool add_shared(struct devheap *dh, struct phandle *h)
@@ -182,12 +201,13 @@ static struct alloc *alloc_at(struct devheap *dh, vmm_devptr ptr)
 
 static void fill_info(struct devheap *dh, const struct alloc *r, vmm_share_info *out)
 {
-	vmm_devptr lo, hi;
+	vmm_devptr lo, hi, glo, ghi;
 	struct phandle *h;
 
 	span_of(dh, r, &lo, &hi);
+	granules_of(dh, r, &glo, &ghi);
 	h = page_handle_get(dh, lo);
-	out->own_handle = h && h->va == r->base && h->va + h->size == hi;
+	out->own_handle = h && h->va == r->base && h->va + h->size == ghi;
 	out->device = dh->dev;
 	out->base = r->base;
 	out->size = r->size;

@@ -36,6 +36,11 @@
  *                      /proc/self/fd), a child opens it (timed), checks a byte and closes; the
  *                      parent frees.
  *                      Prints "bench open_us median=M min=A max=B" (scripts/bench-ipc.sh)
+ *   woken              two buffers slept and woken through the in-process API (the wake makes
+ *                      them one joint handle), then one exported: a child opens it, checks its
+ *                      bytes and writes; the parent sees the write and the other buffer intact
+ *                      ("woken ok"). The driver maps whole handles only, so the importer must
+ *                      map the joint handle whole, not the buffer's part of it
  *   close-refused      the importer's driver refuses the unmaps of its close and of the next
  *                      open's retry: the close succeeds, the memory stays mapped and counted
  *                      (its status printed after "after_refused_close"), the reopen gets a new
@@ -49,6 +54,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <dirent.h>
+#include <dlfcn.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -493,6 +499,58 @@ static int large_child(const char *x)
 	if (!has_pattern(p, LARGE, 11))
 		FAIL("the child does not see the parent's bytes");
 	put_pattern(p, LARGE, 12);
+	CHECK_CU(cuIpcCloseMemHandle(p));
+	return 0;
+}
+
+/* ---- woken ---- */
+
+static int woken_parent(const char *self)
+{
+	int (*vsleep)(const char *, int) = (int (*)(const char *, int))dlsym(RTLD_DEFAULT,
+										"vmmshim_sleep");
+	int (*vwake)(const char *) = (int (*)(const char *))dlsym(RTLD_DEFAULT, "vmmshim_wake");
+	CUipcMemHandle h;
+	CUdeviceptr a, b;
+	char x[129];
+	int to, from;
+	pid_t pid;
+
+	if (!vsleep || !vwake)
+		FAIL("no in-process API: run it under the shim");
+	driver_init();
+	CHECK_CU(cuMemAlloc(&a, BIG));
+	CHECK_CU(cuMemAlloc(&b, BIG));
+	put_pattern(a, BIG, 21);
+	put_pattern(b, BIG, 22);
+	if (vsleep(NULL, 0) || vwake(NULL))
+		FAIL("sleep or wake failed");
+	CHECK_CU(cuIpcGetMemHandle(&h, b));
+	to_hex(&h, sizeof(h), x);
+	pid = spawn(self, "woken-child", x, "", false, &to, &from);
+	if (wait_child(pid))
+		FAIL("the child failed");
+	if (!has_pattern(b, BIG, 23))
+		FAIL("the parent does not see the child's write");
+	if (!has_pattern(a, BIG, 21))
+		FAIL("the other buffer changed");
+	CHECK_CU(cuMemFree(a));
+	CHECK_CU(cuMemFree(b));
+	printf("woken ok\n");
+	return 0;
+}
+
+static int woken_child(const char *x)
+{
+	CUipcMemHandle h;
+	CUdeviceptr p;
+
+	driver_init();
+	from_hex(x, &h, sizeof(h));
+	CHECK_CU(cuIpcOpenMemHandle(&p, h, 0));
+	if (!has_pattern(p, BIG, 22))
+		FAIL("the child does not see the parent's bytes");
+	put_pattern(p, BIG, 23);
 	CHECK_CU(cuIpcCloseMemHandle(p));
 	return 0;
 }
@@ -1011,6 +1069,10 @@ int main(int argc, char **argv)
 		return large_parent(argv[0]);
 	if (!strcmp(mode, "large-child"))
 		return large_child(a1);
+	if (!strcmp(mode, "woken"))
+		return woken_parent(argv[0]);
+	if (!strcmp(mode, "woken-child"))
+		return woken_child(a1);
 	if (!strcmp(mode, "noshim"))
 		return noshim(argv[0]);
 	if (!strcmp(mode, "share"))

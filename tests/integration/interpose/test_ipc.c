@@ -126,6 +126,18 @@ Test(ipc, large_buffer_in_many_pieces)
 	run_free(r);
 }
 
+/* After a wake the two buffers lie in one joint handle. The driver maps whole handles only
+ * (simdev as well): the importer of one buffer maps that handle whole and finds its buffer at
+ * its place in it; the exporter's other buffer is untouched. */
+Test(ipc, a_buffer_in_a_handle_joined_at_a_wake_opens)
+{
+	struct run *r = run_mode("woken");
+
+	cr_assert_eq(r->status, 0, "%s\n%s", r->out, r->err);
+	cr_expect(strstr(r->out, "woken ok"), "%s", r->out);
+	run_free(r);
+}
+
 /* prog_ipc MODE ARG with the shim's info log (its phase lines). */
 static struct run *run_logged(const char *mode, const char *arg)
 {
