@@ -488,7 +488,9 @@ static int large_parent(const char *self)
 	return 0;
 }
 
-static int large_child(const char *x)
+/* An importer: open the handle written as hex in x, find the exporter's pattern `seen` in its n
+ * bytes, write the pattern `written` for the exporter to see, close. */
+static int open_check_write(const char *x, size_t n, int seen, int written)
 {
 	CUipcMemHandle h;
 	CUdeviceptr p;
@@ -496,11 +498,16 @@ static int large_child(const char *x)
 	driver_init();
 	from_hex(x, &h, sizeof(h));
 	CHECK_CU(cuIpcOpenMemHandle(&p, h, 0));
-	if (!has_pattern(p, LARGE, 11))
+	if (!has_pattern(p, n, seen))
 		FAIL("the child does not see the parent's bytes");
-	put_pattern(p, LARGE, 12);
+	put_pattern(p, n, written);
 	CHECK_CU(cuIpcCloseMemHandle(p));
 	return 0;
+}
+
+static int large_child(const char *x)
+{
+	return open_check_write(x, LARGE, 11, 12);
 }
 
 /* ---- woken ---- */
@@ -542,17 +549,7 @@ static int woken_parent(const char *self)
 
 static int woken_child(const char *x)
 {
-	CUipcMemHandle h;
-	CUdeviceptr p;
-
-	driver_init();
-	from_hex(x, &h, sizeof(h));
-	CHECK_CU(cuIpcOpenMemHandle(&p, h, 0));
-	if (!has_pattern(p, BIG, 22))
-		FAIL("the child does not see the parent's bytes");
-	put_pattern(p, BIG, 23);
-	CHECK_CU(cuIpcCloseMemHandle(p));
-	return 0;
+	return open_check_write(x, BIG, 22, 23);
 }
 
 /* ---- share N ---- */
