@@ -718,6 +718,25 @@ class Matrix:
                  f"rc {rc}: {p.stderr_tail()} {' | '.join(l for _, l in p.lines[-2:])}"[:300],
                  native="-", shim=str(rc), share="-")
 
+    def ipc_after_wake_row(self):
+        """Legacy IPC of a buffer that a wake put in a joint handle with another
+        (tests/integration/interpose/prog_ipc.c woken): the importer must map the joint handle
+        whole, as the driver maps nothing less (PROBE.md (k)). Under the shim only (the program
+        sleeps and wakes itself through the in-process API)."""
+        name = "IPC open of a buffer in a handle joined at a wake"
+        if not self.want(name):
+            return
+        if not self.shim_ok:
+            self.add(name, False, "libvmmshim.so was not built")
+            return
+        p = Proc(name, [f"{self.a.bin}/prog_ipc", "woken"], self.env(True, {}), self.log,
+                 self.timeout(60))
+        rc = p.finish()
+        ok = rc == 0 and any(l.strip() == "woken ok" for _, l in p.lines)
+        self.add(name, ok, "the child read and wrote the buffer, the other one intact" if ok else
+                 f"rc {rc}: {p.stderr_tail()} {' | '.join(l for _, l in p.lines[-2:])}"[:300],
+                 native="-", shim=str(rc), share="-")
+
     def nccl_group_rows(self):
         """Two NCCL ranks, one GPU each, slept and woken as one group (vmmctl sleep P0 P1):
         sums, per-GPU memory while asleep against the native context, nvidia-smi's per-process
@@ -2356,6 +2375,7 @@ def main():
         m.share_facts_row()
         m.ipc_row()
         m.ipc_group_row()
+        m.ipc_after_wake_row()
         m.nccl_register_row()
         m.nccl_group_rows()
         m.x2_rows()

@@ -122,6 +122,8 @@ elif name == "train.py":
         time.sleep(0.03)
 elif name == "app_vmm_sleep":
     print("ok")
+elif name == "prog_ipc":
+    print("woken ok")
 elif name == "tms_example.py":
     print(f"INFO under the shim: {shim}")
     print("RESULT weights 0x1.0p+0/0x1.0p+1")

@@ -11,7 +11,7 @@ trap 'rm -rf "$t"' EXIT
 mkdir -p "$t/bin" "$t/root/tests/gpu" "$t/path" "$t/log"
 for n in alloc_static alloc_shared alloc_ptds driver_api cublas_gemm graph sleep_kernels hold \
 	bench_alloc bench_bw probe_overlap ckpt app_vmm_sleep ctx_sleep share_facts flag_wait nccl_register peer \
-	trace_replay device_reset primary_release; do
+	trace_replay device_reset primary_release prog_ipc; do
 	ln -s "$here/fake_prog.py" "$t/bin/$n"
 done
 ln -s "$here/fake_prog.py" "$t/root/tests/gpu/train.py"
@@ -59,8 +59,8 @@ rows = {x["row"]: x["ok"] for x in r["rows"]}
 bench = {b["metric"]: b for b in r["bench"]}
 fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
 bad = [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in rows.items() if v == (k in fail_expected)]
-if len(rows) != 32:
-    bad.append(f"{len(rows)} rows, expected 32")
+if len(rows) != 33:
+    bad.append(f"{len(rows)} rows, expected 33")
 reset_wakes = next((x["reason"] for x in r["rows"]
                     if x["row"] == "cudaDeviceReset: wakes after a reset as fast as before"), "")
 if not reset_wakes.startswith("wakes 55.0 / 55.0 / 55.0 / 55.0 GB/s"):
