@@ -135,7 +135,7 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 		r = CUDA_ERROR_INVALID_HANDLE;
 	else if (offset > p->size || size > p->size - offset)
 		r = CUDA_ERROR_INVALID_VALUE;
-	else if (offset || size != p->size)
+	else if ((offset || size != p->size) && !sim_config()->partial_map)
 		/* The driver maps whole handles only, whatever its documentation allows for later
 		 * (tests/gpu/PROBE.md (k): a part at offset 0 or at 10 MiB, on the H100). */
 		r = CUDA_ERROR_NOT_SUPPORTED;

@@ -171,6 +171,8 @@ static void init_once(void)
 	config.shared = (s && *s) ? strdup(s) : NULL;
 	config.lock_stall_ms = env_ms("SIMDEV_LOCK_STALL", 60000);
 	config.copy_delay_ms = env_ms("SIMDEV_COPY_DELAY", 60000);
+	s = getenv("SIMDEV_PARTIAL_MAP");
+	config.partial_map = s && !strcmp(s, "1");
 
 	sim_group_init(&config);
 }

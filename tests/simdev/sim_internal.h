@@ -31,6 +31,8 @@ struct sim_config {
 	const char *shared;      /* SIMDEV_SHARED: the group's name, or NULL */
 	unsigned lock_stall_ms;  /* SIMDEV_LOCK_STALL: tests hold the group lock this long */
 	unsigned copy_delay_ms;  /* SIMDEV_COPY_DELAY: a stream's copies and memsets start this late */
+	bool partial_map;        /* SIMDEV_PARTIAL_MAP=1: cuMemMap takes part of a handle, as its
+				  * documentation leaves open; the H100's driver does not */
 };
 
 /* Reads the environment once (at first use), then counts the call and says whether SIMDEV_FAIL
