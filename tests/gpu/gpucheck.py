@@ -701,41 +701,36 @@ class Matrix:
                         "--format=csv"])
         self.inert_row("python3 -c pass preloaded", [sys.executable, "-c", "pass"])
 
-    def app_vmm_row(self):
-        """The program's own VMM mappings (expandable-segments style) across an in-process
-        sleep/wake of the shim: grow after wake, export, retain/release, unmap, release."""
-        name = "own VMM mappings across sleep/wake"
+    def shim_only_row(self, name, argv, extra, done, passed):
+        """A program that runs under the shim only (it sleeps and wakes itself through the
+        in-process API): passes when it exits 0 having printed the line done; passed says
+        what that showed."""
         if not self.want(name):
             return
         if not self.shim_ok:
             self.add(name, False, "libvmmshim.so was not built")
             return
-        p = Proc(name, [f"{self.a.bin}/app_vmm_sleep"], self.env(True, {"VMMSHIM_LOG": "info"}),
-                 self.log, self.timeout(60))
+        p = Proc(name, argv, self.env(True, extra), self.log, self.timeout(60))
         rc = p.finish()
-        ok = rc == 0 and any(l.strip() == "ok" for _, l in p.lines)
-        self.add(name, ok, "grew, exported, released after wake: data intact" if ok else
+        ok = rc == 0 and any(l.strip() == done for _, l in p.lines)
+        self.add(name, ok, passed if ok else
                  f"rc {rc}: {p.stderr_tail()} {' | '.join(l for _, l in p.lines[-2:])}"[:300],
                  native="-", shim=str(rc), share="-")
+
+    def app_vmm_row(self):
+        """The program's own VMM mappings (expandable-segments style) across an in-process
+        sleep/wake of the shim: grow after wake, export, retain/release, unmap, release."""
+        self.shim_only_row("own VMM mappings across sleep/wake", [f"{self.a.bin}/app_vmm_sleep"],
+                           {"VMMSHIM_LOG": "info"}, "ok",
+                           "grew, exported, released after wake: data intact")
 
     def ipc_after_wake_row(self):
         """Legacy IPC of a buffer that a wake put in a joint handle with another
         (tests/integration/interpose/prog_ipc.c woken): the importer must map the joint handle
-        whole, as the driver maps nothing less (PROBE.md (k)). Under the shim only (the program
-        sleeps and wakes itself through the in-process API)."""
-        name = "IPC open of a buffer in a handle joined at a wake"
-        if not self.want(name):
-            return
-        if not self.shim_ok:
-            self.add(name, False, "libvmmshim.so was not built")
-            return
-        p = Proc(name, [f"{self.a.bin}/prog_ipc", "woken"], self.env(True, {}), self.log,
-                 self.timeout(60))
-        rc = p.finish()
-        ok = rc == 0 and any(l.strip() == "woken ok" for _, l in p.lines)
-        self.add(name, ok, "the child read and wrote the buffer, the other one intact" if ok else
-                 f"rc {rc}: {p.stderr_tail()} {' | '.join(l for _, l in p.lines[-2:])}"[:300],
-                 native="-", shim=str(rc), share="-")
+        whole, as the driver maps nothing less (PROBE.md (k))."""
+        self.shim_only_row("IPC open of a buffer in a handle joined at a wake",
+                           [f"{self.a.bin}/prog_ipc", "woken"], {}, "woken ok",
+                           "the child read and wrote the buffer, the other one intact")
 
     def nccl_group_rows(self):
         """Two NCCL ranks, one GPU each, slept and woken as one group (vmmctl sleep P0 P1):
