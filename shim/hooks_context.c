@@ -64,6 +64,9 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 
 /* How long a reset waits for a sleep or wake in progress before it goes on beside it. */
 #define RESET_WAIT_MS 30000
+/* How long a release that leaves the context active waits: long enough for a look at the state
+ * to end, not for a sleep or wake (which uses the context: the release then leaves it be). */
+#define RELEASE_WAIT_MS 50
 
 struct reset_call {
 	CUdevice dev;
@@ -90,8 +93,11 @@ static void trace_reset_free(vmm_devptr base)
  * mappings are the virtual-memory API's too), unless the program made contexts of its own on the
  * device (their allocations outlive it natively, and the core cannot tell them apart). The
  * core's own streams, staging buffers and pins went with the context; no sleep or wake runs
- * meanwhile. what: "a reset of", "the last release of". */
-static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, const char *what)
+ * meanwhile. what: "a reset of", "the last release of". A sleep or wake in progress is waited
+ * for up to wait_ms; past that, a reset goes on beside it and a possible end (skip_when_busy)
+ * does nothing. */
+static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, const char *what,
+			     int wait_ms, bool skip_when_busy)
 {
 	vmm_core *core = hook_cuda_core();
 	bool exclusive, own;
@@ -100,10 +106,15 @@ static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, c
 
 	if (!core)
 		return (CUresult)reset(arg);
-	exclusive = control_exclusive_begin(RESET_WAIT_MS);
+	exclusive = control_exclusive_begin(wait_ms);
+	if (!exclusive && skip_when_busy) {
+		vmm_log(VMM_LOG_INFO, "%s device %d's primary context leaves it to the sleep or wake "
+			"in progress, which holds it", what, (int)dev);
+		return CUDA_SUCCESS;
+	}
 	if (!exclusive)
 		vmm_log(VMM_LOG_WARN, "%s device %d's primary context waited %d ms for a sleep or "
-			"wake in progress and goes on beside it", what, (int)dev, RESET_WAIT_MS);
+			"wake in progress and goes on beside it", what, (int)dev, wait_ms);
 	own = ctx_list_count(vmm_program_contexts(VMM_CTX_CUDA), (int)dev) > 0;
 	r = (CUresult)vmm_device_reset(core, (int)dev, !own, reset, arg, trace_reset_free);
 	if (r == CUDA_SUCCESS && own)
@@ -127,7 +138,7 @@ static CUresult primary_reset(CUdevice dev, CUresult (*real)(CUdevice dev))
 	struct reset_call call = { dev, real };
 
 	lone_stream_context_ends("a reset of a primary context");
-	return primary_gone(dev, real_reset, &call, "a reset of");
+	return primary_gone(dev, real_reset, &call, "a reset of", RESET_WAIT_MS, false);
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
@@ -170,7 +181,8 @@ static int own_retain_was_last(void *arg)
  * backups' registrations made there. So it is a reset that has already happened. When the
  * context stays active, the core's own retain may be what keeps it (a sleep from the control
  * server, the heap's syncs ahead): the program's release was its last all the same, and the core
- * lets go of its retain to see (own_retain_was_last). */
+ * lets go of its retain to see (own_retain_was_last), unless a sleep or wake is using it: a
+ * release that is not the last must not wait for one (most are not; natively none waits). */
 static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice dev))
 {
 	__typeof__(&cuDevicePrimaryCtxGetState) state = DRIVER_EXTRA(cuDevicePrimaryCtxGetState);
@@ -185,10 +197,10 @@ static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice dev))
 	if (r != CUDA_SUCCESS || !state || state(dev, &flags, &active) != CUDA_SUCCESS)
 		return r;
 	if (!active)
-		primary_gone(dev, already_gone, NULL, "the last release of");
+		primary_gone(dev, already_gone, NULL, "the last release of", RESET_WAIT_MS, false);
 	else if (be && be->release_own_context)
 		primary_gone(dev, own_retain_was_last, &(struct own_retain){ be, dev },
-			     "the last release of");
+			     "the last release of", RELEASE_WAIT_MS, true);
 	return r;
 }
 

@@ -5,9 +5,12 @@
  * back, and the context made again works (an allocation, a copy, a sleep-free round trip).
  * `prog_release slept`: before the release, a thread with no context of its own sleeps and wakes
  * the program through the in-process API (absent natively), so that the shim retains the context
- * for itself first. gpu-check runs it on the GPU too, comparing its RESULT line. */
+ * for itself first. `prog_release during`: first a release that is not the last (the program
+ * retained the context twice) while such a sleep and wake runs; it must not wait for them.
+ * gpu-check runs it on the GPU too, comparing its RESULT line. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <time.h>
 
 #include "prog_roundtrip.h"
 
@@ -33,6 +36,38 @@ static void *sleep_and_wake(void *arg)
 	return NULL;
 }
 
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* A release that leaves the context to another retain, made while a sleep and wake runs on a
+ * thread of its own (slowed by the test: SIMDEV_DELAY), returns at once, as natively. */
+static void release_beside_a_sleep(CUdevice dev)
+{
+	CUcontext extra;
+	pthread_t th;
+	int rc = -1;
+	double t0, took;
+	const struct timespec settle = { 0, 300 * 1000000L };
+
+	CHECK_CU(cuDevicePrimaryCtxRetain(&extra, dev));
+	if (pthread_create(&th, NULL, sleep_and_wake, &rc))
+		FAIL("no thread");
+	nanosleep(&settle, NULL); /* the sleep is under way */
+	t0 = now_s();
+	CHECK_CU(cuDevicePrimaryCtxRelease(dev));
+	took = now_s() - t0;
+	if (pthread_join(th, NULL) || rc)
+		FAIL("the sleep and wake on a thread of its own failed (%d)", rc);
+	fprintf(stderr, "prog_release: the release beside a sleep took %.3f s\n", took);
+	printf("prog_release: a release that is not the last, beside a sleep, returned at once: "
+	       "%s\n", took < 1.0 ? "yes" : "no");
+}
+
 int main(int argc, char **argv)
 {
 	CUdevice dev;
@@ -54,6 +89,8 @@ int main(int argc, char **argv)
 	CHECK_CU(cuMemsetD8(old, 7, SIZE));
 	CHECK_CU(cuCtxSynchronize());
 	held = before - free_now();
+	if (argc > 1 && !strcmp(argv[1], "during"))
+		release_beside_a_sleep(dev);
 	if (argc > 1 && !strcmp(argv[1], "slept")) {
 		pthread_t th;
 		int rc = -1;

@@ -224,10 +224,10 @@ Test(interpose, pointers_from_before_interception_go_to_the_driver)
 
 /* prog_release (with mode, or none) natively and under the shim: the same lines both ways, the
  * memory of before the release freed natively, and the shim saying the context ended. */
-static void release_as_natively(const char *mode)
+static void release_as_natively(const char *mode, const char *const *env)
 {
-	struct run *native = run_program(NULL, ARGV(bin_path("prog_release"), mode), NULL);
-	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_release"), mode), NULL);
+	struct run *native = run_program(NULL, ARGV(bin_path("prog_release"), mode), env);
+	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_release"), mode), env);
 
 	expect_ok(native, "prog_release: ok");
 	expect_ok(r, "prog_release: ok");
@@ -247,7 +247,7 @@ static void release_as_natively(const char *mode)
  * there), so the program sees the same. */
 Test(interpose, the_last_release_of_the_primary_context_frees_as_natively)
 {
-	release_as_natively(NULL);
+	release_as_natively(NULL, NULL);
 }
 
 /* The same when the shim retained the context for a thread of its own first (a sleep and wake
@@ -256,7 +256,15 @@ Test(interpose, the_last_release_of_the_primary_context_frees_as_natively)
  * every allocation of the program's, until exit. */
 Test(interpose, the_last_release_frees_after_the_shim_retained_the_context_itself)
 {
-	release_as_natively("slept");
+	release_as_natively("slept", NULL);
+}
+
+/* A release that leaves the context active while a sleep is in progress (slowed to seconds here)
+ * returns at once: it used to wait for the sleep and the wake, up to 30 s, on every release.
+ * The program's last release after them still frees as natively. */
+Test(interpose, a_release_that_is_not_the_last_does_not_wait_for_a_sleep)
+{
+	release_as_natively("during", ENV("SIMDEV_DELAY=cuMemcpyDtoHAsync:1500"));
 }
 
 Test(interpose, stream_capture_keeps_graph_memory_nodes)
