@@ -2,8 +2,9 @@
 # Checks tests/gpu/gpucheck.py itself, on a machine without a GPU: every GPU program, vmmctl and
 # nvidia-smi are replaced by stand-ins (fake_*.py) that speak the same protocols, with one row
 # made to hang and one made to differ under the "shim". The stand-in shim is an empty library.
-# Then the x2 rows alone with a stand-in nvidia-smi that lists two GPUs (they skip themselves
-# with one). Passes when every row and benchmark comes out as planned. Takes about a minute.
+# Beside it, the x2 rows alone with a stand-in nvidia-smi that lists two GPUs (they skip
+# themselves with one), and two runs of the train benchmark alone. Passes when every row and
+# benchmark comes out as planned. Takes about a minute (two before the runs went side by side).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 t=$(mktemp -d)
@@ -27,34 +28,56 @@ echo 'int vmmshim_selftest_stand_in;' >"$t/s.c"
 cc -shared -fPIC "$t/s.c" -o "$t/libvmmshim.so"
 export FAKE_STATE=$t/state GPUCHECK_NO_NVML=1 PATH=$t/path:$PATH FAKE_HANG=alloc_ptds \
 	FAKE_DIFFER=graph
-python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmmshim.so" \
-	--vmmctl "$here/fake_vmmctl.py" --log "$t/log" --deadline $(( $(date +%s) + 300 )) \
-	--train-rounds 2 --sleep-sizes 1,2 --small-gib 1 --ckpt-gib 1 --progress-gib 1 --timeout-scale 0.1 >"$t/out.txt" 2>&1 &&
-	rc=0 || rc=$?
-tail -40 "$t/out.txt"
-mkdir -p "$t/log2"
-FAKE_GPUS=2 python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" \
-	--shim "$t/libvmmshim.so" --vmmctl "$here/fake_vmmctl.py" --log "$t/log2" \
-	--deadline $(( $(date +%s) + 240 )) --only "(x2)" --skip-bench --x2-hold-gib 1 \
-	--timeout-scale 0.1 >"$t/out2.txt" 2>&1 && rc2=0 || rc2=$?
-grep -E '^gpucheck: (PASS|FAIL|SKIP)' "$t/out2.txt"
+# The four runs below wait more than they compute (stand-ins that sleep, a row made to hang):
+# they run side by side, each with a stand-in device of its own ($FAKE_STATE), and their
+# exit statuses are read once all have ended.
+# The whole matrix as gpu-check runs it, in two halves side by side: the rows (into log/), the
+# benchmarks (into logb/, their results read as the same run's).
+main_run() { # what, log dir, output, exit status file
+	local what=(--skip-bench)
+	[ "$1" = bench ] && what=(--only "bench ")
+	FAKE_STATE=$t/state-$1 python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" \
+		--shim "$t/libvmmshim.so" --vmmctl "$here/fake_vmmctl.py" --log "$2" \
+		--deadline $(( $(date +%s) + 300 )) "${what[@]}" --train-rounds 2 --sleep-sizes 1,2 \
+		--small-gib 1 --ckpt-gib 1 --progress-gib 1 --timeout-scale 0.1 >"$3" 2>&1 &&
+		echo 0 >"$4" || echo $? >"$4"
+}
+x2_run() {
+	mkdir -p "$t/log2"
+	FAKE_STATE=$t/state2 FAKE_GPUS=2 python3 "$here/../gpucheck.py" --root "$t/root" \
+		--bin "$t/bin" --shim "$t/libvmmshim.so" --vmmctl "$here/fake_vmmctl.py" \
+		--log "$t/log2" --deadline $(( $(date +%s) + 240 )) --only "(x2)" --skip-bench \
+		--x2-hold-gib 1 --timeout-scale 0.1 >"$t/out2.txt" 2>&1 && echo 0 >"$t/rc2" ||
+		echo $? >"$t/rc2"
+}
 # The train benchmark alone: train_only N ROUNDS ALLOCS runs it into $t/logN, its output in
 # $t/outN.txt.
 train_only() {
 	mkdir -p "$t/log$1"
-	python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" --shim "$t/libvmmshim.so" \
+	FAKE_STATE=$t/state$1 python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" \
+		--shim "$t/libvmmshim.so" \
 		--vmmctl "$here/fake_vmmctl.py" --log "$t/log$1" \
 		--deadline $(( $(date +%s) + 240 )) --only "bench train" --train-rounds "$2" \
 		--timeout-scale 0.1 --train-allocs "$3" >"$t/out$1.txt" 2>&1 || true
 }
+mkdir -p "$t/logb"
+main_run rows "$t/log" "$t/out.txt" "$t/rc" &
+main_run bench "$t/logb" "$t/outb.txt" "$t/rcb" &
+x2_run &
 # A shim-only variant and a name that is no configuration.
-train_only 3 1 "NO_CACHING,expandable,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,bogus"
+train_only 3 1 "NO_CACHING,expandable,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,bogus" &
 # One side only (@native, @shim) and the first round only (@once), as an A/B of five pairs runs.
-train_only 4 2 "expandable@native,NO_CACHING@native@once,NO_CACHING@shim,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,default@later"
+train_only 4 2 "expandable@native,NO_CACHING@native@once,NO_CACHING@shim,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,default@later" &
+wait
+rc=$(cat "$t/rc") rc2=$(cat "$t/rc2")
+tail -40 "$t/out.txt"
+grep -E '^gpucheck: (PASS|FAIL|SKIP)' "$t/out2.txt"
 GPU_DIR="$here/.." python3 - "$t/log/results.json" "$rc" "$t/log2/results.json" "$rc2" "$t/out.txt" \
-	"$t/log3/results.json" "$t/out3.txt" "$t/log4/results.json" "$t/out4.txt" <<'PY'
+	"$t/log3/results.json" "$t/out3.txt" "$t/log4/results.json" "$t/out4.txt" \
+	"$t/logb/results.json" "$(cat "$t/rcb")" <<'PY'
 import json, os, subprocess, sys
 r = json.load(open(sys.argv[1]))
+r["bench"] = json.load(open(sys.argv[10]))["bench"]  # the benchmarks' half of the run
 rows = {x["row"]: x["ok"] for x in r["rows"]}
 bench = {b["metric"]: b for b in r["bench"]}
 fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
@@ -90,6 +113,10 @@ if sys.argv[4] != "0":
     bad.append(f"x2 exit status {sys.argv[4]}, expected 0")
 if sys.argv[2] != "1":
     bad.append(f"exit status {sys.argv[2]}, expected 1 (a row failed)")
+if sys.argv[11] != "0":
+    bad.append(f"the benchmarks' exit status {sys.argv[11]}, expected 0 (they never fail)")
+if r["rows"] and any(b for b in r["bench"] if b["metric"] in {x["row"] for x in r["rows"]}):
+    bad.append("a row ran in the benchmarks' half")
 for metric, note in (("malloc+free pair 256B (us)", "met"),
                      ("grow 64 GiB in 1 GiB calls (ms)", "met"),
                      ("IPC open of a 1 GiB tensor (ms)", "met"),
