@@ -60,6 +60,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "random_bytes.h"
 #include "simdev.h"
 
 #define MAX_BUFS 4096
@@ -91,21 +92,6 @@ static struct buf bufs[MAX_BUFS];
 static int nbufs;
 static pthread_mutex_t bufs_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static uint64_t fnv1a(const unsigned char *p, size_t n)
-{
-	uint64_t h = 1469598103934665603ull;
-
-	for (size_t i = 0; i < n; i++)
-		h = (h ^ p[i]) * 1099511628211ull;
-	return h;
-}
-
-static void fill_random(unsigned char *p, size_t n, unsigned *seed)
-{
-	for (size_t i = 0; i < n; i++)
-		p[i] = (unsigned char)(rand_r(seed) >> 7);
-}
-
 /* Fill b with fresh contents from its seed; returns 0 or -1. */
 static int fill(struct buf *b)
 {
@@ -116,7 +102,7 @@ static int fill(struct buf *b)
 	if (!h)
 		return -1;
 	fill_random(h, b->size, &s);
-	b->sum = fnv1a(h, b->size);
+	b->sum = sum_bytes(h, b->size);
 	if (!copy_on(b->device, b->dev, h, b->size, cudaMemcpyHostToDevice))
 		rc = 0;
 	free(h);
@@ -131,7 +117,7 @@ static int verify(const struct buf *b)
 	if (!h)
 		return -1;
 	if (!copy_on(b->device, h, b->dev, b->size, cudaMemcpyDeviceToHost) &&
-	    fnv1a(h, b->size) == b->sum)
+	    sum_bytes(h, b->size) == b->sum)
 		rc = 0;
 	free(h);
 	return rc;
@@ -272,7 +258,7 @@ static void *dtouch_main(void *arg)
 		rc = cuCtxSetCurrent(ctx);
 	if (!rc && h)
 		rc = cuMemcpyDtoH(h, (CUdeviceptr)(uintptr_t)bufs[0].dev, bufs[0].size);
-	ok = h && !rc && fnv1a(h, bufs[0].size) == bufs[0].sum;
+	ok = h && !rc && sum_bytes(h, bufs[0].size) == bufs[0].sum;
 	if (rc)
 		fprintf(stderr, "ctl_target: dtouch: CUresult %d\n", (int)rc);
 	free(h);
@@ -292,7 +278,7 @@ static void CUDA_CB read_kernel(void *p)
 {
 	struct kernel_args *k = p;
 
-	k->sum = fnv1a(k->dev, k->size);
+	k->sum = sum_bytes(k->dev, k->size);
 }
 
 static void cmd_kernel(void)

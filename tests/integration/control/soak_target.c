@@ -40,6 +40,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "random_bytes.h"
+
 #define MAX_THREADS 16
 #define BUFS_PER_THREAD 8
 #define MAX_BASE 16
@@ -91,26 +93,6 @@ static double now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Random bytes, eight at a time (xorshift64*, seeded from rand_r): cheap enough that the
- * threads spend their time in the driver, under ThreadSanitizer too. */
-static void fill_random(unsigned char *p, size_t n, unsigned *seed)
-{
-	uint64_t x = ((uint64_t)rand_r(seed) << 32 | (uint64_t)rand_r(seed)) | 1;
-	size_t i = 0;
-
-	for (; i + 8 <= n; i += 8) {
-		uint64_t v;
-
-		x ^= x >> 12;
-		x ^= x << 25;
-		x ^= x >> 27;
-		v = x * 2685821657736338717ull;
-		memcpy(p + i, &v, 8);
-	}
-	for (; i < n; i++)
-		p[i] = (unsigned char)(rand_r(seed) >> 7);
 }
 
 /* Write the mirror to the device; a failure leaves the buffer stale. */
