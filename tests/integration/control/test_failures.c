@@ -400,7 +400,7 @@ static int log_count(struct target *t, const char *what)
  * threads end with their data intact. */
 Test(failures, a_failing_autowake_is_retried_once_a_second_for_all_threads, .timeout = 120)
 {
-	char group[96], mem[] = "SIMDEV_MEMORY=256M", cmd[160], reply[128];
+	char group[96], mem[] = "SIMDEV_MEMORY=64M", cmd[160], reply[128];
 	const char *env[] = { group, mem, SAN_ENV, NULL };
 	struct target *a, *b;
 	int tries;
@@ -409,11 +409,11 @@ Test(failures, a_failing_autowake_is_retried_once_a_second_for_all_threads, .tim
 	snprintf(group, sizeof(group), "SIMDEV_SHARED=autowake%d_%ld", (int)getpid(),
 		 (long)time(NULL));
 	a = start_under_shim(env);
-	cmd_ok(a, "alloc 6 25000000", "ok");
+	cmd_ok(a, "alloc 6 6250000", "ok"); /* small: the target fills and checks every byte */
 	vmmctl_run(&o, a->run_dir, -1, "sleep %d --autowake", (int)a->pid);
 	cr_assert_eq(o.code, 0, "vmmctl sleep: %s%s", o.out, o.err);
 	b = start_under_shim(env);
-	cmd_ok(b, "alloc 1 200000000", "ok"); /* a's wake cannot have its 150 MB back now */
+	cmd_ok(b, "alloc 1 50000000", "ok"); /* a's wake cannot have its 37.5 MB back now */
 	cr_assert_eq(target_send(a, "threads 4 0.2"), 0);
 	cr_assert(log_has(a, "autowake failed", 20), "no autowake was tried");
 	t0 = now_s();
