@@ -230,6 +230,7 @@ static void worker_main(void *arg)
 			"fds=%.3f send=%.3f exported=%d at_once=0", nfds, client.pid,
 			vmm_ms_between(&t0, &t1), vmm_ms_between(&t1, &t2), exported ? 1 : 0);
 	proto_writer_free(&w);
+	pool_answered(); /* what is left is closing the connection (or handing it back) */
 	/* Kept: the reading thread waits on it for the next request. */
 	if (!held_remove(j->fd, j->keep && sent && !exiting, &j->cred))
 		drain_and_close(j->fd);

@@ -26,6 +26,7 @@ struct job {
 	void (*fn)(void *);
 	void *arg;
 	struct job *next;
+	bool answered; /* pool_answered was called (lock held to change it) */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -36,9 +37,11 @@ static pthread_once_t cond_once = PTHREAD_ONCE_INIT;
 static struct job *head, *tail;
 static int queued;   /* jobs in the FIFO */
 static int busy;     /* jobs submitted and not finished (queued ones included) */
+static int unanswered; /* of those, the ones whose answer is not out yet (admission) */
 static int waiting;  /* threads waiting for a job */
 static int threads;  /* threads alive */
 static bool stopping;
+static __thread struct job *current; /* the job this pool thread is running */
 
 static void cond_init(void)
 {
@@ -82,10 +85,14 @@ static void *pool_main(void *unused)
 		if (!j)
 			break; /* waited long enough, or the process is exiting */
 		pthread_mutex_unlock(&lock);
+		current = j;
 		j->fn(j->arg);
-		free(j);
+		current = NULL;
 		pthread_mutex_lock(&lock);
+		if (!j->answered)
+			unanswered--;
 		busy--;
+		free(j);
 		pthread_cond_broadcast(&done);
 	}
 	threads--;
@@ -124,14 +131,19 @@ bool pool_submit(void (*fn)(void *arg), void *arg, char *why, size_t whylen)
 	*j = (struct job){ .fn = fn, .arg = arg };
 	pthread_once(&cond_once, cond_init);
 	pthread_mutex_lock(&lock);
-	if (stopping || busy == POOL_MAX_BUSY) {
+	if (stopping || unanswered >= POOL_MAX_BUSY || busy >= POOL_MAX_JOBS) {
+		bool answering = unanswered >= POOL_MAX_BUSY;
+
 		pthread_mutex_unlock(&lock);
 		free(j);
 		if (stopping)
 			snprintf(why, whylen, "the process is exiting");
-		else
+		else if (answering)
 			snprintf(why, whylen, "%d requests are being answered already; try again",
 				 POOL_MAX_BUSY);
+		else
+			snprintf(why, whylen, "%d answered requests are still closing; try again",
+				 POOL_MAX_JOBS - POOL_MAX_BUSY);
 		return false;
 	}
 	/* A waiting thread takes it, unless the queued jobs claim every waiting thread. */
@@ -151,9 +163,22 @@ bool pool_submit(void (*fn)(void *arg), void *arg, char *why, size_t whylen)
 	tail = j;
 	queued++;
 	busy++;
+	unanswered++;
 	pthread_cond_signal(&work);
 	pthread_mutex_unlock(&lock);
 	return true;
+}
+
+void pool_answered(void)
+{
+	struct job *j = current;
+
+	if (!j || j->answered)
+		return;
+	pthread_mutex_lock(&lock);
+	j->answered = true;
+	unanswered--;
+	pthread_mutex_unlock(&lock);
 }
 
 int pool_stop(int wait_ms)
@@ -201,6 +226,6 @@ void pool_after_fork(void)
 	pthread_once(&cond_once, cond_init);
 	cond_init();
 	head = tail = NULL;
-	queued = busy = waiting = threads = 0;
+	queued = busy = unanswered = waiting = threads = 0;
 	stopping = false;
 }
