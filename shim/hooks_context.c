@@ -94,11 +94,12 @@ static void trace_reset_free(vmm_devptr base)
  * device (their allocations outlive it natively, and the core cannot tell them apart). The
  * core's own streams, staging buffers and pins went with the context; no sleep or wake runs
  * meanwhile. what: "a reset of", "the last release of". A sleep or wake in progress is waited
- * for up to wait_ms; past that, a reset goes on beside it and a possible end (skip_when_busy)
- * does nothing. */
+ * for up to RESET_WAIT_MS, then the end goes on beside it; a possible end (leave_if_busy: a
+ * release that may not be the last) waits RELEASE_WAIT_MS only, then does nothing. */
 static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, const char *what,
-			     int wait_ms, bool skip_when_busy)
+			     bool leave_if_busy)
 {
+	int wait_ms = leave_if_busy ? RELEASE_WAIT_MS : RESET_WAIT_MS;
 	vmm_core *core = hook_cuda_core();
 	bool exclusive, own;
 	int closed;
@@ -107,7 +108,7 @@ static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, c
 	if (!core)
 		return (CUresult)reset(arg);
 	exclusive = control_exclusive_begin(wait_ms);
-	if (!exclusive && skip_when_busy) {
+	if (!exclusive && leave_if_busy) {
 		vmm_log(VMM_LOG_INFO, "%s device %d's primary context leaves it to the sleep or wake "
 			"in progress, which holds it", what, (int)dev);
 		return CUDA_SUCCESS;
@@ -138,7 +139,7 @@ static CUresult primary_reset(CUdevice dev, CUresult (*real)(CUdevice dev))
 	struct reset_call call = { dev, real };
 
 	lone_stream_context_ends("a reset of a primary context");
-	return primary_gone(dev, real_reset, &call, "a reset of", RESET_WAIT_MS, false);
+	return primary_gone(dev, real_reset, &call, "a reset of", false);
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
@@ -197,10 +198,10 @@ static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice dev))
 	if (r != CUDA_SUCCESS || !state || state(dev, &flags, &active) != CUDA_SUCCESS)
 		return r;
 	if (!active)
-		primary_gone(dev, already_gone, NULL, "the last release of", RESET_WAIT_MS, false);
+		primary_gone(dev, already_gone, NULL, "the last release of", false);
 	else if (be && be->release_own_context)
 		primary_gone(dev, own_retain_was_last, &(struct own_retain){ be, dev },
-			     "the last release of", RELEASE_WAIT_MS, true);
+			     "the last release of", true);
 	return r;
 }
 
