@@ -26,48 +26,33 @@ mkdir -p "$t/root/tests/bench/traces"
 printf 'a 4096 0x10\nf 0x10\n' | gzip >"$t/root/tests/bench/traces/h200-varlen-nocaching.trace.gz"
 echo 'int vmmshim_selftest_stand_in;' >"$t/s.c"
 cc -shared -fPIC "$t/s.c" -o "$t/libvmmshim.so"
-export FAKE_STATE=$t/state GPUCHECK_NO_NVML=1 PATH=$t/path:$PATH FAKE_HANG=alloc_ptds \
-	FAKE_DIFFER=graph
-# The four runs below wait more than they compute (stand-ins that sleep, a row made to hang):
-# they run side by side, each with a stand-in device of its own ($FAKE_STATE), and their
-# exit statuses are read once all have ended.
-# The whole matrix as gpu-check runs it, in two halves side by side: the rows (into log/), the
-# benchmarks (into logb/, their results read as the same run's).
-main_run() { # what, log dir, output, exit status file
-	local what=(--skip-bench)
-	[ "$1" = bench ] && what=(--only "bench ")
-	FAKE_STATE=$t/state-$1 python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" \
-		--shim "$t/libvmmshim.so" --vmmctl "$here/fake_vmmctl.py" --log "$2" \
-		--deadline $(( $(date +%s) + 300 )) "${what[@]}" --train-rounds 2 --sleep-sizes 1,2 \
-		--small-gib 1 --ckpt-gib 1 --progress-gib 1 --timeout-scale 0.1 >"$3" 2>&1 &&
-		echo 0 >"$4" || echo $? >"$4"
+export GPUCHECK_NO_NVML=1 PATH=$t/path:$PATH FAKE_HANG=alloc_ptds FAKE_DIFFER=graph
+# The runs below wait more than they compute (stand-ins that sleep, a row made to hang): they
+# run side by side, each with a stand-in device of its own. run_gpucheck NAME SECONDS ARGS...
+# writes $t/logNAME/, $t/outNAME.txt and its exit status in $t/rcNAME.
+run_gpucheck() {
+	local name=$1 seconds=$2
+	shift 2
+	mkdir -p "$t/log$name"
+	FAKE_STATE=$t/state$name python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" \
+		--shim "$t/libvmmshim.so" --vmmctl "$here/fake_vmmctl.py" --log "$t/log$name" \
+		--deadline $(( $(date +%s) + seconds )) --timeout-scale 0.1 "$@" \
+		>"$t/out$name.txt" 2>&1 && echo 0 >"$t/rc$name" || echo $? >"$t/rc$name"
 }
-x2_run() {
-	mkdir -p "$t/log2"
-	FAKE_STATE=$t/state2 FAKE_GPUS=2 python3 "$here/../gpucheck.py" --root "$t/root" \
-		--bin "$t/bin" --shim "$t/libvmmshim.so" --vmmctl "$here/fake_vmmctl.py" \
-		--log "$t/log2" --deadline $(( $(date +%s) + 240 )) --only "(x2)" --skip-bench \
-		--x2-hold-gib 1 --timeout-scale 0.1 >"$t/out2.txt" 2>&1 && echo 0 >"$t/rc2" ||
-		echo $? >"$t/rc2"
-}
-# The train benchmark alone: train_only N ROUNDS ALLOCS runs it into $t/logN, its output in
-# $t/outN.txt.
-train_only() {
-	mkdir -p "$t/log$1"
-	FAKE_STATE=$t/state$1 python3 "$here/../gpucheck.py" --root "$t/root" --bin "$t/bin" \
-		--shim "$t/libvmmshim.so" \
-		--vmmctl "$here/fake_vmmctl.py" --log "$t/log$1" \
-		--deadline $(( $(date +%s) + 240 )) --only "bench train" --train-rounds "$2" \
-		--timeout-scale 0.1 --train-allocs "$3" >"$t/out$1.txt" 2>&1 || true
-}
-mkdir -p "$t/logb"
-main_run rows "$t/log" "$t/out.txt" "$t/rc" &
-main_run bench "$t/logb" "$t/outb.txt" "$t/rcb" &
-x2_run &
-# A shim-only variant and a name that is no configuration.
-train_only 3 1 "NO_CACHING,expandable,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,bogus" &
-# One side only (@native, @shim) and the first round only (@once), as an A/B of five pairs runs.
-train_only 4 2 "expandable@native,NO_CACHING@native@once,NO_CACHING@shim,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,default@later" &
+# The whole matrix as gpu-check runs it, in two halves: the rows (log/), the benchmarks (logb/,
+# their results read as the same run's).
+matrix=(--train-rounds 2 --sleep-sizes 1,2 --small-gib 1 --ckpt-gib 1 --progress-gib 1)
+run_gpucheck "" 300 --skip-bench "${matrix[@]}" &
+run_gpucheck b 300 --only "bench " "${matrix[@]}" &
+# The x2 rows alone, with two stand-in GPUs (log2/).
+FAKE_GPUS=2 run_gpucheck 2 240 --only "(x2)" --skip-bench --x2-hold-gib 1 &
+# The train benchmark alone (log3/, log4/): a shim-only variant and a name that is no
+# configuration; then one side only (@native, @shim) and the first round only (@once), as an A/B
+# of five pairs runs.
+run_gpucheck 3 240 --only "bench train" --train-rounds 1 \
+	--train-allocs "NO_CACHING,expandable,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,bogus" &
+run_gpucheck 4 240 --only "bench train" --train-rounds 2 \
+	--train-allocs "expandable@native,NO_CACHING@native@once,NO_CACHING@shim,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,default@later" &
 wait
 rc=$(cat "$t/rc") rc2=$(cat "$t/rc2")
 tail -40 "$t/out.txt"
