@@ -53,6 +53,9 @@ typedef struct vmm_config {
 	                            * within it, with a 2 MiB piece where an allocation's edge falls
 	                            * inside a granule (at most ~10 handles, not 32 pieces); below
 	                            * edge_cut_min only; false = 2 MiB pieces */
+	int uncut_scan;            /* a request that would cut a free large handle looks at up to
+	                            * this many other fitting blocks for one it cuts nothing in
+	                            * (heap_fit.c, uncut_block); 0 = never: it cuts (default 16) */
 	bool refill_ahead;         /* a cut makes on the program's thread only the pieces the
 	                            * request lies on; a thread of the core makes the free rest
 	                            * (heap_refill.h); false = all of them on the program's thread */

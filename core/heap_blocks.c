@@ -239,6 +239,32 @@ struct blk *free_index_find(struct arena *a, size_t size)
 	return find_rounded(a, size);
 }
 
+struct blk *free_index_scan(struct arena *a, size_t size, size_t align, unsigned scan,
+			    blk_accept_fn accept, void *arg)
+{
+	unsigned fl, sl, seen = 0;
+
+	mapping(size, &fl, &sl);
+	for (uint64_t fm = a->fl_map & (~0ull << fl); fm && seen < scan; fm &= fm - 1) {
+		unsigned f = (unsigned)__builtin_ctzll(fm);
+		uint32_t sm = a->sl_map[f] & (f == fl ? ~0u << sl : ~0u);
+
+		for (; sm && seen < scan; sm &= sm - 1)
+			for (struct blk *b = a->lists[f][__builtin_ctz(sm)]; b && seen < scan;
+			     b = b->fnext) {
+				vmm_devptr start = align > HEAP_ALIGN ? align_up(b->addr, align) :
+									b->addr;
+
+				if (start - b->addr + size > b->size)
+					continue;
+				seen++;
+				if (accept(a, start, size, arg))
+					return b;
+			}
+	}
+	return NULL;
+}
+
 bool free_index_collect(struct arena *a, struct blk ***out, size_t *n, size_t *cap)
 {
 	for (uint64_t fm = a->fl_map; fm; fm &= fm - 1) {

@@ -89,6 +89,71 @@ Test(heap_layout, a_freed_large_handle_is_cut_only_where_it_is_shared)
 	t_close(&t);
 }
 
+/* A freed 64 MiB handle (the tightest fit for 40 MiB) and 90 MiB of freed 2 MiB pieces, kept
+ * apart by a live piece; everything on one stream, so reusable without a sync. */
+static void free_a_handle_and_pieces(struct tctx *t, vmm_stream s, vmm_devptr *handle,
+				     vmm_devptr *pieces)
+{
+	vmm_devptr sep, more[2];
+
+	cr_assert_eq(vmm_malloc_on_stream(t->core, 0, 64 * MiB, NULL, s, handle, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc_on_stream(t->core, 0, 2 * MiB, NULL, s, &sep, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc_on_stream(t->core, 0, 30 * MiB, NULL, s, pieces, NULL), VMM_OK);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(vmm_malloc_on_stream(t->core, 0, 30 * MiB, NULL, s, &more[i], NULL),
+			     VMM_OK);
+	cr_assert_eq(t_handles_over(*handle, 64 * MiB), 1);
+	cr_assert_eq(t_handles_over(*pieces, 90 * MiB), 45);
+	cr_assert_eq(vmm_free_on_stream(t->core, *handle, s, NULL), VMM_OK);
+	cr_assert_eq(vmm_free_on_stream(t->core, *pieces, s, NULL), VMM_OK);
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(vmm_free_on_stream(t->core, more[i], s, NULL), VMM_OK);
+}
+
+Test(heap_layout, a_request_takes_free_pieces_rather_than_cut_a_tighter_free_handle)
+{
+	struct tctx t;
+	vmm_stream s = (vmm_stream)0x1111;
+	vmm_devptr handle, pieces, p;
+	vmm_stats st;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, NULL);
+	free_a_handle_and_pieces(&t, s, &handle, &pieces);
+	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 40 * MiB, NULL, s, &p, NULL), VMM_OK);
+	t_fill(p, 40 * MiB, 7);
+	st = t_stats(&t, 0, NULL);
+	cr_assert(p >= pieces && p + 40 * MiB <= pieces + 90 * MiB, "placed on the pieces");
+	cr_assert_eq(st.handles_cut, 0);
+	cr_assert_eq(st.cuts_avoided, 1);
+	cr_assert_eq(t_handles_over(handle, 64 * MiB), 1, "the free handle stays whole");
+	cr_assert_eq(t_dev_used(&t, 0), 64 * MiB + 2 * MiB + 90 * MiB, "nothing was added");
+	cr_assert(t_check(p, 40 * MiB, 7));
+	t_close(&t);
+}
+
+Test(heap_layout, with_no_uncut_scan_the_tighter_free_handle_is_cut)
+{
+	struct tctx t;
+	vmm_config cfg;
+	vmm_stream s = (vmm_stream)0x1111;
+	vmm_devptr handle, pieces, p;
+	vmm_stats st;
+
+	vmm_config_defaults(&cfg);
+	cfg.uncut_scan = 0;
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, &cfg);
+	free_a_handle_and_pieces(&t, s, &handle, &pieces);
+	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 40 * MiB, NULL, s, &p, NULL), VMM_OK);
+	st = t_stats(&t, 0, NULL);
+	cr_assert_eq(p, handle, "the tightest fit");
+	cr_assert_eq(st.handles_cut, 1);
+	cr_assert_eq(st.cuts_avoided, 0);
+	cr_assert_eq(t_handles_over(handle, 64 * MiB), 32, "cut into pieces");
+	t_close(&t);
+}
+
 Test(heap_layout, an_edge_inside_a_granule_gets_a_piece_of_its_own)
 {
 	vmm_config cfg = { .edge_cut_min = 1 };
