@@ -11,7 +11,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-enum setting_kind { SET_BOOL, SET_SIZE, SET_LOG, SET_STRING, SET_SECONDS, SET_INT };
+enum setting_kind { SET_BOOL, SET_SIZE, SET_LOG, SET_STRING, SET_SECONDS, SET_INT, SET_COUNT };
 
 struct setting {
 	const char *env;
@@ -54,6 +54,10 @@ static const struct setting settings[] = {
 	  "as handles of power-of-two sizes aligned within it (about 6, at most ~10), a 2 MiB piece "
 	  "where the allocation's edge falls inside a granule; 0: as 32 pieces of 2 MiB (faster: "
 	  "aligned cuts made the H200 PyTorch benchmark's mean step 7-9% slower)" },
+	{ "VMMSHIM_UNCUT_SCAN", SET_COUNT, AT(core.uncut_scan), "16",
+	  "a request that would cut a freed handle into 2 MiB pieces takes instead the first of up "
+	  "to this many other fitting free blocks where it cuts nothing (0..1000; 0: it cuts at "
+	  "once, the layout before 6 Dec 2026)" },
 	{ "VMMSHIM_REFILL_AHEAD", SET_BOOL, AT(core.refill_ahead), "0",
 	  "1: a freed handle of 64 MiB that an allocation cuts into 2 MiB pieces is made again "
 	  "on the program's thread only where the allocation lies; a thread of the shim makes the "
@@ -216,8 +220,8 @@ static bool parse_seconds(const char *s, double *out)
 	return true;
 }
 
-/* An integer within -1000..1000 (the sharing priority). */
-static bool parse_int(const char *s, int *out)
+/* An integer within lo..1000 (-1000 for the sharing priority, 0 for a count). */
+static bool parse_int(const char *s, int lo, int *out)
 {
 	long v;
 	char *end;
@@ -226,7 +230,7 @@ static bool parse_int(const char *s, int *out)
 		return false;
 	errno = 0;
 	v = strtol(s, &end, 10);
-	if (errno || end == s || *end || v < -1000 || v > 1000)
+	if (errno || end == s || *end || v < lo || v > 1000)
 		return false;
 	*out = (int)v;
 	return true;
@@ -257,7 +261,9 @@ static bool apply(shim_config *cfg, const struct setting *s, const char *v)
 	case SET_SECONDS:
 		return parse_seconds(v, field);
 	case SET_INT:
-		return parse_int(v, field);
+		return parse_int(v, -1000, field);
+	case SET_COUNT:
+		return parse_int(v, 0, field);
 	case SET_STRING:
 		if (v[0] != '/' || strlen(v) >= SHIM_RUN_DIR_MAX)
 			return false; /* an absolute path that fits */
@@ -284,7 +290,7 @@ static void reset_field(shim_config *cfg, const struct setting *s)
 	static const size_t widths[] = { [SET_BOOL] = sizeof(bool), [SET_SIZE] = sizeof(size_t),
 					 [SET_LOG] = sizeof(vmm_log_level),
 					 [SET_SECONDS] = sizeof(double),
-					 [SET_INT] = sizeof(int),
+					 [SET_INT] = sizeof(int), [SET_COUNT] = sizeof(int),
 					 [SET_STRING] = SHIM_RUN_DIR_MAX };
 	shim_config d;
 
@@ -352,6 +358,7 @@ void shim_config_describe(const shim_config *cfg, shim_config_line_fn fn, void *
 			snprintf(val, sizeof(val), "%g", *(const double *)field);
 			break;
 		case SET_INT:
+		case SET_COUNT:
 			snprintf(val, sizeof(val), "%d", *(const int *)field);
 			break;
 		}

@@ -163,3 +163,31 @@ Test(config, the_sleep_timeout_takes_seconds, .init = cr_redirect_stderr)
 	fflush(stderr);
 	cr_assert_stderr_neq_str("");
 }
+
+Test(config, the_uncut_scan_is_a_count_from_0_to_1000, .init = cr_redirect_stderr)
+{
+	shim_config c;
+	vmm_config core;
+
+	clear_env();
+	vmm_config_defaults(&core);
+	unsetenv("VMMSHIM_UNCUT_SCAN");
+	shim_config_load(&c);
+	cr_assert_eq(c.core.uncut_scan, core.uncut_scan);
+	cr_assert_gt(c.core.uncut_scan, 0, "on by default");
+	setenv("VMMSHIM_UNCUT_SCAN", "0", 1);
+	shim_config_load(&c);
+	cr_assert_eq(c.core.uncut_scan, 0, "0 turns it off");
+	setenv("VMMSHIM_UNCUT_SCAN", "256", 1);
+	shim_config_load(&c);
+	cr_assert_eq(c.core.uncut_scan, 256);
+	setenv("VMMSHIM_UNCUT_SCAN", "-1", 1);
+	shim_config_load(&c);
+	cr_assert_eq(c.core.uncut_scan, core.uncut_scan, "a negative count gets the default");
+	setenv("VMMSHIM_UNCUT_SCAN", "1001", 1);
+	shim_config_load(&c);
+	cr_assert_eq(c.core.uncut_scan, core.uncut_scan, "so does one over 1000");
+	unsetenv("VMMSHIM_UNCUT_SCAN");
+	fflush(stderr);
+	cr_assert_stderr_neq_str("");
+}
