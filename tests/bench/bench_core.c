@@ -15,7 +15,7 @@
  * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N] [CORE OPTIONS]
  *        | --sleep GIB [--pieces | --small] | --replay FILE [CORE OPTIONS] | --demo
  * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB,
- * --edge-cut-min MIB|unlimited, --aligned-cuts, --give-back-late, --one-stream
+ * --edge-cut-min MIB|unlimited, --uncut-scan N, --aligned-cuts, --give-back-late, --one-stream
  * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
  * --seed: other shapes, for figures over several draws; --sync-ahead: the core's thread syncs
  * ahead at MIB of quarantine, as under the shim (VMMSHIM_SYNC_AHEAD), with device work counted
@@ -23,6 +23,8 @@
  * the most it can give, and its figures vary a little from run to run with the thread's timing;
  * --max-handle: the largest handle the core creates, as VMMSHIM_MAX_HANDLE; --edge-cut-min: the
  * smallest allocation a shared handle is cut at the edges of, as VMMSHIM_EDGE_CUT_MIN;
+ * --uncut-scan: the fitting blocks a request that would cut looks at for one it cuts nothing in,
+ * as VMMSHIM_UNCUT_SCAN (0: none);
  * --aligned-cuts: a shared handle is cut into aligned power-of-two handles, as
  * VMMSHIM_ALIGNED_CUTS=1; --give-back-late: a large request gives free pieces back only after
  * its sync, as VMMSHIM_GIVE_BACK_LATE=1; --one-stream, for --replay: every plain malloc and free ordered on one stream, as the shim
@@ -190,6 +192,8 @@ static size_t max_handle_mib;
 static size_t edge_cut_min;
 /* --one-stream: the replay's plain calls ordered on one stream (lone-stream ordering). */
 static bool one_stream;
+/* --uncut-scan N: VMMSHIM_UNCUT_SCAN=N (-1: the core's default). */
+static long uncut_scan = -1;
 /* --aligned-cuts: VMMSHIM_ALIGNED_CUTS=1. */
 static bool aligned_cuts;
 /* --give-back-late: VMMSHIM_GIVE_BACK_LATE=1. */
@@ -222,6 +226,8 @@ static vmm_core *open_core(vmm_backend *be)
 	cfg.max_handle_bytes = max_handle_mib * MiB;
 	cfg.edge_cut_min = edge_cut_min;
 	cfg.aligned_cuts = aligned_cuts;
+	if (uncut_scan >= 0)
+		cfg.uncut_scan = (int)uncut_scan;
 	cfg.give_back_late = give_back_late;
 	cfg.refill_ahead = refill_ahead;
 	if (vmm_core_create(be, &cfg, &core, &err)) {
@@ -674,8 +680,9 @@ static int replay_trace(vmm_backend *be, const char *path)
 		printf("  real time (driver calls at their modelled cost, one at a time; %zu us of "
 		       "host time before each request): %.1f ms inside the replay's mallocs and "
 		       "frees\n", realtime_gap_us, r.heap_ms);
-	printf("  heap: %llu handles moved, %llu large handles cut, %llu free pieces given back for "
-	       "a large request", (unsigned long long)r.moved, (unsigned long long)r.cut,
+	printf("  heap: %llu handles moved, %llu large handles cut (%llu cuts avoided), %llu free "
+	       "pieces given back for a large request", (unsigned long long)r.moved,
+	       (unsigned long long)r.cut, (unsigned long long)r.uncut,
 	       (unsigned long long)r.given_back);
 	if (refill_ahead)
 		printf("; pieces of cuts' rests made on the core's thread %llu, by a request placed on "
@@ -746,7 +753,9 @@ int main(int argc, char **argv)
 			      !strcmp(argv[i], "--realtime") ? &realtime_gap_us : NULL;
 
 		realtime_on |= !strcmp(argv[i], "--realtime");
-		if (!strcmp(argv[i], "--edge-cut-min")) {
+		if (!strcmp(argv[i], "--uncut-scan")) {
+			uncut_scan = atol(argv[++i]);
+		} else if (!strcmp(argv[i], "--edge-cut-min")) {
 			i++;
 			edge_cut_min = !strcmp(argv[i], "unlimited") ? SIZE_MAX :
 				       (size_t)atoi(argv[i]) * MiB;
