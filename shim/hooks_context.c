@@ -8,6 +8,9 @@
  * backend synchronizes the primary context, and that covers the device's green contexts. A
  * reset or the last release of a primary context frees the program's memory there, as natively
  * (below). */
+#include <stdatomic.h>
+#include <stdint.h>
+
 #include "../core/backend/backend.h"
 #include "../core/backend/contexts.h"
 #include "../core/log.h"
@@ -86,6 +89,8 @@ static void trace_reset_free(vmm_devptr base)
 	alloc_trace_free(base, false);
 }
 
+static void release_check_later(CUdevice dev);
+
 /* The end of a primary context's life (a reset, its last release): reset(arg) ends it, or it has
  * ended already. The driver frees the context's allocations, but the shim's memory is made with
  * the virtual-memory API and outlives it (tests/gpu/PROBE.md (j)): the core frees the program's
@@ -95,7 +100,8 @@ static void trace_reset_free(vmm_devptr base)
  * core's own streams, staging buffers and pins went with the context; no sleep or wake runs
  * meanwhile. what: "a reset of", "the last release of". A sleep or wake in progress is waited
  * for up to RESET_WAIT_MS, then the end goes on beside it; a possible end (leave_if_busy: a
- * release that may not be the last) waits RELEASE_WAIT_MS only, then does nothing. */
+ * release that may not be the last) waits RELEASE_WAIT_MS only, then leaves the device to be
+ * looked at again after that sleep or wake (release_check_later). */
 static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, const char *what,
 			     bool leave_if_busy)
 {
@@ -110,7 +116,9 @@ static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, c
 	exclusive = control_exclusive_begin(wait_ms);
 	if (!exclusive && leave_if_busy) {
 		vmm_log(VMM_LOG_INFO, "%s device %d's primary context leaves it to the sleep or wake "
-			"in progress, which holds it", what, (int)dev);
+			"in progress, which holds it: looked at again once that one ends", what,
+			(int)dev);
+		release_check_later(dev);
 		return CUDA_SUCCESS;
 	}
 	if (!exclusive)
@@ -203,6 +211,42 @@ static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice dev))
 		primary_gone(dev, own_retain_was_last, &(struct own_retain){ be, dev },
 			     "the last release of", true);
 	return r;
+}
+
+/* Devices whose primary context a release left to the sleep or wake in progress (bit per
+ * device): once no sleep or wake runs and nothing of the device is asleep, the core lets go of
+ * its own retain to see whether the program's release was the last, as primary_release would
+ * have. Left for later while the device sleeps: ending the context then would free allocations
+ * whose contents are on the host. */
+static _Atomic uint64_t release_pending;
+
+static void release_check_pending(void)
+{
+	uint64_t pending = atomic_exchange(&release_pending, 0);
+	vmm_core *core = hook_cuda_core();
+	vmm_backend *be = core ? vmm_core_backend(core) : NULL;
+
+	for (int d = 0; pending && d < 64; d++) {
+		if (!(pending & (1ull << d)))
+			continue;
+		pending &= ~(1ull << d);
+		if (!be || !be->release_own_context)
+			continue;
+		if (vmm_is_asleep(core, d, NULL)) {
+			release_check_later((CUdevice)d);
+			continue;
+		}
+		primary_gone((CUdevice)d, own_retain_was_last,
+			     &(struct own_retain){ be, (CUdevice)d }, "the last release of", true);
+	}
+}
+
+static void release_check_later(CUdevice dev)
+{
+	if (dev < 0 || dev >= 64)
+		return;
+	control_set_after_transition(release_check_pending);
+	atomic_fetch_or(&release_pending, 1ull << dev);
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)

@@ -29,6 +29,10 @@ void control_set_autowake_waker(void (*waker)(void));
  * taken in time (nothing to end). */
 bool control_exclusive_begin(int wait_ms);
 void control_exclusive_end(void);
+/* What runs after each sleep or wake, once it let go of the exclusion above, on the thread that
+ * ran it: something the program left to that operation (a last release of a primary context
+ * that came during it). NULL: nothing. */
+void control_set_after_transition(void (*fn)(void));
 
 /* Process exit (the runtime's and the server's exit handlers): stop serving sleep and wake. The
  * one in progress is cancelled and waited for (at most CONTROL_EXIT_WAIT_MS from the first call, whoever calls) for it to roll back. true: nothing

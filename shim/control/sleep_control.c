@@ -308,6 +308,21 @@ static void autowake_fn(void)
 			(unsigned long long)res.bytes_copied, res.seconds);
 }
 
+static void (*_Atomic after_transition)(void);
+
+void control_set_after_transition(void (*fn)(void))
+{
+	atomic_store(&after_transition, fn);
+}
+
+static void run_after_transition(void)
+{
+	void (*fn)(void) = atomic_load(&after_transition);
+
+	if (fn)
+		fn();
+}
+
 /* What a sleep or a wake adds around the core's call, run under ctl_lock; it notes the outcome
  * (note_partial) and leaves the gate as the operation requires. */
 struct transition {
@@ -340,6 +355,7 @@ static vmm_status run_transition(const struct transition *t, const control_limit
 		(t_begun - op.t0) * 1e3, (t_ran - t_begun) * 1e3, (vmm_now_s() - t_ran) * 1e3);
 	if (res)
 		*res = r;
+	run_after_transition();
 	return s;
 }
 

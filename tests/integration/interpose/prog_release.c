@@ -7,9 +7,12 @@
  * the program through the in-process API (absent natively), so that the shim retains the context
  * for itself first. `prog_release during`: first a release that is not the last (the program
  * retained the context twice) while such a sleep and wake runs; it must not wait for them.
+ * `prog_release last-during`: the program's last release comes while such a sleep runs; once the
+ * sleep and wake are over, the context must have ended as natively (its memory back).
  * gpu-check runs it on the GPU too, comparing its RESULT line. */
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <time.h>
 
 #include "prog_roundtrip.h"
@@ -46,7 +49,7 @@ static double now_s(void)
 
 /* A release that leaves the context to another retain, made while a sleep and wake runs on a
  * thread of its own (slowed by the test: SIMDEV_DELAY), returns at once, as natively. */
-static void release_beside_a_sleep(CUdevice dev)
+static void release_beside_a_sleep(CUdevice dev, bool last)
 {
 	CUcontext extra;
 	pthread_t th;
@@ -54,7 +57,8 @@ static void release_beside_a_sleep(CUdevice dev)
 	double t0, took;
 	const struct timespec settle = { 0, 300 * 1000000L };
 
-	CHECK_CU(cuDevicePrimaryCtxRetain(&extra, dev));
+	if (!last)
+		CHECK_CU(cuDevicePrimaryCtxRetain(&extra, dev));
 	if (pthread_create(&th, NULL, sleep_and_wake, &rc))
 		FAIL("no thread");
 	nanosleep(&settle, NULL); /* the sleep is under way */
@@ -64,8 +68,8 @@ static void release_beside_a_sleep(CUdevice dev)
 	if (pthread_join(th, NULL) || rc)
 		FAIL("the sleep and wake on a thread of its own failed (%d)", rc);
 	fprintf(stderr, "prog_release: the release beside a sleep took %.3f s\n", took);
-	printf("prog_release: a release that is not the last, beside a sleep, returned at once: "
-	       "%s\n", took < 1.0 ? "yes" : "no");
+	printf("prog_release: a release that is %s, beside a sleep, returned at once: %s\n",
+	       last ? "the last" : "not the last", took < 1.0 ? "yes" : "no");
 }
 
 int main(int argc, char **argv)
@@ -77,6 +81,7 @@ int main(int argc, char **argv)
 	int active = -1;
 	size_t before, held;
 	char *buf = malloc(SIZE);
+	bool last_during = argc > 1 && !strcmp(argv[1], "last-during");
 
 	if (!buf)
 		FAIL("no host memory");
@@ -89,8 +94,8 @@ int main(int argc, char **argv)
 	CHECK_CU(cuMemsetD8(old, 7, SIZE));
 	CHECK_CU(cuCtxSynchronize());
 	held = before - free_now();
-	if (argc > 1 && !strcmp(argv[1], "during"))
-		release_beside_a_sleep(dev);
+	if (argc > 1 && (!strcmp(argv[1], "during") || last_during))
+		release_beside_a_sleep(dev, last_during);
 	if (argc > 1 && !strcmp(argv[1], "slept")) {
 		pthread_t th;
 		int rc = -1;
@@ -98,7 +103,8 @@ int main(int argc, char **argv)
 		if (pthread_create(&th, NULL, sleep_and_wake, &rc) || pthread_join(th, NULL) || rc)
 			FAIL("the sleep and wake on a thread of its own failed (%d)", rc);
 	}
-	CHECK_CU(cuDevicePrimaryCtxRelease(dev));
+	if (!last_during)
+		CHECK_CU(cuDevicePrimaryCtxRelease(dev));
 	/* Not printed: under the shim a retain of its own (made for one of its threads) may keep
 	 * the context active, where natively it is not. */
 	CHECK_CU(cuDevicePrimaryCtxGetState(dev, &flags, &active));

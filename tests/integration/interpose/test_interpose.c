@@ -267,6 +267,14 @@ Test(interpose, a_release_that_is_not_the_last_does_not_wait_for_a_sleep)
 	release_as_natively("during", ENV("SIMDEV_DELAY=cuMemcpyDtoHAsync:1500"));
 }
 
+/* The program's last release comes while a sleep is in progress: the release leaves the context
+ * to the sleep and wake (they use it), and once they are over the context ends as natively, its
+ * memory back. It used to stay, allocations and all, until a later release of the program's. */
+Test(interpose, a_last_release_during_a_sleep_ends_the_context_after_it)
+{
+	release_as_natively("last-during", ENV("SIMDEV_DELAY=cuMemcpyDtoHAsync:1500"));
+}
+
 Test(interpose, stream_capture_keeps_graph_memory_nodes)
 {
 	struct run *r = run_program(shim_path(), ARGV(bin_path("prog_capture")), NULL);
