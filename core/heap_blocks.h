@@ -14,9 +14,10 @@ void free_index_insert(struct arena *a, struct blk *b);
 void free_index_remove(struct arena *a, struct blk *b);
 struct blk *free_index_find(struct arena *a, size_t size);
 /* Of the first `scan` free blocks that hold size bytes at align, smallest lists first, the first
- * that accept(arena, start, size, arg) takes with the request at its aligned start; NULL when
- * none does. */
-typedef bool (*blk_accept_fn)(struct arena *a, vmm_devptr start, size_t size, void *arg);
+ * that accept(arena, block, start, size, arg) takes (start: the request's aligned start in it);
+ * NULL when none does. */
+typedef bool (*blk_accept_fn)(struct arena *a, struct blk *b, vmm_devptr start, size_t size,
+			      void *arg);
 struct blk *free_index_scan(struct arena *a, size_t size, size_t align, unsigned scan,
 			    blk_accept_fn accept, void *arg);
 /* Append the arena's free blocks to (*out)[*n..], growing the array (false: no host memory,
