@@ -532,7 +532,7 @@ class Matrix:
         return r
 
     def compare_row(self, name, argv, extra=None, timeout=90, need_managed=True,
-                    recheck_native=False, min_share=0.9):
+                    recheck_native=False, min_share=0.9, note=None):
         if not self.want(name):
             return None
         if self.left() < 30:
@@ -589,6 +589,8 @@ class Matrix:
             detail = f"; device {nat['used'] / MIB:.0f}/{shm['used'] / MIB:.0f} MiB native/shim"
         if managed is not None:
             detail += f", managed {managed / MIB:.0f} MiB"
+        if note:  # what the row's own look at the shim's run adds (never a failure)
+            detail += note(shm["proc"])
         self.add(name, not reasons, ("; ".join(reasons) or "same results") + detail,
                  native=str(nat["rc"]), shim=str(shm["rc"]), share=share)
         return nat, shm
@@ -652,6 +654,25 @@ class Matrix:
         # context for itself) (tests/integration/interpose/prog_release.c).
         self.compare_row("last release of the primary context, after a sleep",
                          [f"{b}/primary_release", "slept"], need_managed=False)
+        # The program's last release while such a sleep is in progress (8 GiB held, so that the
+        # sleep outlasts the program's 0.3 s wait before it releases): the shim leaves the
+        # context to the sleep and wake, then ends it after the wake, as natively at once.
+        self.compare_row("last release of the primary context, during a sleep",
+                         [f"{b}/primary_release", "last-during"],
+                         extra={"PROG_RELEASE_MIB": "8192"}, need_managed=False,
+                         note=self.release_deferred_note)
+
+    @staticmethod
+    def release_deferred_note(proc):
+        """Whether the shim's log shows the release left to the sleep (the path the row is
+        for) or the release came outside it (the ordinary path)."""
+        try:
+            with open(proc.err_path) as f:
+                deferred = any("looked at again once that one ends" in line for line in f)
+        except OSError:
+            return "; the shim's log unreadable"
+        return ("; the release was left to the sleep and ended the context after it" if deferred
+                else "; the release came outside the sleep (the deferred path not exercised)")
 
     def reset_wake_row(self, proc):
         """The wakes of the reset row's rounds, from the shim's info lines: a reset takes the

@@ -67,8 +67,8 @@ rows = {x["row"]: x["ok"] for x in r["rows"]}
 bench = {b["metric"]: b for b in r["bench"]}
 fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
 bad = [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in rows.items() if v == (k in fail_expected)]
-if len(rows) != 33:
-    bad.append(f"{len(rows)} rows, expected 33")
+if len(rows) != 34:
+    bad.append(f"{len(rows)} rows, expected 34")
 reset_wakes = next((x["reason"] for x in r["rows"]
                     if x["row"] == "cudaDeviceReset: wakes after a reset as fast as before"), "")
 if not reset_wakes.startswith("wakes 55.0 / 55.0 / 55.0 / 55.0 GB/s"):

@@ -9,6 +9,8 @@
  * retained the context twice) while such a sleep and wake runs; it must not wait for them.
  * `prog_release last-during`: the program's last release comes while such a sleep runs; once the
  * sleep and wake are over, the context must have ended as natively (its memory back).
+ * PROG_RELEASE_MIB: the size of the allocation made before the release (default 64), so that on
+ * a GPU the sleep lasts long enough for the release to come during it.
  * gpu-check runs it on the GPU too, comparing its RESULT line. */
 #include <dlfcn.h>
 #include <pthread.h>
@@ -82,6 +84,8 @@ int main(int argc, char **argv)
 	size_t before, held;
 	char *buf = malloc(SIZE);
 	bool last_during = argc > 1 && !strcmp(argv[1], "last-during");
+	const char *mib = getenv("PROG_RELEASE_MIB");
+	size_t old_size = mib && atol(mib) > 0 ? (size_t)atol(mib) << 20 : SIZE;
 
 	if (!buf)
 		FAIL("no host memory");
@@ -90,8 +94,8 @@ int main(int argc, char **argv)
 	CHECK_CU(cuDevicePrimaryCtxRetain(&c, dev));
 	CHECK_CU(cuCtxSetCurrent(c));
 	before = free_now();
-	CHECK_CU(cuMemAlloc(&old, SIZE));
-	CHECK_CU(cuMemsetD8(old, 7, SIZE));
+	CHECK_CU(cuMemAlloc(&old, old_size));
+	CHECK_CU(cuMemsetD8(old, 7, old_size));
 	CHECK_CU(cuCtxSynchronize());
 	held = before - free_now();
 	if (argc > 1 && (!strcmp(argv[1], "during") || last_during))
