@@ -252,8 +252,7 @@ struct blk *free_index_scan(struct arena *a, size_t size, size_t align, unsigned
 		for (; sm && seen < scan; sm &= sm - 1)
 			for (struct blk *b = a->lists[f][__builtin_ctz(sm)]; b && seen < scan;
 			     b = b->fnext) {
-				vmm_devptr start = align > HEAP_ALIGN ? align_up(b->addr, align) :
-									b->addr;
+				vmm_devptr start = blk_aligned_start(b, align);
 
 				if (start - b->addr + size > b->size)
 					continue;

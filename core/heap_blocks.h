@@ -13,6 +13,12 @@ struct blk *blk_containing(struct devheap *dh, vmm_devptr addr);
 void free_index_insert(struct arena *a, struct blk *b);
 void free_index_remove(struct arena *a, struct blk *b);
 struct blk *free_index_find(struct arena *a, size_t size);
+/* Where a request aligned to align starts in free block b (its first byte, or the first aligned
+ * one past it). */
+static inline vmm_devptr blk_aligned_start(const struct blk *b, size_t align)
+{
+	return align > HEAP_ALIGN ? align_up(b->addr, align) : b->addr;
+}
 /* Of the first `scan` free blocks that hold size bytes at align, smallest lists first, the first
  * that accept(arena, block, start, size, arg) takes (start: the request's aligned start in it);
  * NULL when none does. */

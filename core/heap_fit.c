@@ -338,7 +338,7 @@ static struct blk *uncut_block(struct arena *a, size_t size, size_t align)
 	if (scan <= 0 || size < dh->gran)
 		return NULL;
 	b = free_index_scan(a, size, align, (unsigned)scan, cuts_nothing, &spot);
-	if (!b || spot.at == (align > HEAP_ALIGN ? align_up(b->addr, align) : b->addr))
+	if (!b || spot.at == blk_aligned_start(b, align))
 		return b;
 	/* At its end: the part before stays a free block of its own. */
 	free_index_remove(a, b);
@@ -365,14 +365,14 @@ static struct blk *unshared_block(struct arena *a, size_t size, size_t align, vm
 			b = grow_for(a, size, align, err);
 		if (!b)
 			return NULL;
-		start = align > HEAP_ALIGN ? align_up(b->addr, align) : b->addr;
+		start = blk_aligned_start(b, align);
 		h = unshare ? shared_edge(dh, start, size) : NULL;
 		if (h) {
 			struct blk *whole = uncut_block(a, size, align);
 
 			if (whole) {
 				b = whole;
-				start = align > HEAP_ALIGN ? align_up(b->addr, align) : b->addr;
+				start = blk_aligned_start(b, align);
 				h = NULL;
 				dh->tally.uncut++;
 			}

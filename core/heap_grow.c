@@ -510,7 +510,7 @@ static size_t piece_for(struct devheap *dh, size_t need)
 /* Bytes a request of size at align takes in block b (its alignment padding included). */
 static size_t need_in(const struct blk *b, size_t size, size_t align)
 {
-	return (align > HEAP_ALIGN ? align_up(b->addr, align) - b->addr : 0) + size;
+	return blk_aligned_start(b, align) - b->addr + size;
 }
 
 /* The arena's largest free block too small for the request that the unclaimed address space
