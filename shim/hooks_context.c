@@ -185,6 +185,14 @@ static int own_retain_was_last(void *arg)
 	return o->be->release_own_context(o->be, (int)o->dev) == 0 ? 0 : 1;
 }
 
+/* The program's release left the context active: was it the program's last all the same, the
+ * core's own retain being what keeps it? leave_if_busy as primary_gone's. */
+static void own_retain_check(vmm_backend *be, CUdevice dev)
+{
+	primary_gone(dev, own_retain_was_last, &(struct own_retain){ be, dev }, "the last release of",
+		     true);
+}
+
 /* The last release of a primary context destroys it (CUDA's documentation; inactive afterwards on
  * the H100): natively its allocations go with it, and so do the shim's streams and the host
  * backups' registrations made there. So it is a reset that has already happened. When the
@@ -208,8 +216,7 @@ static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice dev))
 	if (!active)
 		primary_gone(dev, already_gone, NULL, "the last release of", false);
 	else if (be && be->release_own_context)
-		primary_gone(dev, own_retain_was_last, &(struct own_retain){ be, dev },
-			     "the last release of", true);
+		own_retain_check(be, dev);
 	return r;
 }
 
@@ -219,6 +226,7 @@ static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice dev))
  * have. Left for later while the device sleeps: ending the context then would free allocations
  * whose contents are on the host. */
 static _Atomic uint64_t release_pending;
+#define PENDING_DEVICES 64 /* the mask's bits */
 
 static void release_check_pending(void)
 {
@@ -226,7 +234,7 @@ static void release_check_pending(void)
 	vmm_core *core = hook_cuda_core();
 	vmm_backend *be = core ? vmm_core_backend(core) : NULL;
 
-	for (int d = 0; pending && d < 64; d++) {
+	for (int d = 0; pending && d < PENDING_DEVICES; d++) {
 		if (!(pending & (1ull << d)))
 			continue;
 		pending &= ~(1ull << d);
@@ -236,14 +244,13 @@ static void release_check_pending(void)
 			release_check_later((CUdevice)d);
 			continue;
 		}
-		primary_gone((CUdevice)d, own_retain_was_last,
-			     &(struct own_retain){ be, (CUdevice)d }, "the last release of", true);
+		own_retain_check(be, (CUdevice)d);
 	}
 }
 
 static void release_check_later(CUdevice dev)
 {
-	if (dev < 0 || dev >= 64)
+	if (dev < 0 || dev >= PENDING_DEVICES)
 		return;
 	control_set_after_transition(release_check_pending);
 	atomic_fetch_or(&release_pending, 1ull << dev);
