@@ -37,7 +37,6 @@ void vmm_config_defaults(vmm_config *cfg)
 	cfg->aligned_cuts = false;     /* 2 MiB pieces: see heap_grow.c, handle_shatter */
 	cfg->give_back_late = false;   /* before the sync: see heap_grow.h, arena_give_back_early */
 	cfg->uncut_scan = DEFAULT_UNCUT_SCAN; /* see heap_fit.c, uncut_block */
-	cfg->uncut_ends = false;       /* block starts only: ends not yet measured on a GPU */
 	cfg->refill_ahead = false;     /* a cut makes all its pieces itself (the shim sets it) */
 	cfg->small_max = DEFAULT_SMALL_MAX;
 	cfg->sync_ahead_min = 0;       /* the program's own thread synchronizes (the shim sets it) */

@@ -56,8 +56,6 @@ typedef struct vmm_config {
 	int uncut_scan;            /* a request that would cut a free large handle looks at up to
 	                            * this many other fitting blocks for one it cuts nothing in
 	                            * (heap_fit.c, uncut_block); 0 = never: it cuts (default 16) */
-	bool uncut_ends;           /* that scan also takes a block at its end where its start would
-	                            * cut and its end would not; false = starts only */
 	bool refill_ahead;         /* a cut makes on the program's thread only the pieces the
 	                            * request lies on; a thread of the core makes the free rest
 	                            * (heap_refill.h); false = all of them on the program's thread */

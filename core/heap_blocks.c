@@ -257,7 +257,7 @@ struct blk *free_index_scan(struct arena *a, size_t size, size_t align, unsigned
 				if (start - b->addr + size > b->size)
 					continue;
 				seen++;
-				if (accept(a, b, start, size, arg))
+				if (accept(a, start, size, arg))
 					return b;
 			}
 	}

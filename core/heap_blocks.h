@@ -20,10 +20,9 @@ static inline vmm_devptr blk_aligned_start(const struct blk *b, size_t align)
 	return align > HEAP_ALIGN ? align_up(b->addr, align) : b->addr;
 }
 /* Of the first `scan` free blocks that hold size bytes at align, smallest lists first, the first
- * that accept(arena, block, start, size, arg) takes (start: the request's aligned start in it);
- * NULL when none does. */
-typedef bool (*blk_accept_fn)(struct arena *a, struct blk *b, vmm_devptr start, size_t size,
-			      void *arg);
+ * that accept(arena, start, size, arg) takes with the request at its aligned start; NULL when
+ * none does. */
+typedef bool (*blk_accept_fn)(struct arena *a, vmm_devptr start, size_t size, void *arg);
 struct blk *free_index_scan(struct arena *a, size_t size, size_t align, unsigned scan,
 			    blk_accept_fn accept, void *arg);
 /* Append the arena's free blocks to (*out)[*n..], growing the array (false: no host memory,

@@ -291,28 +291,10 @@ static struct phandle *shared_edge(struct devheap *dh, vmm_devptr start, size_t 
 	return NULL;
 }
 
-/* Where uncut_block found room: the block, and the request's start in it. */
-struct uncut_spot {
-	size_t align;
-	bool ends;                 /* a block's end is looked at too (uncut_ends) */
-	vmm_devptr at;
-};
-
-static bool cuts_nothing(struct arena *a, struct blk *b, vmm_devptr start, size_t size,
-			 void *arg)
+static bool shares_no_handle(struct arena *a, vmm_devptr start, size_t size, void *arg)
 {
-	struct uncut_spot *spot = arg;
-	size_t align = spot->align > HEAP_ALIGN ? spot->align : HEAP_ALIGN;
-	vmm_devptr end = (b->addr + b->size - size) & ~(vmm_devptr)(align - 1);
-
-	if (!shared_edge(a->dh, start, size)) {
-		spot->at = start;
-		return true;
-	}
-	if (!spot->ends || end <= start || shared_edge(a->dh, end, size))
-		return false;
-	spot->at = end;
-	return true;
+	(void)arg;
+	return !shared_edge(a->dh, start, size);
 }
 
 /* Instead of the block found, whose large free handle the request would cut into pieces
@@ -325,26 +307,14 @@ static bool cuts_nothing(struct arena *a, struct blk *b, vmm_devptr start, size_
  * without its cache ran a mean step of 139 against 143 ms and 138 against 142 ms, at a scan of
  * 16 and 256 alike, the step after the largest (which cut that step's freed handles) 58-59
  * against 66-68 ms; the replay of its trace made 910 cuts instead of 1191. A request under a
- * granule keeps to low_fit's packing. With uncut_ends, a block whose start would cut but whose
- * end would not is taken at its end (split there first): not yet measured on a GPU
- * (docs/design.md). NULL: none. */
+ * granule keeps to low_fit's packing. NULL: none. */
 static struct blk *uncut_block(struct arena *a, size_t size, size_t align)
 {
-	struct devheap *dh = a->dh;
-	int scan = dh->core->cfg.uncut_scan;
-	struct uncut_spot spot = { align, dh->core->cfg.uncut_ends, 0 };
-	struct blk *b, *tail;
+	int scan = a->dh->core->cfg.uncut_scan;
 
-	if (scan <= 0 || size < dh->gran)
+	if (scan <= 0 || size < a->dh->gran)
 		return NULL;
-	b = free_index_scan(a, size, align, (unsigned)scan, cuts_nothing, &spot);
-	if (!b || spot.at == blk_aligned_start(b, align))
-		return b;
-	/* At its end: the part before stays a free block of its own. */
-	free_index_remove(a, b);
-	tail = blk_split(dh, b, spot.at - b->addr);
-	free_index_insert(a, b);
-	return tail;
+	return free_index_scan(a, size, align, (unsigned)scan, shares_no_handle, NULL);
 }
 
 /* A free block for size bytes at align whose large handles it would not share: the ones it

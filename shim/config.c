@@ -58,9 +58,6 @@ static const struct setting settings[] = {
 	  "a request that would cut a freed handle into 2 MiB pieces takes instead the first of up "
 	  "to this many other fitting free blocks where it cuts nothing (0..1000; 0: it cuts at "
 	  "once, the layout before 6 Dec 2026)" },
-	{ "VMMSHIM_UNCUT_ENDS", SET_BOOL, AT(core.uncut_ends), "0",
-	  "1: that search also takes a block at its end when its start would cut and its end would "
-	  "not (an experiment, not yet measured on a GPU); 0: block starts only" },
 	{ "VMMSHIM_REFILL_AHEAD", SET_BOOL, AT(core.refill_ahead), "0",
 	  "1: a freed handle of 64 MiB that an allocation cuts into 2 MiB pieces is made again "
 	  "on the program's thread only where the allocation lies; a thread of the shim makes the "

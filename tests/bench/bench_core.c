@@ -15,8 +15,7 @@
  * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N] [CORE OPTIONS]
  *        | --sleep GIB [--pieces | --small] | --replay FILE [CORE OPTIONS] | --demo
  * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB,
- * --edge-cut-min MIB|unlimited, --uncut-scan N, --uncut-ends, --aligned-cuts, --give-back-late,
- * --one-stream
+ * --edge-cut-min MIB|unlimited, --uncut-scan N, --aligned-cuts, --give-back-late, --one-stream
  * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
  * --seed: other shapes, for figures over several draws; --sync-ahead: the core's thread syncs
  * ahead at MIB of quarantine, as under the shim (VMMSHIM_SYNC_AHEAD), with device work counted
@@ -25,8 +24,7 @@
  * --max-handle: the largest handle the core creates, as VMMSHIM_MAX_HANDLE; --edge-cut-min: the
  * smallest allocation a shared handle is cut at the edges of, as VMMSHIM_EDGE_CUT_MIN;
  * --uncut-scan: the fitting blocks a request that would cut looks at for one it cuts nothing in,
- * as VMMSHIM_UNCUT_SCAN (0: none); --uncut-ends: that search takes block ends too, as
- * VMMSHIM_UNCUT_ENDS=1;
+ * as VMMSHIM_UNCUT_SCAN (0: none);
  * --aligned-cuts: a shared handle is cut into aligned power-of-two handles, as
  * VMMSHIM_ALIGNED_CUTS=1; --give-back-late: a large request gives free pieces back only after
  * its sync, as VMMSHIM_GIVE_BACK_LATE=1; --one-stream, for --replay: every plain malloc and free ordered on one stream, as the shim
@@ -196,8 +194,6 @@ static size_t edge_cut_min;
 static bool one_stream;
 /* --uncut-scan N: VMMSHIM_UNCUT_SCAN=N (-1: the core's default). */
 static long uncut_scan = -1;
-/* --uncut-ends: VMMSHIM_UNCUT_ENDS=1. */
-static bool uncut_ends;
 /* --aligned-cuts: VMMSHIM_ALIGNED_CUTS=1. */
 static bool aligned_cuts;
 /* --give-back-late: VMMSHIM_GIVE_BACK_LATE=1. */
@@ -232,7 +228,6 @@ static vmm_core *open_core(vmm_backend *be)
 	cfg.aligned_cuts = aligned_cuts;
 	if (uncut_scan >= 0)
 		cfg.uncut_scan = (int)uncut_scan;
-	cfg.uncut_ends = uncut_ends;
 	cfg.give_back_late = give_back_late;
 	cfg.refill_ahead = refill_ahead;
 	if (vmm_core_create(be, &cfg, &core, &err)) {
@@ -742,7 +737,6 @@ int main(int argc, char **argv)
 	for (int i = 2; i < argc; i++) {
 		bool *flag = !strcmp(argv[i], "--one-stream") ? &one_stream :
 			     !strcmp(argv[i], "--aligned-cuts") ? &aligned_cuts :
-			     !strcmp(argv[i], "--uncut-ends") ? &uncut_ends :
 			     !strcmp(argv[i], "--give-back-late") ? &give_back_late :
 			     !strcmp(argv[i], "--refill-ahead") ? &refill_ahead : NULL;
 

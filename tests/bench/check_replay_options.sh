@@ -48,11 +48,5 @@ expect "0 0 1 0" "$counts" uncut.trace
 expect 47 "$creates" uncut.trace --one-stream
 expect "0 1 0 0" "$counts" uncut.trace --uncut-scan 0
 expect 79 "$creates" uncut.trace --uncut-scan 0 --sync-ahead 16
-# The same 40 MiB when the freed handle and the freed pieces are one block, the handle first:
-# its start would cut, its end would not; --uncut-ends takes the end.
-printf 'a 67108864 1\na 31457280 2\na 31457280 3\na 31457280 4\na 2097152 5\nf 1\nf 2\nf 3\nf 4\na 41943040 6\nf 6\nf 5\n' \
-	>"$dir/ends.trace"
-expect "0 1 0 0" "$counts" ends.trace --one-stream
-expect "0 0 1 0" "$counts" ends.trace --one-stream --uncut-ends
 [ $fail -eq 0 ] && echo "replay options: ok"
 exit $fail

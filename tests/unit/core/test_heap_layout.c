@@ -154,64 +154,6 @@ Test(heap_layout, with_no_uncut_scan_the_tighter_free_handle_is_cut)
 	t_close(&t);
 }
 
-/* One free block: a freed 64 MiB handle, then 90 MiB of freed pieces right after it, a live piece
- * behind them. 40 MiB at the block's start would cut the handle; at its end it cuts nothing. */
-static vmm_devptr free_a_handle_then_pieces(struct tctx *t, vmm_stream s)
-{
-	vmm_devptr handle, p[3], sep;
-
-	cr_assert_eq(vmm_malloc_on_stream(t->core, 0, 64 * MiB, NULL, s, &handle, NULL), VMM_OK);
-	for (int i = 0; i < 3; i++)
-		cr_assert_eq(vmm_malloc_on_stream(t->core, 0, 30 * MiB, NULL, s, &p[i], NULL),
-			     VMM_OK);
-	cr_assert_eq(vmm_malloc_on_stream(t->core, 0, 2 * MiB, NULL, s, &sep, NULL), VMM_OK);
-	cr_assert_eq(p[0], handle + 64 * MiB, "the pieces follow the handle");
-	cr_assert_eq(vmm_free_on_stream(t->core, handle, s, NULL), VMM_OK);
-	for (int i = 0; i < 3; i++)
-		cr_assert_eq(vmm_free_on_stream(t->core, p[i], s, NULL), VMM_OK);
-	return handle;
-}
-
-Test(heap_layout, with_uncut_ends_a_request_takes_the_end_of_a_block_whose_start_would_cut)
-{
-	struct tctx t;
-	vmm_config cfg;
-	vmm_stream s = (vmm_stream)0x1111;
-	vmm_devptr handle, p;
-	vmm_stats st;
-
-	vmm_config_defaults(&cfg);
-	cfg.uncut_ends = true;
-	t_simdev_env("1G", NULL, NULL);
-	t_open(&t, &cfg);
-	handle = free_a_handle_then_pieces(&t, s);
-	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 40 * MiB, NULL, s, &p, NULL), VMM_OK);
-	t_fill(p, 40 * MiB, 9);
-	st = t_stats(&t, 0, NULL);
-	cr_assert_eq(p, handle + 154 * MiB - 40 * MiB, "at the block's end");
-	cr_assert_eq(st.handles_cut, 0);
-	cr_assert_eq(st.cuts_avoided, 1);
-	cr_assert_eq(t_handles_over(handle, 64 * MiB), 1, "the free handle stays whole");
-	cr_assert(t_check(p, 40 * MiB, 9));
-	t_close(&t);
-}
-
-Test(heap_layout, without_uncut_ends_the_start_of_that_block_is_cut)
-{
-	struct tctx t;
-	vmm_stream s = (vmm_stream)0x1111;
-	vmm_devptr handle, p;
-
-	t_simdev_env("1G", NULL, NULL);
-	t_open(&t, NULL);
-	handle = free_a_handle_then_pieces(&t, s);
-	cr_assert_eq(vmm_malloc_on_stream(t.core, 0, 40 * MiB, NULL, s, &p, NULL), VMM_OK);
-	cr_assert_eq(p, handle);
-	cr_assert_eq(t_stats(&t, 0, NULL).handles_cut, 1);
-	cr_assert_eq(t_handles_over(handle, 64 * MiB), 32);
-	t_close(&t);
-}
-
 Test(heap_layout, an_edge_inside_a_granule_gets_a_piece_of_its_own)
 {
 	vmm_config cfg = { .edge_cut_min = 1 };
