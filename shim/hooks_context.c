@@ -67,9 +67,13 @@ CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
 
 /* How long a reset waits for a sleep or wake in progress before it goes on beside it. */
 #define RESET_WAIT_MS 30000
-/* How long a release that leaves the context active waits: long enough for a look at the state
- * to end, not for a sleep or wake (which uses the context: the release then leaves it be). */
+/* How long a release that leaves the context active waits: long enough for a brief look at the
+ * state to end, not for a sleep or wake (which uses the context: the release then leaves it be)
+ * nor for a status look that waits for the heaps' figures (seconds, control/dispatch.c). */
 #define RELEASE_WAIT_MS 50
+/* How long it tries again once it has marked the device: the holder may have let go in between,
+ * before it looked at the marks. */
+#define RELEASE_RETRY_MS 5
 
 struct reset_call {
 	CUdevice dev;
@@ -89,7 +93,8 @@ static void trace_reset_free(vmm_devptr base)
 	alloc_trace_free(base, false);
 }
 
-static void release_check_later(CUdevice dev);
+static bool release_check_later(CUdevice dev);
+static void release_check_clear(CUdevice dev);
 
 /* The end of a primary context's life (a reset, its last release): reset(arg) ends it, or it has
  * ended already. The driver frees the context's allocations, but the shim's memory is made with
@@ -101,7 +106,7 @@ static void release_check_later(CUdevice dev);
  * meanwhile. what: "a reset of", "the last release of". A sleep or wake in progress is waited
  * for up to RESET_WAIT_MS, then the end goes on beside it; a possible end (leave_if_busy: a
  * release that may not be the last) waits RELEASE_WAIT_MS only, then leaves the device to be
- * looked at again after that sleep or wake (release_check_later). */
+ * looked at again once whatever holds the control plane lets go (release_check_later). */
 static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, const char *what,
 			     bool leave_if_busy)
 {
@@ -114,13 +119,20 @@ static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, c
 	if (!core)
 		return (CUresult)reset(arg);
 	exclusive = control_exclusive_begin(wait_ms);
-	if (!exclusive && leave_if_busy) {
-		vmm_log(VMM_LOG_INFO, "%s device %d's primary context leaves it to the sleep or wake "
-			"in progress, which holds it: looked at again once that one ends", what,
-			(int)dev);
-		release_check_later(dev);
-		return CUDA_SUCCESS;
+	if (!exclusive && leave_if_busy && release_check_later(dev)) {
+		/* Marked first, then tried again: a holder that let go before the mark had already
+		 * looked at the marks; one that lets go after it looks at this one. */
+		if (!control_exclusive_begin(RELEASE_RETRY_MS)) {
+			vmm_log(VMM_LOG_INFO, "%s device %d's primary context leaves it to the sleep, "
+				"wake or status look in progress: looked at again once that one ends",
+				what, (int)dev);
+			return CUDA_SUCCESS;
+		}
+		release_check_clear(dev);
+		exclusive = true;
 	}
+	if (!exclusive && leave_if_busy)
+		return CUDA_SUCCESS; /* no device to mark (out of the mask's range) */
 	if (!exclusive)
 		vmm_log(VMM_LOG_WARN, "%s device %d's primary context waited %d ms for a sleep or "
 			"wake in progress and goes on beside it", what, (int)dev, wait_ms);
@@ -220,11 +232,11 @@ static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice dev))
 	return r;
 }
 
-/* Devices whose primary context a release left to the sleep or wake in progress (bit per
- * device): once no sleep or wake runs and nothing of the device is asleep, the core lets go of
- * its own retain to see whether the program's release was the last, as primary_release would
- * have. Left for later while the device sleeps: ending the context then would free allocations
- * whose contents are on the host. */
+/* Devices whose primary context a release left to the sleep, wake or status look in progress
+ * (bit per device): once that one has let go of the control plane and nothing of the device is
+ * asleep, the core lets go of its own retain to see whether the program's release was the last,
+ * as primary_release would have. Left for later while the device sleeps: ending the context then
+ * would free allocations whose contents are on the host. */
 static _Atomic uint64_t release_pending;
 #define PENDING_DEVICES 64 /* the mask's bits */
 
@@ -248,12 +260,19 @@ static void release_check_pending(void)
 	}
 }
 
-static void release_check_later(CUdevice dev)
+/* false: the device is out of the mask's range (not marked). */
+static bool release_check_later(CUdevice dev)
 {
 	if (dev < 0 || dev >= PENDING_DEVICES)
-		return;
-	control_set_after_transition(release_check_pending);
+		return false;
+	control_set_when_unlocked(release_check_pending);
 	atomic_fetch_or(&release_pending, 1ull << dev);
+	return true;
+}
+
+static void release_check_clear(CUdevice dev)
+{
+	atomic_fetch_and(&release_pending, ~(1ull << dev));
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)

@@ -25,14 +25,16 @@ vmm_status shim_wake(const vmm_sleep_opts *opts, vmm_transfer_result *res, vmm_e
 void control_set_autowake_waker(void (*waker)(void));
 
 /* Keep sleeps and wakes out while the program does something they must not overlap (a reset
- * of a primary context): waits for the one in progress, at most wait_ms (> 0). false: not
- * taken in time (nothing to end). */
+ * of a primary context): waits for the one in progress, or for a look at the state, at most
+ * wait_ms (> 0). false: not taken in time (nothing to end). */
 bool control_exclusive_begin(int wait_ms);
 void control_exclusive_end(void);
-/* What runs after each sleep or wake, once it let go of the exclusion above, on the thread that
- * ran it: something the program left to that operation (a last release of a primary context
- * that came during it). NULL: nothing. */
-void control_set_after_transition(void (*fn)(void));
+/* What runs once the exclusion above is let go by whatever held it long (a sleep or wake, a
+ * status look of the control server, another exclusive holder), on the thread that held it:
+ * something the program left for then (a last release of a primary context that could not
+ * wait). Not after the brief looks of the program's own threads (an allocation asking whether
+ * the process is held), which may hold heap locks. NULL: nothing. */
+void control_set_when_unlocked(void (*fn)(void));
 
 /* Process exit (the runtime's and the server's exit handlers): stop serving sleep and wake. The
  * one in progress is cancelled and waited for (at most CONTROL_EXIT_WAIT_MS from the first call, whoever calls) for it to roll back. true: nothing

@@ -249,6 +249,21 @@ static vmm_status op_begin(const control_limits *lim, struct op *op, shim_runtim
 	return VMM_OK;
 }
 
+static void (*_Atomic when_unlocked)(void);
+
+void control_set_when_unlocked(void (*fn)(void))
+{
+	atomic_store(&when_unlocked, fn);
+}
+
+static void run_when_unlocked(void)
+{
+	void (*fn)(void) = atomic_load(&when_unlocked);
+
+	if (fn)
+		fn();
+}
+
 bool control_exclusive_begin(int wait_ms)
 {
 	return ctl_lock_take(wait_ms / 1000.0, NULL);
@@ -257,6 +272,7 @@ bool control_exclusive_begin(int wait_ms)
 void control_exclusive_end(void)
 {
 	pthread_rwlock_unlock(&ctl_lock);
+	run_when_unlocked();
 }
 
 static void op_end(void)
@@ -308,21 +324,6 @@ static void autowake_fn(void)
 			(unsigned long long)res.bytes_copied, res.seconds);
 }
 
-static void (*_Atomic after_transition)(void);
-
-void control_set_after_transition(void (*fn)(void))
-{
-	atomic_store(&after_transition, fn);
-}
-
-static void run_after_transition(void)
-{
-	void (*fn)(void) = atomic_load(&after_transition);
-
-	if (fn)
-		fn();
-}
-
 /* What a sleep or a wake adds around the core's call, run under ctl_lock; it notes the outcome
  * (note_partial) and leaves the gate as the operation requires. */
 struct transition {
@@ -355,7 +356,7 @@ static vmm_status run_transition(const struct transition *t, const control_limit
 		(t_begun - op.t0) * 1e3, (t_ran - t_begun) * 1e3, (vmm_now_s() - t_ran) * 1e3);
 	if (res)
 		*res = r;
-	run_after_transition();
+	run_when_unlocked();
 	return s;
 }
 
@@ -499,6 +500,7 @@ bool control_state_hold(control_state *out)
 void control_state_release(void)
 {
 	pthread_rwlock_unlock(&ctl_lock);
+	run_when_unlocked(); /* a status look may have held it for seconds (dispatch.c) */
 }
 
 void control_set_autowake_default(bool on)

@@ -32,6 +32,8 @@
  *                      "bgalloc started", then "bgalloc ok" or "bgalloc err N" when it returns
  *   device N           cudaSetDevice(N): later allocations land there
  *   primary N          whether device N's primary context is active -> "primary N active 0|1"
+ *   release N          cuDevicePrimaryCtxRelease(N), the runtime's retain let go (its last)
+ *                      -> "release RC took MS ms"
  *   fork               fork a child that exits at once; answers with the child's status
  *   spin               a simdev kernel on a non-blocking stream that runs until a flag in device
  *                      memory turns non-zero (at most 60 s) -> "spinning" once launched
@@ -39,6 +41,7 @@
  *                      copy returned (while a sleep holds device work: after it)
  *   spinwait           wait for the spinning kernel -> "spin ok" (it saw the flag) or "spin timeout"
  *   freeall            cudaFree every buffer -> "freed N"
+ *   freelast N         cudaFree the N buffers allocated last -> "freed N"
  *   reset              cudaDeviceReset (the runtime resets through the pre-11.0 entry point),
  *                      then forget the buffers as the reset freed them -> "reset RC freed N"
  *                      (N: how many of them cudaFree still took afterwards: 0 natively)
@@ -660,6 +663,13 @@ int main(void)
 
 			cuDevicePrimaryCtxGetState(atoi(b), &flags, &active);
 			say("primary %d active %d", atoi(b), active);
+		} else if (!strcmp(a, "release") && n == 2) {
+			/* The runtime's retain of the primary context (cudaSetDevice made it) let go by
+			 * the program, as a library that took the context over does: its last one. */
+			double t0 = now();
+			CUresult r = cuDevicePrimaryCtxRelease(atoi(b));
+
+			say("release %d took %d ms", (int)r, (int)((now() - t0) * 1000));
 		} else if (!strcmp(a, "device") && n == 2) {
 			say(cudaSetDevice(atoi(b)) == cudaSuccess ? "ok" : "error device");
 		} else if (!strcmp(a, "fork")) {
@@ -679,6 +689,13 @@ int main(void)
 			pthread_detach(t);
 		} else if (!strcmp(a, "spinwait")) {
 			cmd_spinwait();
+		} else if (!strcmp(a, "freelast") && n == 2) {
+			int k = 0, last = atoi(b) < nbufs ? atoi(b) : nbufs;
+
+			for (int i = nbufs - last; i < nbufs; i++)
+				k += cudaFree(bufs[i].dev) == cudaSuccess;
+			say("freed %d", k);
+			nbufs -= last;
 		} else if (!strcmp(a, "freeall")) {
 			int k = 0;
 

@@ -153,3 +153,57 @@ Test(reset, a_reset_while_asleep_frees_the_held_memory, .timeout = 60)
 	cmd_ok(t, "check", "ok");
 	stop_cleanly(t);
 }
+
+/* The program's last release of its primary context comes while `vmmctl status` holds the control
+ * plane, waiting for the figures of a heap whose allocator waits for the device (3 s of busy
+ * work, 37.5 MB freed under it). The release does not wait for the status (natively none waits),
+ * and the shim's own retain, made for the control server's thread by a sleep and wake before,
+ * keeps the context. Once the status has answered, the context must have ended as natively, the
+ * program's memory freed. It used to stay, allocations and all, until a sleep or wake came. */
+Test(reset, a_last_release_during_a_status_look_ends_the_context_after_it, .timeout = 120)
+{
+	/* Lone-stream ordering would have the release wait for the busy work first. */
+	const char *env[] = { "SIMDEV_MEMORY=64M", "VMMSHIM_LOG=debug", "VMMSHIM_LONE_STREAM=0", NULL };
+	struct target *t = start_under_shim(env);
+	static char log[65536];
+	char cmd[32], reply[128];
+	int rc = -1, ms = -1, active = -1;
+	pid_t status;
+
+	cmd_ok(t, "alloc 1 4000000", "ok"); /* live across the release */
+	cmd_ok(t, "alloc 6 6250000", "ok");
+	sleep_wake(t); /* the shim retains the context for the server's thread */
+	/* Not past status's own 10 s bound for the figures, sanitizers or not. */
+	snprintf(cmd, sizeof(cmd), "busy %d", (int)(3000 * (ctl_slow() < 2 ? ctl_slow() : 2)));
+	cmd_ok(t, cmd, "busy launched");
+	cmd_ok(t, "freelast 6", "freed 6");
+	cmd_ok(t, "bgalloc 50000000", "bgalloc started"); /* waits for the busy work */
+	usleep((useconds_t)(300000 * ctl_slow()));
+	status = vmmctl_spawn(t->run_dir, "--timeout 60 status %d", (int)t->pid);
+	cr_assert_gt(status, 0);
+	/* Once the server has the request, it holds the control plane and waits for the figures. */
+	for (double end = now_s() + 10 * ctl_slow(); now_s() < end; usleep(10000)) {
+		target_log(t, log, sizeof(log));
+		if (strstr(log, "control: status from pid"))
+			break;
+	}
+	cr_assert(strstr(log, "control: status from pid"), "the status never came:\n%s", log);
+	usleep(100000);
+	cr_assert_eq(target_cmd(t, "release 0", reply, sizeof(reply), CMD_TIMEOUT_MS), 0);
+	cr_assert_eq(sscanf(reply, "release %d took %d ms", &rc, &ms), 2, "%s", reply);
+	cr_expect_eq(rc, 0, "%s", reply);
+	cr_expect_lt(ms, 1000 * ctl_slow(), "the release waited for the status: %s", reply);
+	cr_expect_eq(vmmctl_wait(status, &o, 60000), 0, "status: %s%s", o.out, o.err);
+	cr_assert_eq(target_read(t, reply, sizeof(reply), 30000), 0, "the allocation never returned");
+	cr_expect_str_eq(reply, "bgalloc ok");
+	for (double end = now_s() + 10; now_s() < end && active != 0; usleep(20000)) {
+		cr_assert_eq(target_cmd(t, "primary 0", reply, sizeof(reply), CMD_TIMEOUT_MS), 0);
+		cr_assert_eq(sscanf(reply, "primary 0 active %d", &active), 1, "%s", reply);
+	}
+	target_log(t, log, sizeof(log));
+	cr_expect(strstr(log, "status look in progress"), "the release was not left to the "
+		  "status look (the case this test is for):\n%s", log);
+	cr_expect_eq(active, 0, "the context outlived the program's last release:\n%s", log);
+	cr_expect_eq(live_bytes(t), 0, "the program's memory outlived its context: %s", o.out);
+	stop_cleanly(t);
+}
