@@ -252,7 +252,10 @@ static void release_check_pending(void)
 		pending &= ~(1ull << d);
 		if (!be || !be->release_own_context)
 			continue;
-		if (vmm_is_asleep(core, d, NULL)) {
+		/* Asleep: not now (above). The allocator waiting for its device with its heap held:
+		 * ending the context would wait for it too, on a thread of the control server's
+		 * maybe, for as long as the device's queue; the next holder to let go looks again. */
+		if (vmm_is_asleep(core, d, NULL) || vmm_lock_wait_ms(core) > 0) {
 			release_check_later((CUdevice)d);
 			continue;
 		}
