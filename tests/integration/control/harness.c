@@ -235,6 +235,20 @@ void target_log(const struct target *t, char *buf, size_t cap)
 		fclose(f);
 }
 
+bool target_log_has(const struct target *t, const char *what, double timeout_s)
+{
+	static char log[65536];
+	double end = now_s() + timeout_s;
+
+	do {
+		target_log(t, log, sizeof(log));
+		if (strstr(log, what))
+			return true;
+		usleep(20000);
+	} while (now_s() < end);
+	return false;
+}
+
 void target_socket(const struct target *t, char *buf, size_t cap)
 {
 	snprintf(buf, cap, "%s/%ld.sock", t->run_dir, (long)t->pid);

@@ -34,6 +34,8 @@ void target_free(struct target *t);
 void harness_cleanup(void);
 /* The shim's log (the target's stderr). */
 void target_log(const struct target *t, char *buf, size_t cap);
+/* Wait until the target's log has `what` (at most timeout_s). */
+bool target_log_has(const struct target *t, const char *what, double timeout_s);
 /* The target's socket path. */
 void target_socket(const struct target *t, char *buf, size_t cap);
 

@@ -42,21 +42,6 @@ static void state_is(struct target *t, const char *want)
 		  "state %s expected: %s", want, o.out);
 }
 
-/* Wait until the target's log has `what` (at most timeout_s). */
-static bool log_has(struct target *t, const char *what, double timeout_s)
-{
-	static char log[65536];
-	double end = now_s() + timeout_s;
-
-	do {
-		target_log(t, log, sizeof(log));
-		if (strstr(log, what))
-			return true;
-		usleep(20000);
-	} while (now_s() < end);
-	return false;
-}
-
 static void no_sanitizer_report(struct target *t)
 {
 	static char log[65536];
@@ -188,7 +173,8 @@ static void cannot_drain(const char *timeout_env, const char *raw)
 	cmd_ok(t, "alloc 2 1000000", "ok");
 	cmd_ok(t, "spin", "spinning");
 	b = bg_start(t, "sleep", raw);
-	cr_assert(log_has(t, "sleep: device work is held", 20), "the sleep never closed the gate");
+	cr_assert(target_log_has(t, "sleep: device work is held", 20),
+		  "the sleep never closed the gate");
 	target_send(t, "setflag"); /* waits at the gate: the kernel keeps the device busy */
 	bg_join(b);
 	cr_expect_eq(b->out.code, raw ? 0 : 1, "the sleep failed: %d %s", b->out.code, b->out.out);
@@ -321,7 +307,7 @@ Test(failures, exit_during_a_long_sleep_is_bounded_and_safe, .timeout = 120)
 	cmd_ok(t, "alloc 4 70000000", "ok");
 	cmd_ok(t, "appvmm 4194304", "ok");
 	b = bg_start(t, "sleep", NULL);
-	cr_assert(log_has(t, "sleep: device work is held", 20), "the sleep never started");
+	cr_assert(target_log_has(t, "sleep: device work is held", 20), "the sleep never started");
 	t0 = now_s();
 	target_send(t, "quit");
 	for (int i = 0; i < 300; i++) {
@@ -415,7 +401,7 @@ Test(failures, a_failing_autowake_is_retried_once_a_second_for_all_threads, .tim
 	b = start_under_shim(env);
 	cmd_ok(b, "alloc 1 50000000", "ok"); /* a's wake cannot have its 37.5 MB back now */
 	cr_assert_eq(target_send(a, "threads 4 0.2"), 0);
-	cr_assert(log_has(a, "autowake failed", 20), "no autowake was tried");
+	cr_assert(target_log_has(a, "autowake failed", 20), "no autowake was tried");
 	t0 = now_s();
 	usleep(3000000);
 	tries = log_count(a, "autowake failed");

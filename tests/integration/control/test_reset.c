@@ -178,12 +178,8 @@ static pid_t last_release_during_a_status(struct target *t, int busy_ms)
 	status = vmmctl_spawn(t->run_dir, "--timeout 60 status %d", (int)t->pid);
 	cr_assert_gt(status, 0);
 	/* Once the server has the request, it holds the control plane and waits for the figures. */
-	for (double end = now_s() + 10 * ctl_slow(); now_s() < end; usleep(10000)) {
-		target_log(t, log, sizeof(log));
-		if (strstr(log, "control: status from pid"))
-			break;
-	}
-	cr_assert(strstr(log, "control: status from pid"), "the status never came:\n%s", log);
+	cr_assert(target_log_has(t, "control: status from pid", 10 * ctl_slow()),
+		  "the status never came");
 	usleep(100000);
 	cr_assert_eq(target_cmd(t, "release 0", reply, sizeof(reply), CMD_TIMEOUT_MS), 0);
 	cr_assert_eq(sscanf(reply, "release %d took %d ms", &rc, &ms), 2, "%s", reply);
