@@ -568,6 +568,21 @@ static void cmd_threads(int n, double secs)
 		say("threads ok %ld", total);
 }
 
+/* cudaFree the last `last` buffers (at most all) -> "freed N". */
+static void free_last(int last)
+{
+	int k = 0;
+
+	if (last < 0)
+		last = 0;
+	if (last > nbufs)
+		last = nbufs;
+	for (int i = nbufs - last; i < nbufs; i++)
+		k += cudaFree(bufs[i].dev) == cudaSuccess;
+	say("freed %d", k);
+	nbufs -= last;
+}
+
 int main(void)
 {
 	char line[256];
@@ -690,19 +705,9 @@ int main(void)
 		} else if (!strcmp(a, "spinwait")) {
 			cmd_spinwait();
 		} else if (!strcmp(a, "freelast") && n == 2) {
-			int k = 0, last = atoi(b) < nbufs ? atoi(b) : nbufs;
-
-			for (int i = nbufs - last; i < nbufs; i++)
-				k += cudaFree(bufs[i].dev) == cudaSuccess;
-			say("freed %d", k);
-			nbufs -= last;
+			free_last(atoi(b));
 		} else if (!strcmp(a, "freeall")) {
-			int k = 0;
-
-			for (int i = 0; i < nbufs; i++)
-				k += cudaFree(bufs[i].dev) == cudaSuccess;
-			say("freed %d", k);
-			nbufs = 0;
+			free_last(nbufs);
 		} else if (!strcmp(a, "reset")) {
 			CUcontext again = NULL;
 			CUdevice d = 0;
