@@ -119,7 +119,9 @@ static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, c
 	if (!core)
 		return (CUresult)reset(arg);
 	exclusive = control_exclusive_begin(wait_ms);
-	if (!exclusive && leave_if_busy && release_check_later(dev)) {
+	if (!exclusive && leave_if_busy) {
+		if (!release_check_later(dev))
+			return CUDA_SUCCESS; /* no device to mark (out of the mask's range) */
 		/* Marked first, then tried again: a holder that let go before the mark had already
 		 * looked at the marks; one that lets go after it looks at this one. */
 		if (!control_exclusive_begin(RELEASE_RETRY_MS)) {
@@ -131,8 +133,6 @@ static CUresult primary_gone(CUdevice dev, int (*reset)(void *arg), void *arg, c
 		release_check_clear(dev);
 		exclusive = true;
 	}
-	if (!exclusive && leave_if_busy)
-		return CUDA_SUCCESS; /* no device to mark (out of the mask's range) */
 	if (!exclusive)
 		vmm_log(VMM_LOG_WARN, "%s device %d's primary context waited %d ms for a sleep or "
 			"wake in progress and goes on beside it", what, (int)dev, wait_ms);
