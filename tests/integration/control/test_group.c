@@ -240,7 +240,7 @@ Test(group, a_drain_held_by_a_gated_launch_is_retried_not_deadlocked, .timeout =
 	struct target *ts[2] = { member("VMMSHIM_LOG=debug"), member(NULL) };
 	static char log[65536];
 	char reply[64], pids[64];
-	bool closed = false;
+	bool closed;
 	pid_t ctl;
 
 	for (int i = 0; i < 2; i++)
@@ -252,10 +252,8 @@ Test(group, a_drain_held_by_a_gated_launch_is_retried_not_deadlocked, .timeout =
 	/* Once member 0's gate is closed, its host thread copies (and meets it). Seeing the state
 	 * "changing" and pausing was not enough: on a loaded machine the copy could still pass
 	 * before the gate closed, the kernel end, and the first attempt succeed. */
-	for (double end = now_s() + 20; !closed && now_s() < end; usleep(5000)) {
-		target_log(ts[0], log, sizeof(log));
-		closed = strstr(log, "sleep: device work is held") != NULL;
-	}
+	closed = target_log_has(ts[0], "sleep: device work is held", 20.0);
+	target_log(ts[0], log, sizeof(log));
 	cr_assert(closed, "member 0's sleep never closed its gate:\n%s", log);
 	cr_assert_eq(target_send(ts[0], "setflag"), 0);
 	cr_assert_eq(vmmctl_wait(ctl, &o, 60000), 0, "the group slept: %s %s", o.out, o.err);
