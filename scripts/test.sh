@@ -121,8 +121,9 @@ declare -A tsan_filter=(
   # Four threads held at the gate while autowakes fail: one try a second for all of them.
   [control_failures]='failures/a_failing_autowake*'
   # A last release of the primary context left to a status look that holds the control plane,
-  # the check made on the server's thread once the look lets go.
-  [control_reset]='reset/a_last_release_during*'
+  # the check made on the server's thread once the look lets go, or on the allocator's once its
+  # wait for the device ends.
+  [control_reset]='@(reset/a_last_release_during*|reset/a_release_left*)'
 )
 tsan_ok=0; tsan_bad=0; tsan_failed=(); tsan_flaky=()
 tsan_run() { # test; filter args...

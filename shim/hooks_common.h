@@ -28,6 +28,11 @@ bool hook_stream_capturing(CUstream s, bool ptsz);
  * exporter's memory is then held by nobody here. Returns how many imports were closed. */
 int hook_ipc_close_device(int dev);
 
+/* After an allocation, out of the gate: a last release of a primary context that was left for
+ * later while the allocator waited for its device is looked at now (hooks_context.c). One
+ * relaxed load when nothing was left. */
+void context_release_after_alloc(void);
+
 /* The stream the core should order on: the per-thread default stream for a _ptsz call on 0. */
 static inline CUstream hook_stream(CUstream s, bool ptsz)
 {

@@ -236,31 +236,57 @@ static CUresult primary_release(CUdevice dev, CUresult (*real)(CUdevice dev))
  * (bit per device): once that one has let go of the control plane and nothing of the device is
  * asleep, the core lets go of its own retain to see whether the program's release was the last,
  * as primary_release would have. Left for later while the device sleeps: ending the context then
- * would free allocations whose contents are on the host. */
-static _Atomic uint64_t release_pending;
-#define PENDING_DEVICES 64 /* the mask's bits */
+ * would free allocations whose contents are on the host (the wake looks again). Left for later
+ * too while the allocator waits for its device with its heap held (release_after_wait): that
+ * allocation's return looks again (context_release_after_alloc), so the look does not wait for
+ * another holder of the control plane, which may never come. */
+static _Atomic uint64_t release_pending, release_after_wait;
+#define PENDING_DEVICES 64 /* the masks' bits */
 
-static void release_check_pending(void)
+static void release_check_devices(uint64_t devices)
 {
-	uint64_t pending = atomic_exchange(&release_pending, 0);
 	vmm_core *core = hook_cuda_core();
 	vmm_backend *be = core ? vmm_core_backend(core) : NULL;
 
-	for (int d = 0; pending && d < PENDING_DEVICES; d++) {
-		if (!(pending & (1ull << d)))
+	for (int d = 0; devices && d < PENDING_DEVICES; d++) {
+		if (!(devices & (1ull << d)))
 			continue;
-		pending &= ~(1ull << d);
+		devices &= ~(1ull << d);
 		if (!be || !be->release_own_context)
 			continue;
-		/* Asleep: not now (above). The allocator waiting for its device with its heap held:
-		 * ending the context would wait for it too, on a thread of the control server's
-		 * maybe, for as long as the device's queue; the next holder to let go looks again. */
-		if (vmm_is_asleep(core, d, NULL) || vmm_lock_wait_ms(core) > 0) {
+		if (vmm_is_asleep(core, d, NULL)) {
 			release_check_later((CUdevice)d);
+			continue;
+		}
+		/* Ending the context now would wait for the allocator too, on a thread of the
+		 * control server's maybe, for as long as the device's queue. */
+		if (vmm_lock_wait_ms(core) > 0) {
+			release_check_later((CUdevice)d);
+			atomic_fetch_or(&release_after_wait, 1ull << d);
 			continue;
 		}
 		own_retain_check(be, (CUdevice)d);
 	}
+}
+
+static void release_check_pending(void)
+{
+	release_check_devices(atomic_exchange(&release_pending, 0));
+}
+
+void context_release_after_alloc(void)
+{
+	vmm_core *core;
+	uint64_t devices;
+
+	if (!atomic_load_explicit(&release_after_wait, memory_order_relaxed))
+		return;
+	core = hook_cuda_core();
+	if (core && vmm_lock_wait_ms(core) > 0)
+		return; /* another allocation still waits: its return looks */
+	devices = atomic_exchange(&release_after_wait, 0);
+	atomic_fetch_and(&release_pending, ~devices);
+	release_check_devices(devices);
 }
 
 /* false: the device is out of the mask's range (not marked). */
@@ -276,6 +302,7 @@ static bool release_check_later(CUdevice dev)
 static void release_check_clear(CUdevice dev)
 {
 	atomic_fetch_and(&release_pending, ~(1ull << dev));
+	atomic_fetch_and(&release_after_wait, ~(1ull << dev));
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)

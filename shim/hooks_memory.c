@@ -24,6 +24,14 @@ DRIVER_EXTRA_SLOT(cuDeviceGetMemPool);
 /* Pitch granularity of pitched allocations (what the driver reports on current GPUs). */
 #define PITCH_ALIGN 512u
 
+/* The end of every allocation hook: out of the gate, then what a release of a primary context
+ * left for this allocation's return (hooks_common.h). */
+static void alloc_leave(void)
+{
+	gate_leave();
+	context_release_after_alloc();
+}
+
 static CUresult pass_alloc(CUresult r, CUdeviceptr *dptr, size_t bytes)
 {
 	if (r == CUDA_SUCCESS && dptr && *dptr)
@@ -72,13 +80,13 @@ CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 				lone_stream_reused(lone);
 			*dptr = (CUdeviceptr)p;
 			alloc_trace_malloc(bytesize, p, ordered, (uint64_t)(uintptr_t)lone);
-			gate_leave();
+			alloc_leave();
 			return CUDA_SUCCESS;
 		}
 		log_fallback("cuMemAlloc_v2", bytesize, &err);
 	}
 	r = pass_alloc(CALL_REAL(cuMemAlloc_v2, (dptr, bytesize)), dptr, bytesize);
-	gate_leave();
+	alloc_leave();
 	return r;
 }
 
@@ -165,7 +173,7 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wi
 				*dptr = (CUdeviceptr)p;
 				*pPitch = pitch;
 				alloc_trace_malloc(bytes, p, false, 0);
-				gate_leave();
+				alloc_leave();
 				return CUDA_SUCCESS;
 			}
 			log_fallback("cuMemAllocPitch_v2", bytes, &err);
@@ -173,7 +181,7 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wi
 	}
 	r = CALL_REAL(cuMemAllocPitch_v2, (dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
 	pass_alloc(r, dptr, r == CUDA_SUCCESS && pPitch ? *pPitch * Height : 0);
-	gate_leave();
+	alloc_leave();
 	return r;
 }
 
@@ -223,7 +231,7 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 		if (!core_alloc_async(dptr, bytesize, NULL, hStream, ptsz, #name))       \
 			r = pass_alloc(CALL_REAL(name, (dptr, bytesize, hStream)), dptr,  \
 				       bytesize);                                        \
-		gate_leave();                                                            \
+		alloc_leave();                                                           \
 		return r;                                                                \
 	}
 
@@ -236,7 +244,7 @@ static bool core_alloc_async(CUdeviceptr *dptr, size_t bytes, CUmemoryPool pool,
 		if (!pool || !core_alloc_async(dptr, bytesize, pool, hStream, ptsz, #name)) \
 			r = pass_alloc(CALL_REAL(name, (dptr, bytesize, pool, hStream)),  \
 				       dptr, bytesize);                                  \
-		gate_leave();                                                            \
+		alloc_leave();                                                           \
 		return r;                                                                \
 	}
 
