@@ -1669,7 +1669,7 @@ class Matrix:
         self.badd("empty kernel launch, host time (us)", fmt(s), fmt(n), ratio(s, n), "-",
                   f"adds {s - n:.3f} us a launch" if s is not None and n is not None else "")
 
-    def bench_overlap(self):
+    def bench_overlap(self, when=""):
         """A driver fact for the heap's design, not a figure of the shim: whether handle calls
         on a second thread (2000 pieces given back and made again) hold up a program that
         launches a kernel after every 15 us of host work (probe_overlap.cu). A ratio near 0
@@ -1679,18 +1679,19 @@ class Matrix:
         if not self.want("bench overlap"):
             return
         if self.left() < 30:
-            self.badd("heap calls on a second thread", "not run", "", "", "", "out of time")
+            self.badd(f"heap calls on a second thread{when}", "not run", "", "", "",
+                      "out of time")
             return
         p = Proc("probe_overlap", [f"{self.a.bin}/probe_overlap"], self.env(False), self.log,
                  self.timeout(60))
         rc = p.finish()
         v = {k: float(x) for k, x in p.values("BENCH").items()}
         if rc != 0 or not v.get("heap_ms") or "program_both_ms" not in v:
-            self.badd("heap calls on a second thread", "failed", "", "", "-",
+            self.badd(f"heap calls on a second thread{when}", "failed", "", "", "-",
                       f"rc {rc} {p.stderr_tail()}")
             return
         added = v["program_both_ms"] - v["program_ms"]
-        self.badd("heap calls on a second thread: time the program lost (ms)", fmt(added),
+        self.badd(f"heap calls on a second thread{when}: time the program lost (ms)", fmt(added),
                   f"heap calls {fmt(v['heap_ms'])}", f"{added / v['heap_ms']:.2f}x", "-",
                   f"program alone {fmt(v['program_ms'])} ms; heap calls beside it "
                   f"{fmt(v['heap_both_ms'])} ms; slowest launch beside them "
@@ -2427,6 +2428,10 @@ def main():
             m.bench_group_one_gpu()
             m.bench_ipc()
             m.bench_train()
+            if m.want("bench train"):
+                # The driver's per-piece cost moved 30% between two calls on one machine
+                # (6 Dec): priced again after the pairs, it says whether it moved under them.
+                m.bench_overlap(" (after the train rows)")
             m.bench_checkpoint()  # an outside anchor: last, it is what a short run drops
     finally:
         text, failed = m.report()

@@ -111,6 +111,8 @@ for metric, note in (("malloc+free pair 256B (us)", "met"),
                       "not met; median of 2 interleaved pair(s), fewer than 5"),
                      ("trace replay peak (MiB)", "met; runs MiB: shim 4586, 4586, native 4596"),
                      ("discard wake 2 GiB, 2 s after its sleep (ms)", "memory usable after"),
+                     ("heap calls on a second thread (after the train rows): time the program "
+                      "lost (ms)", "program alone"),
                      ("train NO_CACHING shim vs expandable native: per shape",
                       "medians over 2/2 runs; over 1.10x: 16x1872 150/75 ms (backward queued at 120/20); "
                       "the median shape"),
