@@ -2061,9 +2061,7 @@ class Matrix:
                 rc, sj, wall, text = self.ctl("sleep", p.pid, "--discard", timeout=60)
                 rc2, wj, wall2, text2 = self.ctl("wake", p.pid, timeout=60) if rc == 0 else (
                     None, None, 0, "")
-                ref = self.command(p, "refill", r"^REFILL (\w+)")
-                usable = "memory usable after" if ref and ref.group(1) == "ok" else \
-                    "MEMORY NOT USABLE after"
+                usable = self.refill_note(p)
                 if rc == 0 and rc2 == 0:
                     self.badd(f"discard sleep / wake {gib} GiB (ms)",
                               f"{seconds_of(sj, wall) * 1e3:.1f} / "
@@ -2078,6 +2076,12 @@ class Matrix:
             p.finish()
         self.bench_sleep_provisioned()
 
+    def refill_note(self, p):
+        """After a discard wake: the hold program writes its memory again and checks it."""
+        ref = self.command(p, "refill", r"^REFILL (\w+)")
+        return "memory usable after" if ref and ref.group(1) == "ok" else \
+            "MEMORY NOT USABLE after"
+
     def discard_wake_later(self, p, gib, pause_s=2.0):
         """The discard wake again, woken pause_s after its sleep rather than at once: on the
         H100s the wake right after a discard sleep took 110-120 ms for 64 GiB (7-9 ms on the
@@ -2090,9 +2094,7 @@ class Matrix:
             return
         time.sleep(pause_s)
         rc, wj, wall, text = self.ctl("wake", p.pid, timeout=60)
-        ref = self.command(p, "refill", r"^REFILL (\w+)")
-        usable = "memory usable after" if ref and ref.group(1) == "ok" else \
-            "MEMORY NOT USABLE after"
+        usable = self.refill_note(p)
         self.badd(f"discard wake {gib} GiB, {pause_s:.0f} s after its sleep (ms)",
                   f"{seconds_of(wj, wall) * 1e3:.1f}" if rc == 0 else "failed", "", "",
                   "<= 100 ms", usable if rc == 0 else text)
@@ -2220,9 +2222,7 @@ class Matrix:
             rc, sj, wall, text = self.ctl("sleep", p.pid, "--discard", timeout=60)
             rc2, wj, wall2, text2 = self.ctl("wake", p.pid, timeout=60) if rc == 0 else (
                 None, None, 0, "")
-            ref = self.command(p, "refill", r"^REFILL (\w+)")
-            usable = "memory usable after" if ref and ref.group(1) == "ok" else \
-                "MEMORY NOT USABLE after"
+            usable = self.refill_note(p)
             if rc == 0 and rc2 == 0:
                 ds, dw = seconds_of(sj, wall), seconds_of(wj, wall2)
                 self.badd(f"discard sleep / wake {gib} GiB small handles (ms)",
