@@ -208,7 +208,14 @@ static int sleep_scenario(void)
 	return rc;
 }
 
-/* Each unmap and each release of the first sleep fails in turn (with its retry): the sleep gives
+/* The k-th of n calls is made to fail: the first three, the middle one and the last three (the
+ * ~50 releases of a sleep here go in alike batches in between). */
+static bool swept(unsigned k, unsigned n)
+{
+	return k <= 3 || k == n / 2 || k + 3 > n;
+}
+
+/* Unmaps and releases of the first sleep fail in turn (with their retries): the sleep gives
  * up and maps what it unmapped back, or goes on where a retry serves. Without the heap's own
  * reference taken back first, the unmap of a held piece would free it under the sleep's undo. */
 Test(heap_hold, a_sleep_that_fails_puts_held_pieces_back_intact, .timeout = 240)
@@ -239,6 +246,9 @@ Test(heap_hold, a_sleep_that_fails_puts_held_pieces_back_intact, .timeout = 240)
 	for (int c = 0; c < 2; c++) {
 		for (unsigned k = 1; k <= in_sleep[c]; k++) {
 			int rc;
+
+			if (!swept(k, in_sleep[c]))
+				continue;
 
 			snprintf(fail, sizeof(fail), "SIMDEV_FAIL=%s:%u,%s:%u", calls[c],
 				 before[c] + k, calls[c], before[c] + k + 1);
