@@ -500,6 +500,14 @@ class Matrix:
     def timeout(self, want):
         return max(5.0, min(want * self.a.timeout_scale, self.left() - 5))
 
+    def starved(self, name, need=30):
+        """True (and the row recorded as not run) when the budget has less than need seconds
+        left: a row started then would run under a 5 s timeout and fail for want of time."""
+        if self.left() >= need:
+            return False
+        self.add(name, False, "not run: out of time")
+        return True
+
     def add(self, name, ok, reason, native="", shim="", share=""):
         self.rows.append(dict(row=name, ok=ok, reason=reason, native=native, shim=shim,
                               share=share, at_s=round(time.time() - self.t0, 1)))
@@ -727,6 +735,8 @@ class Matrix:
         in-process API): passes when it exits 0 having printed the line done; passed says
         what that showed."""
         if not self.want(name):
+            return
+        if self.starved(name):
             return
         if not self.shim_ok:
             self.add(name, False, "libvmmshim.so was not built")
@@ -1026,6 +1036,8 @@ class Matrix:
         name = "simdev sharing facts (driver)"
         if not self.want(name):
             return
+        if self.starved(name):
+            return
         p = Proc(name, [f"{self.a.bin}/share_facts"], self.env(False), self.log,
                  self.timeout(60))
         rc = p.finish()
@@ -1047,6 +1059,8 @@ class Matrix:
         each, beside = h200_share(40), h200_share(70)
         name = f"GPU sharing: 2 PyTorch x {each} GiB beside {beside} GiB (VMMSHIM_SHARE=1)"
         if not self.want(name):
+            return
+        if self.starved(name):
             return
         if not self.shim_ok:
             self.add(name, False, "libvmmshim.so was not built")
@@ -1119,6 +1133,8 @@ class Matrix:
     def sleep_train_row(self, label, extra):
         name = f"sleep/wake PyTorch train ({label})"
         if not self.want(name):
+            return
+        if self.starved(name):
             return
         if not (self.shim_ok and self.ctl_ok):
             self.add(name, False, "libvmmshim.so or vmmctl was not built")
@@ -1196,6 +1212,8 @@ class Matrix:
         name = "kernels launched while asleep"
         if not self.want(name):
             return
+        if self.starved(name):
+            return
         if not (self.shim_ok and self.ctl_ok):
             self.add(name, False, "libvmmshim.so or vmmctl was not built")
             return
@@ -1224,6 +1242,8 @@ class Matrix:
         drops as asked, memory outside regions usable, weights identical after resume)."""
         name = "Python facade: torch_memory_saver-style example"
         if not self.want(name):
+            return
+        if self.starved(name):
             return
         if not self.shim_ok:
             self.add(name, False, "libvmmshim.so was not built")
@@ -1296,6 +1316,8 @@ class Matrix:
         child, through its re-imported mapping, and the parent see the same sums as before."""
         name = "torch IPC tensors released by a group sleep, re-shared at wake"
         if not self.want(name):
+            return
+        if self.starved(name):
             return
         if not self.shim_ok or not self.ctl_ok:
             self.add(name, False, "libvmmshim.so or vmmctl was not built")
@@ -1482,6 +1504,8 @@ class Matrix:
         name = "vmmctl run --cycle 2: PyTorch train"
         if not self.want(name):
             return
+        if self.starved(name):
+            return
         if not (self.shim_ok and self.ctl_ok):
             self.add(name, False, "libvmmshim.so or vmmctl was not built")
             return
@@ -1534,6 +1558,8 @@ class Matrix:
         name = f"kernel on a {'cuCtxCreate' if mode == 'created' else 'green'} context across sleep"
         if not self.want(name):
             return
+        if self.starved(name):
+            return
         if not (self.shim_ok and self.ctl_ok):
             self.add(name, False, "libvmmshim.so or vmmctl was not built")
             return
@@ -1581,6 +1607,8 @@ class Matrix:
         finish exactly as natively (the anchor)."""
         name = "sleep gives up on a kernel waiting for a held copy"
         if not self.want(name):
+            return
+        if self.starved(name):
             return
         if not (self.shim_ok and self.ctl_ok):
             self.add(name, False, "libvmmshim.so or vmmctl was not built")

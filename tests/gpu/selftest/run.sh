@@ -53,13 +53,16 @@ run_gpucheck 3 240 --only "bench train" --train-rounds 1 \
 	--train-allocs "NO_CACHING,expandable,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,bogus" &
 run_gpucheck 4 240 --only "bench train" --train-rounds 2 \
 	--train-allocs "expandable@native,NO_CACHING@native@once,NO_CACHING@shim,NO_CACHING+VMMSHIM_SYNC_AHEAD=0,default@later" &
+# A budget that is spent before the rows begin (log5/): they say so rather than start under a
+# 5 s timeout and fail.
+run_gpucheck 5 20 --only "sleep/wake PyTorch train,kernels launched while asleep" --skip-bench &
 wait
 rc=$(cat "$t/rc") rc2=$(cat "$t/rc2")
 tail -40 "$t/out.txt"
 grep -E '^gpucheck: (PASS|FAIL|SKIP)' "$t/out2.txt"
 GPU_DIR="$here/.." python3 - "$t/log/results.json" "$rc" "$t/log2/results.json" "$rc2" "$t/out.txt" \
 	"$t/log3/results.json" "$t/out3.txt" "$t/log4/results.json" "$t/out4.txt" \
-	"$t/logb/results.json" "$(cat "$t/rcb")" <<'PY'
+	"$t/logb/results.json" "$(cat "$t/rcb")" "$t/log5/results.json" <<'PY'
 import json, os, subprocess, sys
 r = json.load(open(sys.argv[1]))
 r["bench"] = json.load(open(sys.argv[10]))["bench"]  # the benchmarks' half of the run
@@ -264,6 +267,11 @@ for total, want in (("143771", (40, 70, 96)), ("81559", (23, 40, 54))):
     got = tuple(gpucheck.h200_share(g) for g in (40, 70, 96))
     if got != want:
         bad.append(f"{total} MiB: 40, 70, 96 GiB of an H200 became {got}, expected {want}")
+starved = {x["row"]: x["reason"] for x in json.load(open(sys.argv[12]))["rows"]}
+for row in ("sleep/wake PyTorch train (default)", "sleep/wake PyTorch train (expandable)",
+            "kernels launched while asleep"):
+    if starved.get(row) != "not run: out of time":
+        bad.append(f"with the budget spent, {row!r}: {starved.get(row)!r}")
 print("selftest:", "ok" if not bad else "FAILED: " + "; ".join(bad))
 sys.exit(1 if bad else 0)
 PY
