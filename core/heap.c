@@ -38,7 +38,6 @@ void vmm_config_defaults(vmm_config *cfg)
 	cfg->give_back_late = false;   /* before the sync: see heap_grow.h, arena_give_back_early */
 	cfg->uncut_scan = DEFAULT_UNCUT_SCAN; /* see heap_fit.c, uncut_block */
 	cfg->refill_ahead = false;     /* a cut makes all its pieces itself (the shim sets it) */
-	cfg->release_on_map = false;   /* see heap_hold.h (the shim sets it) */
 	cfg->small_max = DEFAULT_SMALL_MAX;
 	cfg->sync_ahead_min = 0;       /* the program's own thread synchronizes (the shim sets it) */
 	cfg->sync_whole = false;       /* wait for the sync ahead in flight first: heap_ahead.h */

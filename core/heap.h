@@ -66,9 +66,6 @@ typedef struct vmm_config {
 	                            * free pieces its growth takes back only after the sync; false
 	                            * = before it, while the GPU still runs the program's queued
 	                            * work (heap_grow.h, arena_give_back_early) */
-	bool release_on_map;       /* the heap releases its reference to a 2 MiB piece once the
-	                            * piece is mapped, so that giving it back later is one unmap
-	                            * (heap_hold.h); false = unmap and release then */
 	size_t small_max;          /* allocations up to this size are packed into shared pages; 0 = default */
 	size_t sync_ahead_min;     /* a thread synchronizes the device once this many freed bytes
 	                            * wait in its quarantine (CUDA only; heap_ahead.h); 0 = never */

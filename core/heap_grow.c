@@ -36,7 +36,6 @@
 #include <string.h>
 
 #include "heap_blocks.h"
-#include "heap_hold.h"
 #include "heap_phys.h"
 #include "heap_refill.h"
 #include "heap_va.h"
@@ -447,7 +446,6 @@ static void plan_commit(struct arena *a, struct grow_plan *p, vmm_devptr va)
 		h->asleep = false;
 		handle_link(dh, h);
 		page_handle_set(dh, h->va, h->size, h);
-		hold_by_mapping(dh, h);
 	}
 	stats_mapped(a, (int64_t)p->total);
 	arena_add_free_range(a, va, p->total);

@@ -11,7 +11,6 @@
  * program (the shim's gate); the device is drained here before the copy. */
 #include <stdlib.h>
 
-#include "heap_hold.h"
 #include "heap_internal.h"
 #include "heap_release.h"
 #include "heap_share.h"
@@ -244,12 +243,9 @@ vmm_status own_move(struct devheap *dh, struct alloc *r, vmm_error *err)
 			return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a handle record");
 		}
 	}
-	/* A failed swap maps the old handles back: the heap needs its references to them. */
-	for (size_t i = 0; i < n && !st; i++)
-		st = hold_again(dh, hs[i], err);
 	/* Nothing may write the old memory from here on: the caller holds new work, the device
 	 * finishes what was queued. */
-	if (!st && !(st = be->synchronize(be, dh->dev, err)) && !(st = parts_make(dh, pt, err)))
+	if (!(st = be->synchronize(be, dh->dev, err)) && !(st = parts_make(dh, pt, err)))
 		st = swap_in(dh, hs, n, pt, &kept, err);
 	if (st && !kept) {
 		parts_release(dh, pt);

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "heap_hold.h"
 #include "log.h"
 #include "offload/copy_engine.h"
 
@@ -276,9 +275,8 @@ void handle_link(struct devheap *dh, struct phandle *h)
 	dh->handles = h;
 }
 
-/* handle_detach without taking a reference again: for a give-back, where the unmap of a handle
- * its mapping holds gives its memory back. */
-static vmm_status detach_mapping(struct devheap *dh, struct phandle *h, vmm_error *err)
+/* Take a wholly free, mapped handle out of its arena and unmap it (it stays created). */
+vmm_status handle_detach(struct devheap *dh, struct phandle *h, vmm_error *err)
 {
 	vmm_backend *be = dh->core->be;
 	vmm_status st;
@@ -296,13 +294,6 @@ static vmm_status detach_mapping(struct devheap *dh, struct phandle *h, vmm_erro
 	return VMM_OK;
 }
 
-vmm_status handle_detach(struct devheap *dh, struct phandle *h, vmm_error *err)
-{
-	vmm_status st = hold_again(dh, h, err);
-
-	return st ? st : detach_mapping(dh, h, err);
-}
-
 void heap_backup_put(struct devheap *dh, vmm_host_buf *backup)
 {
 	if (backup->ptr && dh->backup_put)
@@ -318,15 +309,14 @@ void handle_forget(struct devheap *dh, struct phandle *h, struct arena *acct)
 
 void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *acct)
 {
-	if (!h->mapping_holds) /* otherwise its unmap gave the memory back */
-		phys_release(dh, h->h, h->size);
+	phys_release(dh, h->h, h->size);
 	handle_forget(dh, h, acct);
 }
 
 vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err)
 {
 	struct arena *a = h->arena;
-	vmm_status st = detach_mapping(dh, h, err);
+	vmm_status st = handle_detach(dh, h, err);
 
 	if (st)
 		return st;
@@ -336,26 +326,22 @@ vmm_status handle_drop(struct devheap *dh, struct phandle *h, vmm_error *err)
 }
 
 /* Detach hs[0..n) for dropping (unmapped, out of the device's list): a handle that will not unmap
- * stays mapped and free in its arena. The detached ones move to the front of hs and their arenas
- * to acct; the driver handles still to release (not those their unmap gave back) go to ph,
- * *nph of them. Returns how many were detached. */
+ * stays mapped and free in its arena. The detached ones move to the front of hs, their driver
+ * handles to ph and their arenas to acct; returns how many. */
 static size_t detach_for_drop(struct devheap *dh, struct phandle **hs, size_t n, vmm_phys *ph,
-			      size_t *nph, struct arena **acct)
+			      struct arena **acct)
 {
 	size_t k = 0;
 
-	*nph = 0;
 	for (size_t i = 0; i < n; i++) {
 		struct arena *a = hs[i]->arena;
 
-		if (detach_mapping(dh, hs[i], NULL))
+		if (handle_detach(dh, hs[i], NULL))
 			continue;
 		handle_unlink(dh, hs[i]);
 		acct[k] = a;
 		hs[k] = hs[i];
-		if (!hs[k]->mapping_holds)
-			ph[(*nph)++] = hs[k]->h;
-		k++;
+		ph[k++] = hs[i]->h;
 	}
 	return k;
 }
@@ -367,7 +353,7 @@ uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n)
 	bool *ok = calloc(n ? n : 1, sizeof(*ok));
 	struct arena **acct = malloc((n ? n : 1) * sizeof(*acct));
 	uint64_t bytes = 0;
-	size_t k, nph;
+	size_t k;
 
 	if (!ph || !ok || !acct) {
 		/* One at a time, then. */
@@ -379,12 +365,12 @@ uint64_t heap_drop_handles(struct devheap *dh, struct phandle **hs, size_t n)
 		}
 		goto out;
 	}
-	k = detach_for_drop(dh, hs, n, ph, &nph, acct);
-	phys_release_many(be, ph, nph, ok, NULL);
-	for (size_t i = 0, r = 0; i < k; i++) {
+	k = detach_for_drop(dh, hs, n, ph, acct);
+	phys_release_many(be, ph, k, ok, NULL);
+	for (size_t i = 0; i < k; i++) {
+		if (!ok[i])
+			release_again_or_park(dh, ph[i], hs[i]->size);
 		/* A handle the driver would not take back is parked: no longer this heap's. */
-		if (!hs[i]->mapping_holds && !ok[r++])
-			release_again_or_park(dh, hs[i]->h, hs[i]->size);
 		bytes += hs[i]->size;
 		acct[i]->st.handles_released++;
 		heap_backup_put(dh, &hs[i]->backup);
@@ -402,12 +388,7 @@ void phys_teardown(struct devheap *dh)
 	phys_retry_parked(dh);
 	for (struct phandle *h = dh->handles, *n; h; h = n) {
 		n = h->next;
-		if (h->va && !h->asleep && h->mapping_holds) {
-			if (!phys_unmap(dh->core->be, h->va, h->size))
-				vmm_log(VMM_LOG_ERROR, "device %d: teardown: 0x%llx (%zu bytes) would "
-					"not unmap; its memory is the driver's to free at exit",
-					dh->dev, (unsigned long long)h->va, h->size);
-		} else if (h->va && !h->asleep)
+		if (h->va && !h->asleep)
 			phys_unmap_release(dh, h->h, h->va, h->size, false, "teardown");
 		else if (!h->asleep)
 			phys_release(dh, h->h, h->size);

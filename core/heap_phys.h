@@ -43,8 +43,7 @@ vmm_status heap_regrant_all(struct devheap *dh, vmm_error *err);
 bool handle_wholly_free(struct devheap *dh, struct phandle *h);
 void handle_link(struct devheap *dh, struct phandle *h);
 void handle_unlink(struct devheap *dh, struct phandle *h);
-/* Take a wholly free, mapped handle out of its arena and unmap it (it stays created, listed). One
- * its mapping held gets a reference again first (heap_hold.h): a failure there leaves it mapped. */
+/* Take a wholly free, mapped handle out of its arena and unmap it (it stays created, listed). */
 vmm_status handle_detach(struct devheap *dh, struct phandle *h, vmm_error *err);
 /* Release an unlisted handle (counted as released by acct) and free its record. */
 void handle_destroy(struct devheap *dh, struct phandle *h, struct arena *acct);

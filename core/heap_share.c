@@ -7,7 +7,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "heap_hold.h"
 #include "heap_internal.h"
 #include "heap_keep.h"
 #include "heap_reads.h"
@@ -96,11 +95,6 @@ vmm_status share_mark(struct devheap *dh, struct alloc *r, vmm_error *err)
 			return vmm_fail(err, VMM_E_INVALID, 0, "0x%llx has no physical memory",
 					(unsigned long long)va);
 		if (!h->shared) {
-			/* Exported and mapped elsewhere: the heap needs its reference. */
-			vmm_status st = hold_again(dh, h, err);
-
-			if (st)
-				return st;
 			if (!add_shared(dh, h))
 				return vmm_fail(err, VMM_E_HOST_OOM, 0,
 						"no host memory to record a shared handle");

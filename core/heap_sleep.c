@@ -10,7 +10,6 @@
 
 #include "heap_backups.h"
 #include "heap_coalesce.h"
-#include "heap_hold.h"
 #include "heap_keep.h"
 #include "heap_tail.h"
 #include "heap_wake.h"
@@ -56,17 +55,9 @@ static vmm_status plan_sleep(struct devheap *dh, const struct filter *f, struct 
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for the sleep plan");
 	}
 	for (struct phandle *h = dh->handles; h; h = h->next) {
-		vmm_status st;
-
 		/* Shared handles stay: another process maps them (heap_share.h). */
 		if (!arena_sleeps(h->arena, f) || !h->va || h->asleep || stays(h, f))
 			continue;
-		/* A failed sleep maps what it unmapped back: the heap needs its reference. Nothing
-		 * is touched yet when this fails. */
-		if ((st = hold_again(dh, h, err))) {
-			plan_free(p);
-			return st;
-		}
 		/* One a group sleep releases: a kept descriptor would hold its memory. */
 		if (h->shared)
 			keep_close(dh->core, keep_detach_range(dh, h->va, h->size));

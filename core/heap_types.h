@@ -107,9 +107,6 @@ struct phandle {
 	 * program retained (its handle value names this physical memory). */
 	bool release_ok;
 	bool retained;
-	/* The heap released its reference while the handle was mapped (heap_hold.h): the mapping
-	 * holds the memory, which goes back to the driver at the unmap. */
-	bool mapping_holds;
 	struct phandle *prev, *next;
 };
 

@@ -62,10 +62,6 @@ static const struct setting settings[] = {
 	  "1: a freed handle of 64 MiB that an allocation cuts into 2 MiB pieces is made again "
 	  "on the program's thread only where the allocation lies; a thread of the shim makes the "
 	  "free rest while the program goes on; 0: all of it on the program's thread" },
-	{ "VMMSHIM_RELEASE_ON_MAP", SET_BOOL, AT(core.release_on_map), "0",
-	  "1: the shim lets go of its handle to each 2 MiB piece of memory once the piece is "
-	  "mapped (the mapping keeps the memory), so that a large allocation gathering free "
-	  "pieces gives each back with one driver call instead of two; 0: two calls then" },
 	{ "VMMSHIM_GIVE_BACK_LATE", SET_BOOL, AT(core.give_back_late), "0",
 	  "1: a large allocation that must wait for a device synchronization gives the free "
 	  "2 MiB pieces it is made from back to the driver only after it; 0: before it, while "

@@ -124,11 +124,6 @@ struct vmm_backend {
 				vmm_error *err);
 	vmm_status (*copy_d2d_async)(vmm_backend *be, vmm_devptr dst, vmm_devptr src, size_t n,
 				     vmm_stream stream, vmm_error *err);
-
-	/* Optional (NULL where a backend lacks it): a new reference to the handle mapped at va
-	 * (cuMemRetainAllocationHandle), which a release must pair. Lets the heap release its own
-	 * reference once a handle is mapped, the mapping then holding the memory (heap_hold.h). */
-	vmm_status (*retain_at)(vmm_backend *be, vmm_devptr va, vmm_phys *handle, vmm_error *err);
 };
 
 /* Open the CUDA backend over the real libcuda.so.1 (dlopen, cuInit). VMM_E_UNSUPPORTED when no

@@ -56,7 +56,6 @@ struct cuda_api {
 	DRV(cuMemImportFromShareableHandle);
 	DRV(cuMemGetAllocationPropertiesFromHandle);
 	DRV(cuMemcpyDtoDAsync_v2);
-	DRV(cuMemRetainAllocationHandle); /* optional: heap_hold.h */
 };
 #undef DRV
 
@@ -396,24 +395,6 @@ static vmm_status cu_release(vmm_backend *be, vmm_phys handle, vmm_error *err)
 		ctx_leave(ci, &s);
 	}
 	return rc == CUDA_SUCCESS ? VMM_OK : drv_fail(ci, err, rc, "cuMemRelease");
-}
-
-static vmm_status cu_retain_at(vmm_backend *be, vmm_devptr va, vmm_phys *handle, vmm_error *err)
-{
-	struct cuda_impl *ci = impl_of(be);
-	CUmemGenericAllocationHandle h = 0;
-	struct ctx_scope s;
-	CUresult rc = ci->api.cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)va);
-
-	/* As cu_release: a context only when the driver asks for one. */
-	if (rc == CUDA_ERROR_INVALID_CONTEXT && !ctx_enter_any(ci, 0, &s, err)) {
-		rc = ci->api.cuMemRetainAllocationHandle(&h, (void *)(uintptr_t)va);
-		ctx_leave(ci, &s);
-	}
-	if (rc != CUDA_SUCCESS)
-		return drv_fail(ci, err, rc, "cuMemRetainAllocationHandle");
-	*handle = (vmm_phys)h;
-	return VMM_OK;
 }
 
 static vmm_status cu_map(vmm_backend *be, vmm_devptr va, size_t size, vmm_phys handle,
@@ -886,7 +867,7 @@ static const struct vmm_driver_sym cuda_syms[] = {
 	SYM(cuStreamSynchronize, 1), SYM(cuMemcpyDtoHAsync_v2, 1), SYM(cuMemcpyHtoDAsync_v2, 1),
 	SYM(cuStreamGetCtx, 1), SYM(cuMemExportToShareableHandle, 1),
 	SYM(cuMemImportFromShareableHandle, 1), SYM(cuMemGetAllocationPropertiesFromHandle, 1),
-	SYM(cuMemcpyDtoDAsync_v2, 1), SYM(cuMemRetainAllocationHandle, 1),
+	SYM(cuMemcpyDtoDAsync_v2, 1),
 };
 #undef SYM
 
@@ -954,8 +935,6 @@ vmm_status vmm_backend_cuda_open(vmm_backend **out, vmm_error *err)
 	be->export_fd = cu_export_fd;
 	be->import_fd = cu_import_fd;
 	be->copy_d2d_async = cu_copy_d2d_async;
-	if (ci->api.cuMemRetainAllocationHandle)
-		be->retain_at = cu_retain_at;
 	*out = be;
 	return VMM_OK;
 fail:

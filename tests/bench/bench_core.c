@@ -200,8 +200,6 @@ static bool aligned_cuts;
 static bool give_back_late;
 /* --refill-ahead: VMMSHIM_REFILL_AHEAD=1. */
 static bool refill_ahead;
-/* --release-on-map: VMMSHIM_RELEASE_ON_MAP=1. */
-static bool release_on_map;
 /* --realtime GAP_US: driver calls take their modelled time, GAP_US of host time between the
  * replay's requests (0: off). */
 static size_t realtime_gap_us;
@@ -232,7 +230,6 @@ static vmm_core *open_core(vmm_backend *be)
 		cfg.uncut_scan = (int)uncut_scan;
 	cfg.give_back_late = give_back_late;
 	cfg.refill_ahead = refill_ahead;
-	cfg.release_on_map = release_on_map;
 	if (vmm_core_create(be, &cfg, &core, &err)) {
 		fprintf(stderr, "bench_core: %s\n", err.msg);
 		exit(1);
@@ -741,8 +738,7 @@ int main(int argc, char **argv)
 		bool *flag = !strcmp(argv[i], "--one-stream") ? &one_stream :
 			     !strcmp(argv[i], "--aligned-cuts") ? &aligned_cuts :
 			     !strcmp(argv[i], "--give-back-late") ? &give_back_late :
-			     !strcmp(argv[i], "--refill-ahead") ? &refill_ahead :
-			     !strcmp(argv[i], "--release-on-map") ? &release_on_map : NULL;
+			     !strcmp(argv[i], "--refill-ahead") ? &refill_ahead : NULL;
 
 		if (flag) {
 			*flag = true;

@@ -185,14 +185,6 @@ uint64_t t_dev_peak(void)
 	return peak;
 }
 
-uint64_t t_dev_live(void)
-{
-	size_t live = 0, peak = 0;
-
-	((void (*)(size_t *, size_t *))simdev_fn("simdev_memory_bytes"))(&live, &peak);
-	return live;
-}
-
 uint64_t t_dev_total(struct tctx *t, int dev)
 {
 	size_t f = 0, tot = 0;

@@ -45,8 +45,6 @@ size_t t_handles_over(vmm_devptr p, size_t size);
  * at any instant, inside calls too, since t_dev_peak_reset (which the test needs first). */
 void t_dev_peak_reset(void);
 uint64_t t_dev_peak(void);
-/* simdev's count of the process's physical device memory now (after t_close too). */
-uint64_t t_dev_live(void);
 
 /* Run scenario() in a child process (simdev reads its environment once per process): env holds
  * "NAME=value" settings for it (NULL-ended, or NULL; SIMDEV_FAIL is unset unless given) and
