@@ -78,7 +78,7 @@ int main(void)
 	gran = probe_device_memory(dev, &prop, &rw);
 	CK(cuMemAddressReserve(&va, N * gran, 0, 0, 0));
 	CK(cuMemAddressReserve(&other, N * gran, 0, 0, 0));
-	printf("pieces %d of %zu MiB; free %zu MiB before\n", N, gran / MIB, free_mib());
+	printf("pieces %d of %zu MiB; free %zu MiB before\n", N, (size_t)(gran / MIB), free_mib());
 
 	for (int round = 0; round < 3; round++) {
 		size_t before, mapped, after;
