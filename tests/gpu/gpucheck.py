@@ -500,13 +500,16 @@ class Matrix:
     def timeout(self, want):
         return max(5.0, min(want * self.a.timeout_scale, self.left() - 5))
 
-    def starved(self, name, need=30):
-        """True (and the row recorded as not run) when the budget has less than need seconds
-        left: a row started then would run under a 5 s timeout and fail for want of time."""
-        if self.left() >= need:
+    def wanted_in_time(self, name, need=30):
+        """The row is selected and the budget has need seconds left for it; one without them
+        is recorded as not run (started, it would get the 5 s floor of a timeout and fail for
+        want of time, not for the shim)."""
+        if not self.want(name):
             return False
+        if self.left() >= need:
+            return True
         self.add(name, False, "not run: out of time")
-        return True
+        return False
 
     def add(self, name, ok, reason, native="", shim="", share=""):
         self.rows.append(dict(row=name, ok=ok, reason=reason, native=native, shim=shim,
@@ -734,9 +737,7 @@ class Matrix:
         """A program that runs under the shim only (it sleeps and wakes itself through the
         in-process API): passes when it exits 0 having printed the line done; passed says
         what that showed."""
-        if not self.want(name):
-            return
-        if self.starved(name):
+        if not self.wanted_in_time(name):
             return
         if not self.shim_ok:
             self.add(name, False, "libvmmshim.so was not built")
@@ -1034,9 +1035,7 @@ class Matrix:
         """The driver's answers that simdev's cross-process sharing copies (export/import,
         retain, an open descriptor keeping memory, legacy IPC): natively only, no shim."""
         name = "simdev sharing facts (driver)"
-        if not self.want(name):
-            return
-        if self.starved(name):
+        if not self.wanted_in_time(name):
             return
         p = Proc(name, [f"{self.a.bin}/share_facts"], self.env(False), self.log,
                  self.timeout(60))
@@ -1058,9 +1057,7 @@ class Matrix:
         after the other."""
         each, beside = h200_share(40), h200_share(70)
         name = f"GPU sharing: 2 PyTorch x {each} GiB beside {beside} GiB (VMMSHIM_SHARE=1)"
-        if not self.want(name):
-            return
-        if self.starved(name):
+        if not self.wanted_in_time(name):
             return
         if not self.shim_ok:
             self.add(name, False, "libvmmshim.so was not built")
@@ -1132,9 +1129,7 @@ class Matrix:
 
     def sleep_train_row(self, label, extra):
         name = f"sleep/wake PyTorch train ({label})"
-        if not self.want(name):
-            return
-        if self.starved(name):
+        if not self.wanted_in_time(name):
             return
         if not (self.shim_ok and self.ctl_ok):
             self.add(name, False, "libvmmshim.so or vmmctl was not built")
@@ -1210,9 +1205,7 @@ class Matrix:
 
     def sleep_kernels_row(self):
         name = "kernels launched while asleep"
-        if not self.want(name):
-            return
-        if self.starved(name):
+        if not self.wanted_in_time(name):
             return
         if not (self.shim_ok and self.ctl_ok):
             self.add(name, False, "libvmmshim.so or vmmctl was not built")
@@ -1241,9 +1234,7 @@ class Matrix:
         lines; under the shim every CHECK (own pool per region, pause releases and keeps or
         drops as asked, memory outside regions usable, weights identical after resume)."""
         name = "Python facade: torch_memory_saver-style example"
-        if not self.want(name):
-            return
-        if self.starved(name):
+        if not self.wanted_in_time(name):
             return
         if not self.shim_ok:
             self.add(name, False, "libvmmshim.so was not built")
@@ -1315,9 +1306,7 @@ class Matrix:
         used memory drops by at least 90% of what both have asleep), and after `vmmctl wake` the
         child, through its re-imported mapping, and the parent see the same sums as before."""
         name = "torch IPC tensors released by a group sleep, re-shared at wake"
-        if not self.want(name):
-            return
-        if self.starved(name):
+        if not self.wanted_in_time(name):
             return
         if not self.shim_ok or not self.ctl_ok:
             self.add(name, False, "libvmmshim.so or vmmctl was not built")
@@ -1502,9 +1491,7 @@ class Matrix:
         itself, sleeps and wakes the training at random moments; the losses must equal a plain
         native run's, with at least 2 cycles done."""
         name = "vmmctl run --cycle 2: PyTorch train"
-        if not self.want(name):
-            return
-        if self.starved(name):
+        if not self.wanted_in_time(name):
             return
         if not (self.shim_ok and self.ctl_ok):
             self.add(name, False, "libvmmshim.so or vmmctl was not built")
@@ -1556,9 +1543,7 @@ class Matrix:
         woken: the sleep must wait for the kernel (the backend drains every context, not only the
         primary one) and the buffer must be intact, as in the native run (the anchor)."""
         name = f"kernel on a {'cuCtxCreate' if mode == 'created' else 'green'} context across sleep"
-        if not self.want(name):
-            return
-        if self.starved(name):
+        if not self.wanted_in_time(name):
             return
         if not (self.shim_ok and self.ctl_ok):
             self.add(name, False, "libvmmshim.so or vmmctl was not built")
@@ -1606,9 +1591,7 @@ class Matrix:
         give up within VMMSHIM_SLEEP_TIMEOUT, roll back, let the copy through, and the program
         finish exactly as natively (the anchor)."""
         name = "sleep gives up on a kernel waiting for a held copy"
-        if not self.want(name):
-            return
-        if self.starved(name):
+        if not self.wanted_in_time(name):
             return
         if not (self.shim_ok and self.ctl_ok):
             self.add(name, False, "libvmmshim.so or vmmctl was not built")
