@@ -1270,7 +1270,7 @@ class Matrix:
         """torch.multiprocessing CUDA-tensor sharing parent->child->parent (legacy CUDA IPC):
         natively and under the shim (both processes preloaded), the same RESULT lines, rc 0.
         With args ["--x2"] across two GPUs (ipc_torch.py --x2)."""
-        if not self.want(name):
+        if not self.wanted_in_time(name):
             return
         if not self.shim_ok:
             self.add(name, False, "libvmmshim.so was not built")
