@@ -59,6 +59,15 @@ static void fill(CUdeviceptr va)
 	CK(cuCtxSynchronize());
 }
 
+/* Unmap every piece: the first half was moved to other, the rest is still at va. */
+static void unmap_all(CUdeviceptr va, CUdeviceptr other)
+{
+	for (int i = 0; i < N / 2; i++)
+		CK(cuMemUnmap(other + i * gran, gran));
+	for (int i = N / 2; i < N; i++)
+		CK(cuMemUnmap(va + i * gran, gran));
+}
+
 static double per_piece_us(double ms)
 {
 	return ms * 1e3 / N;
@@ -97,10 +106,7 @@ int main(void)
 		CK(cuMemSetAccess(other, (N / 2) * gran, &rw, 1));
 		t_c = now_ms() - t0;
 		t0 = now_ms();
-		for (int i = 0; i < N / 2; i++)
-			CK(cuMemUnmap(other + i * gran, gran));
-		for (int i = N / 2; i < N; i++)
-			CK(cuMemUnmap(va + i * gran, gran));
+		unmap_all(va, other);
 		t_a = now_ms() - t0;
 		t0 = now_ms();
 		for (int i = 0; i < N; i++)
@@ -139,10 +145,7 @@ int main(void)
 		CK(cuMemcpyDtoH(&b, other + 5 * gran, 1));
 		int moved_held = b == 5;
 		t0 = now_ms();
-		for (int i = 0; i < N / 2; i++)
-			CK(cuMemUnmap(other + i * gran, gran));
-		for (int i = N / 2; i < N; i++)
-			CK(cuMemUnmap(va + i * gran, gran));
+		unmap_all(va, other);
 		t_d = now_ms() - t0;
 		after = free_mib();
 		printf("RESULT round %d release-then-unmap: make %.1f us, release while mapped %.1f "
