@@ -544,10 +544,7 @@ class Matrix:
 
     def compare_row(self, name, argv, extra=None, timeout=90, need_managed=True,
                     recheck_native=False, min_share=0.9, note=None):
-        if not self.want(name):
-            return None
-        if self.left() < 30:
-            self.add(name, False, "not run: out of time")
+        if not self.wanted_in_time(name):
             return None
         nat = self.run_measured(name + ".native", argv, False, extra, timeout)
         if not self.shim_ok:
@@ -1689,20 +1686,20 @@ class Matrix:
         per-piece calls, which the heap's share of the train rows moves with."""
         if not self.want("bench overlap"):
             return
+        metric = f"heap calls on a second thread{when}"
         if self.left() < 30:
-            self.badd(f"heap calls on a second thread{when}", "not run", "", "", "",
-                      "out of time")
+            self.badd(metric, "not run", "", "", "", "out of time")
             return
         p = Proc("probe_overlap", [f"{self.a.bin}/probe_overlap"], self.env(False), self.log,
                  self.timeout(60))
         rc = p.finish()
         v = {k: float(x) for k, x in p.values("BENCH").items()}
         if rc != 0 or not v.get("heap_ms") or "program_both_ms" not in v:
-            self.badd(f"heap calls on a second thread{when}", "failed", "", "", "-",
+            self.badd(metric, "failed", "", "", "-",
                       f"rc {rc} {p.stderr_tail()}")
             return
         added = v["program_both_ms"] - v["program_ms"]
-        self.badd(f"heap calls on a second thread{when}: time the program lost (ms)", fmt(added),
+        self.badd(f"{metric}: time the program lost (ms)", fmt(added),
                   f"heap calls {fmt(v['heap_ms'])}", f"{added / v['heap_ms']:.2f}x", "-",
                   f"program alone {fmt(v['program_ms'])} ms; heap calls beside it "
                   f"{fmt(v['heap_both_ms'])} ms; slowest launch beside them "
