@@ -42,8 +42,9 @@ configure build -Dtests=enabled
 ninja -C build -j "$jobs"
 # The failure paths (multi-process, the slowest integration tests: a third of this pass) run
 # once, in the sanitize pass: the same assertions, with ASan and UBSan watching the shim and the
-# program. `meson test -C build` still runs them here for whoever wants them unsanitized.
-run_suites build plain simdev unit integration install python -failure-paths
+# program. The heap's fault sweeps (suite 'fault-sweeps') likewise. `meson test -C build` still
+# runs both here for whoever wants them unsanitized.
+run_suites build plain simdev unit integration install python -failure-paths -fault-sweeps
 
 phase "build with ASan+UBSan into build-sanitize/"
 configure build-sanitize -Dtests=enabled -Db_sanitize=address,undefined -Db_lundef=false
