@@ -35,6 +35,7 @@ void vmm_config_defaults(vmm_config *cfg)
 	cfg->granule_start_min = SIZE_MAX;
 	cfg->edge_cut_min = SIZE_MAX;  /* never: see heap_grow.c, handle_shatter */
 	cfg->aligned_cuts = false;     /* 2 MiB pieces: see heap_grow.c, handle_shatter */
+	cfg->aligned_cut_max = (size_t)64 << 20; /* as large as a shared handle gets */
 	cfg->give_back_late = false;   /* before the sync: see heap_grow.h, arena_give_back_early */
 	cfg->uncut_scan = DEFAULT_UNCUT_SCAN; /* see heap_fit.c, uncut_block */
 	cfg->refill_ahead = false;     /* a cut makes all its pieces itself (the shim sets it) */
@@ -65,6 +66,8 @@ static void config_take(vmm_config *out, const vmm_config *cfg)
 		out->granule_start_min = def.granule_start_min;
 	if (!cfg->edge_cut_min)
 		out->edge_cut_min = def.edge_cut_min;
+	if (!cfg->aligned_cut_max)
+		out->aligned_cut_max = def.aligned_cut_max;
 }
 
 vmm_status vmm_core_create(vmm_backend *be, const vmm_config *cfg, vmm_core **out, vmm_error *err)

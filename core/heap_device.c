@@ -70,6 +70,8 @@ static void settle_config(struct vmm_core *core, struct devheap *dh)
 	if (core->cfg.max_handle_bytes < SIZE_MAX - dh->gran &&
 	    core->cfg.max_handle_bytes != align_up(core->cfg.max_handle_bytes, dh->gran))
 		core->cfg.max_handle_bytes = align_up(core->cfg.max_handle_bytes, dh->gran);
+	if (core->cfg.aligned_cut_max < SIZE_MAX - dh->gran)
+		core->cfg.aligned_cut_max = align_up(core->cfg.aligned_cut_max, dh->gran);
 }
 
 static struct devheap *devheap_new(struct vmm_core *core, int dev, vmm_error *err)

@@ -65,7 +65,10 @@
  * the host is the bottleneck, each request cutting the rest the last cut left. Aligned cuts
  * (aligned_parts, VMMSHIM_ALIGNED_CUTS: ~6 handles a cut, 965 against 1580 ms of driver time on
  * the large-model replay) lost the same way: mean step 147 against 134 ms in 5 pairs (3 Dec
- * evening), small steps up to twice as long. Re-creating the shared handle as 8 MiB handles,
+ * evening), small steps up to twice as long; capped at 4 MiB (VMMSHIM_ALIGNED_CUT_MAX, whose
+ * free handles a large request then gives back like pieces) it made the largest steps 5-18%
+ * faster and most others 10-33% slower, the mean unchanged (H100, 6 Dec night, 5 pairs).
+ * Re-creating the shared handle as 8 MiB handles,
  * of which only the shared one is cut into pieces, lost too (4 Dec evening, 5 pairs, not kept):
  * mean step 146 against 137 ms, although the replay put its driver time 15% lower. One handle
  * for the allocation's part with pieces for the free rest ("inner cuts", 4 Dec night, 5 pairs,
@@ -281,9 +284,20 @@ static vmm_status plan_create(struct arena *a, struct grow_plan *p, struct large
 	return VMM_OK;
 }
 
+/* The largest free handle a large request gives back rather than moves: a 2 MiB piece, or what
+ * an aligned cut makes at most when VMMSHIM_ALIGNED_CUT_MAX holds that below 64 MiB (a move
+ * costs per handle what a give-back does, and the request is then one handle). */
+static size_t give_back_max(const struct devheap *dh)
+{
+	const vmm_config *cfg = &dh->core->cfg;
+
+	return cfg->aligned_cuts && cfg->aligned_cut_max < SHATTER_STEP ? cfg->aligned_cut_max :
+									     dh->gran;
+}
+
 static bool moved_piece(const struct devheap *dh, const struct grow_plan *p, size_t i)
 {
-	return !p->fresh[i] && p->hs[i] != p->tail && p->hs[i]->size == dh->gran;
+	return !p->fresh[i] && p->hs[i] != p->tail && p->hs[i]->size <= give_back_max(dh);
 }
 
 /* A large request's plan holds GIVE_BACK_MIN or more free 2 MiB pieces to be moved: they go back
@@ -680,6 +694,7 @@ static size_t aligned_parts(const struct devheap *dh, const struct phandle *h, v
 			    vmm_devptr hi, size_t parts[ALIGNED_PARTS_MAX])
 {
 	size_t edges[5], nedges, n = 0, at = 0, total = h->size / dh->gran;
+	size_t most = dh->core->cfg.aligned_cut_max / dh->gran; /* granules, VMMSHIM_ALIGNED_CUT_MAX */
 
 	if (total > ALIGNED_PARTS_MAX)
 		return 0;
@@ -692,7 +707,7 @@ static size_t aligned_parts(const struct devheap *dh, const struct phandle *h, v
 			size_t blk = 1;
 
 			/* The largest power of two that at is a multiple of and that fits. */
-			while (at % (blk * 2) == 0 && at + blk * 2 <= end)
+			while (at % (blk * 2) == 0 && at + blk * 2 <= end && blk * 2 <= most)
 				blk *= 2;
 			parts[n++] = blk * dh->gran;
 			at += blk;

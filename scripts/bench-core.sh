@@ -9,7 +9,8 @@
 # Usage: scripts/bench-core.sh [--quick] | --train [STEPS] [--varlen] [--seed N]
 #        | --sleep GIB [--pieces | --small] | --replay TRACE | --demo
 #        (--train and --replay take the core's options last: --sync-ahead MIB, --max-handle MIB,
-#        --edge-cut-min MIB|unlimited, --aligned-cuts, --give-back-late, --refill-ahead;
+#        --edge-cut-min MIB|unlimited, --aligned-cuts, --aligned-cut-max MIB, --give-back-late,
+#        --refill-ahead;
 #        --replay also --one-stream: plain calls ordered on one stream, as lone-stream ordering,
 #        and --realtime GAP_US: each driver call also takes its modelled H200 time, one at a
 #        time across threads, with GAP_US of host time before each request, and the time

@@ -15,8 +15,8 @@
  * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N] [CORE OPTIONS]
  *        | --sleep GIB [--pieces | --small] | --replay FILE [CORE OPTIONS] | --demo
  * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB,
- * --edge-cut-min MIB|unlimited, --uncut-scan N, --aligned-cuts, --give-back-late, --one-stream
- * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
+ * --edge-cut-min MIB|unlimited, --uncut-scan N, --aligned-cuts, --aligned-cut-max MIB,
+ * --give-back-late, --one-stream (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
  * --seed: other shapes, for figures over several draws; --sync-ahead: the core's thread syncs
  * ahead at MIB of quarantine, as under the shim (VMMSHIM_SYNC_AHEAD), with device work counted
  * between every two calls; simdev's syncs end at once, so this is syncing ahead with no GPU lag,
@@ -26,7 +26,8 @@
  * --uncut-scan: the fitting blocks a request that would cut looks at for one it cuts nothing in,
  * as VMMSHIM_UNCUT_SCAN (0: none);
  * --aligned-cuts: a shared handle is cut into aligned power-of-two handles, as
- * VMMSHIM_ALIGNED_CUTS=1; --give-back-late: a large request gives free pieces back only after
+ * VMMSHIM_ALIGNED_CUTS=1; --aligned-cut-max: the largest handle such a cut makes, as
+ * VMMSHIM_ALIGNED_CUT_MAX; --give-back-late: a large request gives free pieces back only after
  * its sync, as VMMSHIM_GIVE_BACK_LATE=1; --one-stream, for --replay: every plain malloc and free ordered on one stream, as the shim
  * orders them while all of a program's work goes to one stream) */
 #include <cuda.h>
@@ -196,6 +197,8 @@ static bool one_stream;
 static long uncut_scan = -1;
 /* --aligned-cuts: VMMSHIM_ALIGNED_CUTS=1. */
 static bool aligned_cuts;
+/* --aligned-cut-max MIB: VMMSHIM_ALIGNED_CUT_MAX (0: the core's default, 64 MiB). */
+static size_t aligned_cut_max_mib;
 /* --give-back-late: VMMSHIM_GIVE_BACK_LATE=1. */
 static bool give_back_late;
 /* --refill-ahead: VMMSHIM_REFILL_AHEAD=1. */
@@ -226,6 +229,7 @@ static vmm_core *open_core(vmm_backend *be)
 	cfg.max_handle_bytes = max_handle_mib * MiB;
 	cfg.edge_cut_min = edge_cut_min;
 	cfg.aligned_cuts = aligned_cuts;
+	cfg.aligned_cut_max = aligned_cut_max_mib * MiB;
 	if (uncut_scan >= 0)
 		cfg.uncut_scan = (int)uncut_scan;
 	cfg.give_back_late = give_back_late;
@@ -750,6 +754,7 @@ int main(int argc, char **argv)
 	for (int i = 2, end = argc; i + 1 < end; i++) {
 		size_t *opt = !strcmp(argv[i], "--sync-ahead") ? &sync_ahead_mib :
 			      !strcmp(argv[i], "--max-handle") ? &max_handle_mib :
+			      !strcmp(argv[i], "--aligned-cut-max") ? &aligned_cut_max_mib :
 			      !strcmp(argv[i], "--realtime") ? &realtime_gap_us : NULL;
 
 		realtime_on |= !strcmp(argv[i], "--realtime");

@@ -223,6 +223,44 @@ Test(heap_layout, aligned_cuts_make_few_handles_and_recut_only_the_one_shared)
 	t_close(&t);
 }
 
+/* VMMSHIM_ALIGNED_CUT_MAX=4M: an aligned cut makes handles of at most 4 MiB, and a large request
+ * gives such free handles back to the driver, as it does 2 MiB pieces, rather than move each. */
+Test(heap_layout, capped_aligned_cuts_make_small_handles_a_large_request_gives_back)
+{
+	vmm_config cfg = { .aligned_cuts = true, .aligned_cut_max = 4 * MiB };
+	struct tctx t;
+	vmm_devptr big, wall, a, large;
+	vmm_stats before;
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, &cfg);
+	cr_assert_eq(vmm_malloc(t.core, 0, 64 * MiB, 0, NULL, &big, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &wall, NULL), VMM_OK);
+	cr_assert_eq(wall, big + 64 * MiB, "nothing can grow the freed range in place");
+	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t.core, 0, 40 * MiB + 4096, 0, NULL, &a, NULL), VMM_OK);
+	cr_assert_eq(a, big, "the freed range is reused");
+	/* In granules: ten handles of 2 for the allocation, its last granule a piece, then 1 and
+	 * five of 2. */
+	cr_assert_eq(t_handles_over(a, 40 * MiB), 10);
+	cr_assert_eq(t_handles_over(a, 40 * MiB + 4096), 11);
+	cr_assert_eq(t_handles_over(a, 64 * MiB), 17, "17 handles, not 32 pieces");
+	t_fill(a, 40 * MiB + 4096, 5);
+	cr_assert(t_check(a, 40 * MiB + 4096, 5));
+	cr_assert_eq(vmm_free(t.core, a, NULL), VMM_OK);
+	/* 96 MiB fits nowhere: the 17 free handles go back and it is made as one handle. */
+	before = t_stats(&t, 0, NULL);
+	cr_assert_eq(vmm_malloc(t.core, 0, 96 * MiB, 0, NULL, &large, NULL), VMM_OK);
+	cr_assert_eq(t_handles_over(large, 96 * MiB), 1);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_moved, before.handles_moved, "none moved");
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_released - before.handles_released, 17);
+	cr_assert_eq(t_dev_used(&t, 0), 98 * MiB, "%llu MiB held: the 64 MiB went back first",
+		     (unsigned long long)(t_dev_used(&t, 0) / MiB));
+	t_fill(large, 96 * MiB, 6);
+	cr_assert(t_check(large, 96 * MiB, 6));
+	t_close(&t);
+}
+
 /* Below VMMSHIM_EDGE_CUT_MIN (edge_cut_min) an allocation that would share a freed handle gets
  * it as 2 MiB pieces, as the heap did before it cut at edges. */
 Test(heap_layout, below_edge_cut_min_a_shared_handle_becomes_pieces)
