@@ -53,9 +53,10 @@ typedef struct vmm_config {
 	                            * within it, with a 2 MiB piece where an allocation's edge falls
 	                            * inside a granule (at most ~10 handles, not 32 pieces); below
 	                            * edge_cut_min only; false = 2 MiB pieces */
-	size_t aligned_cut_max;    /* with aligned_cuts, the largest handle a cut makes, in whole
-	                            * granules; a large request gives such handles back as it does
-	                            * 2 MiB pieces (heap_grow.c); 0 = default (64 MiB) */
+	size_t aligned_cut_max;    /* with aligned_cuts, the largest handle a cut makes (bytes,
+	                            * rounded up to whole granules); below 64 MiB a large request
+	                            * gives such handles back as it does 2 MiB pieces (heap_grow.c);
+	                            * 0 = default (64 MiB) */
 	int uncut_scan;            /* a request that would cut a free large handle looks at up to
 	                            * this many other fitting blocks for one it cuts nothing in
 	                            * (heap_fit.c, uncut_block); 0 = never: it cuts (default 16) */

@@ -16,7 +16,8 @@
  *        | --sleep GIB [--pieces | --small] | --replay FILE [CORE OPTIONS] | --demo
  * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB,
  * --edge-cut-min MIB|unlimited, --uncut-scan N, --aligned-cuts, --aligned-cut-max MIB,
- * --give-back-late, --one-stream (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
+ * --give-back-late, --one-stream
+ * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
  * --seed: other shapes, for figures over several draws; --sync-ahead: the core's thread syncs
  * ahead at MIB of quarantine, as under the shim (VMMSHIM_SYNC_AHEAD), with device work counted
  * between every two calls; simdev's syncs end at once, so this is syncing ahead with no GPU lag,
