@@ -39,6 +39,13 @@ bool heap_wants_whole(const struct devheap *dh, size_t size);
  * at least edge_cut_min, cut at the edges of [lo, hi), with a granule of its own where an edge
  * falls inside one. On failure the range may be left partly mapped (as free memory) and partly
  * unclaimed. */
+/* true: a free handle h that [lo, hi) would share is better left uncut. Only with aligned cuts
+ * capped below 64 MiB (VMMSHIM_ALIGNED_CUT_MAX), for a handle of at most the cap in which the
+ * allocation leaves less than a granule free: that free part strands no more memory than the
+ * 2 MiB piece a cut would make there. */
+bool handle_cut_needless(const struct devheap *dh, const struct phandle *h, vmm_devptr lo,
+			 vmm_devptr hi);
+
 vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_devptr lo, vmm_devptr hi,
 			  vmm_error *err);
 

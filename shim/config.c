@@ -57,8 +57,9 @@ static const struct setting settings[] = {
 	{ "VMMSHIM_ALIGNED_CUT_MAX", SET_SIZE, AT(core.aligned_cut_max), "64M",
 	  "with VMMSHIM_ALIGNED_CUTS=1, the largest handle an aligned cut makes (whole 2 MiB "
 	  "granules); below 64M a large allocation gives such free handles back to the driver, as "
-	  "it does 2 MiB pieces, instead of moving them (4M, on an H100: the three largest PyTorch "
-	  "steps 5-18% faster, most others 10-33% slower, the mean step unchanged)" },
+	  "it does 2 MiB pieces, instead of moving them, and an allocation that would leave less "
+	  "than 2 MiB free in one does not cut it (4M, on an H100 before that last rule: the three "
+	  "largest PyTorch steps 5-18% faster, most others 10-33% slower, the mean step unchanged)" },
 	{ "VMMSHIM_UNCUT_SCAN", SET_COUNT, AT(core.uncut_scan), "16",
 	  "a request that would cut a freed handle into 2 MiB pieces takes instead the first of up "
 	  "to this many other fitting free blocks where it cuts nothing (0..1000; 0: it cuts at "

@@ -223,28 +223,37 @@ Test(heap_layout, aligned_cuts_make_few_handles_and_recut_only_the_one_shared)
 	t_close(&t);
 }
 
-/* VMMSHIM_ALIGNED_CUT_MAX=4M: an aligned cut makes handles of at most 4 MiB, and a large request
- * gives such free handles back to the driver, as it does 2 MiB pieces, rather than move each. */
-Test(heap_layout, capped_aligned_cuts_make_small_handles_a_large_request_gives_back)
+/* VMMSHIM_ALIGNED_CUT_MAX=4M: a freed 64 MiB handle (*big, a live 2 MiB *wall right after it)
+ * that an allocation *a of 40 MiB + 4 KiB shares is cut into handles of at most 4 MiB. */
+static void capped_cut(struct tctx *t, vmm_devptr *big, vmm_devptr *wall, vmm_devptr *a)
 {
 	vmm_config cfg = { .aligned_cuts = true, .aligned_cut_max = 4 * MiB };
+
+	t_simdev_env("1G", NULL, NULL);
+	t_open(t, &cfg);
+	cr_assert_eq(vmm_malloc(t->core, 0, 64 * MiB, 0, NULL, big, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t->core, 0, 2 * MiB, 0, NULL, wall, NULL), VMM_OK);
+	cr_assert_eq(*wall, *big + 64 * MiB, "nothing can grow the freed range in place");
+	cr_assert_eq(vmm_free(t->core, *big, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t->core, 0, 40 * MiB + 4096, 0, NULL, a, NULL), VMM_OK);
+	cr_assert_eq(*a, *big, "the freed range is reused");
+	/* In granules: ten handles of 2 for the allocation, its last granule a piece, then 1 and
+	 * five of 2. */
+	cr_assert_eq(t_handles_over(*a, 40 * MiB), 10);
+	cr_assert_eq(t_handles_over(*a, 40 * MiB + 4096), 11);
+	cr_assert_eq(t_handles_over(*a, 64 * MiB), 17, "17 handles, not 32 pieces");
+	cr_assert_eq(t_stats(t, 0, NULL).handles_cut, 1);
+}
+
+/* A large request gives the capped cut's free handles back to the driver, as it does 2 MiB
+ * pieces, rather than move each. */
+Test(heap_layout, capped_aligned_cuts_make_small_handles_a_large_request_gives_back)
+{
 	struct tctx t;
 	vmm_devptr big, wall, a, large;
 	vmm_stats before;
 
-	t_simdev_env("1G", NULL, NULL);
-	t_open(&t, &cfg);
-	cr_assert_eq(vmm_malloc(t.core, 0, 64 * MiB, 0, NULL, &big, NULL), VMM_OK);
-	cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB, 0, NULL, &wall, NULL), VMM_OK);
-	cr_assert_eq(wall, big + 64 * MiB, "nothing can grow the freed range in place");
-	cr_assert_eq(vmm_free(t.core, big, NULL), VMM_OK);
-	cr_assert_eq(vmm_malloc(t.core, 0, 40 * MiB + 4096, 0, NULL, &a, NULL), VMM_OK);
-	cr_assert_eq(a, big, "the freed range is reused");
-	/* In granules: ten handles of 2 for the allocation, its last granule a piece, then 1 and
-	 * five of 2. */
-	cr_assert_eq(t_handles_over(a, 40 * MiB), 10);
-	cr_assert_eq(t_handles_over(a, 40 * MiB + 4096), 11);
-	cr_assert_eq(t_handles_over(a, 64 * MiB), 17, "17 handles, not 32 pieces");
+	capped_cut(&t, &big, &wall, &a);
 	t_fill(a, 40 * MiB + 4096, 5);
 	cr_assert(t_check(a, 40 * MiB + 4096, 5));
 	cr_assert_eq(vmm_free(t.core, a, NULL), VMM_OK);
@@ -258,6 +267,36 @@ Test(heap_layout, capped_aligned_cuts_make_small_handles_a_large_request_gives_b
 		     (unsigned long long)(t_dev_used(&t, 0) / MiB));
 	t_fill(large, 96 * MiB, 6);
 	cr_assert(t_check(large, 96 * MiB, 6));
+	t_close(&t);
+}
+
+/* An allocation that leaves less than a granule free in a capped cut's 4 MiB handle does not
+ * cut it (that free part strands no more than a piece would); one that leaves a whole granule
+ * free does. */
+Test(heap_layout, a_capped_handle_is_cut_only_for_a_whole_free_granule)
+{
+	struct tctx t;
+	vmm_devptr big, wall, a, b, c;
+
+	capped_cut(&t, &big, &wall, &a);
+	/* From a's end to 47 MiB: the 4 MiB handle [44, 48) MiB keeps 1 MiB free, uncut. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 7 * MiB - 4096, 0, NULL, &b, NULL), VMM_OK);
+	cr_assert_eq(b, a + 40 * MiB + 4096, "packed after a");
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_cut, 1, "no second cut");
+	cr_assert_eq(t_handles_over(a, 64 * MiB), 17);
+	/* From 47 MiB to 49 MiB + 4 KiB: the handle [48, 52) would keep 3 MiB less 4 KiB free, so
+	 * it is cut in two. */
+	cr_assert_eq(vmm_malloc(t.core, 0, 2 * MiB + 4096, 0, NULL, &c, NULL), VMM_OK);
+	cr_assert_eq(c, a + 47 * MiB, "packed after b (at %+lld MiB)",
+		     (long long)(c - a) / (long long)MiB);
+	cr_assert_eq(t_stats(&t, 0, NULL).handles_cut, 2);
+	cr_assert_eq(t_handles_over(a, 64 * MiB), 18);
+	t_fill(a, 40 * MiB + 4096, 1);
+	t_fill(b, 7 * MiB - 4096, 2);
+	t_fill(c, 2 * MiB + 4096, 3);
+	cr_assert(t_check(a, 40 * MiB + 4096, 1) && t_check(b, 7 * MiB - 4096, 2) &&
+		  t_check(c, 2 * MiB + 4096, 3));
+	cr_assert_eq(t_dev_used(&t, 0), 66 * MiB, "nothing was added");
 	t_close(&t);
 }
 
