@@ -28,8 +28,9 @@
  * one shared is cut further, into 2 MiB pieces, at the allocation's edges or in aligned
  * power-of-two handles), so that a large handle is always either wholly free or inside one
  * allocation: no free memory is ever stuck behind a live allocation in a handle that cannot be
- * cut, and every allocation can be given a handle of its own. The one exception, a sleep's
- * joint handle across allocations, is heap_coalesce.h's. */
+ * cut, and every allocation can be given a handle of its own. The exceptions: a sleep's joint
+ * handle across allocations (heap_coalesce.h), and with VMMSHIM_ALIGNED_CUT_MAX a handle of at
+ * most that size which an allocation leaves less than a granule free in (handle_cut_needless). */
 #include "heap_grow.h"
 
 #include <stdlib.h>
@@ -741,9 +742,10 @@ static bool defer_rest(struct arena *a, vmm_devptr va, size_t size, vmm_devptr l
 	return true;
 }
 
-/* Each such cut re-made a 4 MiB handle as two pieces (~0.15 ms on the H100), most of them in
- * the small steps of the PyTorch benchmark, whose host is the bottleneck; on the replay of its
- * large trace a third of the capped cuts' extra cuts were of this kind. */
+/* Each such cut re-made a 4 MiB handle as two pieces (a release, then two creates, maps and
+ * grants), most of them in the small steps of the PyTorch benchmark, whose host is the
+ * bottleneck; on the replay of its large trace a third of the capped cuts' extra cuts were of
+ * this kind. The handle may then hold two allocations, as a 2 MiB piece may. */
 bool handle_cut_needless(const struct devheap *dh, const struct phandle *h, vmm_devptr lo,
 			 vmm_devptr hi)
 {

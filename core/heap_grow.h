@@ -32,13 +32,6 @@ void arena_give_back_early(struct arena *a, size_t size, size_t align);
  * 2 MiB pieces): at least whole_handle_min, or max_handle_bytes when that is smaller. */
 bool heap_wants_whole(const struct devheap *dh, size_t size);
 
-/* Re-create a wholly free, mapped handle larger than a granule at the same address (it is
- * released first: the new handles are made of its memory) so that an allocation of [lo, hi)
- * shares none larger than a granule with other memory: one larger than 64 MiB as 64 MiB handles
- * (the caller then cuts the one it shares), a smaller one as 2 MiB pieces, or, when hi - lo is
- * at least edge_cut_min, cut at the edges of [lo, hi), with a granule of its own where an edge
- * falls inside one. On failure the range may be left partly mapped (as free memory) and partly
- * unclaimed. */
 /* true: a free handle h that [lo, hi) would share is better left uncut. Only with aligned cuts
  * capped below 64 MiB (VMMSHIM_ALIGNED_CUT_MAX), for a handle of at most the cap in which the
  * allocation leaves less than a granule free: that free part strands no more memory than the
@@ -46,6 +39,13 @@ bool heap_wants_whole(const struct devheap *dh, size_t size);
 bool handle_cut_needless(const struct devheap *dh, const struct phandle *h, vmm_devptr lo,
 			 vmm_devptr hi);
 
+/* Re-create a wholly free, mapped handle larger than a granule at the same address (it is
+ * released first: the new handles are made of its memory) so that an allocation of [lo, hi)
+ * shares none larger than a granule with other memory: one larger than 64 MiB as 64 MiB handles
+ * (the caller then cuts the one it shares), a smaller one as 2 MiB pieces, or, when hi - lo is
+ * at least edge_cut_min, cut at the edges of [lo, hi), with a granule of its own where an edge
+ * falls inside one. On failure the range may be left partly mapped (as free memory) and partly
+ * unclaimed. */
 vmm_status handle_shatter(struct devheap *dh, struct phandle *h, vmm_devptr lo, vmm_devptr hi,
 			  vmm_error *err);
 
