@@ -744,8 +744,9 @@ static bool defer_rest(struct arena *a, vmm_devptr va, size_t size, vmm_devptr l
 
 /* Each such cut re-made a 4 MiB handle as two pieces (a release, then two creates, maps and
  * grants), most of them in the small steps of the PyTorch benchmark, whose host is the
- * bottleneck; on the replay of its large trace a third of the capped cuts' extra cuts were of
- * this kind. The handle may then hold two allocations, as a 2 MiB piece may. */
+ * bottleneck; on the replay of its large trace three fifths of the capped cuts' extra cuts
+ * (1035 of 1726) were of this kind. The handle may then hold two allocations, as a 2 MiB piece
+ * may. */
 bool handle_cut_needless(const struct devheap *dh, const struct phandle *h, vmm_devptr lo,
 			 vmm_devptr hi)
 {
