@@ -285,7 +285,7 @@ static struct phandle *shared_edge(struct devheap *dh, vmm_devptr start, size_t 
 		struct phandle *h = page_handle_get(dh, edge[i]);
 
 		if (h && h->size > dh->gran && (h->va < start || h->va + h->size > start + size) &&
-		    handle_wholly_free(dh, h) && !handle_cut_needless(dh, h, start, start + size))
+		    !handle_cut_needless(dh, h, start, start + size) && handle_wholly_free(dh, h))
 			return h;
 	}
 	return NULL;

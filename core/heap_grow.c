@@ -285,15 +285,23 @@ static vmm_status plan_create(struct arena *a, struct grow_plan *p, struct large
 	return VMM_OK;
 }
 
-/* The largest free handle a large request gives back rather than moves: a 2 MiB piece, or what
- * an aligned cut makes at most when VMMSHIM_ALIGNED_CUT_MAX holds that below 64 MiB (a move
- * costs per handle what a give-back does, and the request is then one handle). */
-static size_t give_back_max(const struct devheap *dh)
+/* The largest handle an aligned cut makes when VMMSHIM_ALIGNED_CUT_MAX holds that below 64 MiB;
+ * 0 when cuts are not capped. */
+static size_t capped_cut_max(const struct devheap *dh)
 {
 	const vmm_config *cfg = &dh->core->cfg;
 
-	return cfg->aligned_cuts && cfg->aligned_cut_max < SHATTER_STEP ? cfg->aligned_cut_max :
-									     dh->gran;
+	return cfg->aligned_cuts && cfg->aligned_cut_max < SHATTER_STEP ? cfg->aligned_cut_max : 0;
+}
+
+/* The largest free handle a large request gives back rather than moves: a 2 MiB piece, or what
+ * a capped aligned cut makes at most (a move costs per handle what a give-back does, and the
+ * request is then one handle). */
+static size_t give_back_max(const struct devheap *dh)
+{
+	size_t cap = capped_cut_max(dh);
+
+	return cap ? cap : dh->gran;
 }
 
 static bool moved_piece(const struct devheap *dh, const struct grow_plan *p, size_t i)
@@ -750,11 +758,9 @@ static bool defer_rest(struct arena *a, vmm_devptr va, size_t size, vmm_devptr l
 bool handle_cut_needless(const struct devheap *dh, const struct phandle *h, vmm_devptr lo,
 			 vmm_devptr hi)
 {
-	const vmm_config *cfg = &dh->core->cfg;
-	size_t before, after;
+	size_t cap = capped_cut_max(dh), before, after;
 
-	if (!cfg->aligned_cuts || cfg->aligned_cut_max >= SHATTER_STEP ||
-	    h->size > cfg->aligned_cut_max)
+	if (!cap || h->size > cap)
 		return false;
 	before = lo > h->va ? lo - h->va : 0;
 	after = h->va + h->size > hi ? h->va + h->size - hi : 0;
