@@ -1,8 +1,10 @@
 /* simdev's libascendcl.so: the ACL runtime subset vmmshim needs, over the same memfd device
  * memory as libcuda.so.1 (its own copy: own devices, counters and stats). All work is done at
  * once on the calling thread, so streams are tokens and synchronization has nothing to wait for.
- * Contexts as documented: aclrtSetDevice makes the device's default context current,
- * aclrtCreateContext a new one (current at once), aclrtSetCurrentContext switches context and
+ * Contexts as documented: aclrtSetDevice makes the device's default context current and counts
+ * one reference to the device, aclrtResetDevice gives one back and, at the last, releases the
+ * default context (aclrtSetCurrentContext then refuses it until aclrtSetDevice makes it again),
+ * aclrtCreateContext makes a new one (current at once), aclrtSetCurrentContext switches context and
  * device; aclrtSynchronizeDevice concerns the current context (each counts its synchronizations,
  * which tests read with simdev_acl_context_syncs).
  * VMM constraints follow the CANN docs: a physical handle is mapped whole, at offset 0, once;
@@ -32,6 +34,7 @@ struct sim_acl_ctx {
  * refused, not dereferenced blindly). */
 static struct sim_acl_ctx default_ctx[SIM_MAX_DEVICES];
 static atomic_bool default_made[SIM_MAX_DEVICES]; /* the device's default context exists */
+static atomic_int device_refs[SIM_MAX_DEVICES];   /* aclrtSetDevice less aclrtResetDevice calls */
 static struct sim_acl_ctx **contexts;
 static size_t ncontexts, capcontexts;
 static __thread struct sim_acl_ctx *cur_ctx;
@@ -76,6 +79,7 @@ API aclError aclrtSetDevice(int32_t id)
 		return ACL_ERROR_RT_INVALID_DEVICEID;
 	cur_device = id;
 	cur_ctx = &default_ctx[id];
+	atomic_fetch_add(&device_refs[id], 1);
 	if (!atomic_exchange(&default_made[id], true))
 		sim_note_context(id);
 	return ACL_SUCCESS;
@@ -98,11 +102,22 @@ API aclError aclrtResetDevice(int32_t id)
 	SIM_BEGIN("aclrtResetDevice", INTERNAL);
 	if (id < 0 || id >= sim_device_count())
 		return ACL_ERROR_RT_INVALID_DEVICEID;
+	int refs = atomic_load(&device_refs[id]);
+	while (refs > 0 && !atomic_compare_exchange_weak(&device_refs[id], &refs, refs - 1))
+		;
+	if (refs == 1) /* the last reference: the default context goes */
+		atomic_store(&default_made[id], false);
 	if (cur_device == id) {
 		cur_device = -1;
 		cur_ctx = NULL;
 	}
 	return ACL_SUCCESS;
+}
+
+/* Tests: the references aclrtSetDevice holds on a device. */
+API int simdev_acl_device_refs(int dev)
+{
+	return dev >= 0 && dev < SIM_MAX_DEVICES ? atomic_load(&device_refs[dev]) : -1;
 }
 
 /* A live context made by aclrtCreateContext (caller holds sim_lock). */
@@ -174,8 +189,8 @@ API aclError aclrtSetCurrentContext(aclrtContext context)
 	struct sim_acl_ctx *c = context;
 	int dev = -1;
 	for (int d = 0; d < sim_device_count(); d++)
-		if (c == &default_ctx[d])
-			dev = d;
+		if (c == &default_ctx[d] && atomic_load(&default_made[d]))
+			dev = d; /* a released default context is refused, as a destroyed one */
 	if (dev < 0) {
 		pthread_mutex_lock(&sim_lock);
 		if (ctx_known(c))

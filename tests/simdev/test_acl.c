@@ -217,6 +217,34 @@ Test(acl, contexts)
 	ACL_OK(aclrtDestroyContext(b));
 }
 
+int simdev_acl_device_refs(int dev);
+
+/* aclrtSetDevice counts references to the device and aclrtResetDevice gives one back; the last
+ * one releases the default context, which aclrtSetCurrentContext then refuses until
+ * aclrtSetDevice makes it again. */
+Test(acl, set_and_reset_count_references)
+{
+	aclrtContext def, cur;
+
+	setenv("SIMDEV_DEVICES", "2", 1);
+	ACL_OK(aclrtSetDevice(1));
+	ACL_OK(aclrtGetCurrentContext(&def));
+	ACL_OK(aclrtSetDevice(1));
+	cr_expect_eq(simdev_acl_device_refs(1), 2);
+	ACL_OK(aclrtResetDevice(1));
+	cr_expect_eq(simdev_acl_device_refs(1), 1);
+	ACL_OK(aclrtSetCurrentContext(def)); /* still there: one reference left */
+	ACL_OK(aclrtResetDevice(1));
+	cr_expect_eq(simdev_acl_device_refs(1), 0);
+	cr_expect_eq(aclrtSetCurrentContext(def), ACL_ERROR_INVALID_PARAM, "released with the last");
+	ACL_OK(aclrtResetDevice(1)); /* none left: nothing changes */
+	cr_expect_eq(simdev_acl_device_refs(1), 0);
+	ACL_OK(aclrtSetDevice(1));
+	ACL_OK(aclrtGetCurrentContext(&cur));
+	cr_expect_eq(cur, def, "made again");
+	ACL_OK(aclrtResetDevice(1));
+}
+
 /* SIMDEV_SHARED works for the ACL library too (its own group): a forked child joins as a new
  * member, its memory counts for both and comes back when it exits. */
 Test(acl, a_shared_group_counts_a_forked_child)
