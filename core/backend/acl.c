@@ -7,6 +7,7 @@
 #include "backend.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,6 +62,9 @@ struct acl_impl {
 	size_t nmaps, cap_maps, maps_pending; /* pending: slots promised to calls in flight */
 	struct reservation *res;
 	size_t nres, cap_res, res_pending;
+	/* Each device's default context, once the backend holds its one reference to the device
+	 * (enter_default). */
+	_Atomic(aclrtContext) default_ctx[VMM_MAX_DEVICES];
 };
 
 static struct acl_impl *impl_of(vmm_backend *be)
@@ -76,8 +80,31 @@ static vmm_status acl_failed(vmm_error *err, aclError rc, const char *what)
 	return vmm_fail(err, VMM_E_DRIVER, rc, "%s failed: ACL error %d", what, rc);
 }
 
-/* The thread's device set to dev for one call, then restored. */
+/* Makes dev's default context the thread's. aclrtSetDevice counts references to the device, and
+ * the device is released only when the program's aclrtResetDevice calls bring that count to 0; so
+ * the backend calls it once a device (more only if threads race to the first call) and switches
+ * by context afterwards, which counts nothing. Calling it for each call, as it once did, added a
+ * reference each time a thread of another device (or a fresh one) called in, and the program's
+ * last reset never released the device. */
+static aclError enter_default(struct acl_impl *ai, int dev)
+{
+	aclrtContext c = atomic_load(&ai->default_ctx[dev]);
+	aclError rc;
+
+	if (c && ai->api.aclrtSetCurrentContext && ai->api.aclrtSetCurrentContext(c) == ACL_SUCCESS)
+		return ACL_SUCCESS;
+	/* None yet, or refused (released behind the shim's back): take the reference again. */
+	rc = ai->api.aclrtSetDevice(dev);
+	if (rc == ACL_SUCCESS && ai->api.aclrtGetCurrentContext &&
+	    ai->api.aclrtGetCurrentContext(&c) == ACL_SUCCESS && c)
+		atomic_store(&ai->default_ctx[dev], c);
+	return rc;
+}
+
+/* The thread's device set to dev for one call, then restored: the context it had (a program's
+ * own included) when the runtime can say which, else its device's default one. */
 struct dev_scope {
+	aclrtContext saved;
 	int prev;
 };
 
@@ -89,19 +116,26 @@ static vmm_status dev_enter(struct acl_impl *ai, int dev, struct dev_scope *s, v
 	if (dev < 0 || dev >= ai->ndev)
 		return vmm_fail(err, VMM_E_INVALID, 0, "no Ascend device %d (the runtime has %d)",
 				dev, ai->ndev);
+	s->saved = NULL;
 	s->prev = -1;
 	if (ai->api.aclrtGetDevice(&cur) == ACL_SUCCESS && cur == dev)
 		return VMM_OK;
-	rc = ai->api.aclrtSetDevice(dev);
+	if (!ai->api.aclrtGetCurrentContext || !ai->api.aclrtSetCurrentContext ||
+	    ai->api.aclrtGetCurrentContext(&s->saved) != ACL_SUCCESS)
+		s->saved = NULL;
+	rc = enter_default(ai, dev);
 	if (rc != ACL_SUCCESS)
 		return acl_failed(err, rc, "aclrtSetDevice");
-	s->prev = cur;
+	if (!s->saved)
+		s->prev = cur;
 	return VMM_OK;
 }
 
 static void dev_leave(struct acl_impl *ai, struct dev_scope *s)
 {
-	if (s->prev >= 0)
+	if (s->saved)
+		ai->api.aclrtSetCurrentContext(s->saved);
+	else if (s->prev >= 0)
 		ai->api.aclrtSetDevice(s->prev);
 }
 
@@ -406,7 +440,7 @@ static vmm_status acl_synchronize(vmm_backend *be, int dev, vmm_error *err)
 			ai->api.aclrtSetCurrentContext(saved);
 			return st;
 		}
-		ai->api.aclrtSetDevice(dev);
+		enter_default(ai, dev);
 	}
 	dev_leave(ai, &s);
 	return st;
