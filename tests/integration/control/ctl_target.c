@@ -18,7 +18,8 @@
  *                      the in-process API (vmmshim.h), found with dlsym as a Python user would
  *   busy MS            a host function that runs MS ms on a stream of its own, not waited for
  *                      ("busy launched"): a sleep's drain waits for it, so the sleep lasts
- *                      at least that long
+ *                      at least that long; SIGUSR1 ends every busy work launched before it
+                      (a test done with what it checks during the work need not wait it out)
  *   bgsleep NAME|all   the in-process sleep of a tag (no discard) on a thread of its own;
  *                      answers "bgsleep started", then "bgsleep rc=N MESSAGE" when it returns
  *   threads N SECS     N threads allocating, filling, checking and freeing for SECS seconds
@@ -53,6 +54,8 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -303,21 +306,58 @@ static void cmd_kernel(void)
 	say(k.sum == bufs[0].sum ? "kernel ok" : "kernel corrupt");
 }
 
-/* Work that keeps the device busy for a while, as a long kernel would. */
+/* Work that keeps the device busy for a while, as a long kernel would, or until a SIGUSR1 that
+ * came after its launch. The launch's count of signals travels with it: a signal sent before
+ * the work begins on the stream still ends it. The signal is blocked in every thread and taken
+ * by one of its own (sigwait): a handler would run in whichever thread the kernel picked, and
+ * under ThreadSanitizer not before that thread next entered the library. */
+static atomic_uint busy_ends;
+
+static void *busy_end_main(void *arg)
+{
+	sigset_t *set = arg;
+	int sig;
+
+	while (!sigwait(set, &sig))
+		atomic_fetch_add(&busy_ends, 1);
+	return NULL;
+}
+
+/* Before any other thread: they inherit the blocked signal. */
+static void busy_end_start(void)
+{
+	static sigset_t set;
+	pthread_t t;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	if (!pthread_create(&t, NULL, busy_end_main, &set))
+		pthread_detach(t);
+}
+
+static double now(void);
+
 static void CUDA_CB busy_kernel(void *p)
 {
-	usleep((useconds_t)(uintptr_t)p * 1000);
+	uintptr_t arg = (uintptr_t)p;
+	unsigned ends = (unsigned)(arg >> 32);
+	double until = now() + (double)(arg & 0xffffffffu) / 1000;
+
+	while (now() < until && atomic_load(&busy_ends) == ends)
+		usleep(2000);
 }
 
 static void cmd_busy(unsigned ms)
 {
 	static CUstream s;
+	uintptr_t arg = ((uintptr_t)atomic_load(&busy_ends) << 32) | ms;
 
 	if (!s && cuStreamCreate(&s, 0)) {
 		say("error stream");
 		return;
 	}
-	if (cuLaunchHostFunc(s, busy_kernel, (void *)(uintptr_t)ms)) {
+	if (cuLaunchHostFunc(s, busy_kernel, (void *)arg)) {
 		say("error launch");
 		return;
 	}
@@ -456,7 +496,6 @@ static void *bgsleep_main(void *arg)
 	return NULL;
 }
 
-static double now(void);
 static int bg_meminfo_ms;
 
 static void *bgmeminfo_main(void *arg)
@@ -588,6 +627,7 @@ int main(void)
 	char line[256];
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	busy_end_start();
 	/* CTL_DEVICE: the device it starts on (default 0), for tests of a program that never
 	 * touches device 0. */
 	if (cudaSetDevice(getenv("CTL_DEVICE") ? atoi(getenv("CTL_DEVICE")) : 0) != cudaSuccess) {

@@ -126,6 +126,11 @@ struct target *target_start(const char *const *env)
 	return t;
 }
 
+void target_busy_end(const struct target *t)
+{
+	kill(t->pid, SIGUSR1);
+}
+
 int target_send(struct target *t, const char *cmd)
 {
 	char line[512];

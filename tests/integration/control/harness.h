@@ -32,6 +32,9 @@ void target_free(struct target *t);
 /* Kill every target still running and remove its folder: a test's fini, so that a failed
  * assertion leaves nothing behind. */
 void harness_cleanup(void);
+/* End the target's busy work (its `busy MS`) now: for a test done with what it checks while the
+ * work runs, which need not wait out the rest (MS is sized for TSan's slowest hosts). */
+void target_busy_end(const struct target *t);
 /* The shim's log (the target's stderr). */
 void target_log(const struct target *t, char *buf, size_t cap);
 /* Wait until the target's log has `what` (at most timeout_s). */
