@@ -19,7 +19,7 @@
  *   busy MS            a host function that runs MS ms on a stream of its own, not waited for
  *                      ("busy launched"): a sleep's drain waits for it, so the sleep lasts
  *                      at least that long; SIGUSR1 ends every busy work launched before it
-                      (a test done with what it checks during the work need not wait it out)
+ *                      (a test done with what it checks during the work need not wait it out)
  *   bgsleep NAME|all   the in-process sleep of a tag (no discard) on a thread of its own;
  *                      answers "bgsleep started", then "bgsleep rc=N MESSAGE" when it returns
  *   threads N SECS     N threads allocating, filling, checking and freeing for SECS seconds
