@@ -108,6 +108,7 @@ static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), nore
 static void fail(const char *fmt, ...)
 {
 	static char log[8192];
+	const char *kept = NULL;
 	va_list ap;
 
 	fprintf(stderr, "share_soak: FAILED (epoch %ld): ", n.epochs);
@@ -120,12 +121,16 @@ static void fail(const char *fmt, ...)
 
 		if (!p->t)
 			continue;
+		kept = soak_keep_log(p->t, i < nprocs ? "gpu-a" : "gpu-b");
 		target_log(p->t, log, sizeof(log));
 		fprintf(stderr, "share_soak: pid %ld (%s, priority %d, faults '%s'), its log's last "
 			"part:\n%s\n", (long)p->t->pid, i < nprocs ? "GPU A" : "GPU B, a bystander",
 			p->prio, p->faults ? p->armed : "", strlen(log) > 2500 ?
 			log + strlen(log) - 2500 : log);
 	}
+	if (kept)
+		fprintf(stderr, "share_soak: the whole logs of the processes above, and of those "
+			"killed in this epoch: %s\n", kept);
 	fprintf(stderr, "share_soak: seed %llu; replay: scripts/soak.sh --share --seed %llu "
 		"--seconds %g --procs %d --threads %d --bystanders %d\n", seed0, seed0, seconds,
 		nprocs, threads, nbys);
@@ -331,6 +336,7 @@ static void start(int i, double until, unsigned work_seed)
 static void kill_and_replace(int i, double until)
 {
 	kill(procs[i].t->pid, SIGKILL);
+	soak_keep_log(procs[i].t, "killed");
 	target_kill(procs[i].t);
 	procs[i].t = NULL;
 	n.kills++;
@@ -551,6 +557,7 @@ static void epoch(double secs)
 	no_leak_on(group, gpu_mib(nprocs));
 	if (nbys)
 		no_leak_on(group_b, gpu_mib(nbys));
+	soak_drop_kept_logs();
 }
 
 int main(int argc, char **argv)

@@ -58,6 +58,7 @@ static void fail(const char *fmt, ...)
 {
 	va_list ap;
 	char log[8192];
+	const char *kept;
 
 	fprintf(stderr, "soak: FAILED (epoch %ld): ", n.epochs);
 	va_start(ap, fmt);
@@ -74,6 +75,9 @@ static void fail(const char *fmt, ...)
 		target_log(cur, log, sizeof(log));
 		fprintf(stderr, "soak: the program's log (last part):\n%s\n",
 			strlen(log) > 4000 ? log + strlen(log) - 4000 : log);
+		kept = soak_keep_log(cur, "program");
+		if (kept)
+			fprintf(stderr, "soak: its whole log: %s\n", kept);
 	}
 	fprintf(stderr, "soak: seed %llu; replay: scripts/soak.sh --seed %llu --seconds %g "
 		"--threads %d\n", seed0, seed0, seconds, threads);

@@ -54,3 +54,45 @@ void soak_run_epochs(double start_s, double seconds, double epoch_s,
 		epoch(left < epoch_s * 1.5 ? left * 0.7 : epoch_s);
 	}
 }
+
+static char kept_dir[64];
+
+const char *soak_keep_log(const struct target *t, const char *label)
+{
+	char *dir = kept_dir;
+	char path[256], buf[65536];
+	FILE *in, *out;
+	size_t n;
+	bool ok = true;
+
+	if (!dir[0]) {
+		snprintf(dir, sizeof(kept_dir), "/tmp/vmmshim-soak-logs-XXXXXX");
+		if (!mkdtemp(dir)) {
+			dir[0] = 0;
+			return NULL;
+		}
+	}
+	snprintf(path, sizeof(path), "%s/%s-%ld.log", dir, label, (long)t->pid);
+	in = fopen(t->err_path, "r");
+	out = in ? fopen(path, "w") : NULL;
+	while (out && (n = fread(buf, 1, sizeof(buf), in)) > 0)
+		ok = ok && fwrite(buf, 1, n, out) == n;
+	ok = ok && in && out;
+	if (in)
+		fclose(in);
+	if (out && fclose(out))
+		ok = false;
+	return ok ? dir : NULL;
+}
+
+void soak_drop_kept_logs(void)
+{
+	char cmd[128];
+
+	if (!kept_dir[0])
+		return;
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", kept_dir);
+	if (system(cmd))
+		fprintf(stderr, "soak: could not remove %s\n", kept_dir);
+	kept_dir[0] = 0;
+}

@@ -5,6 +5,8 @@
 
 #include <stdbool.h>
 
+struct target;
+
 struct soak_args {
 	double seconds;          /* at least 5 */
 	unsigned long long seed; /* drawn from the clock and pid unless --seed */
@@ -22,5 +24,13 @@ bool soak_args_parse(int argc, char **argv, const char *name, int procs_max,
  * shortened so that the whole run ends near its time. */
 void soak_run_epochs(double start_s, double seconds, double epoch_s,
 		     void (*epoch)(double secs));
+
+/* The whole log of a program (a failure's message prints only its end), copied as LABEL-PID.log
+ * into one folder, made at the first call, whose path is returned (NULL when it could not be made
+ * or the copy failed): a failed soak keeps those of the programs still running, and of those it
+ * killed earlier in the epoch, since a peer's failure may start in them. */
+const char *soak_keep_log(const struct target *t, const char *label);
+/* An epoch that passed: the logs kept so far go (the folder with them). */
+void soak_drop_kept_logs(void);
 
 #endif
