@@ -81,6 +81,7 @@ bool ipc_registry_add(const ipc_import *imp)
 		return false;
 	*m = *imp;
 	m->opens = 1;
+	m->backup = NULL;
 	pthread_mutex_lock(&lock);
 	if (nimports < IPC_REGISTRY_MAX) {
 		imports[nimports++] = m;
@@ -106,8 +107,10 @@ bool ipc_registry_close(vmm_devptr base, bool *last, ipc_import *out)
 		found = true;
 		if (--m->opens == 0) {
 			*out = *m;
+			out->backup = NULL; /* freed with the entry */
 			*last = true;
 			imports[i] = imports[--nimports];
+			free(m->backup);
 			free(m);
 		}
 	}
@@ -198,13 +201,46 @@ bool ipc_registry_set_released(vmm_devptr span, bool released, const vmm_phys *h
 	return found;
 }
 
+bool ipc_registry_set_backup(vmm_devptr span, void *backup)
+{
+	bool found = false;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nimports && !found; i++) {
+		if (imports[i]->span != span)
+			continue;
+		found = true;
+		free(imports[i]->backup);
+		imports[i]->backup = backup;
+	}
+	pthread_mutex_unlock(&lock);
+	return found;
+}
+
+void *ipc_registry_take_backup(vmm_devptr span)
+{
+	void *b = NULL;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nimports && !b; i++) {
+		if (imports[i]->span != span)
+			continue;
+		b = imports[i]->backup;
+		imports[i]->backup = NULL;
+	}
+	pthread_mutex_unlock(&lock);
+	return b;
+}
+
 void ipc_registry_after_fork(void)
 {
 	ipc_parked_after_fork();
 	pthread_mutex_init(&lock, NULL);
 	nimporters = 0;
 	/* The mappings were not inherited by the child in any usable way; forget them. */
-	for (size_t i = 0; i < nimports; i++)
+	for (size_t i = 0; i < nimports; i++) {
+		free(imports[i]->backup);
 		free(imports[i]);
+	}
 	nimports = 0;
 }

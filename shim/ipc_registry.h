@@ -39,6 +39,11 @@ typedef struct ipc_import {
 	/* A group sleep unmapped and released it (nhandles 0), the span kept reserved; the wake
 	 * imports it again from the exporter (ipc_sleep.h). */
 	bool released;
+	/* While released: this process's own copy of [base, base + size), taken before the
+	 * release (malloc'd; owned by the table, taken with ipc_registry_take_backup). Natively an
+	 * import keeps the memory when its exporter dies; here the exporter's copy of it goes with
+	 * the exporter, so the wake fills fresh memory from this one then. */
+	void *backup;
 } ipc_import;
 
 /* Find the import of (exporter, start_time, id) and count one more open: true with *out a copy. */
@@ -71,6 +76,11 @@ size_t ipc_registry_all_importers(pid_t *out, size_t max);
  * again with handles[0..n): false when no import is at span any more (closed meanwhile). */
 bool ipc_registry_set_released(vmm_devptr span, bool released, const vmm_phys *handles,
 			       size_t n);
+
+/* The copy of the import at span (ipc_import.backup): set (false when no import is at span; the
+ * caller keeps it then), or taken out of the table (NULL when there is none). */
+bool ipc_registry_set_backup(vmm_devptr span, void *backup);
+void *ipc_registry_take_backup(vmm_devptr span);
 
 /* In a forked child: the parent's imports are not the child's to close. */
 void ipc_registry_after_fork(void);

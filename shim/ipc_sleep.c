@@ -89,6 +89,43 @@ size_t ipc_sleep_released_exporters(pid_t *out, size_t max)
 	return k;
 }
 
+/* One copy between the import's bytes and host memory, on a stream of its own, waited for. */
+static vmm_status copy_import(vmm_backend *be, const ipc_import *m, void *host, bool out,
+			      vmm_error *err)
+{
+	vmm_stream s;
+	vmm_status st = be->stream_create(be, m->device, &s, err);
+
+	if (st)
+		return st;
+	st = out ? be->copy_d2h_async(be, host, m->base, m->size, s, err) :
+		   be->copy_h2d_async(be, m->base, host, m->size, s, err);
+	if (!st)
+		st = be->stream_synchronize(be, s, err);
+	be->stream_destroy(be, s, NULL);
+	return st;
+}
+
+/* This process's own copy of what m maps, before a group sleep releases it: the exporter's copy
+ * goes with the exporter if it ends before the wake (natively, an import keeps the memory). A
+ * copy that fails fails the sleep, which then changes nothing. */
+static vmm_status back_up(vmm_backend *be, const ipc_import *m, void **out, vmm_error *err)
+{
+	void *b = malloc(m->size ? m->size : 1);
+	vmm_status st;
+
+	*out = NULL;
+	if (!b)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a copy of the %zu bytes "
+				"imported from pid %d", m->size, (int)m->exporter);
+	if ((st = copy_import(be, m, b, true, err))) {
+		free(b);
+		return st;
+	}
+	*out = b;
+	return VMM_OK;
+}
+
 /* Unmap m and release its handles; the range stays reserved. */
 static vmm_status release_one(vmm_backend *be, const ipc_import *m, vmm_error *err)
 {
@@ -105,18 +142,21 @@ static vmm_status release_one(vmm_backend *be, const ipc_import *m, vmm_error *e
 	return VMM_OK;
 }
 
-/* The exporter ended while the group slept, taking the memory it had released with it. The
- * program's pointers must not fault: fresh memory goes in the range (contents lost, said). */
+/* The exporter ended while the group slept, taking its copy of the memory with it. Fresh
+ * memory goes in the range, filled from this process's own copy (back_up); without one (or when
+ * that copy fails) the program's pointers still do not fault, and the contents are said lost. */
 static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *err)
 {
 	int peers[1] = { m->opener_device };
+	void *backup = ipc_registry_take_backup(m->span);
 	vmm_phys h;
 	vmm_status st = be->create(be, m->device, m->span_size, &h, err);
 
-	if (st)
-		return st;
-	if ((st = be->map(be, m->span, m->span_size, h, err))) {
+	if (!st && (st = be->map(be, m->span, m->span_size, h, err)))
 		be->release(be, h, NULL);
+	if (st) {
+		if (backup && !ipc_registry_set_backup(m->span, backup))
+			free(backup); /* closed meanwhile */
 		return st;
 	}
 	if ((st = be->set_access(be, m->device, m->span, m->span_size, peers,
@@ -127,11 +167,22 @@ static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *
 				       "group wake undo");
 		else
 			be->release(be, h, NULL);
+		if (backup && !ipc_registry_set_backup(m->span, backup))
+			free(backup);
 		return st ? st : vmm_fail(err, VMM_E_INVALID, 0, "the import was closed meanwhile");
 	}
-	vmm_log(VMM_LOG_ERROR, "group wake: pid %d, which exported the memory at 0x%llx (%zu "
-		"bytes), ended while the group slept; its contents are lost and new memory is "
-		"mapped there", (int)m->exporter, (unsigned long long)m->base, m->span_size);
+	if (backup && !copy_import(be, m, backup, false, NULL))
+		vmm_log(VMM_LOG_WARN, "group wake: pid %d, which exported the memory at 0x%llx (%zu "
+			"bytes), ended while the group slept; its contents come back from this "
+			"process's own copy, in new memory no other process shares",
+			(int)m->exporter, (unsigned long long)m->base, m->size);
+	else
+		vmm_log(VMM_LOG_ERROR, "group wake: pid %d, which exported the memory at 0x%llx (%zu "
+			"bytes), ended while the group slept; %s; new memory is mapped there",
+			(int)m->exporter, (unsigned long long)m->base, m->span_size,
+			backup ? "copying this process's own copy back failed, so its contents "
+				 "are lost" : "its contents are lost");
+	free(backup);
 	return VMM_OK;
 }
 
@@ -182,6 +233,8 @@ static vmm_status restore_one(vmm_backend *be, const char *run_dir, const ipc_im
 	if (!st && !ipc_registry_set_released(m->span, false, hs, nh))
 		st = vmm_fail(err, VMM_E_INVALID, 0, "the import at 0x%llx was closed meanwhile",
 			      (unsigned long long)m->base);
+	if (!st)
+		free(ipc_registry_take_backup(m->span)); /* the exporter's memory is back */
 	if (st && mapped && !ipc_unmap_twice(be, m->span, mapped)) {
 		ipc_parked_add(m->device, m->span, mapped, hs, nh, 0, 0, m->exporter,
 			       "group wake undo");
@@ -250,12 +303,20 @@ vmm_status ipc_sleep_release(const pid_t *group, size_t ng, size_t *count, vmm_e
 	for (size_t i = 0; i < n; i++)
 		v[i].released = false;  /* from here: released by this call */
 	for (size_t i = 0; i < n && be && !st; i++) {
+		void *backup;
+
 		if (!in_group(group, ng, v[i].exporter) || !v[i].nhandles)
 			continue;
-		if (!(st = release_one(be, &v[i], err))) {
-			v[i].released = true;
-			++*count;
+		if ((st = back_up(be, &v[i], &backup, err)))
+			break;
+		if ((st = release_one(be, &v[i], err))) {
+			free(backup);
+			break;
 		}
+		if (!ipc_registry_set_backup(v[i].span, backup))
+			free(backup); /* closed meanwhile: nothing to bring back */
+		v[i].released = true;
+		++*count;
 	}
 	if (st) {
 		vmm_error undo;
