@@ -143,8 +143,9 @@ static vmm_status release_one(vmm_backend *be, const ipc_import *m, vmm_error *e
 }
 
 /* The exporter ended while the group slept, taking its copy of the memory with it. Fresh
- * memory goes in the range, filled from this process's own copy (back_up); without one (or when
- * that copy fails) the program's pointers still do not fault, and the contents are said lost. */
+ * memory goes in the range, filled from this process's own copy (back_up) before the import
+ * counts as mapped: a copy that fails fails the wake, the copy kept for the next one. Without a
+ * copy the program's pointers still do not fault, and the contents are said lost. */
 static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *err)
 {
 	int peers[1] = { m->opener_device };
@@ -161,6 +162,7 @@ static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *
 	}
 	if ((st = be->set_access(be, m->device, m->span, m->span_size, peers,
 				 m->opener_device != m->device ? 1 : 0, err)) ||
+	    (backup && (st = copy_import(be, m, backup, false, err))) ||
 	    !ipc_registry_set_released(m->span, false, &h, 1)) {
 		if (!ipc_unmap_twice(be, m->span, m->span_size))
 			ipc_parked_add(m->device, m->span, m->span_size, &h, 1, 0, 0, m->exporter,
@@ -171,17 +173,16 @@ static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *
 			free(backup);
 		return st ? st : vmm_fail(err, VMM_E_INVALID, 0, "the import was closed meanwhile");
 	}
-	if (backup && !copy_import(be, m, backup, false, NULL))
+	if (backup)
 		vmm_log(VMM_LOG_WARN, "group wake: pid %d, which exported the memory at 0x%llx (%zu "
-			"bytes), ended while the group slept; its contents come back from this "
+			"bytes), ended while the group slept; its contents came back from this "
 			"process's own copy, in new memory no other process shares",
 			(int)m->exporter, (unsigned long long)m->base, m->size);
 	else
 		vmm_log(VMM_LOG_ERROR, "group wake: pid %d, which exported the memory at 0x%llx (%zu "
-			"bytes), ended while the group slept; %s; new memory is mapped there",
-			(int)m->exporter, (unsigned long long)m->base, m->span_size,
-			backup ? "copying this process's own copy back failed, so its contents "
-				 "are lost" : "its contents are lost");
+			"bytes), ended while the group slept; its contents are lost and new memory "
+			"is mapped there", (int)m->exporter, (unsigned long long)m->base,
+			m->span_size);
 	free(backup);
 	return VMM_OK;
 }

@@ -307,6 +307,31 @@ Test(group_ipc, an_exporter_killed_while_asleep_leaves_its_importer_every_byte, 
 	cr_expect_eq(system(cmd), 0);
 }
 
+/* The same, and the importer's copy back into fresh memory fails (its first copy to the device:
+ * imports come back before its own memory): that wake fails and changes nothing, the copy is
+ * kept, and the next wake brings the shared bytes back from it. */
+Test(group_ipc, a_failed_copy_back_after_the_exporter_ended_keeps_the_bytes_for_the_next_wake,
+     .timeout = 60)
+{
+	const char *extra[2] = { NULL, "SIMDEV_FAIL=cuMemcpyHtoDAsync:1" };
+	struct sharing s;
+	char cmd[128];
+
+	setup_env();
+	build(&s, 2, extra);
+	cr_assert_eq(group("sleep", s.ps, 2), 0, "%s %s", o.out, o.err);
+	peer_kill(&s.ps[0]);
+	cr_expect_neq(group("wake", &s.ps[1], 1), 0, "the fault did not hit: %s %s", o.out, o.err);
+	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)s.ps[1].pid);
+	cr_expect(!strstr(o.out, "\"state\": \"awake\""), "%s", o.out);
+	cr_assert_eq(group("wake", &s.ps[1], 1), 0, "%s %s", o.out, o.err);
+	expect_read(&s.ps[1], s.own[1], "own-1");
+	expect_read(&s.ps[1], s.shared[1], "shared-by-0");
+	peer_exit(&s.ps[1]);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", se.run_dir);
+	cr_expect_eq(system(cmd), 0);
+}
+
 /* A wake's re-imports share its timeout: with the exporter stopped (asleep, it cannot answer),
  * an importer of two allocations woken alone with --timeout 2 fails after about 2 s, not 2 s per
  * import, and is woken in full by a group wake once the exporter runs again. */
