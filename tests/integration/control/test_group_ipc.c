@@ -284,6 +284,30 @@ Test(group_ipc, a_holder_outside_the_group_keeps_the_memory_resident, .timeout =
 	finish(&s, &observer);
 }
 
+/* An exporter and its importer (extra: their settings) sleep as a group; the exporter is killed
+ * before they wake. */
+static void exporter_killed_while_asleep(struct sharing *s, const char *const *extra)
+{
+	setup_env();
+	build(s, 2, extra);
+	cr_assert_eq(group("sleep", s->ps, 2), 0, "%s %s", o.out, o.err);
+	peer_kill(&s->ps[0]);
+}
+
+/* The importer, awake, has its own bytes and the shared ones; then it exits. */
+static void importer_has_every_byte(struct sharing *s)
+{
+	char cmd[128];
+
+	expect_read(&s->ps[1], s->own[1], "own-1");
+	expect_read(&s->ps[1], s->shared[1], "shared-by-0");
+	peer_ok(&s->ps[1], "write %lld still-usable", s->shared[1]);
+	expect_read(&s->ps[1], s->shared[1], "still-usable");
+	peer_exit(&s->ps[1]);
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", se.run_dir);
+	cr_expect_eq(system(cmd), 0);
+}
+
 /* The exporter is killed while the group sleeps: its copy of the memory it released goes with
  * it. Natively the importer would keep the memory; here it still wakes, with its own data and
  * the shared bytes, from the copy it took at the sleep, in fresh memory mapped where the import
@@ -291,20 +315,10 @@ Test(group_ipc, a_holder_outside_the_group_keeps_the_memory_resident, .timeout =
 Test(group_ipc, an_exporter_killed_while_asleep_leaves_its_importer_every_byte, .timeout = 60)
 {
 	struct sharing s;
-	char cmd[128];
 
-	setup_env();
-	build(&s, 2, NULL);
-	cr_assert_eq(group("sleep", s.ps, 2), 0, "%s %s", o.out, o.err);
-	peer_kill(&s.ps[0]);
+	exporter_killed_while_asleep(&s, NULL);
 	cr_assert_eq(group("wake", &s.ps[1], 1), 0, "%s %s", o.out, o.err);
-	expect_read(&s.ps[1], s.own[1], "own-1");
-	expect_read(&s.ps[1], s.shared[1], "shared-by-0");
-	peer_ok(&s.ps[1], "write %lld still-usable", s.shared[1]);
-	expect_read(&s.ps[1], s.shared[1], "still-usable");
-	peer_exit(&s.ps[1]);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", se.run_dir);
-	cr_expect_eq(system(cmd), 0);
+	importer_has_every_byte(&s);
 }
 
 /* The same, and the importer's copy back into fresh memory fails (its first copy to the device:
@@ -315,21 +329,13 @@ Test(group_ipc, a_failed_copy_back_after_the_exporter_ended_keeps_the_bytes_for_
 {
 	const char *extra[2] = { NULL, "SIMDEV_FAIL=cuMemcpyHtoDAsync:1" };
 	struct sharing s;
-	char cmd[128];
 
-	setup_env();
-	build(&s, 2, extra);
-	cr_assert_eq(group("sleep", s.ps, 2), 0, "%s %s", o.out, o.err);
-	peer_kill(&s.ps[0]);
+	exporter_killed_while_asleep(&s, extra);
 	cr_expect_neq(group("wake", &s.ps[1], 1), 0, "the fault did not hit: %s %s", o.out, o.err);
 	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)s.ps[1].pid);
 	cr_expect(!strstr(o.out, "\"state\": \"awake\""), "%s", o.out);
 	cr_assert_eq(group("wake", &s.ps[1], 1), 0, "%s %s", o.out, o.err);
-	expect_read(&s.ps[1], s.own[1], "own-1");
-	expect_read(&s.ps[1], s.shared[1], "shared-by-0");
-	peer_exit(&s.ps[1]);
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", se.run_dir);
-	cr_expect_eq(system(cmd), 0);
+	importer_has_every_byte(&s);
 }
 
 /* A wake's re-imports share its timeout: with the exporter stopped (asleep, it cannot answer),
