@@ -201,7 +201,7 @@ bool ipc_registry_set_released(vmm_devptr span, bool released, const vmm_phys *h
 	return found;
 }
 
-bool ipc_registry_set_backup(vmm_devptr span, void *backup)
+void ipc_registry_set_backup(vmm_devptr span, void *backup)
 {
 	bool found = false;
 
@@ -214,7 +214,8 @@ bool ipc_registry_set_backup(vmm_devptr span, void *backup)
 		imports[i]->backup = backup;
 	}
 	pthread_mutex_unlock(&lock);
-	return found;
+	if (!found)
+		free(backup);
 }
 
 void *ipc_registry_take_backup(vmm_devptr span)

@@ -77,9 +77,10 @@ size_t ipc_registry_all_importers(pid_t *out, size_t max);
 bool ipc_registry_set_released(vmm_devptr span, bool released, const vmm_phys *handles,
 			       size_t n);
 
-/* The copy of the import at span (ipc_import.backup): set (false when no import is at span; the
- * caller keeps it then), or taken out of the table (NULL when there is none). */
-bool ipc_registry_set_backup(vmm_devptr span, void *backup);
+/* The copy of the import at span (ipc_import.backup): set, the table owning it from then on (freed
+ * here when no import is at span: closed meanwhile), or taken out of the table (NULL when there is
+ * none). */
+void ipc_registry_set_backup(vmm_devptr span, void *backup);
 void *ipc_registry_take_backup(vmm_devptr span);
 
 /* In a forked child: the parent's imports are not the child's to close. */

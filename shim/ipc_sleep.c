@@ -156,8 +156,7 @@ static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *
 	if (!st && (st = be->map(be, m->span, m->span_size, h, err)))
 		be->release(be, h, NULL);
 	if (st) {
-		if (backup && !ipc_registry_set_backup(m->span, backup))
-			free(backup); /* closed meanwhile */
+		ipc_registry_set_backup(m->span, backup);
 		return st;
 	}
 	if ((st = be->set_access(be, m->device, m->span, m->span_size, peers,
@@ -169,8 +168,7 @@ static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *
 				       "group wake undo");
 		else
 			be->release(be, h, NULL);
-		if (backup && !ipc_registry_set_backup(m->span, backup))
-			free(backup);
+		ipc_registry_set_backup(m->span, backup);
 		return st ? st : vmm_fail(err, VMM_E_INVALID, 0, "the import was closed meanwhile");
 	}
 	if (backup)
@@ -314,8 +312,7 @@ vmm_status ipc_sleep_release(const pid_t *group, size_t ng, size_t *count, vmm_e
 			free(backup);
 			break;
 		}
-		if (!ipc_registry_set_backup(v[i].span, backup))
-			free(backup); /* closed meanwhile: nothing to bring back */
+		ipc_registry_set_backup(v[i].span, backup);
 		v[i].released = true;
 		++*count;
 	}
