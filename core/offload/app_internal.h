@@ -25,7 +25,11 @@ struct app_handle {
 	unsigned refs;           /* the program's references: 1 at create/import, +1 per retain */
 	bool app_released;       /* refs reached 0; it lives while mapped */
 	bool asleep;
-	bool has_backup;         /* backup holds the contents (not a discard sleep) */
+	bool has_backup;         /* backup holds the contents (not a discard sleep); an import's:
+	                          * the bytes this process maps, its own copy through a group
+	                          * sleep, freed once the import is fetched again */
+	bool refill;             /* an import whose exporter ended asleep: its wake made fresh
+	                          * memory, which the copy back fills from backup */
 	vmm_host_buf backup;     /* kept across cycles: pinned once, reused */
 	unsigned nmaps;
 	vmm_devptr tmp_va;       /* a temporary whole-handle mapping during a copy, or 0 */

@@ -128,7 +128,9 @@ static void temp_unmap_all(vmm_app_registry *reg, struct app_handle **hs, size_t
 }
 
 /* The ranges that carry h's contents: its mappings that the owner can access, each byte once;
- * when they leave a gap, one temporary mapping of the whole handle instead. */
+ * when they leave a gap, one temporary mapping of the whole handle instead. An import's are
+ * those mappings alone, gaps left out: the bytes this process can read are what it keeps a copy
+ * of, and the rest of another process's handle may not be its to map whole. */
 static vmm_status handle_ranges(vmm_app_registry *reg, struct app_handle *h, struct range_buf *b,
 				vmm_error *err)
 {
@@ -144,14 +146,16 @@ static vmm_status handle_ranges(vmm_app_registry *reg, struct app_handle *h, str
 
 		if (!(m->rw & (1u << h->dev)) || end <= cur)
 			continue;
-		if (m->offset > cur)
+		if (m->offset > cur && !h->imported)
 			break;   /* a gap: cur stops short */
+		if (m->offset > cur)
+			cur = m->offset;
 		st = push_range(b, m->va + (cur - m->offset), (char *)h->backup.ptr + cur,
 				end - cur, err);
 		cur = end;
 	}
 	free(ms);
-	if (st || cur >= h->size)
+	if (st || cur >= h->size || h->imported)
 		return st;
 	b->n = first;
 	st = h->tmp_va ? VMM_OK : temp_map(reg, h, err); /* one that would not unmap: still there */
@@ -349,8 +353,8 @@ static vmm_status copy_back(vmm_app_registry *reg, struct app_handle **hs, size_
 	if (!with)
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory to plan a copy");
 	for (size_t i = 0; i < n; i++)
-		if (hs[i]->has_backup)
-			with[nw++] = hs[i];
+		if (hs[i]->has_backup && (!hs[i]->imported || hs[i]->refill))
+			with[nw++] = hs[i];   /* an import fetched again has its exporter's bytes */
 	st = copy_handles(reg, with, nw, false, res, err);
 	free(with);
 	return st;
@@ -470,6 +474,11 @@ static vmm_status restore(vmm_app_registry *reg, struct app_handle **hs, size_t 
 				(unsigned long long)h->app);
 		h->asleep = false;
 		h->group_released = false;
+		if (h->imported && h->backup.ptr) {
+			/* Its bytes are in device memory again: the copy was for one sleep. */
+			vmm_host_buf_free(be, &h->backup);
+			h->has_backup = h->refill = false;
+		}
 	}
 	return VMM_OK;
 }
@@ -579,16 +588,18 @@ static vmm_status back_up(vmm_app_registry *reg, struct app_handle **hs, size_t 
 	vmm_status st;
 
 	for (size_t i = 0; i < n; i++)
-		if (!hs[i]->backup.ptr && !hs[i]->imported)
+		if (!hs[i]->backup.ptr)
 			need += hs[i]->size;
 	avail = vmm_host_available_bytes();
 	if (need > avail)
 		return vmm_fail(err, VMM_E_HOST_OOM, 0,
 				"sleeping the program's VMM mappings needs %llu bytes of host memory, "
 				"%llu available", (unsigned long long)need, (unsigned long long)avail);
+	/* An import too: its exporter keeps a copy, but may end before the group wakes, and
+	 * natively the memory would have outlived it in this process (app_reshare.c). */
 	for (size_t i = 0; i < n; i++) {
-		if (hs[i]->backup.ptr || hs[i]->imported)
-			continue;   /* an import's contents stay with its exporter */
+		if (hs[i]->backup.ptr)
+			continue;
 		st = vmm_host_buf_alloc(reg->be, hs[i]->size, 0, &hs[i]->backup, err);
 		if (st)
 			return st;   /* buffers made so far are kept for the next try */
@@ -630,7 +641,7 @@ static vmm_status release_one(vmm_app_registry *reg, struct app_handle *h, bool 
 	}
 	h->real = 0;
 	h->asleep = true;
-	h->has_backup = !discard && !h->imported;
+	h->has_backup = !discard;
 	return st;
 }
 

@@ -82,7 +82,9 @@ static void keep_dup(vmm_app_registry *reg, struct app_handle *h, int fd)
 }
 
 /* The exporter ended while the group slept, taking the memory it had released with it: fresh
- * memory goes where the import was mapped, so that the program's pointers do not fault. */
+ * memory goes where the import was mapped, so that the program's pointers do not fault, and the
+ * wake fills it from this process's own copy (app_offload.c, copy_back). Only a discarding sleep
+ * took none. */
 static vmm_status replace_lost(vmm_app_registry *reg, struct app_handle *h, vmm_error *err)
 {
 	vmm_status st = reg->be->create(reg->be, h->dev, h->size, &h->real, err);
@@ -91,9 +93,17 @@ static vmm_status replace_lost(vmm_app_registry *reg, struct app_handle *h, vmm_
 		h->real = 0;
 		return st;
 	}
-	vmm_log(VMM_LOG_ERROR, "group wake: pid %d, which exported the memory of app handle %#llx "
-		"(%zu bytes), ended while the group slept; its contents are lost and new memory is "
-		"mapped there", (int)h->exporter, (unsigned long long)h->app, h->size);
+	h->refill = h->has_backup;
+	if (h->refill)
+		vmm_log(VMM_LOG_WARN, "group wake: pid %d, which exported the memory of app handle "
+			"%#llx (%zu bytes), ended while the group slept; new memory is mapped there "
+			"and filled from this process's own copy", (int)h->exporter,
+			(unsigned long long)h->app, h->size);
+	else
+		vmm_log(VMM_LOG_ERROR, "group wake: pid %d, which exported the memory of app handle "
+			"%#llx (%zu bytes), ended during a group sleep that discarded; new memory "
+			"is mapped there, its contents gone", (int)h->exporter,
+			(unsigned long long)h->app, h->size);
 	return VMM_OK;
 }
 
@@ -103,6 +113,7 @@ vmm_status app_share_reimport(vmm_app_registry *reg, struct app_handle *h, vmm_e
 	int fd = fetched ? -1 : h->share_fds[0], dev = -1;
 	vmm_status st;
 
+	h->refill = false;
 	if (fetched) {
 		if (!reg->refetch || !h->exporter)
 			return vmm_fail(err, VMM_E_UNSUPPORTED, 0, "app handle %#llx: no way to ask "

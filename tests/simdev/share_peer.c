@@ -13,6 +13,8 @@
  *   alloc SIZE | free P        cuMemAlloc | cuMemFree -> ok P
  *   ipcget P | ipcopen HEX | ipcclose P    legacy IPC (the handle as 128 hex digits) -> ok HEX | ok P
  *   write P TEXT | read P      copy TEXT (with its NUL) to P | read a string back -> ok TEXT
+ *   fill P SEED | verify P SEED   every byte of mapping P from SEED | compare them all
+ *                              -> ok | ok same, or ok differs at OFFSET
  *   info                       cuMemGetInfo -> ok FREE TOTAL
  *   reset                      cuDevicePrimaryCtxReset of the device (cudaDeviceReset) -> ok
  *   churn N SEED               N random cuMemAlloc/cuMemCreate+map and frees (OOM allowed)
@@ -182,6 +184,35 @@ static bool from_hex(const char *s, unsigned char *b, size_t n)
 	return true;
 }
 
+/* Byte i of a fill with seed: differs across every 4 KiB page and between seeds. */
+static unsigned char pattern_byte(size_t i, long seed)
+{
+	return (unsigned char)((i * 131u) ^ (i >> 12) ^ (size_t)seed);
+}
+
+/* Fill (or compare, *differs: the first offset that does not match, -1: none) mapping p. */
+static CUresult pattern(int p, long seed, bool fill, long *differs)
+{
+	size_t n = ptrs[p].size;
+	unsigned char *b = malloc(n ? n : 1);
+	CUresult r;
+
+	if (!b)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (fill) {
+		for (size_t i = 0; i < n; i++)
+			b[i] = pattern_byte(i, seed);
+		r = cuMemcpyHtoD(ptrs[p].va, b, n);
+	} else if (!(r = cuMemcpyDtoH(b, ptrs[p].va, n))) {
+		*differs = -1;
+		for (size_t i = 0; i < n && *differs < 0; i++)
+			if (b[i] != pattern_byte(i, seed))
+				*differs = (long)i;
+	}
+	free(b);
+	return r;
+}
+
 static void run(char *cmd, int fd)
 {
 	char word[16] = "", arg[256] = "";
@@ -276,6 +307,19 @@ static void run(char *cmd, int fd)
 		r = cuMemcpyDtoH(text, ptrs[a].va, 64);
 		if (!r) {
 			reply(-1, "ok %s", text);
+			return;
+		}
+	} else if (!strcmp(word, "fill")) {
+		r = pattern((int)a, b, true, NULL);
+	} else if (!strcmp(word, "verify")) {
+		long at = -1;
+
+		r = pattern((int)a, b, false, &at);
+		if (!r) {
+			if (at < 0)
+				reply(-1, "ok same");
+			else
+				reply(-1, "ok differs at %ld", at);
 			return;
 		}
 	} else if (!strcmp(word, "info")) {

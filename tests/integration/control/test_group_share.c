@@ -380,27 +380,68 @@ Test(group_share, shared_memory_is_freed_when_the_programs_let_it_go, .timeout =
 	cr_expect_eq(system(cmd), 0);
 }
 
-/* The exporter is killed while the group sleeps: it took the memory it had released with it. The
- * importer's wake maps fresh memory where the shared memory was (its program's pointer does not
- * fault) and says that the contents are lost; its own memory comes back intact. */
-Test(group_share, an_exporter_killed_while_asleep_leaves_its_importer_able_to_wake,
+/* An exporter and its importer (extra: their settings), each with memory of its own, share a
+ * handle whose every byte the exporter filled; they sleep as a group and the exporter is killed
+ * before they wake. */
+static void exporter_killed_while_asleep(struct peer *ps, struct peer *observer,
+					 const char *const *const *envs, long long *own,
+					 long long *slot)
+{
+	start_observer(observer);
+	start_sharing(ps, 2, envs, true, own, slot);
+	peer_ok(&ps[0], "fill %lld 77", slot[0]);
+	group("sleep", ps, 2);
+	peer_kill(&ps[0]);
+}
+
+/* The importer, awake, has its own bytes and every shared one; the memory stays usable. */
+static void importer_has_every_byte(struct peer *ps, struct peer *observer, const long long *own,
+				    const long long *slot)
+{
+	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", own[1]), "ok own-1");
+	cr_expect_str_eq(peer_cmd(&ps[1], -1, "verify %lld 77", slot[1]), "ok same",
+			 "the importer reads every shared byte the exporter wrote");
+	peer_ok(&ps[1], "write %lld still-mapped", slot[1]);
+	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", slot[1]), "ok still-mapped");
+	end_sharing(&ps[1], 1, observer);
+}
+
+/* The exporter is killed while the group sleeps: it took the memory it had released with it.
+ * Natively the importer would keep the memory; here its wake maps fresh memory where the import
+ * was (its pointer does not fault) and fills it from the copy it took at the sleep. Before that
+ * copy, the contents were lost. */
+Test(group_share, an_exporter_killed_while_asleep_leaves_its_importer_every_byte,
      .timeout = 120)
 {
 	struct peer ps[2], observer;
 	long long own[2], slot[2];
-	char text[32];
 
-	start_observer(&observer);
-	start_sharing(ps, 2, NULL, true, own, slot);
-	group("sleep", ps, 2);
-	peer_kill(&ps[0]);
+	exporter_killed_while_asleep(ps, &observer, NULL, own, slot);
 	vmmctl_run(&o, se.run_dir, -1, "--timeout 30 wake %d", (int)ps[1].pid);
 	cr_expect_eq(o.code, 0, "the importer wakes alone: %s %s", o.out, o.err);
-	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", own[1]), "ok own-1");
-	peer_ok(&ps[1], "write %lld still-mapped", slot[1]);
-	snprintf(text, sizeof(text), "ok still-mapped");
-	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", slot[1]), text);
-	end_sharing(&ps[1], 1, &observer);
+	importer_has_every_byte(ps, &observer, own, slot);
+}
+
+/* The same, and the importer's copy back fails: that wake fails and leaves it asleep, the copy is
+ * kept, and the next wake brings every shared byte back from it. */
+Test(group_share, a_failed_copy_back_after_the_exporter_ended_keeps_the_bytes_for_the_next_wake,
+     .timeout = 120)
+{
+	static const char *failing[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=2G",
+					 "VMMSHIM_LOG=warn", SAN_ENV,
+					 "SIMDEV_FAIL=cuMemcpyHtoDAsync:1", NULL };
+	const char *const *envs[2] = { NULL, failing };
+	struct peer ps[2], observer;
+	long long own[2], slot[2];
+
+	exporter_killed_while_asleep(ps, &observer, envs, own, slot);
+	vmmctl_run(&o, se.run_dir, -1, "--timeout 30 wake %d", (int)ps[1].pid);
+	cr_expect_neq(o.code, 0, "the fault did not hit: %s %s", o.out, o.err);
+	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)ps[1].pid);
+	cr_expect(!strstr(o.out, "\"state\": \"awake\""), "%s", o.out);
+	vmmctl_run(&o, se.run_dir, -1, "--timeout 30 wake %d", (int)ps[1].pid);
+	cr_assert_eq(o.code, 0, "%s %s", o.out, o.err);
+	importer_has_every_byte(ps, &observer, own, slot);
 }
 
 /* After a group sleep the two are woken by hand, each with its own vmmctl, the importer first: its
@@ -583,7 +624,8 @@ static void import_sleep_wake(struct peer *ps, unsigned long long hi, unsigned l
 /* The importer asks for its memory again only the process that exported it: while the start
  * time it was given matches, it fetches it and the two share one memory again; once the start
  * time names another process (the pid reused), it does not ask: it maps fresh memory in place
- * (its pointers do not fault) and the exporter's memory is left alone. */
+ * (its pointers do not fault), filled from the copy it took at the sleep, and the exporter's
+ * memory is left alone. */
 Test(group_share, an_importer_does_not_ask_a_process_that_reused_its_exporters_pid,
      .timeout = 120)
 {
@@ -616,13 +658,13 @@ Test(group_share, an_importer_does_not_ask_a_process_that_reused_its_exporters_p
 	peer_ok(&ps[0], "write %lld shared-by-0", slot[0]);
 
 	import_sleep_wake(ps, values[1], values[0], 1);
-	cr_expect_str_neq(peer_cmd(&ps[1], -1, "read %lld", slot[1]), "ok shared-by-0",
-			  "another process's memory was not fetched");
+	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", slot[1]), "ok shared-by-0",
+			 "the importer's own copy fills the memory mapped in place");
 	peer_ok(&ps[1], "write %lld from-importer", slot[1]);
 	cr_expect_str_eq(peer_cmd(&ps[1], -1, "read %lld", slot[1]), "ok from-importer",
 			 "fresh memory is mapped where the import was");
 	cr_expect_str_eq(peer_cmd(&ps[0], -1, "read %lld", slot[0]), "ok shared-by-0",
-			 "the exporter's memory is its own");
+			 "another process's memory was not fetched: the exporter's is its own");
 	end_sharing(ps, 2, &observer);
 }
 
