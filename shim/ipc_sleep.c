@@ -9,6 +9,7 @@
 
 #include "../core/log.h"
 #include "../core/mono_wait.h"
+#include "../core/offload/copy_engine.h"
 #include "hooks_common.h"
 #include "ipc_handle.h"
 #include "ipc_open_reply.h"
@@ -111,10 +112,18 @@ static vmm_status copy_import(vmm_backend *be, const ipc_import *m, void *host, 
  * copy that fails fails the sleep, which then changes nothing. */
 static vmm_status back_up(vmm_backend *be, const ipc_import *m, void **out, vmm_error *err)
 {
-	void *b = malloc(m->size ? m->size : 1);
+	uint64_t avail = vmm_host_available_bytes();
+	void *b;
 	vmm_status st;
 
 	*out = NULL;
+	/* malloc alone would not say: under overcommit the copy's first touch would find the
+	 * memory missing, and the kernel's OOM killer would end the program mid-sleep. */
+	if (m->size > avail)
+		return vmm_fail(err, VMM_E_HOST_OOM, 0, "a copy of the %zu bytes imported from pid "
+				"%d needs that much host memory, %llu available", m->size,
+				(int)m->exporter, (unsigned long long)avail);
+	b = malloc(m->size ? m->size : 1);
 	if (!b)
 		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a copy of the %zu bytes "
 				"imported from pid %d", m->size, (int)m->exporter);

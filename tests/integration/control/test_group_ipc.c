@@ -338,6 +338,62 @@ Test(group_ipc, a_failed_copy_back_after_the_exporter_ended_keeps_the_bytes_for_
 	importer_has_every_byte(&s);
 }
 
+/* The host's free memory (MemAvailable), or 0 when /proc/meminfo does not say. */
+static long long host_available(void)
+{
+	FILE *f = fopen("/proc/meminfo", "re");
+	long long kb = 0;
+	char line[128];
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb * 1024;
+}
+
+/* The importer's copy through the sleep needs more host memory than the host has (simdev's
+ * memory is sparse: nothing is touched but the bytes written). Unchecked, a malloc under
+ * overcommit could succeed and the copy's first touch have the kernel end the importer (here a
+ * malloc larger than the machine's memory is refused instead, so the test tells the check by
+ * its message); now its sleep fails first, saying why, the group rolls back, and every process
+ * is awake with its data. */
+Test(group_ipc, an_importer_without_host_memory_for_its_copy_fails_the_sleep, .timeout = 60)
+{
+	long long big = (host_available() + (1LL << 30) + (2LL << 20) - 1) & ~((2LL << 20) - 1);
+	char memory[64], hex[200], text[64];
+	const char *env[] = { se.group, se.preload, se.run, memory, "VMMSHIM_LOG=warn", SAN_ENV,
+			      NULL };
+	struct sharing s = { .n = 2 };
+
+	cr_assert_gt(big, 1LL << 30, "MemAvailable unread");
+	setup_env();
+	snprintf(memory, sizeof(memory), "SIMDEV_MEMORY=%lld", big + (2LL << 30));
+	for (int i = 0; i < 2; i++) {
+		peer_start(&s.ps[i], env);
+		peer_ok(&s.ps[i], "init");
+		s.own[i] = peer_ok(&s.ps[i], "alloc %u", OWN_BYTES);
+		snprintf(text, sizeof(text), "own-%d", i);
+		peer_ok(&s.ps[i], "write %lld %s", s.own[i], text);
+	}
+	s.shared[0] = peer_ok(&s.ps[0], "alloc %lld", big);
+	peer_ok(&s.ps[0], "write %lld shared-by-0", s.shared[0]);
+	peer_cmd(&s.ps[0], -1, "ipcget %lld", s.shared[0]);
+	cr_assert(!strncmp(s.ps[0].reply, "ok ", 3), "ipcget: %s", s.ps[0].reply);
+	snprintf(hex, sizeof(hex), "%.190s", s.ps[0].reply + 3);
+	s.shared[1] = peer_ok(&s.ps[1], "ipcopen %s", hex);
+	cr_expect_neq(group("sleep", s.ps, 2), 0, "the sleep went ahead: %s", o.out);
+	cr_expect(strstr(o.err, "host memory") && strstr(o.err, "available"),
+		  "and says why, before it tries (what it needs and what the host has): %s", o.err);
+	for (int i = 0; i < 2; i++) {
+		vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)s.ps[i].pid);
+		cr_expect(strstr(o.out, "\"state\": \"awake\""), "member %d: %s", i, o.out);
+	}
+	check(&s, "shared-by-0");
+	finish(&s, NULL);
+}
+
 /* A wake's re-imports share its timeout: with the exporter stopped (asleep, it cannot answer),
  * an importer of two allocations woken alone with --timeout 2 fails after about 2 s, not 2 s per
  * import, and is woken in full by a group wake once the exporter runs again. */
