@@ -53,6 +53,22 @@ double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+long long proc_kb_bytes(const char *path, const char *key)
+{
+	FILE *f = fopen(path, "re");
+	size_t klen = strlen(key);
+	long long kb = -1;
+	char line[256];
+
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, klen) && line[klen] == ':' &&
+		    sscanf(line + klen + 1, "%lld", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return kb < 0 ? -1 : kb * 1024;
+}
+
 double ctl_slow(void)
 {
 	const char *v = getenv("CTL_SLOW");

@@ -103,6 +103,9 @@ ssize_t raw_request(const char *sock, const char *req, size_t len, bool shut, in
 int raw_stall(const char *sock, const char *partial);
 
 double now_s(void);
+/* The "KEY: N kB" line of a /proc file (/proc/meminfo, /proc/PID/status), in bytes; -1 when
+ * the file or the line is missing. */
+long long proc_kb_bytes(const char *path, const char *key);
 /* How much slower than usual the programs under test run (CTL_SLOW, e.g. 4 under
  * ThreadSanitizer; default 1): time and memory limits in the tests are multiplied by it. */
 double ctl_slow(void);

@@ -358,18 +358,10 @@ Test(sleep, wake_without_device_memory_fails_then_succeeds, .timeout = 60)
 
 static long long vm_size(pid_t pid)
 {
-	char path[64], line[256];
-	long long kb = -1;
-	FILE *f;
+	char path[64];
 
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	while (f && fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmSize: %lld kB", &kb) == 1)
-			break;
-	if (f)
-		fclose(f);
-	return kb * 1024;
+	return proc_kb_bytes(path, "VmSize");
 }
 
 Test(sleep, sleep_without_host_memory_is_refused, .timeout = 60)
