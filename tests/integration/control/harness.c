@@ -97,16 +97,18 @@ static const char *need_env(const char *name)
 	return v;
 }
 
-struct target *target_start(const char *const *env)
+static struct target *start(const char *const *env, bool channel)
 {
 	struct target *t = calloc(1, sizeof(*t));
-	int in[2], out[2];
+	int in[2], out[2], chan[2] = { -1, -1 };
 	char line[256];
 
 	if (!t)
 		return NULL;
+	t->chan_fd = -1;
 	snprintf(t->run_dir, sizeof(t->run_dir), "/tmp/vmmshim-ctltest-XXXXXX");
-	if (!mkdtemp(t->run_dir) || pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC)) {
+	if (!mkdtemp(t->run_dir) || pipe2(in, O_CLOEXEC) || pipe2(out, O_CLOEXEC) ||
+	    (channel && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, chan))) {
 		free(t);
 		return NULL;
 	}
@@ -121,6 +123,12 @@ struct target *target_start(const char *const *env)
 		dup2(out[1], 1);
 		if (err >= 0)
 			dup2(err, 2);
+		if (channel) {
+			char fd[16];
+
+			snprintf(fd, sizeof(fd), "%d", dup(chan[1])); /* without close-on-exec */
+			setenv("CTL_CHANNEL_FD", fd, 1);
+		}
 		setenv("LD_PRELOAD", need_env("CTL_SHIM"), 1);
 		setenv("VMMSHIM_RUN_DIR", t->run_dir, 1);
 		if (!getenv("VMMSHIM_LOG"))
@@ -132,6 +140,10 @@ struct target *target_start(const char *const *env)
 	}
 	close(in[0]);
 	close(out[1]);
+	if (channel) {
+		close(chan[1]);
+		t->chan_fd = chan[0];
+	}
 	track(t, true);
 	t->in_fd = in[1];
 	t->out_fd = out[0];
@@ -140,6 +152,16 @@ struct target *target_start(const char *const *env)
 		return NULL;
 	}
 	return t;
+}
+
+struct target *target_start(const char *const *env)
+{
+	return start(env, false);
+}
+
+struct target *target_start_with_channel(const char *const *env)
+{
+	return start(env, true);
 }
 
 void target_busy_end(const struct target *t)
@@ -216,6 +238,8 @@ void target_free(struct target *t)
 	track(t, false);
 	close(t->in_fd);
 	close(t->out_fd);
+	if (t->chan_fd >= 0)
+		close(t->chan_fd);
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", t->run_dir);
 	if (system(cmd))
 		fprintf(stderr, "harness: could not remove %s\n", t->run_dir);

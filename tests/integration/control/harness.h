@@ -11,6 +11,7 @@
 struct target {
 	pid_t pid;
 	int in_fd, out_fd;
+	int chan_fd;          /* a SOCK_SEQPACKET socket to it (target_start_with_channel), or -1 */
 	char run_dir[256];
 	char err_path[300];
 	char pending[8192];   /* bytes read from stdout beyond the last line returned */
@@ -20,6 +21,9 @@ struct target {
 /* Start ctl_target under the shim with extra "K=V" settings (NULL-ended, may be NULL) and wait
  * for its "ready" line. NULL on failure. */
 struct target *target_start(const char *const *env);
+/* The same with a SOCK_SEQPACKET socket beside stdin, for descriptors (fd_pass.h): t->chan_fd
+ * here, its other end in the target as the descriptor named by CTL_CHANNEL_FD. */
+struct target *target_start_with_channel(const char *const *env);
 /* Send one command line and wait (timeout_ms) for one reply line. 0, or -1 on timeout / EOF. */
 int target_cmd(struct target *t, const char *cmd, char *reply, size_t cap, int timeout_ms);
 int target_send(struct target *t, const char *cmd);
