@@ -12,8 +12,10 @@
 # --share runs the sharing soak instead (share_soak.c, CI: control_share_soak): P sharing
 # processes take turns on one simulated GPU too small for all, sleeping one another, while the
 # soak kills and replaces them, sleeps them from outside and lists them; in every other epoch
-# they share a buffer through legacy CUDA IPC. B bystanders (default 1) share a second simulated
-# GPU in the same control folder: nobody may be slept by a process of the other GPU.
+# they share a buffer through legacy CUDA IPC and one of their own VMM memory (a POSIX
+# descriptor, as NCCL's), and the exporter is killed while its group sleeps. B bystanders
+# (default 1) share a second simulated GPU in the same control folder: nobody may be slept by a
+# process of the other GPU.
 # Usage: scripts/soak.sh [--seconds S (default 600)] [--seed N (default: random)] [--threads T]
 #        scripts/soak.sh --share [--seconds S] [--seed N] [--procs P (default 3)] [--threads T]
 #                        [--bystanders B (0 to 4, default 1)]

@@ -6,9 +6,12 @@
  * copying) and starts a fresh one in its place, sleeps and wakes one, or two as a group, from
  * outside with vmmctl, and asks `vmmctl list` and `status`. In half the epochs some processes
  * run with driver faults injected (SIMDEV_FAIL, one or two calls each). In every other epoch the
- * process of slot 0 exports a buffer through legacy CUDA IPC and most others open it (its
- * replacement, when it is killed, exports a new one; the importers keep the old), so that peers'
- * sleeps, group sleeps and kills meet memory several processes hold. It fails on:
+ * process of slot 0 exports a buffer through legacy CUDA IPC and another of its own VMM memory
+ * as a POSIX descriptor (as NCCL shares its buffers; the descriptor goes through this driver,
+ * fd_pass.h), and most others open both (its replacement, when it is killed, exports new ones;
+ * the importers keep the old), so that peers' sleeps, group sleeps and kills meet memory several
+ * processes hold: an exporter killed while its group sleeps leaves its importers their own
+ * copies. It fails on:
  *  - a mismatch (data lost across a sleep made by a peer, or by vmmctl; shared memory that an
  *    exporter or importer reads differently from the bytes it was filled with),
  *  - an error other than out of memory in a process without faults (an allocation may be
@@ -36,6 +39,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fd_pass.h"
 #include "harness.h"
 #include "soak_faults.h"
 #include "soak_run.h"
@@ -57,6 +61,7 @@ struct proc {
 	char armed[256]; /* which (SIMDEV_FAIL) */
 	double work_end; /* when its threads stop (they then free what they hold) */
 	char report[256]; /* its threads' report, when it came before another answer */
+	bool imports;    /* it opened or mapped slot 0's shared memory */
 };
 
 static struct proc procs[MAX_PROCS];
@@ -74,6 +79,12 @@ static struct {
 	char hex[256];
 	unsigned seed;
 } ipc;
+/* The VMM buffer the next importers map (slot 0's, while live): its descriptor is asked of the
+ * exporter for each import, since a descriptor held open would keep the memory resident. */
+static struct {
+	bool live, exporter_faults;
+	unsigned seed;
+} vmm;
 static int nprocs = 3, threads = 3;
 static double seconds = 60, timeout_s, share_wait_s, epoch_len_s;
 static bool faults_epoch;
@@ -85,7 +96,9 @@ static struct ctl_out o;
 static struct {
 	long epochs, starts, kills, lists, statuses, outside_sleeps, outside_refused,
 		group_sleeps, group_refused, ops, copies, kernels, ooms, errors, slept_by_peer,
-		faulty, base_short, exports, opens, ipc_refused, checks, bystander_statuses;
+		faulty, base_short, exports, opens, ipc_refused, checks, bystander_statuses,
+		vmm_exports, vmm_opens, vmm_refused, shares_released, shares_resident,
+		exporters_killed_asleep;
 } n;
 
 static unsigned rnd(unsigned below)
@@ -212,12 +225,82 @@ static void open_shared(struct proc *p)
 		fail("pid %ld did not answer 'ipcopen'", (long)p->t->pid);
 	if (!strcmp(reply, "ok")) {
 		n.opens++;
+		p->imports = true;
 		return;
 	}
 	if (!p->faults && !ipc.exporter_faults)
 		fail("pid %ld could not open pid %ld's export: '%s', no fault injected",
 		     (long)p->t->pid, (long)procs[0].t->pid, reply);
 	n.ipc_refused++;
+}
+
+/* Slot 0 makes a buffer of its own VMM memory for the importers to come, as export_shared. */
+static void export_vmm(struct proc *p)
+{
+	char line[64], reply[256];
+	double end = now_s() + share_wait_s * 2;
+
+	vmm.live = false;
+	vmm.seed = (unsigned)rand_r(&rng);
+	snprintf(line, sizeof(line), "vmmexport %u %u", SHARED_BYTES, vmm.seed);
+	for (;;) {
+		if (target_cmd(p->t, line, reply, sizeof(reply),
+			       (int)((share_wait_s * 2 + timeout_s) * 1000)))
+			fail("pid %ld did not answer '%s'", (long)p->t->pid, line);
+		if (strcmp(reply, "error alloc") || now_s() > end)
+			break;
+		usleep(200000);
+	}
+	if (!strcmp(reply, "ok")) {
+		vmm.live = true;
+		vmm.exporter_faults = p->faults;
+		n.vmm_exports++;
+	} else if (strcmp(reply, "error alloc") && !p->faults) {
+		fail("pid %ld: '%s' answered '%s', no fault injected", (long)p->t->pid, line,
+		     reply);
+	} else {
+		n.vmm_refused++;
+	}
+}
+
+/* p maps slot 0's VMM buffer: slot 0 exports its handle again (it may be asleep: the export
+ * wakes it), this driver passes the descriptor on and closes its own, and p imports it. Only a
+ * fault on either side may refuse it. */
+static void open_vmm(struct proc *p)
+{
+	struct proc *x = &procs[0];
+	int within_ms = (int)((share_wait_s * 2 + timeout_s) * 1000);
+	char line[64], reply[256], msg[16];
+	bool faults = p->faults || vmm.exporter_faults;
+	int fd;
+
+	if (target_cmd(x->t, "vmmsend", reply, sizeof(reply), within_ms))
+		fail("pid %ld did not answer 'vmmsend'", (long)x->t->pid);
+	if (strcmp(reply, "ok")) {
+		if (!faults)
+			fail("pid %ld: 'vmmsend' answered '%s', no fault injected", (long)x->t->pid,
+			     reply);
+		n.vmm_refused++;
+		return;
+	}
+	if ((fd = fd_pass_recv(x->t->chan_fd, msg, sizeof(msg), within_ms)) < 0)
+		fail("pid %ld said it sent its descriptor, none came", (long)x->t->pid);
+	if (fd_pass_send(p->t->chan_fd, "vmm", fd))
+		fail("pid %ld's channel is closed", (long)p->t->pid);
+	close(fd);
+	snprintf(line, sizeof(line), "vmmimport %u %u %s", SHARED_BYTES, vmm.seed,
+		 rnd(2) ? "keep" : "release");
+	if (target_cmd(p->t, line, reply, sizeof(reply), within_ms))
+		fail("pid %ld did not answer '%s'", (long)p->t->pid, line);
+	if (!strcmp(reply, "ok")) {
+		n.vmm_opens++;
+		p->imports = true;
+		return;
+	}
+	if (!faults)
+		fail("pid %ld could not map pid %ld's VMM buffer: '%s', no fault injected",
+		     (long)p->t->pid, (long)x->t->pid, reply);
+	n.vmm_refused++;
 }
 
 /* One process's long-lived and shared bytes read back in the middle of an epoch (this wakes
@@ -273,6 +356,7 @@ static void start_on(struct proc *p, int gpu, int i, double until, unsigned work
 	p->prio = (int)rnd(2);
 	p->faults = faults_epoch && rnd(2);
 	p->report[0] = '\0';
+	p->imports = false;
 	snprintf(e[k++], 320, "VMMSHIM_RUN_DIR=%s", dir);
 	snprintf(e[k++], 320, "SIMDEV_SHARED=%s", gpu ? group_b : group);
 	snprintf(e[k++], 320, "SIMDEV_MEMORY=%dM", gpu_mib(gpu ? nbys : nprocs));
@@ -291,7 +375,7 @@ static void start_on(struct proc *p, int gpu, int i, double until, unsigned work
 	for (int j = 0; j < k; j++)
 		env[j] = e[j];
 	env[k] = NULL;
-	p->t = target_start(env);
+	p->t = target_start_with_channel(env);
 	if (!p->t)
 		fail("a sharing program did not start under the shim");
 	n.starts++;
@@ -317,10 +401,16 @@ static void start_on(struct proc *p, int gpu, int i, double until, unsigned work
 		}
 		usleep(200000);
 	}
-	if (!gpu && ipc.epoch && i == 0)
+	if (!gpu && ipc.epoch && i == 0) {
 		export_shared(p);
-	else if (!gpu && ipc.epoch && ipc.live && (i == 1 || rnd(3)))
-		open_shared(p); /* slot 1 always: a short run has an importer */
+		export_vmm(p);
+	} else if (!gpu && ipc.epoch && (i == 1 || rnd(3))) {
+		/* slot 1 always: a short run has an importer */
+		if (ipc.live)
+			open_shared(p);
+		if (vmm.live)
+			open_vmm(p);
+	}
 	p->work_end = until;
 	snprintf(line, sizeof(line), "work %d %.1f %u", threads, until - now_s() > 0.5 ?
 		 until - now_s() : 0.5, work_seed);
@@ -357,6 +447,17 @@ static void wake_until_done(const char *pids)
 	}
 }
 
+/* What a group sleep did with the memory its members share (vmmctl's `shared` lines). */
+static void count_shares(void)
+{
+	for (const char *at = o.out; (at = strstr(at, "\"resident\": ")); at++) {
+		if (strncmp(at + 12, "false", 5))
+			n.shares_resident++;
+		else
+			n.shares_released++;
+	}
+}
+
 /* vmmctl sleeps pids (one, or a group: all or none), with autowake or held and woken again by
  * vmmctl: refused is allowed (a sleep or wake of its own in progress, a fault), a wedge is
  * not. */
@@ -369,6 +470,7 @@ static void sleep_from_outside(const char *pids, long *slept, long *refused)
 		return;
 	}
 	(*slept)++;
+	count_shares();
 	if (autowake)
 		return;
 	usleep(rnd(300000));
@@ -383,12 +485,54 @@ static void outside_cycle(int i)
 	sleep_from_outside(pid, &n.outside_sleeps, &n.outside_refused);
 }
 
-/* Two of them slept as a group, then woken as one, or left to wake themselves. */
-static void group_cycle(int i)
+/* Slot 0 and every process that opened what it shared slept as a group and held (so that the
+ * group holds all of it and may release it), slot 0 killed meanwhile (its host copy of what it
+ * shared goes with it), the importers woken and their bytes checked: natively an import keeps
+ * the memory alive, so the shared bytes must come back, from each importer's own copy. */
+static bool exporter_killed_asleep(double until)
+{
+	char pids[16 * MAX_PROCS], *at = pids;
+	int importers = 0;
+
+	at += sprintf(at, "%d", (int)procs[0].t->pid);
+	for (int j = 1; j < nprocs; j++)
+		if (procs[j].imports) {
+			at += sprintf(at, " %d", (int)procs[j].t->pid);
+			importers++;
+		}
+	if (!importers)
+		return false;
+	/* Members a peer slept alone keep what they share mapped (docs/vmmctl.md): awake first,
+	 * so that this sleep releases it (a peer may still sleep one of them in between). */
+	ctl("wake %s", pids);
+	if (ctl("sleep %s", pids)) {
+		n.group_refused++;
+		return true;
+	}
+	n.group_sleeps++;
+	count_shares();
+	kill_and_replace(0, until);
+	n.exporters_killed_asleep++;
+	for (int j = 1; j < nprocs; j++)
+		if (procs[j].imports) {
+			char pid[16];
+
+			snprintf(pid, sizeof(pid), "%d", (int)procs[j].t->pid);
+			wake_until_done(pid);
+			check_now(&procs[j]);
+		}
+	return true;
+}
+
+/* Two of them slept as a group, then woken as one, or left to wake themselves. In a sharing
+ * epoch, now and then the exporter of the pair is killed while they sleep. */
+static void group_cycle(int i, double until)
 {
 	int j = (i + 1 + (int)rnd((unsigned)nprocs - 1)) % nprocs;
 	char pids[40];
 
+	if (ipc.epoch && rnd(2) && exporter_killed_asleep(until))
+		return;
 	snprintf(pids, sizeof(pids), "%d %d", (int)procs[i].t->pid, (int)procs[j].t->pid);
 	sleep_from_outside(pids, &n.group_sleeps, &n.group_refused);
 }
@@ -490,23 +634,30 @@ static void epoch(double secs)
 	faults_epoch = rnd(2);
 	ipc.epoch = n.epochs % 2 == 0; /* every other one, so that CI's two epochs have one */
 	ipc.live = false;
+	vmm.live = false;
 	printf("share_soak: epoch %ld, %.0f s, %d processes of %d threads%s%s\n", n.epochs, secs,
 	       nprocs, threads, faults_epoch ? ", some with driver faults" : "",
-	       ipc.epoch ? ", sharing memory through IPC" : "");
+	       ipc.epoch ? ", sharing memory through IPC and VMM descriptors" : "");
 	fflush(stdout);
 	for (int i = 0; i < nprocs; i++)
 		start(i, until, (unsigned)rand_r(&rng));
 	for (int b = 0; b < nbys; b++)
 		start_on(&bys[b], 1, b, until, (unsigned)rand_r(&rng));
+	/* A sharing epoch kills its exporter under a group sleep once halfway, if it has importers. */
+	bool killed_asleep = !ipc.epoch;
+
 	while (now_s() < until - 0.5) {
 		int r = (int)rnd(100), i = (int)rnd((unsigned)nprocs);
 
-		if (r < 8)
+		if (!killed_asleep && now_s() > until - secs / 2) {
+			killed_asleep = true;
+			exporter_killed_asleep(until);
+		} else if (r < 8)
 			kill_and_replace(i, until);
 		else if (r < 25)
 			outside_cycle(i);
 		else if (r < 33)
-			group_cycle(i);
+			group_cycle(i, until);
 		else if (r < 45)
 			list();
 		else if (r < 52)
@@ -592,13 +743,18 @@ int main(int argc, char **argv)
 	       "with driver faults), %ld killed; %ld vmmctl sleeps from outside (%ld refused), "
 	       "%ld group sleeps (%ld refused), %ld lists, %ld statuses (%ld showed a process "
 	       "slept by a peer), %ld checks; IPC: %ld exports, %ld opens (%ld refused by "
-	       "faults or memory); the threads: %ld operations, %ld copies, %ld kernels, %ld "
+	       "faults or memory); VMM descriptors: %ld exports, %ld imports (%ld refused); "
+	       "group sleeps released VMM-shared memory %ld times and kept it resident %ld "
+	       "times; "
+	       "%ld exporters killed while their group slept; the threads: %ld operations, %ld copies, %ld kernels, %ld "
 	       "allocations refused for want of memory (and %ld processes short of long-lived "
 	       "buffers), %ld errors from faults; %ld statuses of bystanders; 0 mismatches, 0 "
 	       "leaks, 0 wedges, 0 sleeps across GPUs\n",
 	       seed0, now_s() - start_s, n.epochs, n.starts, n.faulty, n.kills, n.outside_sleeps,
 	       n.outside_refused, n.group_sleeps, n.group_refused, n.lists, n.statuses,
-	       n.slept_by_peer, n.checks, n.exports, n.opens, n.ipc_refused, n.ops, n.copies,
+	       n.slept_by_peer, n.checks, n.exports, n.opens, n.ipc_refused, n.vmm_exports,
+	       n.vmm_opens, n.vmm_refused, n.shares_released, n.shares_resident,
+	       n.exporters_killed_asleep, n.ops, n.copies,
 	       n.kernels, n.ooms, n.base_short, n.errors, n.bystander_statuses);
 	return 0;
 }

@@ -21,6 +21,16 @@
  *                          or "error ipc"
  *   ipcopen HEX BYTES SEED another process's export opened (cudaIpcOpenMemHandle) -> "ok", or
  *                          "error ipc N" (the driver's error)
+ *   vmmexport BYTES SEED   a buffer of the program's own VMM memory (cuMemCreate, shareable as
+ *                          a POSIX descriptor, mapped and filled from SEED) -> "ok", "error
+ *                          alloc" (out of memory: nothing kept) or "error vmm N"
+ *   vmmsend                that buffer's handle exported (cuMemExportToShareableHandle) and
+ *                          the descriptor sent on the channel (CTL_CHANNEL_FD), then closed
+ *                          here, as NCCL does -> "ok" or "error vmm N"
+ *   vmmimport BYTES SEED keep|release
+ *                          the descriptor that came on the channel imported, mapped, and the
+ *                          handle kept or released at once (the mapping then holds the memory)
+ *                          -> "ok" or "error vmm N"
  *                          Nobody writes shared buffers after the export: `check` compares
  *                          every one this process exported or opened with SEED's bytes.
  *   quit                   exit 0
@@ -28,6 +38,7 @@
  * SOAK_LARGE_PCT=N (manual soaks): N% of the allocations are 33-80 MiB, so that the heap makes
  * large handles that smaller allocations then cut (and refill ahead, with
  * VMMSHIM_REFILL_AHEAD=1); without it every allocation is under 3 MiB. */
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <dlfcn.h>
@@ -39,7 +50,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "fd_pass.h"
 #include "random_bytes.h"
 
 #define MAX_THREADS 16
@@ -70,6 +83,10 @@ static int nbase;
 #define MAX_SHARED 8
 static struct buf shared[MAX_SHARED]; /* exported or opened through legacy IPC */
 static int nshared;
+/* The program's own VMM memory this process exported (vmmexport), for vmmsend. */
+static CUmemGenericAllocationHandle vmm_exported;
+static bool vmm_has_export;
+static int channel = -1; /* CTL_CHANNEL_FD */
 static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -505,11 +522,138 @@ static void cmd_ipcopen(const char *hex, size_t size, unsigned seed)
 	say("ok");
 }
 
+/* size rounded up to the device's granularity, reserved, mapped from h and made read/write. */
+static CUresult vmm_map(CUmemGenericAllocationHandle h, size_t size, CUdeviceptr *va)
+{
+	CUmemAccessDesc d = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+			      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUresult r = cuMemAddressReserve(va, size, 0, 0, 0);
+
+	if (r)
+		return r;
+	if ((r = cuMemMap(*va, size, 0, h, 0)) == CUDA_SUCCESS &&
+	    (r = cuMemSetAccess(*va, size, &d, 1)) != CUDA_SUCCESS)
+		cuMemUnmap(*va, size);
+	if (r)
+		cuMemAddressFree(*va, size);
+	return r;
+}
+
+static void cmd_vmmexport(size_t size, unsigned seed)
+{
+	CUmemAllocationProp p = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				  .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
+				  .requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+	struct buf *b = &shared[nshared];
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	CUresult r;
+
+	if (nshared == MAX_SHARED || vmm_has_export || !size ||
+	    !(b->mirror = shared_mirror(size, seed))) {
+		say("error vmm bad request");
+		return;
+	}
+	r = cuMemCreate(&h, size, &p, 0);
+	if (r) {
+		free(b->mirror);
+		say(r == CUDA_ERROR_OUT_OF_MEMORY ? "error alloc" : "error vmm %d", (int)r);
+		return;
+	}
+	if ((r = vmm_map(h, size, &va))) {
+		cuMemRelease(h);
+		free(b->mirror);
+		say("error vmm %d", (int)r);
+		return;
+	}
+	b->dev = (unsigned char *)(uintptr_t)va;
+	b->size = size;
+	for (int tries = 0; tries < 4 && !push(b); tries++)
+		;
+	if (b->stale) {
+		cuMemUnmap(va, size);
+		cuMemAddressFree(va, size);
+		cuMemRelease(h);
+		free(b->mirror);
+		say("error vmm upload");
+		return;
+	}
+	vmm_exported = h;
+	vmm_has_export = true;
+	nshared++;
+	say("ok");
+}
+
+static void cmd_vmmsend(void)
+{
+	int fd = -1;
+	CUresult r;
+
+	if (!vmm_has_export || channel < 0) {
+		say("error vmm nothing to send");
+		return;
+	}
+	r = cuMemExportToShareableHandle(&fd, vmm_exported, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+					 0);
+	if (r) {
+		say("error vmm %d", (int)r);
+		return;
+	}
+	if (fd_pass_send(channel, "vmm", fd))
+		say("error vmm channel");
+	else
+		say("ok");
+	close(fd);
+}
+
+static void cmd_vmmimport(size_t size, unsigned seed, bool keep)
+{
+	struct buf *b = &shared[nshared];
+	CUmemGenericAllocationHandle h;
+	CUdeviceptr va;
+	char msg[16];
+	CUresult r;
+	int fd;
+
+	if (nshared == MAX_SHARED || !size || channel < 0) {
+		say("error vmm bad request");
+		return;
+	}
+	if ((fd = fd_pass_recv(channel, msg, sizeof(msg), 10000)) < 0) {
+		say("error vmm no descriptor came");
+		return;
+	}
+	r = cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+					   CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+	close(fd);
+	if (r) {
+		say("error vmm %d", (int)r);
+		return;
+	}
+	if ((r = vmm_map(h, size, &va))) {
+		cuMemRelease(h);
+		say("error vmm %d", (int)r);
+		return;
+	}
+	if (!keep)
+		cuMemRelease(h); /* the mapping holds the memory, as NCCL's peers leave it */
+	if (!(b->mirror = shared_mirror(size, seed))) {
+		say("error vmm no host memory"); /* the mapping stays, unchecked */
+		return;
+	}
+	b->dev = (unsigned char *)(uintptr_t)va;
+	b->size = size;
+	nshared++;
+	say("ok");
+}
+
 int main(void)
 {
 	char line[256];
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (getenv("CTL_CHANNEL_FD"))
+		channel = atoi(getenv("CTL_CHANNEL_FD"));
 	if (getenv("SOAK_LARGE_PCT"))
 		large_pct = atoi(getenv("SOAK_LARGE_PCT"));
 	if (cudaSetDevice(0) != cudaSuccess) {
@@ -540,6 +684,13 @@ int main(void)
 			cmd_ipcexport(strtoull(b, NULL, 10), (unsigned)strtoul(c, NULL, 10));
 		else if (!strcmp(a, "ipcopen") && n == 4)
 			cmd_ipcopen(b, strtoull(c, NULL, 10), (unsigned)strtoul(d, NULL, 10));
+		else if (!strcmp(a, "vmmexport") && n == 3)
+			cmd_vmmexport(strtoull(b, NULL, 10), (unsigned)strtoul(c, NULL, 10));
+		else if (!strcmp(a, "vmmsend"))
+			cmd_vmmsend();
+		else if (!strcmp(a, "vmmimport") && n == 4)
+			cmd_vmmimport(strtoull(b, NULL, 10), (unsigned)strtoul(c, NULL, 10),
+				      !strcmp(d, "keep"));
 		else if (!strcmp(a, "quit"))
 			break;
 		else
