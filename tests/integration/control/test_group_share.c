@@ -30,6 +30,22 @@ static struct shared_env se;
 static const char *env[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=2G",
 			     "VMMSHIM_LOG=warn", SAN_ENV, NULL };
 
+/* env with one more setting (a SIMDEV_FAIL): one member's environment, valid until the next
+ * call (a test uses one). */
+static const char *const *env_and(const char *setting)
+{
+	static const char *e[sizeof(env) / sizeof(env[0]) + 1];
+	size_t n = 0;
+
+	while (env[n]) {
+		e[n] = env[n];
+		n++;
+	}
+	e[n++] = setting;
+	e[n] = NULL;
+	return e;
+}
+
 #define OWN_BYTES (8u << 20)     /* each member's own cuMemAlloc memory */
 #define SHARED_BYTES (4u << 20)  /* the exporter's handle, mapped by every member */
 
@@ -208,9 +224,7 @@ Test(group_share, three_processes_sharing_memory_sleep_and_wake, .timeout = 120)
 Test(group_share, a_failure_half_way_through_the_sleep_leaves_every_member_as_it_was,
      .timeout = 120)
 {
-	static const char *failing[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=2G",
-					 "VMMSHIM_LOG=error", SAN_ENV, "SIMDEV_FAIL=cuMemRelease:1",
-					 NULL };
+	const char *const *failing = env_and("SIMDEV_FAIL=cuMemRelease:1");
 	const char *const *envs[3] = { failing, NULL, NULL };
 	struct peer ps[3], observer;
 	long long own[3], slot[3], before;
@@ -245,9 +259,7 @@ Test(group_share, a_failure_half_way_through_the_sleep_leaves_every_member_as_it
 Test(group_share, a_failure_half_way_through_the_wake_keeps_every_member_with_its_data,
      .timeout = 120)
 {
-	static const char *failing[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=2G",
-					 "VMMSHIM_LOG=error", SAN_ENV,
-					 "SIMDEV_FAIL=cuMemImportFromShareableHandle:2", NULL };
+	const char *const *failing = env_and("SIMDEV_FAIL=cuMemImportFromShareableHandle:2");
 	const char *const *envs[2] = { NULL, failing };
 	struct peer ps[2], observer;
 	long long own[2], slot[2], before;
@@ -427,9 +439,7 @@ Test(group_share, an_exporter_killed_while_asleep_leaves_its_importer_every_byte
 Test(group_share, a_failed_copy_back_after_the_exporter_ended_keeps_the_bytes_for_the_next_wake,
      .timeout = 120)
 {
-	static const char *failing[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=2G",
-					 "VMMSHIM_LOG=warn", SAN_ENV,
-					 "SIMDEV_FAIL=cuMemcpyHtoDAsync:1", NULL };
+	const char *const *failing = env_and("SIMDEV_FAIL=cuMemcpyHtoDAsync:1");
 	const char *const *envs[2] = { NULL, failing };
 	struct peer ps[2], observer;
 	long long own[2], slot[2];
@@ -554,9 +564,7 @@ Test(group_share, members_that_export_and_import_each_other_release_both, .timeo
  * and still share it both ways. The next group sleep succeeds. */
 Test(group_share, a_failure_in_the_second_phase_of_a_mutual_pair_undoes_both, .timeout = 120)
 {
-	static const char *failing[] = { se.group, se.preload, se.run, "SIMDEV_MEMORY=2G",
-					 "VMMSHIM_LOG=error", SAN_ENV, "SIMDEV_FAIL=cuMemRelease:2",
-					 NULL };
+	const char *const *failing = env_and("SIMDEV_FAIL=cuMemRelease:2");
 	const char *const *envs[2] = { failing, NULL };
 	struct peer ps[2], observer;
 	long long mine[2], theirs[2], before;
