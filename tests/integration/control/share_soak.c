@@ -180,36 +180,47 @@ static int ctl(const char *fmt, ...)
 	return o.code;
 }
 
-/* Slot 0 exports a fresh buffer for the importers to come: its bytes follow from a new seed.
- * Out of memory (the GPU's sharers hold it) is asked again for a while, then the epoch goes on
- * without one; a fault may refuse it in a process with faults. */
-static void export_shared(struct proc *p)
+/* Slot 0 makes a fresh buffer to share with the importers to come (verb: ipcexport or
+ * vmmexport), its bytes from seed. Out of memory (the GPU's sharers hold it) is asked again for
+ * a while, then the epoch goes on without one; a fault may refuse it in a process with faults.
+ * True when it answered "ok" (reply: the answer). */
+static bool export_retried(struct proc *p, const char *verb, unsigned seed, char *reply,
+			   size_t cap)
 {
-	char line[64], reply[256];
+	char line[64];
 	double end = now_s() + share_wait_s * 2;
 
-	ipc.live = false;
-	ipc.seed = (unsigned)rand_r(&rng);
-	snprintf(line, sizeof(line), "ipcexport %u %u", SHARED_BYTES, ipc.seed);
+	snprintf(line, sizeof(line), "%s %u %u", verb, SHARED_BYTES, seed);
 	for (;;) {
-		if (target_cmd(p->t, line, reply, sizeof(reply),
+		if (target_cmd(p->t, line, reply, cap,
 			       (int)((share_wait_s * 2 + timeout_s) * 1000)))
 			fail("pid %ld did not answer '%s'", (long)p->t->pid, line);
 		if (strcmp(reply, "error alloc") || now_s() > end)
 			break;
 		usleep(200000);
 	}
-	if (!strncmp(reply, "ok ", 3)) {
-		snprintf(ipc.hex, sizeof(ipc.hex), "%s", reply + 3);
-		ipc.live = true;
-		ipc.exporter_faults = p->faults;
-		n.exports++;
-	} else if (strcmp(reply, "error alloc") && !p->faults) {
+	if (!strncmp(reply, "ok", 2))
+		return true;
+	if (strcmp(reply, "error alloc") && !p->faults)
 		fail("pid %ld: '%s' answered '%s', no fault injected", (long)p->t->pid, line,
 		     reply);
-	} else {
+	return false;
+}
+
+/* A legacy-IPC export: the handle comes back in hex. */
+static void export_shared(struct proc *p)
+{
+	char reply[256];
+
+	ipc.seed = (unsigned)rand_r(&rng);
+	ipc.live = export_retried(p, "ipcexport", ipc.seed, reply, sizeof(reply));
+	if (!ipc.live) {
 		n.ipc_refused++;
+		return;
 	}
+	snprintf(ipc.hex, sizeof(ipc.hex), "%s", reply + 3);
+	ipc.exporter_faults = p->faults;
+	n.exports++;
 }
 
 /* p opens slot 0's export. The exporter may be asleep (slept by a peer or by vmmctl), or
@@ -234,33 +245,19 @@ static void open_shared(struct proc *p)
 	n.ipc_refused++;
 }
 
-/* Slot 0 makes a buffer of its own VMM memory for the importers to come, as export_shared. */
+/* A buffer of slot 0's own VMM memory: its descriptor is asked for at each import. */
 static void export_vmm(struct proc *p)
 {
-	char line[64], reply[256];
-	double end = now_s() + share_wait_s * 2;
+	char reply[256];
 
-	vmm.live = false;
 	vmm.seed = (unsigned)rand_r(&rng);
-	snprintf(line, sizeof(line), "vmmexport %u %u", SHARED_BYTES, vmm.seed);
-	for (;;) {
-		if (target_cmd(p->t, line, reply, sizeof(reply),
-			       (int)((share_wait_s * 2 + timeout_s) * 1000)))
-			fail("pid %ld did not answer '%s'", (long)p->t->pid, line);
-		if (strcmp(reply, "error alloc") || now_s() > end)
-			break;
-		usleep(200000);
-	}
-	if (!strcmp(reply, "ok")) {
-		vmm.live = true;
-		vmm.exporter_faults = p->faults;
-		n.vmm_exports++;
-	} else if (strcmp(reply, "error alloc") && !p->faults) {
-		fail("pid %ld: '%s' answered '%s', no fault injected", (long)p->t->pid, line,
-		     reply);
-	} else {
+	vmm.live = export_retried(p, "vmmexport", vmm.seed, reply, sizeof(reply));
+	if (!vmm.live) {
 		n.vmm_refused++;
+		return;
 	}
+	vmm.exporter_faults = p->faults;
+	n.vmm_exports++;
 }
 
 /* p maps slot 0's VMM buffer: slot 0 exports its handle again (it may be asleep: the export
