@@ -270,14 +270,17 @@ static void release_restored(vmm_backend *be, const ipc_import *v, size_t n)
 }
 
 /* timeout_ms bounds all of v's restores together: each exporter is asked within what is left,
- * so that a stopped one costs the wake its timeout once, not once per import. */
-static vmm_status restore_released(const ipc_import *v, size_t n, int timeout_ms, vmm_error *err)
+ * so that a stopped one costs the wake its timeout once, not once per import. *bytes: what the
+ * restored imports map. */
+static vmm_status restore_released(const ipc_import *v, size_t n, int timeout_ms,
+				   uint64_t *bytes, vmm_error *err)
 {
 	shim_runtime *rt = shim_runtime_peek();
 	vmm_backend *be = backend();
 	long long deadline = vmm_now_ms() + timeout_ms;
 	vmm_status st = VMM_OK;
 
+	*bytes = 0;
 	if (!be || !rt)
 		return vmm_fail(err, VMM_E_INVALID, 0, "no CUDA backend");
 	ipc_parked_retry(be); /* a mapping left in a range to restore would block it */
@@ -290,22 +293,25 @@ static vmm_status restore_released(const ipc_import *v, size_t n, int timeout_ms
 			st = vmm_fail(err, VMM_E_BUSY, 0, "the wake's %d ms passed before pid %d was "
 				      "asked for the memory mapped at 0x%llx again", timeout_ms,
 				      (int)v[i].exporter, (unsigned long long)v[i].base);
-		else
-			st = restore_one(be, rt->cfg.run_dir, &v[i], (int)left, err);
+		else if (!(st = restore_one(be, rt->cfg.run_dir, &v[i], (int)left, err)))
+			*bytes += v[i].size;
 	}
 	if (st)
 		release_restored(be, v, n);
 	return st;
 }
 
-vmm_status ipc_sleep_release(const pid_t *group, size_t ng, size_t *count, vmm_error *err)
+vmm_status ipc_sleep_release(const pid_t *group, size_t ng, size_t *count, uint64_t *bytes,
+			     vmm_error *err)
 {
 	vmm_backend *be = backend();
 	size_t n;
 	ipc_import *v = snapshot(&n);
 	vmm_status st = VMM_OK;
+	uint64_t restored;
 
 	*count = 0;
+	*bytes = 0;
 	if (be)
 		ipc_parked_retry(be);
 	for (size_t i = 0; i < n; i++)
@@ -324,12 +330,14 @@ vmm_status ipc_sleep_release(const pid_t *group, size_t ng, size_t *count, vmm_e
 		ipc_registry_set_backup(v[i].span, backup);
 		v[i].released = true;
 		++*count;
+		*bytes += v[i].size;
 	}
 	if (st) {
 		vmm_error undo;
 
 		vmm_error_clear(&undo);
-		if (restore_released(v, n, 10000, &undo))
+		*bytes = 0;
+		if (restore_released(v, n, 10000, &restored, &undo))
 			vmm_log(VMM_LOG_ERROR, "group sleep undo: imported memory stays released: "
 				"%s (a wake imports it again)", undo.msg);
 		*count = ipc_sleep_released_exporters(&(pid_t){ 0 }, 1); /* then the caller stays asleep */
@@ -338,11 +346,11 @@ vmm_status ipc_sleep_release(const pid_t *group, size_t ng, size_t *count, vmm_e
 	return st;
 }
 
-vmm_status ipc_sleep_restore(int timeout_ms, vmm_error *err)
+vmm_status ipc_sleep_restore(int timeout_ms, uint64_t *bytes, vmm_error *err)
 {
 	size_t n;
 	ipc_import *v = snapshot(&n);
-	vmm_status st = restore_released(v, n, timeout_ms > 0 ? timeout_ms : 10000, err);
+	vmm_status st = restore_released(v, n, timeout_ms > 0 ? timeout_ms : 10000, bytes, err);
 
 	free(v);
 	return st;

@@ -28,12 +28,15 @@ bool ipc_sleep_exports_releasable(const pid_t *group, size_t n);
 /* Unmap and release every import whose exporter is in the group, the ranges kept. On failure
  * nothing stays released (what was, is imported again from its exporter, awake at this point).
  * *count: how many were released (after a failure: nonzero when the undo failed and some stay
- * released; the process must then stay asleep, its device work held). */
-vmm_status ipc_sleep_release(const pid_t *group, size_t n, size_t *count, vmm_error *err);
+ * released; the process must then stay asleep, its device work held). *bytes: what they mapped,
+ * the sleep's "imported" (as for the program's own shared handles). */
+vmm_status ipc_sleep_release(const pid_t *group, size_t n, size_t *count, uint64_t *bytes,
+			     vmm_error *err);
 
 /* Import every released import again from its exporter and map it where it was, each wait
- * bounded by timeout_ms. On failure every one of them is released again (all or nothing). */
-vmm_status ipc_sleep_restore(int timeout_ms, vmm_error *err);
+ * bounded by timeout_ms; *bytes: what they map. On failure every one of them is released again
+ * (all or nothing). */
+vmm_status ipc_sleep_restore(int timeout_ms, uint64_t *bytes, vmm_error *err);
 
 /* The exporters of the released imports (up to max, each once); returns how many. */
 size_t ipc_sleep_released_exporters(pid_t *out, size_t max);

@@ -78,6 +78,7 @@ vmm_status control_group_sleep(const vmm_offload_parts *parts, const vmm_selecti
 	vmm_core *core = cuda_core();
 	vmm_transfer_result ur = { 0 };
 	vmm_error undo;
+	uint64_t imported;
 	size_t left;
 	vmm_status s;
 
@@ -90,8 +91,10 @@ vmm_status control_group_sleep(const vmm_offload_parts *parts, const vmm_selecti
 		vmm_share_release_allow(core, false);
 	if (s)
 		return s;
-	if (!(s = ipc_sleep_release(g, n, &left, err)))
+	if (!(s = ipc_sleep_release(g, n, &left, &imported, err))) {
+		r->bytes_imported += imported;
 		return VMM_OK;
+	}
 	if (left) {
 		/* Some imported memory could not be mapped again: stay asleep, held, as a failed
 		 * undo leaves a process (a wake imports it again). */
@@ -130,18 +133,23 @@ vmm_status control_group_wake(const vmm_offload_parts *parts, const vmm_selectio
 	pid_t g[IPC_SLEEP_MAX_GROUP];
 	size_t n = sel->tag || sel->device >= 0 ? 0 :
 		   ipc_sleep_released_exporters(g, IPC_SLEEP_MAX_GROUP), left;
+	uint64_t imported, again;
 	vmm_status s;
 
 	if (!n)
 		return wake_deferring(parts, sel, core_lim, lim, r, err);
-	if ((s = ipc_sleep_restore(timeout_ms, err)))
+	if ((s = ipc_sleep_restore(timeout_ms, &imported, err)))
 		return s; /* restore undid itself: asleep as before */
 	s = wake_deferring(parts, sel, core_lim, lim, r, err);
 	if (s == VMM_E_ALREADY) {
 		r->already = false;
+		s = VMM_OK;
+	}
+	if (!s) {
+		r->bytes_imported += imported;
 		return VMM_OK;
 	}
-	if (s && ipc_sleep_release(g, n, &left, NULL) && left)
+	if (ipc_sleep_release(g, n, &left, &again, NULL) && left)
 		vmm_log(VMM_LOG_ERROR, "group wake undo: imported memory stays mapped");
 	return s;
 }

@@ -157,7 +157,10 @@ static void released_and_reshared(int n)
 	start(&observer, NULL);
 	build(&s, n, NULL);
 	before = group_free(&observer);
-	cr_assert_eq(group("sleep", s.ps, n), 0, "group sleep: %s %s", o.out, o.err);
+	cr_assert_eq(group("--json sleep", s.ps, n), 0, "group sleep: %s %s", o.out, o.err);
+	/* Each importer let the shared memory go: counted as imported, as for VMM handles. */
+	cr_expect_eq(json_num(o.out, "{", "imported"), (long long)(n - 1) * SHARED_BYTES, "%s",
+		     o.out);
 	asleep = group_free(&observer);
 	/* Everything went back to the driver, the shared allocation included. */
 	cr_expect_geq(asleep - before, (long long)n * OWN_BYTES + SHARED_BYTES,
@@ -168,7 +171,9 @@ static void released_and_reshared(int n)
 		     o.out);
 	vmmctl_run(&o, se.run_dir, -1, "status %d", (int)s.ps[0].pid);
 	cr_expect(strstr(o.out, "released by a group sleep; re-shared at wake"), "%s", o.out);
-	cr_assert_eq(group("wake", s.ps, n), 0, "group wake: %s %s", o.out, o.err);
+	cr_assert_eq(group("--json wake", s.ps, n), 0, "group wake: %s %s", o.out, o.err);
+	cr_expect_eq(json_num(o.out, "{", "imported"), (long long)(n - 1) * SHARED_BYTES, "%s",
+		     o.out);
 	cr_expect_leq(group_free(&observer), before, "every byte is back");
 	check(&s, "shared-by-0");
 	finish(&s, &observer);
