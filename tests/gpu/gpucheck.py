@@ -1355,6 +1355,58 @@ class Matrix:
                  f"got back {freed >> 20} MiB; sums intact in both after wake",
                  shim=str(rc), share="-")
 
+    def share_kill_rows(self):
+        """An exporter killed while its group sleeps (share_kill.c), one GPU, two kinds of
+        sharing: the program's own VMM memory as a POSIX descriptor (NCCL's way) and legacy IPC
+        (torch.multiprocessing's). Natively the import keeps the memory alive when its exporter
+        is killed; under the shim the two first sleep as one group (which must release the
+        shared memory), the exporter is killed, the importer is woken alone: the same RESULT
+        lines (every byte of 1 GiB intact), rc 0. The note has the group sleep's and wake's
+        seconds and the importer's part of the sleep (its own copy)."""
+        for kind in ("vmm", "ipc"):
+            name = f"exporter killed while its group sleeps ({kind}, 1 GiB)"
+            if not self.wanted_in_time(name, 60):
+                continue
+            if not self.shim_ok or not self.ctl_ok:
+                self.add(name, False, "libvmmshim.so or vmmctl was not built")
+                continue
+            argv = [f"{self.a.bin}/share_kill", kind, "1024", self.a.vmmctl]
+            runs = {}
+            for shim in (False, True):
+                p = Proc(f"share_kill.{kind}." + ("shim" if shim else "native"), argv,
+                         self.env(shim), self.log, self.timeout(120))
+                runs[shim] = (p, p.finish())
+            (nat, nrc), (shm, src) = runs[False], runs[True]
+            reasons = []
+            if nrc != 0:
+                reasons.append(f"native run failed (rc {nrc}: {nat.stderr_tail()})")
+            if src != 0:
+                fails = [l for _, l in shm.lines if l.startswith("FAIL")]
+                reasons.append(f"shim run failed (rc {src}: {(fails or [shm.stderr_tail()])[0]})"
+                               [:300])
+            if not nat.results():
+                reasons.append("no RESULT lines natively")
+            elif nat.results() != shm.results():
+                reasons.append(f"results differ: {nat.results()} vs {shm.results()}"[:250])
+            group = {}
+            for _, l in shm.lines:
+                f = l.split()
+                if len(f) >= 5 and f[0] == "GROUP":
+                    group[f[1]] = f[4]
+                    if f[1] == "sleep_rc":
+                        m = re.search(r'"imported": (\d+), "copied": \d+, "seconds": ([\d.]+)',
+                                      l)
+                        if m and float(m.group(2)) > 0:
+                            mib, secs = int(m.group(1)) >> 20, float(m.group(2))
+                            group["importer"] = (f"let go {mib} MiB in {secs:.3f} s "
+                                                 f"({int(m.group(1)) / secs / 1e9:.1f} GB/s, "
+                                                 "its copy included)")
+            note = (f"every byte back after the kill; group sleep {group.get('sleep_rc', '?')} s, "
+                    f"wake of the importer {group.get('wake_rc', '?')} s; the importer "
+                    f"{group.get('importer', 'reported nothing')}")
+            self.add(name, not reasons, "; ".join(reasons) or note, native=str(nrc),
+                     shim=str(src), share="-")
+
     def nccl_register_row(self):
         """NCCL user-buffer registration's driver calls in two processes (nccl_register.c):
         retain at the base, properties, export; the child maps the whole buffer from the
@@ -2423,6 +2475,7 @@ def main():
         m.ipc_group_row()
         m.ipc_after_wake_row()
         m.nccl_register_row()
+        m.share_kill_rows()
         m.nccl_group_rows()
         m.x2_rows()
         m.share_torch_row()

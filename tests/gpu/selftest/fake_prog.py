@@ -124,6 +124,15 @@ elif name == "app_vmm_sleep":
     print("ok")
 elif name == "prog_ipc":
     print("woken ok")
+elif name == "share_kill":
+    kind, mib = sys.argv[1], sys.argv[2]
+    print(f"RESULT {kind} import of {mib} MiB: imported same")
+    if shim:
+        print('GROUP sleep_rc 0 seconds 0.250 importer {"pid": 2, "outcome": "ok", "result": '
+              '{"released": 0, "imported": 1073741824, "copied": 1073741824, "seconds": 0.050, '
+              '"gbps": 21.5}}')
+        print("GROUP wake_rc 0 seconds 0.150")
+    print("RESULT after the exporter was killed: verify same")
 elif name == "tms_example.py":
     print(f"INFO under the shim: {shim}")
     print("RESULT weights 0x1.0p+0/0x1.0p+1")

@@ -11,7 +11,7 @@ t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
 mkdir -p "$t/bin" "$t/root/tests/gpu" "$t/path" "$t/log"
 for n in alloc_static alloc_shared alloc_ptds driver_api cublas_gemm graph sleep_kernels hold \
-	bench_alloc bench_bw probe_overlap ckpt app_vmm_sleep ctx_sleep share_facts flag_wait nccl_register peer \
+	bench_alloc bench_bw probe_overlap ckpt app_vmm_sleep ctx_sleep share_facts flag_wait nccl_register share_kill peer \
 	trace_replay device_reset primary_release prog_ipc; do
 	ln -s "$here/fake_prog.py" "$t/bin/$n"
 done
@@ -70,8 +70,13 @@ rows = {x["row"]: x["ok"] for x in r["rows"]}
 bench = {b["metric"]: b for b in r["bench"]}
 fail_expected = {"--default-stream per-thread", "CUDA graph capture+replay"}
 bad = [f"{k}: {'PASS' if v else 'FAIL'}" for k, v in rows.items() if v == (k in fail_expected)]
-if len(rows) != 34:
-    bad.append(f"{len(rows)} rows, expected 34")
+if len(rows) != 36:
+    bad.append(f"{len(rows)} rows, expected 36")
+kill_row = next((x["reason"] for x in r["rows"]
+                 if x["row"] == "exporter killed while its group sleeps (vmm, 1 GiB)"), "")
+if "the importer let go 1024 MiB in 0.050 s (21.5 GB/s" not in kill_row or \
+        "group sleep 0.250 s" not in kill_row:
+    bad.append(f"the exporter-killed row's note: {kill_row!r}")
 reset_wakes = next((x["reason"] for x in r["rows"]
                     if x["row"] == "cudaDeviceReset: wakes after a reset as fast as before"), "")
 if not reset_wakes.startswith("wakes 55.0 / 55.0 / 55.0 / 55.0 GB/s"):
