@@ -7,8 +7,7 @@
  * outside with vmmctl, and asks `vmmctl list` and `status`. In half the epochs some processes
  * run with driver faults injected (SIMDEV_FAIL, one or two calls each). In every other epoch the
  * process of slot 0 exports a buffer through legacy CUDA IPC and another of its own VMM memory
- * as a POSIX descriptor (as NCCL shares its buffers; the descriptor goes through this driver,
- * fd_pass.h), and most others open both (its replacement, when it is killed, exports new ones;
+ * as a POSIX descriptor (as NCCL shares its buffers; the descriptor goes through this driver), and most others open both (its replacement, when it is killed, exports new ones;
  * the importers keep the old), so that peers' sleeps, group sleeps and kills meet memory several
  * processes hold: an exporter killed while its group sleeps leaves its importers their own
  * copies. It fails on:
@@ -39,7 +38,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fd_pass.h"
+#include "fd_pass.h" /* shim/protocol */
 #include "harness.h"
 #include "soak_faults.h"
 #include "soak_run.h"
@@ -269,7 +268,8 @@ static void open_vmm(struct proc *p)
 	int within_ms = (int)((share_wait_s * 2 + timeout_s) * 1000);
 	char line[64], reply[256], msg[16];
 	bool faults = p->faults || vmm.exporter_faults;
-	int fd;
+	size_t nfds = 0;
+	int fd = -1;
 
 	if (target_cmd(x->t, "vmmsend", reply, sizeof(reply), within_ms))
 		fail("pid %ld did not answer 'vmmsend'", (long)x->t->pid);
@@ -280,9 +280,10 @@ static void open_vmm(struct proc *p)
 		n.vmm_refused++;
 		return;
 	}
-	if ((fd = fd_pass_recv(x->t->chan_fd, msg, sizeof(msg), within_ms)) < 0)
+	if (fd_pass_recv(x->t->chan_fd, msg, sizeof(msg), &fd, 1, &nfds,
+			 fd_pass_now_ms() + within_ms) <= 0 || nfds != 1)
 		fail("pid %ld said it sent its descriptor, none came", (long)x->t->pid);
-	if (fd_pass_send(p->t->chan_fd, "vmm", fd))
+	if (fd_pass_send(p->t->chan_fd, "vmm", 4, &fd, 1, fd_pass_now_ms() + within_ms))
 		fail("pid %ld's channel is closed", (long)p->t->pid);
 	close(fd);
 	snprintf(line, sizeof(line), "vmmimport %u %u %s", SHARED_BYTES, vmm.seed,

@@ -52,7 +52,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fd_pass.h"
+#include "fd_pass.h" /* shim/protocol: descriptors over a socket, with deadlines */
 #include "random_bytes.h"
 
 #define MAX_THREADS 16
@@ -599,7 +599,7 @@ static void cmd_vmmsend(void)
 		say("error vmm %d", (int)r);
 		return;
 	}
-	if (fd_pass_send(channel, "vmm", fd))
+	if (fd_pass_send(channel, "vmm", 4, &fd, 1, fd_pass_now_ms() + 10000))
 		say("error vmm channel");
 	else
 		say("ok");
@@ -612,14 +612,16 @@ static void cmd_vmmimport(size_t size, unsigned seed, bool keep)
 	CUmemGenericAllocationHandle h;
 	CUdeviceptr va;
 	char msg[16];
+	size_t nfds = 0;
 	CUresult r;
-	int fd;
+	int fd = -1;
 
 	if (nshared == MAX_SHARED || !size || channel < 0) {
 		say("error vmm bad request");
 		return;
 	}
-	if ((fd = fd_pass_recv(channel, msg, sizeof(msg), 10000)) < 0) {
+	if (fd_pass_recv(channel, msg, sizeof(msg), &fd, 1, &nfds, fd_pass_now_ms() + 10000) <= 0 ||
+	    nfds != 1) {
 		say("error vmm no descriptor came");
 		return;
 	}
