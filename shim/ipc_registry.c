@@ -81,7 +81,7 @@ bool ipc_registry_add(const ipc_import *imp)
 		return false;
 	*m = *imp;
 	m->opens = 1;
-	m->backup = NULL;
+	memset(&m->backup, 0, sizeof(m->backup));
 	pthread_mutex_lock(&lock);
 	if (nimports < IPC_REGISTRY_MAX) {
 		imports[nimports++] = m;
@@ -107,10 +107,10 @@ bool ipc_registry_close(vmm_devptr base, bool *last, ipc_import *out)
 		found = true;
 		if (--m->opens == 0) {
 			*out = *m;
-			out->backup = NULL; /* freed with the entry */
+			memset(&out->backup, 0, sizeof(out->backup)); /* freed with the entry */
 			*last = true;
 			imports[i] = imports[--nimports];
-			free(m->backup);
+			vmm_host_buf_free(NULL, &m->backup);
 			free(m);
 		}
 	}
@@ -201,36 +201,34 @@ bool ipc_registry_set_released(vmm_devptr span, bool released, const vmm_phys *h
 	return found;
 }
 
-void ipc_registry_set_backup(vmm_devptr span, void *backup)
+void ipc_registry_set_backup(vmm_devptr span, const vmm_host_buf *backup)
 {
-	bool found = false;
+	vmm_host_buf gone = *backup;
 
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < nimports && !found; i++) {
+	for (size_t i = 0; i < nimports; i++) {
 		if (imports[i]->span != span)
 			continue;
-		found = true;
-		free(imports[i]->backup);
-		imports[i]->backup = backup;
+		gone = imports[i]->backup;
+		imports[i]->backup = *backup;
+		break;
 	}
 	pthread_mutex_unlock(&lock);
-	if (!found)
-		free(backup);
+	vmm_host_buf_free(NULL, &gone); /* the one replaced, or this one: no import to keep it */
 }
 
-void *ipc_registry_take_backup(vmm_devptr span)
+void ipc_registry_take_backup(vmm_devptr span, vmm_host_buf *out)
 {
-	void *b = NULL;
-
+	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < nimports && !b; i++) {
+	for (size_t i = 0; i < nimports; i++) {
 		if (imports[i]->span != span)
 			continue;
-		b = imports[i]->backup;
-		imports[i]->backup = NULL;
+		*out = imports[i]->backup;
+		memset(&imports[i]->backup, 0, sizeof(imports[i]->backup));
+		break;
 	}
 	pthread_mutex_unlock(&lock);
-	return b;
 }
 
 void ipc_registry_after_fork(void)
@@ -238,10 +236,10 @@ void ipc_registry_after_fork(void)
 	ipc_parked_after_fork();
 	pthread_mutex_init(&lock, NULL);
 	nimporters = 0;
-	/* The mappings were not inherited by the child in any usable way; forget them. */
-	for (size_t i = 0; i < nimports; i++) {
-		free(imports[i]->backup);
+	/* The mappings were not inherited by the child in any usable way; forget them. A copy
+	 * taken for a group sleep is forgotten, not freed: its pinned pages are the parent's
+	 * registration, which the child must not undo (as the heap's own backups). */
+	for (size_t i = 0; i < nimports; i++)
 		free(imports[i]);
-	}
 	nimports = 0;
 }

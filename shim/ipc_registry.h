@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "../core/backend/backend.h"
+#include "../core/offload/copy_engine.h"
 
 #define IPC_REGISTRY_MAX 4096
 #define IPC_IMPORT_MAX_PIECES 1024  /* VMM_SHARE_MAX_PIECES */
@@ -40,10 +41,11 @@ typedef struct ipc_import {
 	 * imports it again from the exporter (ipc_sleep.h). */
 	bool released;
 	/* While released: this process's own copy of [base, base + size), taken before the
-	 * release (malloc'd; owned by the table, taken with ipc_registry_take_backup). Natively an
-	 * import keeps the memory when its exporter dies; here the exporter's copy of it goes with
-	 * the exporter, so the wake fills fresh memory from this one then. */
-	void *backup;
+	 * release (pinned host memory, owned by the table, taken with ipc_registry_take_backup;
+	 * ptr NULL when none). Natively an import keeps the memory when its exporter dies; here
+	 * the exporter's copy of it goes with the exporter, so the wake fills fresh memory from
+	 * this one then. */
+	vmm_host_buf backup;
 } ipc_import;
 
 /* Find the import of (exporter, start_time, id) and count one more open: true with *out a copy. */
@@ -78,10 +80,10 @@ bool ipc_registry_set_released(vmm_devptr span, bool released, const vmm_phys *h
 			       size_t n);
 
 /* The copy of the import at span (ipc_import.backup): set, the table owning it from then on (freed
- * here when no import is at span: closed meanwhile), or taken out of the table (NULL when there is
- * none). */
-void ipc_registry_set_backup(vmm_devptr span, void *backup);
-void *ipc_registry_take_backup(vmm_devptr span);
+ * here when no import is at span: closed meanwhile), or taken out of the table into *out (ptr NULL
+ * when there is none). */
+void ipc_registry_set_backup(vmm_devptr span, const vmm_host_buf *backup);
+void ipc_registry_take_backup(vmm_devptr span, vmm_host_buf *out);
 
 /* In a forked child: the parent's imports are not the child's to close. */
 void ipc_registry_after_fork(void);

@@ -108,31 +108,24 @@ static vmm_status copy_import(vmm_backend *be, const ipc_import *m, void *host, 
 }
 
 /* This process's own copy of what m maps, before a group sleep releases it: the exporter's copy
- * goes with the exporter if it ends before the wake (natively, an import keeps the memory). A
- * copy that fails fails the sleep, which then changes nothing. */
-static vmm_status back_up(vmm_backend *be, const ipc_import *m, void **out, vmm_error *err)
+ * goes with the exporter if it ends before the wake (natively, an import keeps the memory). The
+ * host buffer is pinned before the copy (a pageable one ran at 1.3 GB/s on an H100, 7 Dec) and
+ * checked against the host's free memory first: under overcommit a copy's first touch could
+ * otherwise have the OOM killer end the program mid-sleep. A copy that fails fails the sleep,
+ * which then changes nothing. */
+static vmm_status back_up(vmm_backend *be, const ipc_import *m, vmm_host_buf *out,
+			  vmm_error *err)
 {
-	uint64_t avail = vmm_host_available_bytes();
-	void *b;
+	vmm_error why;
 	vmm_status st;
 
-	*out = NULL;
-	/* malloc alone would not say: under overcommit the copy's first touch would find the
-	 * memory missing, and the kernel's OOM killer would end the program mid-sleep. */
-	if (m->size > avail)
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "a copy of the %zu bytes imported from pid "
-				"%d needs that much host memory, %llu available", m->size,
-				(int)m->exporter, (unsigned long long)avail);
-	b = malloc(m->size ? m->size : 1);
-	if (!b)
-		return vmm_fail(err, VMM_E_HOST_OOM, 0, "no host memory for a copy of the %zu bytes "
-				"imported from pid %d", m->size, (int)m->exporter);
-	if ((st = copy_import(be, m, b, true, err))) {
-		free(b);
-		return st;
-	}
-	*out = b;
-	return VMM_OK;
+	vmm_error_clear(&why);
+	if ((st = vmm_host_buf_alloc(be, m->size ? m->size : 1, 1, out, &why)))
+		return vmm_fail(err, st, 0, "no host memory for a copy of the %zu bytes imported "
+				"from pid %d: %s", m->size, (int)m->exporter, why.msg);
+	if ((st = copy_import(be, m, out->ptr, true, err)))
+		vmm_host_buf_free(be, out);
+	return st;
 }
 
 /* Unmap m and release its handles; the range stays reserved. */
@@ -158,29 +151,31 @@ static vmm_status release_one(vmm_backend *be, const ipc_import *m, vmm_error *e
 static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *err)
 {
 	int peers[1] = { m->opener_device };
-	void *backup = ipc_registry_take_backup(m->span);
+	vmm_host_buf backup;
 	vmm_phys h;
-	vmm_status st = be->create(be, m->device, m->span_size, &h, err);
+	vmm_status st;
 
+	ipc_registry_take_backup(m->span, &backup);
+	st = be->create(be, m->device, m->span_size, &h, err);
 	if (!st && (st = be->map(be, m->span, m->span_size, h, err)))
 		be->release(be, h, NULL);
 	if (st) {
-		ipc_registry_set_backup(m->span, backup);
+		ipc_registry_set_backup(m->span, &backup);
 		return st;
 	}
 	if ((st = be->set_access(be, m->device, m->span, m->span_size, peers,
 				 m->opener_device != m->device ? 1 : 0, err)) ||
-	    (backup && (st = copy_import(be, m, backup, false, err))) ||
+	    (backup.ptr && (st = copy_import(be, m, backup.ptr, false, err))) ||
 	    !ipc_registry_set_released(m->span, false, &h, 1)) {
 		if (!ipc_unmap_twice(be, m->span, m->span_size))
 			ipc_parked_add(m->device, m->span, m->span_size, &h, 1, 0, 0, m->exporter,
 				       "group wake undo");
 		else
 			be->release(be, h, NULL);
-		ipc_registry_set_backup(m->span, backup);
+		ipc_registry_set_backup(m->span, &backup);
 		return st ? st : vmm_fail(err, VMM_E_INVALID, 0, "the import was closed meanwhile");
 	}
-	if (backup)
+	if (backup.ptr)
 		vmm_log(VMM_LOG_WARN, "group wake: pid %d, which exported the memory at 0x%llx (%zu "
 			"bytes), ended while the group slept; its contents came back from this "
 			"process's own copy, in new memory no other process shares",
@@ -190,7 +185,7 @@ static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *
 			"bytes), ended while the group slept; its contents are lost and new memory "
 			"is mapped there", (int)m->exporter, (unsigned long long)m->base,
 			m->span_size);
-	free(backup);
+	vmm_host_buf_free(be, &backup);
 	return VMM_OK;
 }
 
@@ -241,8 +236,12 @@ static vmm_status restore_one(vmm_backend *be, const char *run_dir, const ipc_im
 	if (!st && !ipc_registry_set_released(m->span, false, hs, nh))
 		st = vmm_fail(err, VMM_E_INVALID, 0, "the import at 0x%llx was closed meanwhile",
 			      (unsigned long long)m->base);
-	if (!st)
-		free(ipc_registry_take_backup(m->span)); /* the exporter's memory is back */
+	if (!st) {
+		vmm_host_buf gone;
+
+		ipc_registry_take_backup(m->span, &gone);
+		vmm_host_buf_free(be, &gone); /* the exporter's memory is back */
+	}
 	if (st && mapped && !ipc_unmap_twice(be, m->span, mapped)) {
 		ipc_parked_add(m->device, m->span, mapped, hs, nh, 0, 0, m->exporter,
 			       "group wake undo");
@@ -317,17 +316,17 @@ vmm_status ipc_sleep_release(const pid_t *group, size_t ng, size_t *count, uint6
 	for (size_t i = 0; i < n; i++)
 		v[i].released = false;  /* from here: released by this call */
 	for (size_t i = 0; i < n && be && !st; i++) {
-		void *backup;
+		vmm_host_buf backup;
 
 		if (!in_group(group, ng, v[i].exporter) || !v[i].nhandles)
 			continue;
 		if ((st = back_up(be, &v[i], &backup, err)))
 			break;
 		if ((st = release_one(be, &v[i], err))) {
-			free(backup);
+			vmm_host_buf_free(be, &backup);
 			break;
 		}
-		ipc_registry_set_backup(v[i].span, backup);
+		ipc_registry_set_backup(v[i].span, &backup);
 		v[i].released = true;
 		++*count;
 		*bytes += v[i].size;
