@@ -95,6 +95,7 @@ bool ipc_registry_add(const ipc_import *imp)
 
 bool ipc_registry_close(vmm_devptr base, bool *last, ipc_import *out)
 {
+	vmm_host_buf gone = { 0 };
 	bool found = false;
 
 	*last = false;
@@ -110,11 +111,12 @@ bool ipc_registry_close(vmm_devptr base, bool *last, ipc_import *out)
 			memset(&out->backup, 0, sizeof(out->backup)); /* freed with the entry */
 			*last = true;
 			imports[i] = imports[--nimports];
-			vmm_host_buf_free(NULL, &m->backup);
+			gone = m->backup;
 			free(m);
 		}
 	}
 	pthread_mutex_unlock(&lock);
+	vmm_host_buf_free(NULL, &gone); /* a driver call (unpinning): not under the lock */
 	return found;
 }
 
