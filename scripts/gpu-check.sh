@@ -99,7 +99,7 @@ declare -A jobs=(
 	[ckpt]="$cc_cuda $src/ckpt.c -o $bin/ckpt -lcuda"
 	[share_facts]="$cc_cuda $src/share_facts.c -o $bin/share_facts -lcuda"
 	[nccl_register]="$cc_cuda $src/nccl_register.c -o $bin/nccl_register -lcuda -ldl"
-	[share_kill]="$cc_cuda $src/share_kill.c -o $bin/share_kill -lcuda -ldl"
+	[share_kill]="$cc_cuda -I$root/shim/protocol $src/share_kill.c $root/shim/protocol/fd_pass.c -o $bin/share_kill -lcuda -ldl"
 	[trace_replay]="$cc_cuda $src/trace_replay.c -o $bin/trace_replay -lcuda -ldl"
 	[peak_meter]="timeout 60 cc -O2 -std=gnu11 $src/peak_meter.c -o $bin/peak_meter -ldl -lpthread"
 )

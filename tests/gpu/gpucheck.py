@@ -1278,9 +1278,18 @@ class Matrix:
     def same_results_row(self, name, argv, timeout, passed):
         """Run argv natively, then under the shim: the row passes when both exit 0 with the
         same RESULT lines (at least one)."""
+        (nat, nrc), (shm, src), reasons = self.native_and_shim(name, argv, timeout)
+        self.add(name, not reasons, "; ".join(reasons) or passed, native=str(nrc),
+                 shim=str(src), share="-")
+
+    def native_and_shim(self, tag, argv, timeout):
+        """argv run natively, then under the shim (both processes' logs named after tag):
+        ((native Proc, rc), (shim Proc, rc), reasons), reasons empty when both exited 0 with
+        the same RESULT lines (at least one). A failed shim run is told by its first FAIL line
+        on stdout, else its stderr."""
         runs = {}
         for shim in (False, True):
-            p = Proc(name + (".shim" if shim else ".native"), argv, self.env(shim), self.log,
+            p = Proc(tag + (".shim" if shim else ".native"), argv, self.env(shim), self.log,
                      self.timeout(timeout))
             runs[shim] = (p, p.finish())
         (nat, nrc), (shm, src) = runs[False], runs[True]
@@ -1288,13 +1297,14 @@ class Matrix:
         if nrc != 0:
             reasons.append(f"native run failed (rc {nrc}: {nat.stderr_tail()})")
         if src != 0:
-            reasons.append(f"shim run failed (rc {src}: {shm.stderr_tail()})")
+            fails = [l for _, l in shm.lines if l.startswith("FAIL")]
+            reasons.append(f"shim run failed (rc {src}: {(fails or [shm.stderr_tail()])[0]})"
+                           [:300])
         if not nat.results():
             reasons.append("no RESULT lines natively")
         elif nat.results() != shm.results():
             reasons.append(f"results differ: {nat.results()} vs {shm.results()}"[:250])
-        self.add(name, not reasons, "; ".join(reasons) or passed, native=str(nrc),
-                 shim=str(src), share="-")
+        return runs[False], runs[True], reasons
 
     def ipc_group_row(self):
         """torch.multiprocessing tensors shared parent->child, then `vmmctl sleep PARENT CHILD`
@@ -1371,23 +1381,8 @@ class Matrix:
                 self.add(name, False, "libvmmshim.so or vmmctl was not built")
                 continue
             argv = [f"{self.a.bin}/share_kill", kind, "1024", self.a.vmmctl]
-            runs = {}
-            for shim in (False, True):
-                p = Proc(f"share_kill.{kind}." + ("shim" if shim else "native"), argv,
-                         self.env(shim), self.log, self.timeout(120))
-                runs[shim] = (p, p.finish())
-            (nat, nrc), (shm, src) = runs[False], runs[True]
-            reasons = []
-            if nrc != 0:
-                reasons.append(f"native run failed (rc {nrc}: {nat.stderr_tail()})")
-            if src != 0:
-                fails = [l for _, l in shm.lines if l.startswith("FAIL")]
-                reasons.append(f"shim run failed (rc {src}: {(fails or [shm.stderr_tail()])[0]})"
-                               [:300])
-            if not nat.results():
-                reasons.append("no RESULT lines natively")
-            elif nat.results() != shm.results():
-                reasons.append(f"results differ: {nat.results()} vs {shm.results()}"[:250])
+            (nat, nrc), (shm, src), reasons = self.native_and_shim(f"share_kill.{kind}", argv,
+                                                                   120)
             group = {}
             for _, l in shm.lines:
                 f = l.split()

@@ -15,39 +15,21 @@
  * Prints "RESULT ..." lines that must be the same natively and under the shim, and, under the
  * shim, "GROUP ..." lines: the sleep's and the wake's exit codes and seconds, and the importer's
  * part of the sleep (its copy). Exit 0 when every check held.
- * Build: nvcc -cudart none share_kill.c -lcuda -ldl */
-#include <cuda.h>
+ * Build: nvcc -cudart none -I../../shim/protocol share_kill.c ../../shim/protocol/fd_pass.c -lcuda
+ * -ldl (fd_pass: the descriptor between processes, every wait with a deadline) */
 #include <dlfcn.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#define CK(x)                                                                         \
-	do {                                                                          \
-		CUresult r_ = (x);                                                    \
-		if (r_) {                                                             \
-			printf("FAIL %s -> %d (line %d)\n", #x, (int)r_, __LINE__);  \
-			fflush(stdout);                                               \
-			exit(2);                                                      \
-		}                                                                     \
-	} while (0)
+#include "fd_pass.h"
+#include "probe_driver.h" /* CK: a failed driver call ends the process; now_ms */
 
 #define SEED 20261207u
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#define WAIT_MS 60000 /* for the exporter's export */
 
 static void pattern(unsigned char *p, size_t n)
 {
@@ -97,13 +79,14 @@ static CUdevice init(void)
 
 static CUdeviceptr map_handle(CUmemGenericAllocationHandle h, size_t n, CUdevice dev)
 {
-	CUmemAccessDesc a = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev },
-			      .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE };
+	CUmemAllocationProp prop;
+	CUmemAccessDesc rw;
 	CUdeviceptr d;
 
+	probe_device_memory(dev, &prop, &rw);
 	CK(cuMemAddressReserve(&d, n, 0, 0, 0));
 	CK(cuMemMap(d, n, 0, h, 0));
-	CK(cuMemSetAccess(d, n, &a, 1));
+	CK(cuMemSetAccess(d, n, &rw, 1));
 	return d;
 }
 
@@ -114,9 +97,6 @@ static int exporter(bool vmm, size_t n, int sock)
 	CUdevice dev = init();
 	unsigned char *h = malloc(n);
 	char msg[160] = "vmm";
-	struct iovec io = { .iov_base = msg };
-	char cbuf[CMSG_SPACE(sizeof(int))];
-	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1 };
 	CUdeviceptr d;
 	int fd = -1;
 
@@ -124,26 +104,17 @@ static int exporter(bool vmm, size_t n, int sock)
 		return 2;
 	pattern(h, n);
 	if (vmm) {
-		CUmemAllocationProp p = { .type = CU_MEM_ALLOCATION_TYPE_PINNED,
-					  .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE,
-							.id = dev },
-					  .requestedHandleTypes =
-						  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR };
+		CUmemAllocationProp p;
+		CUmemAccessDesc rw;
 		CUmemGenericAllocationHandle mh;
 
+		probe_device_memory(dev, &p, &rw);
+		p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
 		CK(cuMemCreate(&mh, n, &p, 0));
 		d = map_handle(mh, n, dev);
 		CK(cuMemcpyHtoD(d, h, n));
 		CK(cuMemExportToShareableHandle(&fd, mh, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
 						0));
-		memset(cbuf, 0, sizeof(cbuf));
-		m.msg_control = cbuf;
-		m.msg_controllen = sizeof(cbuf);
-		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &fd, sizeof(int));
 	} else {
 		CUipcMemHandle ih;
 
@@ -154,8 +125,7 @@ static int exporter(bool vmm, size_t n, int sock)
 			sprintf(msg + 2 * i, "%02x", (unsigned char)ih.reserved[i]);
 	}
 	CK(cuCtxSynchronize());
-	io.iov_len = strlen(msg) + 1;
-	if (sendmsg(sock, &m, 0) < 0)
+	if (fd_pass_send(sock, msg, strlen(msg) + 1, &fd, fd >= 0, fd_pass_now_ms() + WAIT_MS))
 		return 2;
 	if (fd >= 0)
 		close(fd); /* as NCCL does once its peer has it: no descriptor keeps it resident */
@@ -233,7 +203,7 @@ static pid_t spawn(char *const argv[], FILE **in, FILE **out)
 static int vmmctl(const char *ctl, const char *args, double *secs, char *out, size_t cap)
 {
 	char cmd[512];
-	double t0 = now();
+	double t0 = now_ms();
 	size_t n = 0;
 	FILE *p;
 	int rc;
@@ -244,7 +214,7 @@ static int vmmctl(const char *ctl, const char *args, double *secs, char *out, si
 	n = fread(out, 1, cap - 1, p);
 	out[n] = '\0';
 	rc = pclose(p);
-	*secs = now() - t0;
+	*secs = (now_ms() - t0) / 1e3;
 	return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
@@ -266,12 +236,10 @@ static int orchestrate(const char *kind, const char *mib, const char *ctl)
 	bool shim = dlsym(RTLD_DEFAULT, "vmmshim_sleep") != NULL;
 	size_t n = (size_t)atol(mib) << 20;
 	static char json[65536];
-	char buf[160], line[128], cbuf[CMSG_SPACE(sizeof(int))], arg[160], args[96], part[512];
-	struct iovec io = { .iov_base = buf, .iov_len = sizeof(buf) - 1 };
-	struct msghdr m = { .msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf,
-			    .msg_controllen = sizeof(cbuf) };
+	char buf[160] = "", line[128], arg[160], args[96], part[512];
 	FILE *ein, *eout, *iin, *iout;
 	int sv[2], fd = -1, fails = 0;
+	size_t nfds = 0;
 	pid_t e, i;
 	double secs;
 
@@ -284,16 +252,18 @@ static int orchestrate(const char *kind, const char *mib, const char *ctl)
 	e = spawn((char *[]){ "share_kill", "export", (char *)kind, (char *)mib, arg, NULL },
 		  &ein, &eout);
 	close(sv[1]);
-	if (e < 0 || recvmsg(sv[0], &m, 0) <= 0) {
-		printf("FAIL the exporter did not share its memory\n");
+	if (e < 0 || fd_pass_recv(sv[0], buf, sizeof(buf) - 1, &fd, 1, &nfds,
+				  fd_pass_now_ms() + WAIT_MS) <= 0) {
+		printf("FAIL the exporter did not share its memory within %d s\n", WAIT_MS / 1000);
 		return 2;
 	}
 	if (!strcmp(kind, "vmm")) {
-		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-
-		if (!c || c->cmsg_type != SCM_RIGHTS)
+		if (!nfds)
 			return printf("FAIL no descriptor came\n"), 2;
-		memcpy(&fd, CMSG_DATA(c), sizeof(int));
+		int keep = dup(fd); /* fd_pass_recv's is close-on-exec: the importer inherits this */
+
+		close(fd);
+		fd = keep;
 		snprintf(arg, sizeof(arg), "%d", fd);
 	} else {
 		snprintf(arg, sizeof(arg), "%s", buf);
