@@ -501,14 +501,21 @@ static bool exporter_killed_asleep(double until)
 	if (!importers)
 		return false;
 	/* Members a peer slept alone keep what they share mapped (docs/vmmctl.md): awake first,
-	 * so that this sleep releases it (a peer may still sleep one of them in between). */
-	ctl("wake %s", pids);
-	if (ctl("sleep %s", pids)) {
-		n.group_refused++;
-		return true;
+	 * so that this sleep releases it. A peer may still sleep one of them in between: then the
+	 * memory stays resident, and the group is woken and slept again, three times at most
+	 * (the kill comes after the last either way: resident memory must survive it too). */
+	for (int tries = 0;; tries++) {
+		ctl("wake %s", pids);
+		if (ctl("sleep %s", pids)) {
+			n.group_refused++;
+			return true;
+		}
+		n.group_sleeps++;
+		count_shares();
+		if (!strstr(o.out, "\"resident\": true") || tries == 2)
+			break;
+		wake_until_done(pids);
 	}
-	n.group_sleeps++;
-	count_shares();
 	kill_and_replace(0, until);
 	n.exporters_killed_asleep++;
 	for (int j = 1; j < nprocs; j++)
