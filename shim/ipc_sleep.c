@@ -269,8 +269,8 @@ static void release_restored(vmm_backend *be, const ipc_import *v, size_t n)
 }
 
 /* timeout_ms bounds all of v's restores together: each exporter is asked within what is left,
- * so that a stopped one costs the wake its timeout once, not once per import. *bytes: what the
- * restored imports map. */
+ * so that a stopped one costs the wake its timeout once, not once per import. *bytes (unless
+ * NULL): what the restored imports map. */
 static vmm_status restore_released(const ipc_import *v, size_t n, int timeout_ms,
 				   uint64_t *bytes, vmm_error *err)
 {
@@ -278,8 +278,10 @@ static vmm_status restore_released(const ipc_import *v, size_t n, int timeout_ms
 	vmm_backend *be = backend();
 	long long deadline = vmm_now_ms() + timeout_ms;
 	vmm_status st = VMM_OK;
+	uint64_t sum = 0;
 
-	*bytes = 0;
+	if (bytes)
+		*bytes = 0;
 	if (!be || !rt)
 		return vmm_fail(err, VMM_E_INVALID, 0, "no CUDA backend");
 	ipc_parked_retry(be); /* a mapping left in a range to restore would block it */
@@ -293,10 +295,12 @@ static vmm_status restore_released(const ipc_import *v, size_t n, int timeout_ms
 				      "asked for the memory mapped at 0x%llx again", timeout_ms,
 				      (int)v[i].exporter, (unsigned long long)v[i].base);
 		else if (!(st = restore_one(be, rt->cfg.run_dir, &v[i], (int)left, err)))
-			*bytes += v[i].size;
+			sum += v[i].size;
 	}
 	if (st)
 		release_restored(be, v, n);
+	else if (bytes)
+		*bytes = sum;
 	return st;
 }
 
@@ -307,10 +311,9 @@ vmm_status ipc_sleep_release(const pid_t *group, size_t ng, size_t *count, uint6
 	size_t n;
 	ipc_import *v = snapshot(&n);
 	vmm_status st = VMM_OK;
-	uint64_t restored;
+	uint64_t sum = 0;
 
 	*count = 0;
-	*bytes = 0;
 	if (be)
 		ipc_parked_retry(be);
 	for (size_t i = 0; i < n; i++)
@@ -329,14 +332,15 @@ vmm_status ipc_sleep_release(const pid_t *group, size_t ng, size_t *count, uint6
 		ipc_registry_set_backup(v[i].span, &backup);
 		v[i].released = true;
 		++*count;
-		*bytes += v[i].size;
+		sum += v[i].size;
 	}
+	if (bytes)
+		*bytes = st ? 0 : sum;
 	if (st) {
 		vmm_error undo;
 
 		vmm_error_clear(&undo);
-		*bytes = 0;
-		if (restore_released(v, n, 10000, &restored, &undo))
+		if (restore_released(v, n, 10000, NULL, &undo))
 			vmm_log(VMM_LOG_ERROR, "group sleep undo: imported memory stays released: "
 				"%s (a wake imports it again)", undo.msg);
 		*count = ipc_sleep_released_exporters(&(pid_t){ 0 }, 1); /* then the caller stays asleep */

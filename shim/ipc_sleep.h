@@ -28,8 +28,8 @@ bool ipc_sleep_exports_releasable(const pid_t *group, size_t n);
 /* Unmap and release every import whose exporter is in the group, the ranges kept. On failure
  * nothing stays released (what was, is imported again from its exporter, awake at this point).
  * *count: how many were released (after a failure: nonzero when the undo failed and some stay
- * released; the process must then stay asleep, its device work held). *bytes: what they mapped,
- * the sleep's "imported" (as for the program's own shared handles). */
+ * released; the process must then stay asleep, its device work held). *bytes (unless NULL):
+ * what they mapped, the sleep's "imported" (as for the program's own shared handles). */
 vmm_status ipc_sleep_release(const pid_t *group, size_t n, size_t *count, uint64_t *bytes,
 			     vmm_error *err);
 

@@ -133,7 +133,7 @@ vmm_status control_group_wake(const vmm_offload_parts *parts, const vmm_selectio
 	pid_t g[IPC_SLEEP_MAX_GROUP];
 	size_t n = sel->tag || sel->device >= 0 ? 0 :
 		   ipc_sleep_released_exporters(g, IPC_SLEEP_MAX_GROUP), left;
-	uint64_t imported, again;
+	uint64_t imported;
 	vmm_status s;
 
 	if (!n)
@@ -149,7 +149,7 @@ vmm_status control_group_wake(const vmm_offload_parts *parts, const vmm_selectio
 		r->bytes_imported += imported;
 		return VMM_OK;
 	}
-	if (ipc_sleep_release(g, n, &left, &again, NULL) && left)
+	if (ipc_sleep_release(g, n, &left, NULL, NULL) && left)
 		vmm_log(VMM_LOG_ERROR, "group wake undo: imported memory stays mapped");
 	return s;
 }
