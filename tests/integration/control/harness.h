@@ -22,8 +22,8 @@ struct target {
  * for its "ready" line. NULL on failure. */
 struct target *target_start(const char *const *env);
 /* The same with a SOCK_SEQPACKET socket beside stdin, for descriptors (shim/protocol's
- * fd_pass.h): t->chan_fd
- * here, its other end in the target as the descriptor named by CTL_CHANNEL_FD. */
+ * fd_pass.h): t->chan_fd here, its other end in the target as the descriptor named by
+ * CTL_CHANNEL_FD. */
 struct target *target_start_with_channel(const char *const *env);
 /* Send one command line and wait (timeout_ms) for one reply line. 0, or -1 on timeout / EOF. */
 int target_cmd(struct target *t, const char *cmd, char *reply, size_t cap, int timeout_ms);

@@ -522,7 +522,8 @@ static void cmd_ipcopen(const char *hex, size_t size, unsigned seed)
 	say("ok");
 }
 
-/* size rounded up to the device's granularity, reserved, mapped from h and made read/write. */
+/* size bytes reserved, mapped from h and made read/write (size a multiple of the granularity:
+ * the soak shares 4 MiB). */
 static CUresult vmm_map(CUmemGenericAllocationHandle h, size_t size, CUdeviceptr *va)
 {
 	CUmemAccessDesc d = { .location = { .type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0 },
