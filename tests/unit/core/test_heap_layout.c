@@ -154,6 +154,92 @@ Test(heap_layout, with_no_uncut_scan_the_tighter_free_handle_is_cut)
 	t_close(&t);
 }
 
+/* 20 MiB of pieces and a 64 MiB handle, freed side by side (one free block of 84 MiB after the
+ * sync), with a live piece after them; returns what the 64 MiB request got. */
+static vmm_devptr request_after_pieces_and_a_handle(struct tctx *t, size_t request,
+						   vmm_devptr *pieces, vmm_devptr *handle)
+{
+	vmm_devptr sep, p;
+
+	cr_assert_eq(vmm_malloc(t->core, 0, 20 * MiB, 0, NULL, pieces, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t->core, 0, 64 * MiB, 0, NULL, handle, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t->core, 0, 2 * MiB, 0, NULL, &sep, NULL), VMM_OK);
+	cr_assert_eq(*handle, *pieces + 20 * MiB);
+	cr_assert_eq(t_handles_over(*pieces, 20 * MiB), 10);
+	cr_assert_eq(t_handles_over(*handle, 64 * MiB), 1);
+	cr_assert_eq(vmm_free(t->core, *pieces, NULL), VMM_OK);
+	cr_assert_eq(vmm_free(t->core, *handle, NULL), VMM_OK);
+	cr_assert_eq(vmm_malloc(t->core, 0, request, 0, NULL, &p, NULL), VMM_OK);
+	t_fill(p, request, 9);
+	cr_assert(t_check(p, request, 9));
+	return p;
+}
+
+Test(heap_layout, with_an_exact_scan_a_request_takes_a_freed_handle_of_its_size)
+{
+	vmm_config cfg;
+	struct tctx t;
+	vmm_devptr pieces, handle, p;
+	uint64_t made;
+	vmm_stats st;
+
+	vmm_config_defaults(&cfg);
+	cfg.exact_scan = 16;
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, &cfg);
+	p = request_after_pieces_and_a_handle(&t, 64 * MiB, &pieces, &handle);
+	st = t_stats(&t, 0, NULL);
+	made = st.handles_created;
+	cr_assert_eq(p, handle, "on the freed handle, not at the free block's start: %lld MiB from the pieces", (long long)(p - pieces) / (long long)MiB);
+	cr_assert_eq(st.exact_reuses, 1);
+	cr_assert_eq(st.handles_cut, 0);
+	cr_assert_eq(made, 10 + 1 + 1, "no handle made for the request: %llu", (unsigned long long)made);
+	cr_assert_eq(t_handles_over(p, 64 * MiB), 1);
+	cr_assert_eq(t_handles_over(pieces, 20 * MiB), 10, "the pieces stay free");
+	cr_assert_eq(t_dev_used(&t, 0), 86 * MiB, "nothing was added");
+	t_close(&t);
+}
+
+Test(heap_layout, without_an_exact_scan_the_request_cuts_the_handle_at_the_blocks_start)
+{
+	vmm_config cfg;
+	struct tctx t;
+	vmm_devptr pieces, handle, p;
+	vmm_stats st;
+
+	vmm_config_defaults(&cfg);
+	cfg.exact_scan = 0;
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, &cfg);
+	p = request_after_pieces_and_a_handle(&t, 64 * MiB, &pieces, &handle);
+	st = t_stats(&t, 0, NULL);
+	cr_assert_eq(p, pieces, "the default fit");
+	cr_assert_eq(st.exact_reuses, 0);
+	cr_assert_eq(st.handles_cut, 1);
+	cr_assert_eq(t_handles_over(p, 64 * MiB), 32);
+	cr_assert_eq(t_dev_used(&t, 0), 86 * MiB, "nothing was added");
+	t_close(&t);
+}
+
+Test(heap_layout, an_exact_scan_takes_no_handle_of_another_size)
+{
+	vmm_config cfg;
+	struct tctx t;
+	vmm_devptr pieces, handle, p;
+	vmm_stats st;
+
+	vmm_config_defaults(&cfg);
+	cfg.exact_scan = 16;
+	t_simdev_env("1G", NULL, NULL);
+	t_open(&t, &cfg);
+	p = request_after_pieces_and_a_handle(&t, 60 * MiB, &pieces, &handle);
+	st = t_stats(&t, 0, NULL);
+	cr_assert_eq(p, pieces);
+	cr_assert_eq(st.exact_reuses, 0);
+	cr_assert_eq(st.handles_cut, 1);
+	t_close(&t);
+}
+
 Test(heap_layout, an_edge_inside_a_granule_gets_a_piece_of_its_own)
 {
 	vmm_config cfg = { .edge_cut_min = 1 };
