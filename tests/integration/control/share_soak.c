@@ -420,14 +420,20 @@ static void start(int i, double until, unsigned work_seed)
 	start_on(&procs[i], 0, i, until, work_seed);
 }
 
-/* Killed whatever it is doing; a fresh process takes its place for the rest of the epoch. */
-static void kill_and_replace(int i, double until)
+/* Killed whatever it is doing; the slot stays empty until start() fills it. */
+static void kill_slot(int i)
 {
 	kill(procs[i].t->pid, SIGKILL);
 	soak_keep_log(procs[i].t, "killed");
 	target_kill(procs[i].t);
 	procs[i].t = NULL;
 	n.kills++;
+}
+
+/* Killed whatever it is doing; a fresh process takes its place for the rest of the epoch. */
+static void kill_and_replace(int i, double until)
+{
+	kill_slot(i);
 	start(i, until, (unsigned)rand_r(&rng));
 }
 
@@ -516,16 +522,22 @@ static bool exporter_killed_asleep(double until)
 			break;
 		wake_until_done(pids);
 	}
-	kill_and_replace(0, until);
+	kill_slot(0);
 	n.exporters_killed_asleep++;
-	for (int j = 1; j < nprocs; j++)
-		if (procs[j].imports) {
-			char pid[16];
+	/* Lowest priority first, and slot 0's replacement only after: a higher priority awake
+	 * (a woken importer, the fresh process at work) may keep the memory a lower one needs
+	 * to wake, for as long as it works, since a lower priority never sleeps a higher one
+	 * (README, sharing). The CI seed once waited 30 s so on a priority-1 newcomer. */
+	for (int prio = 0; prio < 2; prio++)
+		for (int j = 1; j < nprocs; j++)
+			if (procs[j].imports && procs[j].prio == prio) {
+				char pid[16];
 
-			snprintf(pid, sizeof(pid), "%d", (int)procs[j].t->pid);
-			wake_until_done(pid);
-			check_now(&procs[j]);
-		}
+				snprintf(pid, sizeof(pid), "%d", (int)procs[j].t->pid);
+				wake_until_done(pid);
+				check_now(&procs[j]);
+			}
+	start(0, until, (unsigned)rand_r(&rng));
 	return true;
 }
 
