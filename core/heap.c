@@ -38,7 +38,6 @@ void vmm_config_defaults(vmm_config *cfg)
 	cfg->aligned_cut_max = (size_t)64 << 20; /* as large as a shared handle gets */
 	cfg->give_back_late = false;   /* before the sync: see heap_grow.h, arena_give_back_early */
 	cfg->uncut_scan = DEFAULT_UNCUT_SCAN; /* see heap_fit.c, uncut_block */
-	cfg->exact_scan = 0;           /* off until the GPU says: heap_fit.c, exact_block */
 	cfg->refill_ahead = false;     /* a cut makes all its pieces itself (the shim sets it) */
 	cfg->small_max = DEFAULT_SMALL_MAX;
 	cfg->sync_ahead_min = 0;       /* the program's own thread synchronizes (the shim sets it) */
@@ -449,7 +448,6 @@ static void heap_stats_add(struct devheap *dh, const char *tag, vmm_stats *out)
 		out->handles_moved += dh->tally.moved;
 		out->handles_cut += dh->tally.shattered;
 		out->cuts_avoided += dh->tally.uncut;
-		out->exact_reuses += dh->tally.exact;
 		out->pieces_given_back += dh->tally.given_back;
 		out->pieces_given_back_early += dh->tally.given_back_early;
 		out->pieces_refilled += dh->tally.refilled;

@@ -60,10 +60,6 @@ typedef struct vmm_config {
 	int uncut_scan;            /* a request that would cut a free large handle looks at up to
 	                            * this many other fitting blocks for one it cuts nothing in
 	                            * (heap_fit.c, uncut_block); 0 = never: it cuts (default 16) */
-	int exact_scan;            /* a request of whole_handle_min or more, in whole granules,
-	                            * looks in up to this many fitting free blocks for a wholly
-	                            * free handle of exactly its size and takes it (heap_fit.c,
-	                            * exact_block); 0 = never (default) */
 	bool refill_ahead;         /* a cut makes on the program's thread only the pieces the
 	                            * request lies on; a thread of the core makes the free rest
 	                            * (heap_refill.h); false = all of them on the program's thread */

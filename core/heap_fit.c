@@ -249,8 +249,8 @@ static struct blk *grow_for(struct arena *a, size_t size, size_t align, vmm_erro
 	return b;
 }
 
-/* Cut the free block b down to a used block of size bytes at start (the rest stays free). */
-static struct blk *carve(struct arena *a, struct blk *b, vmm_devptr start, size_t size,
+/* Cut the free block b down to an aligned used block of size bytes (the rest stays free). */
+static struct blk *carve(struct arena *a, struct blk *b, size_t size, size_t align,
 			 vmm_error *err)
 {
 	struct devheap *dh = a->dh;
@@ -258,8 +258,8 @@ static struct blk *carve(struct arena *a, struct blk *b, vmm_devptr start, size_
 	if (b->size / REUSE_SPREAD >= size)
 		dh->cut_since_sync += size;
 	free_index_remove(a, b);
-	if (start > b->addr) {
-		size_t pad = start - b->addr;
+	if (align > HEAP_ALIGN && (b->addr & (align - 1))) {
+		size_t pad = align_up(b->addr, align) - b->addr;
 		struct blk *t = blk_split(dh, b, pad);
 
 		free_index_insert(a, b);
@@ -317,95 +317,25 @@ static struct blk *uncut_block(struct arena *a, size_t size, size_t align)
 	return free_index_scan(a, size, align, (unsigned)scan, shares_no_handle, NULL);
 }
 
-/* What exact_block looks for in a free block: a wholly free handle of `want` bytes. */
-struct exact_find {
-	size_t want;
-	struct phandle *h;
-};
-
-/* Handles walked in one free block at most: a block of a thousand pieces is not walked piece by
- * piece at every large request. On the replay of the PyTorch benchmark's large trace, 64 blocks
- * of at most 32 handles cost ~5 us a request (~1 ms a step) and placed as many requests on their
- * handles as 256 handles did at ~20 us. */
-#define EXACT_WALK_MAX 32
-
-static bool holds_exact_handle(struct arena *a, vmm_devptr start, size_t size, void *arg)
-{
-	struct devheap *dh = a->dh;
-	struct exact_find *f = arg;
-	struct blk *b = blk_containing(dh, start);
-	unsigned walked = 0;
-	vmm_devptr end;
-
-	(void)size;
-	if (!b)
-		return false;
-	end = b->addr + b->size;
-	for (vmm_devptr va = start; va + f->want <= end && walked < EXACT_WALK_MAX; walked++) {
-		struct phandle *h = page_handle_get(dh, va);
-
-		if (!h || h == &dh->refill_mark || h->asleep) {
-			va = (va / dh->gran + 1) * dh->gran;
-			continue;
-		}
-		if (h->size == f->want && h->va >= start && h->va + h->size <= end) {
-			f->h = h;
-			return true;
-		}
-		va = h->va + h->size;
-	}
-	return false;
-}
-
-/* A free block that holds a wholly free handle of exactly `size` bytes, whose address goes to
- * *start; NULL: none among the first exact_scan fitting blocks. The allocation placed there
- * costs no driver call and owns the handle alone, so that when it is freed its memory is one
- * handle again, which a later large request moves in one call rather than gathering pieces.
- * What it is for: the PyTorch benchmark's gradients (16-250 MiB, the same sizes every step)
- * are freed by zero_grad just before the backward's 3.6 GiB requests, which gather whatever is
- * free; placed on pieces, as the best fit puts them, they cost those requests ~1500 pieces. */
-static struct blk *exact_block(struct arena *a, size_t size, size_t align, vmm_devptr *start)
-{
-	struct devheap *dh = a->dh;
-	int scan = dh->core->cfg.exact_scan;
-	struct exact_find f = { .want = size };
-	struct blk *b;
-
-	if (scan <= 0 || size < dh->core->cfg.whole_handle_min || size % dh->gran ||
-	    align > dh->gran)
-		return NULL;
-	b = free_index_scan(a, size, align, (unsigned)scan, holds_exact_handle, &f);
-	if (b)
-		*start = f.h->va;
-	return b;
-}
-
 /* A free block for size bytes at align whose large handles it would not share: the ones it
  * would share are re-created first (heap_grow.h), then the search starts again (a re-creation the
  * driver refuses halfway leaves less memory where the block was). After a refused re-creation
  * the block found is taken as it is: an allocation is worth more than the layout. */
-static struct blk *unshared_block(struct arena *a, size_t size, size_t align,
-				  vmm_devptr *out_start, vmm_error *err)
+static struct blk *unshared_block(struct arena *a, size_t size, size_t align, vmm_error *err)
 {
 	struct devheap *dh = a->dh;
 	bool unshare = true;
 
 	for (int tries = 0; tries < 8; tries++) {
-		struct blk *b = find_or_reclaim(a, size, align), *exact;
+		struct blk *b = find_or_reclaim(a, size, align);
 		struct phandle *h;
-		vmm_devptr start, at;
+		vmm_devptr start;
 
 		if (!b)
 			b = grow_for(a, size, align, err);
 		if (!b)
 			return NULL;
 		start = blk_aligned_start(b, align);
-		/* After any reclaim (growth reclaims too), so that what it made reusable counts. */
-		if (!tries && (exact = exact_block(a, size, align, &at))) {
-			dh->tally.exact += exact != b || at != start;
-			b = exact;
-			start = at;
-		}
 		h = unshare ? shared_edge(dh, start, size) : NULL;
 		if (h) {
 			struct blk *whole = uncut_block(a, size, align);
@@ -420,10 +350,8 @@ static struct blk *unshared_block(struct arena *a, size_t size, size_t align,
 		if (!h) {
 			/* Refills it lies on are made first (heap_refill.h); one that cannot be
 			 * left the free memory, and the search starts again. */
-			if (refill_claim(dh, start, start + size) == VMM_OK) {
-				*out_start = start;
+			if (refill_claim(dh, start, start + size) == VMM_OK)
 				return b;
-			}
 			continue;
 		}
 		unshare = handle_shatter(dh, h, start, start + size, NULL) == VMM_OK;
@@ -486,17 +414,16 @@ struct blk *arena_alloc_block(struct arena *a, size_t size, size_t align, vmm_er
 {
 	bool timed = vmm_log_enabled(VMM_LOG_DEBUG);
 	struct fit_probe p0;
-	vmm_devptr start = 0;
 	struct blk *b;
 
 	if (timed) {
 		probe_counts(a->dh, &p0);
 		p0.t0 = vmm_now_s();
 	}
-	b = unshared_block(a, size, align, &start, err);
+	b = unshared_block(a, size, align, err);
 	a->dh->given_back_ahead = 0;
 	if (b)
-		b = carve(a, b, start, size, err);
+		b = carve(a, b, size, align, err);
 	if (timed)
 		slow_log(a->dh, &p0, size, b);
 	return b;

@@ -160,7 +160,6 @@ struct grow_tally {
 	uint64_t recycled;      /* larger idle handles given back so that new memory is made */
 	uint64_t shattered;     /* large handles re-created as pieces (handle_shatter) */
 	uint64_t uncut;         /* requests placed in another block so as not to cut one */
-	uint64_t exact;         /* requests moved onto a free handle of exactly their size */
 	uint64_t refilled;      /* pieces of a cut's free rest made on the refill thread */
 	uint64_t refill_claimed; /* pieces of a queued rest made by a request placed on them */
 	uint64_t given_back;    /* free pieces given back for a large request (plan_give_back) */

@@ -62,8 +62,6 @@
 	X(handles_cut, OWN, "", 0, PRIVATE)                                                    \
 	/* requests placed in another free block so as to cut no large handle (uncut_block) */   \
 	X(cuts_avoided, OWN, "", 0, PRIVATE)                                                   \
-	/* requests moved onto a freed handle of exactly their size (exact_block) */            \
-	X(exact_reuses, OWN, "", 0, PRIVATE)                                                   \
 	X(pieces_given_back, OWN, "", 0, PRIVATE)                                              \
 	/* of those, before the sync the request waited for (while the GPU still ran) */        \
 	X(pieces_given_back_early, OWN, "", 0, PRIVATE)                                        \

@@ -64,10 +64,6 @@ static const struct setting settings[] = {
 	  "a request that would cut a freed handle into 2 MiB pieces takes instead the first of up "
 	  "to this many other fitting free blocks where it cuts nothing (0..1000; 0: it cuts at "
 	  "once, the layout before 6 Dec 2026)" },
-	{ "VMMSHIM_EXACT_SCAN", SET_COUNT, AT(core.exact_scan), "0",
-	  "an allocation of 32 MiB or more in whole 2 MiB granules first looks in up to this many "
-	  "fitting free blocks for a freed handle of exactly its size and takes it, with no driver "
-	  "call (0..1000; 0: never, the default)" },
 	{ "VMMSHIM_REFILL_AHEAD", SET_BOOL, AT(core.refill_ahead), "0",
 	  "1: a freed handle of 64 MiB that an allocation cuts into 2 MiB pieces is made again "
 	  "on the program's thread only where the allocation lies; a thread of the shim makes the "

@@ -69,8 +69,7 @@ static void log_side(const shim_side *s)
 	vmm_log(VMM_LOG_INFO,
 		"exit: %s served %llu allocations (%llu frees), peak %llu bytes live / %llu mapped; "
 		"live at exit: %llu bytes in %llu allocations; %llu handles created, %llu released, "
-		"%llu moved, %llu cut (%llu avoided), %llu placed on a freed handle of their size, "
-		"%llu pieces given back (%llu before a sync); %llu device syncs "
+		"%llu moved, %llu cut (%llu avoided), %llu pieces given back (%llu before a sync); %llu device syncs "
 		"(%llu ahead, %llu skipped); cuts' rests refilled: %llu pieces on the shim's thread, "
 		"%llu by a request placed on them",
 		s->name, (unsigned long long)st.alloc_calls, (unsigned long long)st.free_calls,
@@ -78,8 +77,7 @@ static void log_side(const shim_side *s)
 		(unsigned long long)st.live_bytes, (unsigned long long)st.live_count,
 		(unsigned long long)st.handles_created, (unsigned long long)st.handles_released,
 		(unsigned long long)st.handles_moved, (unsigned long long)st.handles_cut,
-		(unsigned long long)st.cuts_avoided, (unsigned long long)st.exact_reuses,
-		(unsigned long long)st.pieces_given_back,
+		(unsigned long long)st.cuts_avoided, (unsigned long long)st.pieces_given_back,
 		(unsigned long long)st.pieces_given_back_early, (unsigned long long)st.syncs,
 		(unsigned long long)st.syncs_ahead, (unsigned long long)st.syncs_skipped,
 		(unsigned long long)st.pieces_refilled, (unsigned long long)st.pieces_refill_claimed);

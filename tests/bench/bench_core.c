@@ -15,7 +15,7 @@
  * Usage: bench_core [--quick] | --train [STEPS] [--varlen] [--seed N] [CORE OPTIONS]
  *        | --sleep GIB [--pieces | --small] | --replay FILE [CORE OPTIONS] | --demo
  * CORE OPTIONS, last and in any order: --sync-ahead MIB, --max-handle MIB,
- * --edge-cut-min MIB|unlimited, --uncut-scan N, --exact-scan N, --aligned-cuts, --aligned-cut-max MIB,
+ * --edge-cut-min MIB|unlimited, --uncut-scan N, --aligned-cuts, --aligned-cut-max MIB,
  * --give-back-late, --one-stream
  * (--varlen: the replay of the H200's PyTorch benchmark, which needs ~40 GiB of device memory;
  * --seed: other shapes, for figures over several draws; --sync-ahead: the core's thread syncs
@@ -25,8 +25,7 @@
  * --max-handle: the largest handle the core creates, as VMMSHIM_MAX_HANDLE; --edge-cut-min: the
  * smallest allocation a shared handle is cut at the edges of, as VMMSHIM_EDGE_CUT_MIN;
  * --uncut-scan: the fitting blocks a request that would cut looks at for one it cuts nothing in,
- * as VMMSHIM_UNCUT_SCAN (0: none); --exact-scan: the fitting blocks a large request looks in
- * for a free handle of exactly its size, as VMMSHIM_EXACT_SCAN (0: none);
+ * as VMMSHIM_UNCUT_SCAN (0: none);
  * --aligned-cuts: a shared handle is cut into aligned power-of-two handles, as
  * VMMSHIM_ALIGNED_CUTS=1; --aligned-cut-max: the largest handle such a cut makes, as
  * VMMSHIM_ALIGNED_CUT_MAX; --give-back-late: a large request gives free pieces back only after
@@ -197,8 +196,6 @@ static size_t edge_cut_min;
 static bool one_stream;
 /* --uncut-scan N: VMMSHIM_UNCUT_SCAN=N (-1: the core's default). */
 static long uncut_scan = -1;
-/* --exact-scan N: VMMSHIM_EXACT_SCAN=N (-1: the core's default). */
-static long exact_scan = -1;
 /* --aligned-cuts: VMMSHIM_ALIGNED_CUTS=1. */
 static bool aligned_cuts;
 /* --aligned-cut-max MIB: VMMSHIM_ALIGNED_CUT_MAX (0: the core's default, 64 MiB). */
@@ -236,8 +233,6 @@ static vmm_core *open_core(vmm_backend *be)
 	cfg.aligned_cut_max = aligned_cut_max_mib * MiB;
 	if (uncut_scan >= 0)
 		cfg.uncut_scan = (int)uncut_scan;
-	if (exact_scan >= 0)
-		cfg.exact_scan = (int)exact_scan;
 	cfg.give_back_late = give_back_late;
 	cfg.refill_ahead = refill_ahead;
 	if (vmm_core_create(be, &cfg, &core, &err)) {
@@ -691,10 +686,9 @@ static int replay_trace(vmm_backend *be, const char *path)
 		       "host time before each request): %.1f ms inside the replay's mallocs and "
 		       "frees\n", realtime_gap_us, r.heap_ms);
 	printf("  heap: %llu handles moved, %llu large handles cut (%llu cuts avoided), %llu free "
-	       "pieces given back for a large request, %llu requests on a free handle of their "
-	       "size", (unsigned long long)r.moved, (unsigned long long)r.cut,
-	       (unsigned long long)r.uncut, (unsigned long long)r.given_back,
-	       (unsigned long long)r.exact);
+	       "pieces given back for a large request", (unsigned long long)r.moved,
+	       (unsigned long long)r.cut, (unsigned long long)r.uncut,
+	       (unsigned long long)r.given_back);
 	if (refill_ahead)
 		printf("; pieces of cuts' rests made on the core's thread %llu, by a request placed on "
 		       "them first %llu", (unsigned long long)r.refilled,
@@ -767,8 +761,6 @@ int main(int argc, char **argv)
 		realtime_on |= !strcmp(argv[i], "--realtime");
 		if (!strcmp(argv[i], "--uncut-scan")) {
 			uncut_scan = atol(argv[++i]);
-		} else if (!strcmp(argv[i], "--exact-scan")) {
-			exact_scan = atol(argv[++i]);
 		} else if (!strcmp(argv[i], "--edge-cut-min")) {
 			i++;
 			edge_cut_min = !strcmp(argv[i], "unlimited") ? SIZE_MAX :

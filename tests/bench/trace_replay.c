@@ -213,7 +213,6 @@ int trace_replay(vmm_core *core, const char *path, bool one_stream, struct trace
 	out->moved = s.handles_moved;
 	out->cut = s.handles_cut;
 	out->uncut = s.cuts_avoided;
-	out->exact = s.exact_reuses;
 	out->given_back = s.pieces_given_back;
 	out->refilled = s.pieces_refilled;
 	out->refill_claimed = s.pieces_refill_claimed;

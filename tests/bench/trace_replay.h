@@ -32,7 +32,6 @@ struct trace_result {
 	uint64_t moved, cut, given_back; /* the heap's own counts: handles moved, large handles cut,
 	                                  * free pieces given back for a large request */
 	uint64_t uncut;            /* requests placed elsewhere so as not to cut (uncut_block) */
-	uint64_t exact;            /* requests placed on a free handle of their size (exact_block) */
 	uint64_t refilled, refill_claimed; /* pieces of cuts' rests made on the core's thread, and
 	                                    * by requests placed on them (--refill-ahead) */
 	double ns_per_call;        /* mean host ns of one malloc or free */

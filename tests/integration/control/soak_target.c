@@ -35,10 +35,9 @@
  *                          every one this process exported or opened with SEED's bytes.
  *   quit                   exit 0
  *
- * SOAK_LARGE_PCT=N (manual soaks): N% of the allocations are 33-80 MiB (half of them 34, 48, 62
- * or 76 MiB), so that the heap makes large handles that smaller allocations then cut (and
- * refill ahead, with VMMSHIM_REFILL_AHEAD=1) and that VMMSHIM_EXACT_SCAN finds again; without
- * it every allocation is under 3 MiB. */
+ * SOAK_LARGE_PCT=N (manual soaks): N% of the allocations are 33-80 MiB, so that the heap makes
+ * large handles that smaller allocations then cut (and refill ahead, with
+ * VMMSHIM_REFILL_AHEAD=1); without it every allocation is under 3 MiB. */
 #include <cuda.h>
 #include <cuda_runtime_api.h>
 
@@ -160,11 +159,8 @@ static size_t random_size(unsigned *seed)
 {
 	int r = rand_r(seed) % 100;
 
-	/* Half of them in whole granules of a few sizes that recur, as a training step's
-	 * gradients do, so that VMMSHIM_EXACT_SCAN finds freed handles of their size. */
 	if (large_pct && rand_r(seed) % 100 < large_pct)
-		return rand_r(seed) % 2 ? (size_t)(34 + 14 * (rand_r(seed) % 4)) << 20 :
-					  (33u << 20) + (size_t)(rand_r(seed) % (48u << 20));
+		return (33u << 20) + (size_t)(rand_r(seed) % (48u << 20));
 
 	if (r < 70)
 		return 4096 + (size_t)(rand_r(seed) % (252 * 1024));

@@ -164,25 +164,6 @@ Test(config, the_sleep_timeout_takes_seconds, .init = cr_redirect_stderr)
 	cr_assert_stderr_neq_str("");
 }
 
-Test(config, the_exact_scan_is_off_by_default_and_a_count_up_to_1000, .init = cr_redirect_stderr)
-{
-	shim_config c;
-
-	clear_env();
-	unsetenv("VMMSHIM_EXACT_SCAN");
-	shim_config_load(&c);
-	cr_assert_eq(c.core.exact_scan, 0, "off by default");
-	setenv("VMMSHIM_EXACT_SCAN", "64", 1);
-	shim_config_load(&c);
-	cr_assert_eq(c.core.exact_scan, 64);
-	setenv("VMMSHIM_EXACT_SCAN", "1001", 1);
-	shim_config_load(&c);
-	cr_assert_eq(c.core.exact_scan, 0, "one over 1000 gets the default, with a warning");
-	unsetenv("VMMSHIM_EXACT_SCAN");
-	fflush(stderr);
-	cr_assert_stderr_neq_str("");
-}
-
 Test(config, the_uncut_scan_is_a_count_from_0_to_1000, .init = cr_redirect_stderr)
 {
 	shim_config c;
