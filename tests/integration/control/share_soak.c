@@ -64,6 +64,8 @@ struct proc {
 };
 
 static struct proc procs[MAX_PROCS];
+/* Each process gets VMMSHIM_PRIORITY 0 .. PRIORITIES-1 at random. */
+#define PRIORITIES 2
 /* The second GPU's processes (group_b), and the pids started on each GPU (gpu_of). */
 static struct proc bys[MAX_BYSTANDERS];
 static int nbys = 1;
@@ -351,7 +353,7 @@ static void start_on(struct proc *p, int gpu, int i, double until, unsigned work
 	char line[64];
 	int k = 0;
 
-	p->prio = (int)rnd(2);
+	p->prio = (int)rnd(PRIORITIES);
 	p->faults = faults_epoch && rnd(2);
 	p->report[0] = '\0';
 	p->imports = false;
@@ -528,7 +530,7 @@ static bool exporter_killed_asleep(double until)
 	 * (a woken importer, the fresh process at work) may keep the memory a lower one needs
 	 * to wake, for as long as it works, since a lower priority never sleeps a higher one
 	 * (README, sharing). The CI seed once waited 30 s so on a priority-1 newcomer. */
-	for (int prio = 0; prio < 2; prio++)
+	for (int prio = 0; prio < PRIORITIES; prio++)
 		for (int j = 1; j < nprocs; j++)
 			if (procs[j].imports && procs[j].prio == prio) {
 				char pid[16];
