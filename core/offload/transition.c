@@ -158,7 +158,9 @@ static uint64_t expected_bytes(const struct part *p, int n, const vmm_sleep_opts
 }
 
 /* Undo the done parts (those with done[i]) in the reverse of the run's order. Returns whether
- * every undo succeeded. */
+ * every undo succeeded. A part that answers "already" has nothing left to undo: the program's
+ * handles a wake brought back that are shared by now stay resident, as a sleep of the process
+ * alone leaves shared memory. */
 static bool undo_done(const struct part *p, const int *order, int ran, const bool *done,
 		      bool of_sleep, const vmm_sleep_opts *o, const vmm_limits *lim)
 {
@@ -173,7 +175,9 @@ static bool undo_done(const struct part *p, const int *order, int ran, const boo
 		if (!done[order[k]])
 			continue;
 		vmm_error_clear(&e);
-		if (part_undo(q, of_sleep, o, &ulim, &ignored, &e)) {
+		vmm_status st = part_undo(q, of_sleep, o, &ulim, &ignored, &e);
+
+		if (st && st != VMM_E_ALREADY) {
 			vmm_log(VMM_LOG_ERROR, "%s roll-back: the %s could not be brought back: %s",
 				of_sleep ? "sleep" : "wake", q->name, e.msg);
 			all = false;

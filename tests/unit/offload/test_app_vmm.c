@@ -10,7 +10,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "heap_offload.h"
 #include "offload/copy_engine.h"
+#include "offload/transition.h"
 #include "program.h"
 
 #define MiB ((size_t)1 << 20)
@@ -626,6 +628,54 @@ Test(app, wake_without_device_memory_stays_asleep, .fini = teardown)
 	cr_assert_eq(td.be->release(td.be, filler, &err), VMM_OK);
 	cr_assert_eq(do_wake(&res, &err), VMM_OK, "%s", err.msg);
 	expect_scene_intact();
+}
+
+/* A whole-process wake that fails in the heap after the program's handles came back undoes
+ * what it can. Handles it cannot sleep again (shared since: a group sleep had released them, and
+ * they came back as the program's exports) stay resident, as a sleep of the process alone leaves
+ * shared memory: that undo is whole, not the partial state (CI's share soak, 7 Dec, logged "wake
+ * roll-back: the app mappings could not be brought back" for it and left the process partial). */
+Test(app, a_wake_undo_that_finds_the_handles_shared_is_whole, .fini = teardown)
+{
+	vmm_selection all = { .device = -1, .app = true };
+	vmm_offload_parts parts = { .nheaps = 1 };
+	vmm_transfer_result res;
+	vmm_error err = { 0 };
+	vmm_phys filler;
+	vmm_devptr heap_p;
+	vmm_core *core;
+	char *want = malloc(16 * MiB);
+
+	cr_assert(want);
+	open_with("64M", "1", NULL);
+	cr_assert_eq(vmm_core_create(td.be, NULL, &core, &err), VMM_OK, "%s", err.msg);
+	build_scene();
+	cr_assert_eq(vmm_malloc(core, 0, 16 * MiB, 0, NULL, &heap_p, &err), VMM_OK, "%s", err.msg);
+	t_pattern(want, 16 * MiB, 104);
+	t_write(&td, heap_p, want, 16 * MiB);
+	parts.heaps[0].name = "cuda heap";
+	parts.heaps[0].core = core;
+	parts.app = reg;
+	cr_assert_eq(vmm_offload_sleep(&parts, &all, NULL, &res, &err), VMM_OK, "%s", err.msg);
+	vmm_app_exported(reg, sc.h1);
+	vmm_app_exported(reg, sc.h2);
+	vmm_app_exported(reg, sc.h3);
+	/* Room for the program's 22 MiB, not for the heap's 16 after them. */
+	cr_assert_eq(td.be->create(td.be, 0, 64 * MiB - t_dev_used(&td, 0) - 30 * MiB, &filler,
+				   &err), VMM_OK, "%s", err.msg);
+	cr_assert_eq(vmm_offload_wake(&parts, &all, NULL, &res, &err), VMM_E_OOM, "%s", err.msg);
+	cr_expect_eq(res.partial_bytes, 0, "not partial: %s", err.msg);
+	cr_expect_null(strstr(err.msg, "partially asleep"), "%s", err.msg);
+	cr_expect(vmm_is_asleep(core, 0, NULL), "the heap is still asleep");
+	cr_expect_not(vmm_app_is_asleep(reg, 0), "the shared handles stay resident");
+	expect_scene_intact();
+	cr_assert_eq(td.be->release(td.be, filler, &err), VMM_OK);
+	cr_assert_eq(vmm_offload_wake(&parts, &all, NULL, &res, &err), VMM_OK, "%s", err.msg);
+	expect_scene_intact();
+	expect_dev(heap_p, want, 16 * MiB, "the heap's allocation");
+	vmm_free(core, heap_p, NULL);
+	vmm_core_destroy(core);
+	free(want);
 }
 
 Test(app, sleep_refused_without_host_memory_for_it, .init = setup, .fini = teardown)
