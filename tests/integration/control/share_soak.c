@@ -16,7 +16,10 @@
  *  - an error other than out of memory in a process without faults (an allocation may be
  *    refused after its sharing wait: those are counted and printed),
  *  - a wedge: a vmmctl request not answered within its deadline, threads not done within their
- *    time plus twice the sharing wait, a process that does not exit when asked,
+ *    time plus twice the sharing wait, a process that does not exit when asked; where higher
+ *    priorities hold the memory a lower one needs (the rules let it wait for as long as they
+ *    live), the soak first makes room from outside, as an operator would, and waits as long
+ *    again,
  *  - a leak: once every process of an epoch has ended, killed ones included, the GPU's memory
  *    in use must be back to zero, as a fresh process sees it,
  *  - a sleep across GPUs: B bystanders (--bystanders, 1 by default) work on a second simulated
@@ -99,7 +102,7 @@ static struct {
 		group_sleeps, group_refused, ops, copies, kernels, ooms, errors, slept_by_peer,
 		faulty, base_short, exports, opens, ipc_refused, checks, bystander_statuses,
 		vmm_exports, vmm_opens, vmm_refused, shares_released, shares_resident,
-		exporters_killed_asleep;
+		exporters_killed_asleep, rooms_made;
 } n;
 
 static unsigned rnd(unsigned below)
@@ -153,11 +156,14 @@ static void fail(const char *fmt, ...)
 	exit(1);
 }
 
+static int read_with_room(struct proc *p, char *reply, size_t cap, int within_ms);
+
+/* c to p, answered with want within within_s (twice that, where room had to be made). */
 static void cmd(struct proc *p, const char *c, const char *want, double within_s)
 {
 	char reply[256];
 
-	if (target_cmd(p->t, c, reply, sizeof(reply), (int)(within_s * 1000)))
+	if (target_send(p->t, c) || read_with_room(p, reply, sizeof(reply), (int)(within_s * 1000)))
 		fail("pid %ld did not answer '%s' within %.0f s", (long)p->t->pid, c, within_s);
 	if (strncmp(reply, want, strlen(want)))
 		fail("pid %ld: '%s' answered '%s', expected '%s'", (long)p->t->pid, c, reply, want);
@@ -208,18 +214,114 @@ static bool export_retried(struct proc *p, const char *verb, unsigned seed, char
 	return false;
 }
 
+/* Room made from outside (make_room_above): the processes slept, held, for a lower priority,
+ * woken again by give_room_back. */
+static struct {
+	pid_t pid[MAX_PROCS];
+	int n;
+} room;
+
+static void wake_until_done(const char *pids, int prio);
+
+/* Whether pid is one of the space-separated pids. */
+static bool in_pids(const char *pids, pid_t pid)
+{
+	for (const char *at = pids; at && *at;) {
+		char *end;
+		long v = strtol(at, &end, 10);
+
+		if (end == at)
+			break;
+		if (v == (long)pid)
+			return true;
+		at = end;
+	}
+	return false;
+}
+
+/* The lowest priority among the soak's processes of pids. */
+static int group_prio(const char *pids)
+{
+	int low = PRIORITIES;
+
+	for (int j = 0; j < nprocs; j++)
+		if (procs[j].t && in_pids(pids, procs[j].t->pid) && procs[j].prio < low)
+			low = procs[j].prio;
+	return low;
+}
+
+/* A lower priority never sleeps a higher one, working or idle (README, sharing), so a process of
+ * ours may wait for as long as the higher priorities of its GPU hold the memory it needs: to
+ * wake, to end its threads, to answer a check. Where the soak needs it back, it makes room as an
+ * operator would: it sleeps, held, every process of the GPU (0: the soak's, 1: the bystanders')
+ * above prio (one a peer slept
+ * answers "already" and may wake by itself: the next try asks it again), but for those of pids
+ * (those it is for). False: none above. */
+static bool make_room_above(int gpu, int prio, const char *pids)
+{
+	struct proc *on = gpu ? bys : procs;
+	bool any = false;
+
+	for (int j = 0; j < (gpu ? nbys : nprocs); j++) {
+		struct proc *q = &on[j];
+		bool known = false;
+
+		if (!q->t || q->prio <= prio || in_pids(pids, q->t->pid))
+			continue;
+		any = true;
+		for (int k = 0; k < room.n; k++)
+			known |= room.pid[k] == q->t->pid;
+		if (!ctl("sleep %d", (int)q->t->pid) && !known)
+			room.pid[room.n++] = q->t->pid;
+	}
+	if (any)
+		n.rooms_made++;
+	return any;
+}
+
+/* Wakes what make_room_above slept, one at a time: each is above the one it made room for, so
+ * the rules let it sleep that one again. */
+static void give_room_back(void)
+{
+	int held = room.n;
+
+	room.n = 0;
+	for (int k = 0; k < held; k++) {
+		char pid[16];
+
+		snprintf(pid, sizeof(pid), "%d", (int)room.pid[k]);
+		wake_until_done(pid, PRIORITIES);
+	}
+}
+
+/* p's next line within within_ms; where none comes and higher priorities hold its GPU, room is
+ * made for it and the line awaited as long again. Non-zero: no line. */
+static int read_with_room(struct proc *p, char *reply, size_t cap, int within_ms)
+{
+	int r = target_read(p->t, reply, cap, within_ms);
+
+	char pid[16];
+
+	snprintf(pid, sizeof(pid), "%d", (int)p->t->pid);
+	if (r && make_room_above(p >= bys && p < bys + MAX_BYSTANDERS, p->prio, pid)) {
+		r = target_read(p->t, reply, cap, within_ms);
+		give_room_back();
+	}
+	return r;
+}
+
 /* A command to a process whose threads may be at work: their report may come first, when they
  * end while the command waits (for room to wake in, say), and is kept for collect(). Non-zero:
- * no answer within within_ms. */
+ * no answer within within_ms (twice that where room had to be made). */
 static int cmd_past_report(struct proc *p, const char *line, char *reply, size_t cap,
 			   int within_ms)
 {
-	if (target_cmd(p->t, line, reply, cap, within_ms))
+	if (target_send(p->t, line) || read_with_room(p, reply, cap, within_ms))
 		return -1;
 	if (strncmp(reply, "work ", 5))
 		return 0;
 	snprintf(p->report, sizeof(p->report), "%s", reply);
-	return target_read(p->t, reply, cap, within_ms);
+	return read_with_room(p, reply, cap, within_ms);
 }
 
 /* A legacy-IPC export: the handle comes back in hex. */
@@ -449,8 +551,10 @@ static void kill_and_replace(int i, double until)
 }
 
 /* Held processes must wake: a wake from outside makes room under the sharing rules, and is
- * tried again (a fault, memory not there yet) until the sharing wait has passed three times. */
-static void wake_until_done(const char *pids)
+ * tried again (a fault, memory not there yet) until the sharing wait has passed three times.
+ * Refused for want of memory after its own sharing wait, it has room made above prio, the
+ * lowest priority among pids (the caller gives it back once done with them). */
+static void wake_until_done(const char *pids, int prio)
 {
 	double end = now_s() + share_wait_s * 3 + timeout_s;
 
@@ -458,6 +562,8 @@ static void wake_until_done(const char *pids)
 		if (now_s() > end)
 			fail("%s could not be woken for %.0f s: %s", pids,
 			     share_wait_s * 3 + timeout_s, o.out);
+		if (strstr(o.out, "\"oom\""))
+			make_room_above(0, prio, pids);
 		usleep(200000);
 	}
 }
@@ -476,7 +582,7 @@ static void count_shares(void)
 /* vmmctl sleeps pids (one, or a group: all or none), with autowake or held and woken again by
  * vmmctl: refused is allowed (a sleep or wake of its own in progress, a fault), a wedge is
  * not. */
-static void sleep_from_outside(const char *pids, long *slept, long *refused)
+static void sleep_from_outside(const char *pids, int prio, long *slept, long *refused)
 {
 	bool autowake = rnd(2);
 
@@ -489,7 +595,8 @@ static void sleep_from_outside(const char *pids, long *slept, long *refused)
 	if (autowake)
 		return;
 	usleep(rnd(300000));
-	wake_until_done(pids);
+	wake_until_done(pids, prio);
+	give_room_back();
 }
 
 static void outside_cycle(int i)
@@ -497,7 +604,7 @@ static void outside_cycle(int i)
 	char pid[16];
 
 	snprintf(pid, sizeof(pid), "%d", (int)procs[i].t->pid);
-	sleep_from_outside(pid, &n.outside_sleeps, &n.outside_refused);
+	sleep_from_outside(pid, procs[i].prio, &n.outside_sleeps, &n.outside_refused);
 }
 
 /* Slot 0 and every process that opened what it shared slept as a group and held (so that the
@@ -531,7 +638,8 @@ static bool exporter_killed_asleep(double until)
 		count_shares();
 		if (!strstr(o.out, "\"resident\": true") || tries == 2)
 			break;
-		wake_until_done(pids);
+		wake_until_done(pids, group_prio(pids));
+		give_room_back();
 	}
 	kill_slot(0);
 	n.exporters_killed_asleep++;
@@ -545,8 +653,9 @@ static bool exporter_killed_asleep(double until)
 				char pid[16];
 
 				snprintf(pid, sizeof(pid), "%d", (int)procs[j].t->pid);
-				wake_until_done(pid);
+				wake_until_done(pid, prio);
 				check_now(&procs[j]);
+				give_room_back();
 			}
 	start(0, until, (unsigned)rand_r(&rng));
 	return true;
@@ -562,7 +671,7 @@ static void group_cycle(int i, double until)
 	if (ipc.epoch && rnd(2) && exporter_killed_asleep(until))
 		return;
 	snprintf(pids, sizeof(pids), "%d %d", (int)procs[i].t->pid, (int)procs[j].t->pid);
-	sleep_from_outside(pids, &n.group_sleeps, &n.group_refused);
+	sleep_from_outside(pids, group_prio(pids), &n.group_sleeps, &n.group_refused);
 }
 
 static void list(void)
@@ -603,9 +712,9 @@ static void collect(struct proc *p)
 
 	if (p->report[0])
 		snprintf(reply, sizeof(reply), "%s", p->report);
-	else if (target_read(p->t, reply, sizeof(reply), (int)((within > 1 ? within : 1) * 1000)))
-		fail("pid %ld's threads were not done within %.0f s of their end",
-		     (long)p->t->pid, share_wait_s * 2 + timeout_s);
+	else if (read_with_room(p, reply, sizeof(reply), (int)((within > 1 ? within : 1) * 1000)))
+		fail("pid %ld's threads were not done within %.0f s of their end (and as long again "
+		     "with room made)", (long)p->t->pid, share_wait_s * 2 + timeout_s);
 	p->report[0] = '\0';
 	if (sscanf(reply, "work ops=%ld copies=%ld kernels=%ld mismatches=%d errors=%ld "
 		   "unfreed=%d ooms=%ld", &ops, &copies, &kernels, &mismatches, &errors, &unfreed,
@@ -774,7 +883,8 @@ int main(int argc, char **argv)
 	       "faults or memory); VMM descriptors: %ld exports, %ld imports (%ld refused); "
 	       "group sleeps released VMM-shared memory %ld times and kept it resident %ld "
 	       "times; "
-	       "%ld exporters killed while their group slept; the threads: %ld operations, %ld copies, %ld kernels, %ld "
+	       "%ld exporters killed while their group slept; room made from outside %ld times "
+	       "for a lower priority; the threads: %ld operations, %ld copies, %ld kernels, %ld "
 	       "allocations refused for want of memory (and %ld processes short of long-lived "
 	       "buffers), %ld errors from faults; %ld statuses of bystanders; 0 mismatches, 0 "
 	       "leaks, 0 wedges, 0 sleeps across GPUs\n",
@@ -782,7 +892,7 @@ int main(int argc, char **argv)
 	       n.outside_refused, n.group_sleeps, n.group_refused, n.lists, n.statuses,
 	       n.slept_by_peer, n.checks, n.exports, n.opens, n.ipc_refused, n.vmm_exports,
 	       n.vmm_opens, n.vmm_refused, n.shares_released, n.shares_resident,
-	       n.exporters_killed_asleep, n.ops, n.copies,
+	       n.exporters_killed_asleep, n.rooms_made, n.ops, n.copies,
 	       n.kernels, n.ooms, n.base_short, n.errors, n.bystander_statuses);
 	return 0;
 }
