@@ -58,6 +58,7 @@
 
 struct proc {
 	struct target *t;
+	int gpu;         /* 0: the soak's GPU, 1: the bystanders' */
 	int prio;
 	bool faults;     /* driver faults injected: errors allowed, never a mismatch */
 	char armed[256]; /* which (SIMDEV_FAIL) */
@@ -303,7 +304,7 @@ static int read_with_room(struct proc *p, char *reply, size_t cap, int within_ms
 	char pid[16];
 
 	snprintf(pid, sizeof(pid), "%d", (int)p->t->pid);
-	if (r && make_room_above(p >= bys && p < bys + MAX_BYSTANDERS, p->prio, pid)) {
+	if (r && make_room_above(p->gpu, p->prio, pid)) {
 		r = target_read(p->t, reply, cap, within_ms);
 		give_room_back();
 	}
@@ -464,6 +465,7 @@ static void start_on(struct proc *p, int gpu, int i, double until, unsigned work
 	char line[64];
 	int k = 0;
 
+	p->gpu = gpu;
 	p->prio = (int)rnd(PRIORITIES);
 	p->faults = faults_epoch && rnd(2);
 	p->report[0] = '\0';
