@@ -254,10 +254,9 @@ static int group_prio(const char *pids)
 /* A lower priority never sleeps a higher one, working or idle (README, sharing), so a process of
  * ours may wait for as long as the higher priorities of its GPU hold the memory it needs: to
  * wake, to end its threads, to answer a check. Where the soak needs it back, it makes room as an
- * operator would: it sleeps, held, every process of the GPU (0: the soak's, 1: the bystanders')
- * above prio (one a peer slept
- * answers "already" and may wake by itself: the next try asks it again), but for those of pids
- * (those it is for). False: none above. */
+ * operator would: it sleeps, held, every process of that GPU (0: the soak's, 1: the
+ * bystanders') above prio, but for those of pids, the ones it is for. One that a peer slept
+ * answers "already" and may wake by itself: the next try asks it again. False: none above. */
 static bool make_room_above(int gpu, int prio, const char *pids)
 {
 	struct proc *on = gpu ? bys : procs;
@@ -300,7 +299,6 @@ static void give_room_back(void)
 static int read_with_room(struct proc *p, char *reply, size_t cap, int within_ms)
 {
 	int r = target_read(p->t, reply, cap, within_ms);
-
 	char pid[16];
 
 	snprintf(pid, sizeof(pid), "%d", (int)p->t->pid);
