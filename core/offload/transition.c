@@ -306,7 +306,11 @@ static vmm_status transition(const vmm_offload_parts *parts, const vmm_selection
 			res->partial_bytes += part_asleep(&p[i], &o);
 		if (partial)
 			say_partial(err, res->partial_bytes, sleeping);
-		vmm_log(VMM_LOG_WARN, "%s failed in the %s, %s: %s", sleeping ? "sleep" : "wake",
+		/* A wake refused for want of device memory, all of it still asleep, is no fault:
+		 * a sharing process waiting for room meets it at every look (hundreds of lines a
+		 * minute at warn), and whoever asked gets the error. */
+		vmm_log(!sleeping && st == VMM_E_OOM && !partial ? VMM_LOG_INFO : VMM_LOG_WARN,
+			"%s failed in the %s, %s: %s", sleeping ? "sleep" : "wake",
 			p[order[ran]].name, partial ? "partly undone" : sleeping ? "rolled back" :
 			"still asleep", err ? err->msg : "");
 		vmm_progress_end(NULL);
