@@ -15,7 +15,8 @@
 # they share a buffer through legacy CUDA IPC and one of their own VMM memory (a POSIX
 # descriptor, as NCCL's), and the exporter is killed while its group sleeps. B bystanders
 # (default 1) share a second simulated GPU in the same control folder: nobody may be slept by a
-# process of the other GPU.
+# process of the other GPU. With --share, SOAK_KEEP_LOGS=1 keeps every program's shim log (killed,
+# ended, bystanders') in /tmp/vmmshim-soak-logs-*, to read what a passing run logged.
 # Usage: scripts/soak.sh [--seconds S (default 600)] [--seed N (default: random)] [--threads T]
 #        scripts/soak.sh --share [--seconds S] [--seed N] [--procs P (default 3)] [--threads T]
 #                        [--bystanders B (0 to 4, default 1)]

@@ -89,7 +89,7 @@ void soak_drop_kept_logs(void)
 {
 	char cmd[128];
 
-	if (!kept_dir[0])
+	if (!kept_dir[0] || getenv("SOAK_KEEP_LOGS"))
 		return;
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", kept_dir);
 	if (system(cmd))
