@@ -233,6 +233,22 @@ void ipc_registry_take_backup(vmm_devptr span, vmm_host_buf *out)
 	pthread_mutex_unlock(&lock);
 }
 
+bool ipc_registry_loss_first_said(vmm_devptr span)
+{
+	bool first = false;
+
+	pthread_mutex_lock(&lock);
+	for (size_t i = 0; i < nimports; i++) {
+		if (imports[i]->span != span)
+			continue;
+		first = !imports[i]->loss_said;
+		imports[i]->loss_said = true;
+		break;
+	}
+	pthread_mutex_unlock(&lock);
+	return first;
+}
+
 void ipc_registry_after_fork(void)
 {
 	ipc_parked_after_fork();

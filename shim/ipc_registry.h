@@ -46,6 +46,9 @@ typedef struct ipc_import {
 	 * the exporter's copy of it goes with the exporter, so the wake fills fresh memory from
 	 * this one then. */
 	vmm_host_buf backup;
+	/* A wake has said that its exporter ended: once, although a wake undone (a later part
+	 * failed) re-creates the memory from the copy at each try. */
+	bool loss_said;
 } ipc_import;
 
 /* Find the import of (exporter, start_time, id) and count one more open: true with *out a copy. */
@@ -84,6 +87,9 @@ bool ipc_registry_set_released(vmm_devptr span, bool released, const vmm_phys *h
  * when there is none). */
 void ipc_registry_set_backup(vmm_devptr span, const vmm_host_buf *backup);
 void ipc_registry_take_backup(vmm_devptr span, vmm_host_buf *out);
+/* Whether the loss of the exporter of the import at span is to be said now: true the first
+ * time only. */
+bool ipc_registry_loss_first_said(vmm_devptr span);
 
 /* In a forked child: the parent's imports are not the child's to close. */
 void ipc_registry_after_fork(void);

@@ -175,7 +175,9 @@ static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *
 		ipc_registry_set_backup(m->span, &backup);
 		return st ? st : vmm_fail(err, VMM_E_INVALID, 0, "the import was closed meanwhile");
 	}
-	if (backup.ptr)
+	if (!ipc_registry_loss_first_said(m->span))
+		; /* said at an earlier try of this wake, which a later part undid */
+	else if (backup.ptr)
 		vmm_log(VMM_LOG_WARN, "group wake: pid %d, which exported the memory at 0x%llx (%zu "
 			"bytes), ended while the group slept; its contents came back from this "
 			"process's own copy, in new memory no other process shares",

@@ -343,6 +343,49 @@ Test(group_ipc, a_failed_copy_back_after_the_exporter_ended_keeps_the_bytes_for_
 	importer_has_every_byte(&s);
 }
 
+/* The lines of path that hold what, counted; path is removed. */
+static int count_in_file(const char *path, const char *what)
+{
+	static char buf[1 << 20];
+	FILE *f = fopen(path, "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	int count = 0;
+
+	if (f)
+		fclose(f);
+	unlink(path);
+	buf[n] = 0;
+	for (const char *at = buf; (at = strstr(at, what)); at++)
+		count++;
+	return count;
+}
+
+/* The same, and the importer's own memory fails to come back after the shared bytes did (its
+ * second copy to the device): that wake is undone, the shared memory released again with its
+ * copy, and the next wake brings every byte back. The exporter's end is said once in the log,
+ * not at each try (a soak counted 12 such warnings for one end). */
+Test(group_ipc, a_wake_undone_after_the_exporter_ended_says_its_end_once, .timeout = 60)
+{
+	const char *extra[2] = { NULL, "SIMDEV_FAIL=cuMemcpyHtoDAsync:2" };
+	char path[] = "/tmp/vmmshim-grpipc-log-XXXXXX";
+	int fd = mkstemp(path), saved = dup(2);
+	struct sharing s;
+
+	cr_assert(fd >= 0 && saved >= 0);
+	cr_assert_eq(dup2(fd, 2), 2); /* the members' logs, which they inherit */
+	close(fd);
+	exporter_killed_while_asleep(&s, extra);
+	dup2(saved, 2);
+	close(saved);
+	cr_expect_neq(group("wake", &s.ps[1], 1), 0, "the fault did not hit: %s %s", o.out, o.err);
+	vmmctl_run(&o, se.run_dir, -1, "--json status %d", (int)s.ps[1].pid);
+	cr_expect(!strstr(o.out, "\"state\": \"awake\""), "%s", o.out);
+	cr_assert_eq(group("wake", &s.ps[1], 1), 0, "%s %s", o.out, o.err);
+	importer_has_every_byte(&s);
+	cr_expect_eq(count_in_file(path, "ended while the group slept"), 1,
+		     "the exporter's end is said once");
+}
+
 /* The importer's copy through the sleep needs more host memory than the host has (simdev's
  * memory is sparse: nothing is touched but the bytes written). Unchecked, a malloc under
  * overcommit could succeed and the copy's first touch have the kernel end the importer (here a
