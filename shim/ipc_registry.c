@@ -182,38 +182,42 @@ size_t ipc_registry_all_importers(pid_t *out, size_t max)
 	return n;
 }
 
+/* The import whose range is span, or NULL; the lock held. */
+static ipc_import *at_span(vmm_devptr span)
+{
+	for (size_t i = 0; i < nimports; i++)
+		if (imports[i]->span == span)
+			return imports[i];
+	return NULL;
+}
+
 bool ipc_registry_set_released(vmm_devptr span, bool released, const vmm_phys *handles,
 			       size_t n)
 {
-	bool found = false;
+	ipc_import *m;
 
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < nimports && !found; i++) {
-		ipc_import *m = imports[i];
-
-		if (m->span != span)
-			continue;
-		found = true;
+	m = at_span(span);
+	if (m) {
 		m->released = released;
 		m->nhandles = released ? 0 : n;
 		if (!released)
 			memcpy(m->handles, handles, n * sizeof(*handles));
 	}
 	pthread_mutex_unlock(&lock);
-	return found;
+	return m != NULL;
 }
 
 void ipc_registry_set_backup(vmm_devptr span, const vmm_host_buf *backup)
 {
 	vmm_host_buf gone = *backup;
+	ipc_import *m;
 
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < nimports; i++) {
-		if (imports[i]->span != span)
-			continue;
-		gone = imports[i]->backup;
-		imports[i]->backup = *backup;
-		break;
+	m = at_span(span);
+	if (m) {
+		gone = m->backup;
+		m->backup = *backup;
 	}
 	pthread_mutex_unlock(&lock);
 	vmm_host_buf_free(NULL, &gone); /* the one replaced, or this one: no import to keep it */
@@ -221,14 +225,14 @@ void ipc_registry_set_backup(vmm_devptr span, const vmm_host_buf *backup)
 
 void ipc_registry_take_backup(vmm_devptr span, vmm_host_buf *out)
 {
+	ipc_import *m;
+
 	memset(out, 0, sizeof(*out));
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < nimports; i++) {
-		if (imports[i]->span != span)
-			continue;
-		*out = imports[i]->backup;
-		memset(&imports[i]->backup, 0, sizeof(imports[i]->backup));
-		break;
+	m = at_span(span);
+	if (m) {
+		*out = m->backup;
+		memset(&m->backup, 0, sizeof(m->backup));
 	}
 	pthread_mutex_unlock(&lock);
 }
@@ -236,14 +240,13 @@ void ipc_registry_take_backup(vmm_devptr span, vmm_host_buf *out)
 bool ipc_registry_loss_first_said(vmm_devptr span)
 {
 	bool first = false;
+	ipc_import *m;
 
 	pthread_mutex_lock(&lock);
-	for (size_t i = 0; i < nimports; i++) {
-		if (imports[i]->span != span)
-			continue;
-		first = !imports[i]->loss_said;
-		imports[i]->loss_said = true;
-		break;
+	m = at_span(span);
+	if (m) {
+		first = !m->loss_said;
+		m->loss_said = true;
 	}
 	pthread_mutex_unlock(&lock);
 	return first;
