@@ -154,6 +154,7 @@ static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *
 	vmm_host_buf backup;
 	vmm_phys h;
 	vmm_status st;
+	bool say;
 
 	ipc_registry_take_backup(m->span, &backup);
 	st = be->create(be, m->device, m->span_size, &h, err);
@@ -175,14 +176,14 @@ static vmm_status replace_lost(vmm_backend *be, const ipc_import *m, vmm_error *
 		ipc_registry_set_backup(m->span, &backup);
 		return st ? st : vmm_fail(err, VMM_E_INVALID, 0, "the import was closed meanwhile");
 	}
-	if (!ipc_registry_loss_first_said(m->span))
-		; /* said at an earlier try of this wake, which a later part undid */
-	else if (backup.ptr)
+	/* Said once: a wake that a later part undid comes here again at its next try. */
+	say = ipc_registry_loss_first_said(m->span);
+	if (say && backup.ptr)
 		vmm_log(VMM_LOG_WARN, "group wake: pid %d, which exported the memory at 0x%llx (%zu "
 			"bytes), ended while the group slept; its contents came back from this "
 			"process's own copy, in new memory no other process shares",
 			(int)m->exporter, (unsigned long long)m->base, m->size);
-	else
+	else if (say)
 		vmm_log(VMM_LOG_ERROR, "group wake: pid %d, which exported the memory at 0x%llx (%zu "
 			"bytes), ended while the group slept; its contents are lost and new memory "
 			"is mapped there", (int)m->exporter, (unsigned long long)m->base,
