@@ -152,12 +152,13 @@ static size_t in_hand(const struct refill_work *w)
 
 /* w's pieces back its range, which is free memory of the arena already (dh's lock held); what
  * was not made goes back to the front of requeue's queue (NULL, or a full queue: it leaves the
- * free memory). true: all of the range is backed. */
-static bool commit(struct devheap *dh, struct refill_work *w, struct refill_dev *requeue)
+ * free memory). Returns the bytes that left the free memory: where not 0, free blocks were
+ * split or dropped, and a block found before is no longer to be trusted. */
+static size_t commit(struct devheap *dh, struct refill_work *w, struct refill_dev *requeue)
 {
 	struct arena *a = w->job.a;
 	vmm_devptr va = w->job.va;
-	size_t gran = dh->gran, added = 0, i;
+	size_t gran = dh->gran, added = 0, left = 0, i;
 
 	for (i = 0; i < w->made; i++) {
 		struct phandle *h = calloc(1, sizeof(*h));
@@ -184,6 +185,7 @@ static bool commit(struct devheap *dh, struct refill_work *w, struct refill_dev 
 		page_handle_set(dh, at, gran, NULL);
 		if (phys_unmap_release(dh, w->ph[i], at, gran, true, "a refill not usable"))
 			va_free(dh, at, gran);
+		left += gran;
 	}
 	w->ungranted = false;
 	if (w->made * gran < w->job.size) {
@@ -197,12 +199,13 @@ static bool commit(struct devheap *dh, struct refill_work *w, struct refill_dev 
 			requeue->n++;
 		} else {
 			withdraw(dh, a, rest.va, rest.size);
+			left += rest.size;
 		}
 	}
 	free(w->ph);
 	w->ph = NULL;
 	w->made = 0;
-	return added == w->job.size;
+	return left;
 }
 
 /* The thread's range, abandoned (out of the free memory already): what it made goes back, and
@@ -226,16 +229,20 @@ static void drop_abandoned(struct devheap *dh, struct refill_dev *d)
 }
 
 /* The thread's range is made: it backs its free memory (dh's lock and rf's held); what it did
- * not make is queued again (requeue) or dropped. */
-static void finish_made(struct devheap *dh, struct refill_dev *d, bool requeue)
+ * not make is queued again (requeue) or dropped. Returns the bytes that left the free memory
+ * (commit). */
+static size_t finish_made(struct devheap *dh, struct refill_dev *d, bool requeue)
 {
+	size_t left;
+
 	if (d->abandoned) {
-		drop_abandoned(dh, d);
-		return;
+		drop_abandoned(dh, d); /* out of the free memory since it was abandoned */
+		return 0;
 	}
 	dh->tally.refilled += d->cur.made;
-	commit(dh, &d->cur, requeue ? d : NULL);
+	left = commit(dh, &d->cur, requeue ? d : NULL);
 	d->state = REFILL_IDLE;
+	return left;
 }
 
 static bool overlaps(const struct refill_job *j, vmm_devptr lo, vmm_devptr hi)
@@ -373,8 +380,9 @@ static int settle_wait_ms(const struct devheap *dh)
 /* Stop the range being made after its piece in hand, wait for that (settle_wait_ms at most),
  * and back what was made (rf's lock held, with dh's); the rest is queued again (requeue) or
  * dropped. Past the deadline the range leaves the free memory instead, so that no request is
- * placed on it unmade; the thread releases what it made when the driver lets it go. */
-static void stop_made(struct refill *rf, struct devheap *dh, struct refill_dev *d, bool requeue)
+ * placed on it unmade; the thread releases what it made when the driver lets it go. Returns
+ * the bytes that left the free memory (a piece whose grant failed, a range abandoned). */
+static size_t stop_made(struct refill *rf, struct devheap *dh, struct refill_dev *d, bool requeue)
 {
 	struct timespec deadline;
 
@@ -386,16 +394,18 @@ static void stop_made(struct refill *rf, struct devheap *dh, struct refill_dev *
 			if (pthread_cond_timedwait(&rf->made, &rf->w.lock, &deadline))
 				break;
 	}
-	if (d->state == REFILL_MADE) {
-		finish_made(dh, d, requeue);
-	} else if (d->state == REFILL_MAKING && !d->abandoned) {
+	if (d->state == REFILL_MADE)
+		return finish_made(dh, d, requeue);
+	if (d->state == REFILL_MAKING && !d->abandoned) {
 		vmm_log(VMM_LOG_WARN, "device %d: a refill of %zu bytes still in the driver after "
 			"%d ms: its range is left out of the free memory", dh->dev, d->cur.job.size,
 			settle_wait_ms(dh));
 		arena_take_free_range(d->cur.job.a, d->cur.job.va, d->cur.job.size);
 		page_handle_set(dh, d->cur.job.va, d->cur.job.size, NULL);
 		d->abandoned = true;
+		return d->cur.job.size;
 	}
+	return 0;
 }
 
 void refill_settle(struct devheap *dh)
@@ -465,14 +475,13 @@ vmm_status refill_claim(struct devheap *dh, vmm_devptr lo, vmm_devptr hi)
 	pthread_mutex_lock(&rf->w.lock);
 	d = &rf->dev[dh->dev];
 	/* Not all backed (the driver ran out, or held the thread past the deadline): the part
-	 * that is not left the free memory, and the caller looks again. */
+	 * that is not left the free memory, and the caller looks again. So it does when any
+	 * memory left, outside [lo, hi) too: that split the block it found. */
 	/* The range being made, if the request lies on it: stopped after its piece in hand, the
-	 * rest queued again at the front, for the loop below. Not made in time: BUSY, the caller
-	 * looks elsewhere. */
+	 * rest queued again at the front, for the loop below. Not made in time: BUSY. */
 	if (d->state != REFILL_IDLE && !d->abandoned && overlaps(&d->cur.job, lo, hi)) {
-		stop_made(rf, dh, d, true);
-		if (d->abandoned)
-			st = VMM_E_BUSY;
+		if (stop_made(rf, dh, d, true))
+			st = d->abandoned ? VMM_E_BUSY : VMM_E_OOM;
 	}
 	for (int i = 0; i < d->n;) {
 		struct refill_work w = { .job = d->q[i] };
@@ -489,7 +498,7 @@ vmm_status refill_claim(struct devheap *dh, vmm_devptr lo, vmm_devptr hi)
 		}
 		make(dh, &w, false);
 		dh->tally.refill_claimed += w.made;
-		if (!commit(dh, &w, NULL))
+		if (commit(dh, &w, NULL))
 			st = VMM_E_OOM;
 	}
 	if (d->n) {

@@ -25,8 +25,9 @@ bool refill_defer(struct arena *a, vmm_devptr va, size_t size);
 /* Before a request is placed on [lo, hi) (dh's lock held): the granules of queued ranges it
  * lies on are made here (the rest stays queued); the range being made, if it lies on it, is
  * stopped after its piece in hand and queued again for the rest. VMM_OK: all of [lo, hi) is
- * backed; else some was not made and left the free memory (VMM_E_BUSY: the thread's piece took
- * past the deadline), and the caller looks for another place. */
+ * backed and the free blocks are as they were; else some range was not made and left the free
+ * memory (VMM_E_BUSY: the thread's piece took past the deadline), which may have split the
+ * block the caller found, and the caller looks again. */
 vmm_status refill_claim(struct devheap *dh, vmm_devptr lo, vmm_devptr hi);
 
 /* dh's lock held: the queued refills are dropped (taken out of the free memory, their address

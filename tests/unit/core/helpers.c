@@ -46,6 +46,25 @@ size_t t_handles_over(vmm_devptr p, size_t size)
 	return n;
 }
 
+bool t_mapped(vmm_devptr p, size_t size)
+{
+	const vmm_devptr gran = 2 * MiB;
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW);
+	retain_fn retain = lib ? (retain_fn)dlsym(lib, "cuMemRetainAllocationHandle") : NULL;
+	release_fn release = lib ? (release_fn)dlsym(lib, "cuMemRelease") : NULL;
+
+	if (!retain || !release)
+		return false;
+	for (vmm_devptr va = p & ~(gran - 1); va < p + size; va += gran) {
+		CUmemGenericAllocationHandle h;
+
+		if (retain(&h, (void *)(uintptr_t)va) != CUDA_SUCCESS)
+			return false;
+		release(h);
+	}
+	return true;
+}
+
 int t_run_child(int (*scenario)(void), const char *const *env, long long *live)
 {
 	char stats[] = "/tmp/vmm-core-child-stats-XXXXXX";

@@ -41,6 +41,9 @@ uint64_t t_handles_held(struct tctx *t, int dev);
  * by granule (a handle over several granules is counted once: adjacent granules of one handle
  * answer the same). */
 size_t t_handles_over(vmm_devptr p, size_t size);
+/* Whether every granule of [p, p+size) has memory mapped, asked of the driver (CUDA backend);
+ * unlike t_handles_over, it does not fail the test, so a child process may ask it. */
+bool t_mapped(vmm_devptr p, size_t size);
 /* simdev's count of the process's physical device memory (simdev.h): t_dev_peak is the most held
  * at any instant, inside calls too, since t_dev_peak_reset (which the test needs first). */
 void t_dev_peak_reset(void);

@@ -252,3 +252,57 @@ Test(heap_refill, every_failed_driver_call_leaves_contents_and_no_memory_behind)
 	}
 	cr_assert_geq(cases, 40);
 }
+
+/* A request placed on the range the core's thread is making stops it after its piece in hand;
+ * here the driver refuses that piece's grant (SIMDEV_DELAY holds the thread in it). The piece
+ * leaves the free memory, which splits the free block the request had found: the request must
+ * look again, and be placed on memory the heap holds. Exit 0, or the failed check. */
+static int request_on_a_refill_whose_grant_fails(void)
+{
+	vmm_config cfg;
+	struct tctx t;
+	vmm_devptr big, small, next;
+
+	vmm_config_defaults(&cfg);
+	cfg.refill_ahead = true;
+	if (t_try_open(&t, &cfg, NULL))
+		return 2;
+	if (vmm_malloc(t.core, 0, 128 * MiB, 0, NULL, &big, NULL) ||
+	    vmm_free(t.core, big, NULL) ||
+	    vmm_malloc(t.core, 0, 4 * MiB, 0, NULL, &small, NULL))
+		return 3;
+	t_fill(small, 4 * MiB, 14);
+	/* The thread gives way while the program is in the heap, then takes ~1 ms to start its
+	 * first piece: 30 ms on, it is inside that piece's grant, which takes 100 ms. */
+	nanosleep(&(struct timespec){ 0, 30 * 1000000 }, NULL);
+	if (vmm_malloc(t.core, 0, 60 * MiB, 0, NULL, &next, NULL))
+		return 4;
+	if (!t_mapped(next, 60 * MiB))
+		return 5;
+	t_fill(next, 60 * MiB, 15);
+	if (!t_check(small, 4 * MiB, 14) || !t_check(next, 60 * MiB, 15))
+		return 6;
+	if (t_stats(&t, 0, NULL).live_bytes != 64 * MiB)
+		return 7;
+	vmm_free(t.core, small, NULL);
+	vmm_free(t.core, next, NULL);
+	vmm_trim(t.core, 0, NULL);
+	t_close(&t);
+	return 0;
+}
+
+Test(heap_refill, a_request_on_a_refill_whose_grant_fails_is_placed_on_memory)
+{
+	/* The 4th grant is the thread's first piece: the growth's and the cut's come before it.
+	 * Every grant takes 100 ms, so the request arrives while the thread is in it. */
+	const char *env[] = { "SIMDEV_FAIL=cuMemSetAccess:4", "SIMDEV_DELAY=cuMemSetAccess:100",
+			      "SIMDEV_MEMORY=1G", NULL };
+
+	for (int round = 0; round < 3; round++) {
+		long long live = -1;
+		int rc = t_run_child(request_on_a_refill_whose_grant_fails, env, &live);
+
+		cr_assert_eq(rc, 0, "round %d: the child's check %d failed", round, rc);
+		cr_assert_eq(live, 0, "round %d: %lld device bytes left at exit", round, live);
+	}
+}
