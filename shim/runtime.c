@@ -70,8 +70,8 @@ static void log_side(const shim_side *s)
 		"exit: %s served %llu allocations (%llu frees), peak %llu bytes live / %llu mapped; "
 		"live at exit: %llu bytes in %llu allocations; %llu handles created, %llu released, "
 		"%llu moved, %llu cut (%llu avoided), %llu pieces given back (%llu before a sync); "
-		"%llu device syncs (%llu ahead, %llu skipped); cuts' rests refilled: %llu pieces on the shim's thread, "
-		"%llu by a request placed on them",
+		"%llu device syncs (%llu ahead, %llu skipped); cuts' rests refilled: %llu pieces on "
+		"the shim's thread, %llu by a request placed on them",
 		s->name, (unsigned long long)st.alloc_calls, (unsigned long long)st.free_calls,
 		(unsigned long long)st.peak_live_bytes, (unsigned long long)st.peak_mapped_bytes,
 		(unsigned long long)st.live_bytes, (unsigned long long)st.live_count,
