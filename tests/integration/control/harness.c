@@ -422,7 +422,7 @@ pid_t vmmctl_spawn(const char *run_dir, const char *fmt, ...)
 	return pid;
 }
 
-static void slurp(const char *path, char *buf, size_t cap)
+void slurp(const char *path, char *buf, size_t cap)
 {
 	FILE *f = fopen(path, "r");
 	size_t n = f ? fread(buf, 1, cap - 1, f) : 0;

@@ -44,6 +44,9 @@ void target_busy_end(const struct target *t);
 void target_log(const struct target *t, char *buf, size_t cap);
 /* Wait until the target's log has `what` (at most timeout_s). */
 bool target_log_has(const struct target *t, const char *what, double timeout_s);
+/* The text of the file at path (cut at cap - 1 bytes; empty when there is none); the file is
+ * removed. */
+void slurp(const char *path, char *buf, size_t cap);
 /* The target's socket path. */
 void target_socket(const struct target *t, char *buf, size_t cap);
 

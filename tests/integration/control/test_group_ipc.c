@@ -347,14 +347,9 @@ Test(group_ipc, a_failed_copy_back_after_the_exporter_ended_keeps_the_bytes_for_
 static int count_in_file(const char *path, const char *what)
 {
 	static char buf[1 << 20];
-	FILE *f = fopen(path, "r");
-	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
 	int count = 0;
 
-	if (f)
-		fclose(f);
-	unlink(path);
-	buf[n] = 0;
+	slurp(path, buf, sizeof(buf));
 	for (const char *at = buf; (at = strstr(at, what)); at++)
 		count++;
 	return count;
