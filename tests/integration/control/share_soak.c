@@ -830,7 +830,7 @@ static void epoch(double secs)
 
 			if (code)
 				fail("pid %ld did not exit cleanly (%d)", (long)procs[i].t->pid, code);
-			if (getenv("SOAK_KEEP_LOGS"))
+			if (soak_keeping_all_logs())
 				soak_keep_log(procs[i].t, procs[i].faults ? "ended-faults" : "ended");
 			target_free(procs[i].t);
 		}
@@ -841,7 +841,7 @@ static void epoch(double secs)
 
 		if (code)
 			fail("bystander pid %ld did not exit cleanly (%d)", (long)bys[b].t->pid, code);
-		if (getenv("SOAK_KEEP_LOGS"))
+		if (soak_keeping_all_logs())
 			soak_keep_log(bys[b].t, "ended-bystander");
 		target_free(bys[b].t);
 		bys[b].t = NULL;

@@ -85,11 +85,16 @@ const char *soak_keep_log(const struct target *t, const char *label)
 	return ok ? dir : NULL;
 }
 
+bool soak_keeping_all_logs(void)
+{
+	return getenv("SOAK_KEEP_LOGS") != NULL;
+}
+
 void soak_drop_kept_logs(void)
 {
 	char cmd[128];
 
-	if (!kept_dir[0] || getenv("SOAK_KEEP_LOGS"))
+	if (!kept_dir[0] || soak_keeping_all_logs())
 		return;
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", kept_dir);
 	if (system(cmd))

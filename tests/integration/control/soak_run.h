@@ -30,8 +30,10 @@ void soak_run_epochs(double start_s, double seconds, double epoch_s,
  * or the copy failed): a failed soak keeps those of the programs still running, and of those it
  * killed earlier in the epoch, since a peer's failure may start in them. */
 const char *soak_keep_log(const struct target *t, const char *label);
-/* An epoch that passed: the logs kept so far go (the folder with them), unless SOAK_KEEP_LOGS is
- * set (the sharing soak then keeps every program's log, to read what a passing run logged). */
+/* SOAK_KEEP_LOGS is set: every program's log is kept, to read what a passing run logged. */
+bool soak_keeping_all_logs(void);
+/* An epoch that passed: the logs kept so far go (the folder with them), unless every log is
+ * kept (soak_keeping_all_logs). */
 void soak_drop_kept_logs(void);
 
 #endif
