@@ -67,6 +67,19 @@ bool t_mapped(vmm_devptr p, size_t size)
 	return true;
 }
 
+char *t_read_log(const char *path, char *buf, size_t cap)
+{
+	FILE *f = fopen(path, "r");
+	size_t n;
+
+	cr_assert(f, "no log file at %s", path);
+	n = fread(buf, 1, cap - 1, f);
+	buf[n] = 0;
+	fclose(f);
+	unlink(path);
+	return buf;
+}
+
 int t_run_child(int (*scenario)(void), const char *const *env, long long *live)
 {
 	char stats[] = "/tmp/vmm-core-child-stats-XXXXXX";

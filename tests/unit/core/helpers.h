@@ -49,6 +49,10 @@ bool t_mapped(vmm_devptr p, size_t size);
 void t_dev_peak_reset(void);
 uint64_t t_dev_peak(void);
 
+/* The text of the log file at path, read whole (up to cap - 1 bytes) into buf and the file
+ * removed; fails the test when there is no such file. */
+char *t_read_log(const char *path, char *buf, size_t cap);
+
 /* Run scenario() in a child process (simdev reads its environment once per process): env holds
  * "NAME=value" settings for it (NULL-ended, or NULL; SIMDEV_FAIL is unset unless given) and
  * SIMDEV_STATS points at a file of its own. The child exits with what scenario returns (exit,

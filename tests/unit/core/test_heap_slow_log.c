@@ -63,15 +63,8 @@ static int at_info(void)
 static char *read_log(void)
 {
 	static char buf[8192];
-	FILE *f = fopen(log_path, "r");
-	size_t n;
 
-	cr_assert(f, "the child wrote no log file");
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	fclose(f);
-	unlink(log_path);
-	return buf;
+	return t_read_log(log_path, buf, sizeof(buf)); /* the child's */
 }
 
 static const char *const slow_create[] = { "SIMDEV_DELAY=cuMemCreate:5", NULL };

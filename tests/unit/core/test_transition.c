@@ -325,8 +325,6 @@ static char *refused_wake_log(struct tctx *t, vmm_log_level lvl, const char *pat
 	vmm_offload_parts parts = heap_only(t->core);
 	vmm_transfer_result r;
 	vmm_error err;
-	FILE *f;
-	size_t n;
 
 	cr_assert(freopen(path, "w", stderr));
 	setvbuf(stderr, NULL, _IONBF, 0);
@@ -334,13 +332,7 @@ static char *refused_wake_log(struct tctx *t, vmm_log_level lvl, const char *pat
 	cr_expect_eq(vmm_offload_wake(&parts, &all, NULL, &r, &err), VMM_E_OOM, "%s", err.msg);
 	cr_expect_eq(r.partial_bytes, 0);
 	vmm_log_set_level(VMM_LOG_OFF);
-	f = fopen(path, "r");
-	cr_assert(f);
-	n = fread(buf, 1, sizeof(buf) - 1, f);
-	buf[n] = 0;
-	fclose(f);
-	unlink(path);
-	return buf;
+	return t_read_log(path, buf, sizeof(buf));
 }
 
 /* A wake refused for want of device memory, whole and still asleep, is what a sharing process
