@@ -433,6 +433,15 @@ void slurp(const char *path, char *buf, size_t cap)
 	unlink(path);
 }
 
+int count_in(const char *text, const char *what)
+{
+	int n = 0;
+
+	for (const char *at = text; (at = strstr(at, what)); at++)
+		n++;
+	return n;
+}
+
 int vmmctl_wait(pid_t pid, struct ctl_out *o, int timeout_ms)
 {
 	double t0 = now_s(), deadline = t0 + timeout_ms / 1000.0;

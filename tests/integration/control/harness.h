@@ -47,6 +47,8 @@ bool target_log_has(const struct target *t, const char *what, double timeout_s);
 /* The text of the file at path (cut at cap - 1 bytes; empty when there is none); the file is
  * removed. */
 void slurp(const char *path, char *buf, size_t cap);
+/* How many times text holds what. */
+int count_in(const char *text, const char *what);
 /* The target's socket path. */
 void target_socket(const struct target *t, char *buf, size_t cap);
 

@@ -371,12 +371,9 @@ Test(failures, memory_the_driver_will_not_take_back_shows_and_goes_at_the_next_s
 static int log_count(struct target *t, const char *what)
 {
 	static char log[1 << 20];
-	int n = 0;
 
 	target_log(t, log, sizeof(log));
-	for (const char *p = log; (p = strstr(p, what)); p++)
-		n++;
-	return n;
+	return count_in(log, what);
 }
 
 /* An autowake that keeps failing is retried once a second, however many threads wait for it:

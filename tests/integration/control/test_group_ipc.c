@@ -347,12 +347,9 @@ Test(group_ipc, a_failed_copy_back_after_the_exporter_ended_keeps_the_bytes_for_
 static int count_in_file(const char *path, const char *what)
 {
 	static char buf[1 << 20];
-	int count = 0;
 
 	slurp(path, buf, sizeof(buf));
-	for (const char *at = buf; (at = strstr(at, what)); at++)
-		count++;
-	return count;
+	return count_in(buf, what);
 }
 
 /* The same, and the importer's own memory fails to come back after the shared bytes did (its
